@@ -1,0 +1,32 @@
+"""The `workbench` command. Each subcommand is a module of this package with
+`add_parser(subparsers)` and `main(args) -> int`; modules are found by name, no list to edit."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+def commands() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="workbench", description="PyTorch optimization workbench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in commands():
+        module = importlib.import_module(f"{__name__}.{name}")
+        module.add_parser(sub).set_defaults(_main=module.main)
+    args = parser.parse_args(argv)
+    from ..config import ConfigError
+
+    try:
+        return args._main(args)
+    except ConfigError as e:
+        print(f"workbench {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""`workbench run`: train one config (one process or several with --nproc) and print its summary.
+
+    workbench run --precision bf16 --json
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..config import RunConfig
+
+FLAGS = {  # flag -> dotted config field
+    "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
+    "batch_size": "loader.batch_size", "nproc": "distributed.nproc", "lr": "optim.lr",
+    "device": "run.device", "seed": "run.seed", "label": "run.label",
+}
+
+
+def add_parser(sub):
+    p = sub.add_parser("run", help="train a config and print its summary",
+                       description="Train one config; exits non-zero with a one-line reason on failure.")
+    p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
+    p.add_argument("--preset", choices=["default", "smoke"], default="default")
+    p.add_argument("--precision", help="fp32 | bf16 | fp16")
+    p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--nproc", type=int, help="processes (ranks) on this node, launched with torchrun")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--device", help="auto | cpu | cuda")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--label")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                   help="any config field, e.g. --set loader.num_workers=2 (repeatable)")
+    p.add_argument("--run-dir", help="folder for this run (default: a new one under runs/)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return p
+
+
+def build_config(args) -> RunConfig:
+    cfg = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+    changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
+               if getattr(args, flag) is not None}
+    if args.model == "transformer" and cfg.data.name != "text":
+        changes["data.name"] = "text"
+    for item in args.set:
+        field, sep, raw = item.partition("=")
+        if not sep:
+            from ..config import ConfigError
+            raise ConfigError(f"--set needs FIELD=VALUE, got {item!r}")
+        try:
+            changes[field] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[field] = raw  # a bare string such as --set model.name=cnn
+    return cfg.replace(**changes) if changes else cfg
+
+
+def main(args) -> int:
+    from ..launch import run
+
+    cfg = build_config(args)
+    try:
+        result = run(cfg, args.run_dir)
+    except KeyboardInterrupt:
+        print("workbench run: stopped by Ctrl-C; events kept", file=sys.stderr)
+        return 130
+    status = result.get("status")
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        print(format_summary(result))
+    if status != "completed":
+        reason = result.get("message") or f"worker exited with code {result.get('returncode')}"
+        print(f"workbench run: {status}: {result.get('error_type', '')}: {reason} "
+              f"(see {result['run_dir']})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def format_summary(result: dict) -> str:
+    keys = ["status", "run_dir", "device", "precision", "world_size", "steps", "final_loss",
+            "eval_loss", "eval_accuracy", "step_time_ms_median", "samples_per_s", "data_wait_frac",
+            "rss_gib", "mem_peak_gib", "wall_s"]
+    width = max(map(len, keys))
+    lines = []
+    for k in keys:
+        if k in result:
+            v = result[k]
+            lines.append(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    return "\n".join(lines)

@@ -1,0 +1,343 @@
+"""RunConfig: the one config object that widgets edit, the CLI builds and workers read.
+
+A tree of dataclasses. Every value is checked when the object is built (types from the
+annotations, ranges in each section's `_check`), and errors name the dotted field, the bad
+value and what is allowed: "loader.num_workers must be >= 0, got -1". Unknown keys are refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Optional
+
+Precision = Literal["fp32", "bf16", "fp16"]
+BUILTIN_MODELS = ("mlp", "cnn", "transformer")
+BUILTIN_DATA = ("digits", "synthetic_images", "text")
+
+
+class ConfigError(ValueError):
+    """A config value is not allowed. The message names the dotted field."""
+
+
+def _fail(path: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{path} must be {allowed}, got {value!r}")
+
+
+def _at_least(path: str, value: float, low: float) -> None:
+    if value < low:
+        _fail(path, value, f">= {low}")
+
+
+class _Section:
+    """Shared build/validate/serialise behaviour of every config section."""
+
+    _path: ClassVar[str] = ""  # dotted prefix of this section inside RunConfig
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field again (call after editing fields in place)."""
+        hints = typing.get_type_hints(type(self))
+        prefix = f"{self._path}." if self._path else ""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            hint = hints[f.name]
+            if isinstance(hint, type) and issubclass(hint, _Section):
+                if not isinstance(value, hint):
+                    _fail(prefix + f.name, value, f"a {hint.__name__}")
+                value.validate()
+            else:
+                _check_type(prefix + f.name, value, hint)
+        self._check(prefix)
+
+    def _check(self, prefix: str) -> None:  # ranges and cross-field rules
+        pass
+
+    @classmethod
+    def from_dict(cls, data: Any):
+        prefix = f"{cls._path}." if cls._path else ""
+        if not isinstance(data, dict):
+            _fail(cls._path or "config", data, "a JSON object")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+                raise ConfigError(f"unknown config key '{prefix}{key}'{hint}; "
+                                  f"allowed: {', '.join(names)}")
+        kwargs = {}
+        for key, value in data.items():
+            sub = hints[key]
+            is_section = isinstance(sub, type) and issubclass(sub, _Section)
+            kwargs[key] = sub.from_dict(value) if is_section else value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _check_type(path: str, value: Any, hint: Any) -> None:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            _fail(path, value, "one of " + ", ".join(repr(a) for a in args))
+        return
+    if origin is typing.Union:  # Optional[X]
+        if value is None and type(None) in args:
+            return
+        inner = [a for a in args if a is not type(None)]
+        return _check_type(path, value, inner[0])
+    if hint is bool:
+        if not isinstance(value, bool):
+            _fail(path, value, "true or false")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(path, value, "an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            _fail(path, value, "a finite number")
+    elif hint is str:
+        if not isinstance(value, str):
+            _fail(path, value, "a string")
+    elif origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            _fail(path, value, "a JSON object")
+
+
+@dataclass
+class ModelConfig(_Section):
+    _path: ClassVar[str] = "model"
+    # A built-in name, or a user's factory: "package.module:factory" or "path/to/file.py:factory".
+    name: str = "mlp"
+    width: int = 256
+    depth: int = 3
+    heads: int = 4  # transformer only
+    kwargs: dict = field(default_factory=dict)  # passed to a user's factory
+
+    def _check(self, p: str) -> None:
+        if self.name not in BUILTIN_MODELS and ":" not in self.name:
+            _fail(p + "name", self.name,
+                  f"one of {', '.join(BUILTIN_MODELS)} or an import path 'package.module:factory' "
+                  "or 'path/to/file.py:factory'")
+        _at_least(p + "width", self.width, 1)
+        _at_least(p + "depth", self.depth, 1)
+        _at_least(p + "heads", self.heads, 1)
+        if self.name == "transformer" and self.width % self.heads:
+            _fail(p + "width", self.width, f"a multiple of model.heads ({self.heads}) for the transformer")
+
+
+@dataclass
+class DataConfig(_Section):
+    _path: ClassVar[str] = "data"
+    name: Literal["digits", "synthetic_images", "text"] = "digits"
+    image_size: int = 32  # synthetic_images
+    channels: int = 3  # synthetic_images
+    num_classes: int = 10  # synthetic_images
+    num_samples: int = 4096  # synthetic_images, text sequences
+    seq_len: int = 64  # text
+    test_fraction: float = 0.22
+
+    def _check(self, p: str) -> None:
+        _at_least(p + "image_size", self.image_size, 4)
+        _at_least(p + "channels", self.channels, 1)
+        _at_least(p + "num_classes", self.num_classes, 2)
+        _at_least(p + "num_samples", self.num_samples, 8)
+        _at_least(p + "seq_len", self.seq_len, 2)
+        if not 0 < self.test_fraction < 1:
+            _fail(p + "test_fraction", self.test_fraction, "between 0 and 1 (exclusive)")
+
+
+@dataclass
+class LoaderConfig(_Section):
+    _path: ClassVar[str] = "loader"
+    batch_size: int = 64
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: Optional[int] = None
+    persistent_workers: bool = False
+
+    def _check(self, p: str) -> None:
+        _at_least(p + "batch_size", self.batch_size, 1)
+        _at_least(p + "num_workers", self.num_workers, 0)
+        if self.prefetch_factor is not None:
+            _at_least(p + "prefetch_factor", self.prefetch_factor, 1)
+            if self.num_workers == 0:
+                raise ConfigError(f"{p}prefetch_factor needs {p}num_workers >= 1, got "
+                                  f"prefetch_factor={self.prefetch_factor} with num_workers=0; "
+                                  "set prefetch_factor to null or add workers")
+        if self.persistent_workers and self.num_workers == 0:
+            raise ConfigError(f"{p}persistent_workers needs {p}num_workers >= 1, got num_workers=0")
+
+
+@dataclass
+class OptimConfig(_Section):
+    _path: ClassVar[str] = "optim"
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9  # sgd only
+    grad_accum_steps: int = 1
+    grad_clip: Optional[float] = None
+
+    def _check(self, p: str) -> None:
+        if not self.lr > 0:
+            _fail(p + "lr", self.lr, "> 0")
+        _at_least(p + "weight_decay", self.weight_decay, 0)
+        if not 0 <= self.momentum < 1:
+            _fail(p + "momentum", self.momentum, "in [0, 1)")
+        _at_least(p + "grad_accum_steps", self.grad_accum_steps, 1)
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            _fail(p + "grad_clip", self.grad_clip, "> 0 or null")
+
+
+@dataclass
+class PrecisionConfig(_Section):
+    _path: ClassVar[str] = "precision"
+    dtype: Precision = "fp32"
+    tf32: bool = False  # CUDA, compute capability >= 8.0
+    channels_last: bool = False  # image models
+
+
+@dataclass
+class DistributedConfig(_Section):
+    _path: ClassVar[str] = "distributed"
+    nproc: int = 1  # processes per node
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: Optional[str] = None  # "host:port"; None on one node: loopback, free port
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    max_restarts: int = 0
+    timeout_s: float = 60.0  # collective timeout: a hang is reported in about this long
+    start_timeout_s: float = 120.0  # every rank must report ready within this
+
+    def _check(self, p: str) -> None:
+        _at_least(p + "nproc", self.nproc, 1)
+        _at_least(p + "nnodes", self.nnodes, 1)
+        if not 0 <= self.node_rank < self.nnodes:
+            _fail(p + "node_rank", self.node_rank, f"in [0, {self.nnodes - 1}] for nnodes={self.nnodes}")
+        _at_least(p + "max_restarts", self.max_restarts, 0)
+        if not self.timeout_s > 0:
+            _fail(p + "timeout_s", self.timeout_s, "> 0")
+        if not self.start_timeout_s > 0:
+            _fail(p + "start_timeout_s", self.start_timeout_s, "> 0")
+        if self.rdzv_endpoint is not None:
+            host, sep, port = self.rdzv_endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                _fail(p + "rdzv_endpoint", self.rdzv_endpoint, "'host:port' with a port in 1..65535")
+        elif self.nnodes > 1:
+            raise ConfigError(f"{p}rdzv_endpoint is needed when {p}nnodes > 1 "
+                              f"(got nnodes={self.nnodes}); give the 'host:port' of node 0")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+@dataclass
+class CompileConfig(_Section):
+    _path: ClassVar[str] = "compile"
+    enabled: bool = False
+    mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+
+
+@dataclass
+class RunSection(_Section):
+    _path: ClassVar[str] = "run"
+    steps: int = 300
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    label: str = ""
+    runs_dir: str = "runs"
+    eval_batches: int = 20  # at the end of training; 0 skips evaluation
+    mem_every_s: float = 0.5  # memory is sampled on a timer, not every step
+    save_weights: bool = True
+
+    def _check(self, p: str) -> None:
+        _at_least(p + "steps", self.steps, 1)
+        _at_least(p + "seed", self.seed, 0)
+        _at_least(p + "eval_batches", self.eval_batches, 0)
+        if not self.mem_every_s > 0:
+            _fail(p + "mem_every_s", self.mem_every_s, "> 0")
+        if len(self.label) > 60 or any(c in self.label for c in "/\\\0"):
+            _fail(p + "label", self.label, "at most 60 characters without '/', '\\'")
+
+
+@dataclass
+class RunConfig(_Section):
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    run: RunSection = field(default_factory=RunSection)
+
+    def _check(self, p: str) -> None:
+        if self.model.name == "transformer" and self.data.name != "text":
+            raise ConfigError(f"model.name 'transformer' needs data.name 'text', got {self.data.name!r}")
+        if self.data.name == "text" and self.model.name in ("mlp", "cnn"):
+            raise ConfigError(f"data.name 'text' needs model.name 'transformer' or your own model, "
+                              f"got {self.model.name!r}")
+
+    # --- presets -------------------------------------------------------------------------
+    @classmethod
+    def default(cls) -> "RunConfig":
+        """Real work on a CPU in well under a minute: a 512-wide MLP on the digits data."""
+        return cls(model=ModelConfig(name="mlp", width=512, depth=3),
+                   loader=LoaderConfig(batch_size=128), run=RunSection(steps=300))
+
+    @classmethod
+    def smoke(cls) -> "RunConfig":
+        """Tiny and fast, for tests and first looks: seconds on any CPU."""
+        return cls(model=ModelConfig(name="mlp", width=64, depth=2),
+                   loader=LoaderConfig(batch_size=32), run=RunSection(steps=20, eval_batches=2))
+
+    # --- (de)serialisation ---------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config is not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        return cls.from_json(path.read_text())
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically, so a reader never sees half a config."""
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+
+    def replace(self, **dotted: Any) -> "RunConfig":
+        """A validated copy with dotted fields changed: cfg.replace(**{"loader.batch_size": 32})."""
+        data = self.to_dict()
+        for key, value in dotted.items():
+            node = data
+            *parents, leaf = key.split(".")
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"unknown config key '{key}'")
+                node = node[part]
+            if leaf not in node:
+                raise ConfigError(f"unknown config key '{key}'")
+            node[leaf] = value
+        return RunConfig.from_dict(data)

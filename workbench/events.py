@@ -1,0 +1,169 @@
+"""Events are JSON lines on disk: each rank appends to RUN_DIR/rank{R}.jsonl, one record a line,
+flushed per line, so a crashed or killed run keeps everything up to its end.
+
+The reading side tails the files (from a thread, for live charts), buffering a torn last line until
+its newline arrives.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
+
+
+def _clean(value):
+    """JSON has no NaN/inf: write them as strings the reader turns back into floats."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class EventWriter:
+    """Appends records for one rank. Every record gets the event name, wall time, rank and attempt."""
+
+    def __init__(self, run_dir: str | Path, rank: int = 0, attempt: int = 0):
+        self.path = Path(run_dir) / f"rank{rank}.jsonl"
+        self.rank, self.attempt = rank, attempt
+        self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+
+    def write(self, event: str, **fields) -> None:
+        record = {"event": event, "t": round(time.time(), 4), "rank": self.rank,
+                  "attempt": self.attempt}
+        record.update({k: _clean(v) for k, v in fields.items()})
+        line = json.dumps(record, separators=(",", ":"))
+        if len(line) > MAX_LINE:
+            line = self._shorten(record)
+        self._file.write(line + "\n")  # line-buffered: one write(2) per record
+
+    @staticmethod
+    def _shorten(record: dict) -> str:
+        """Cut the longest strings (a traceback, say) from the front, keeping their end."""
+        while True:
+            line = json.dumps(record, separators=(",", ":"))
+            if len(line) <= MAX_LINE:
+                return line
+            key = max((k for k, v in record.items() if isinstance(v, str)),
+                      key=lambda k: len(record[k]), default=None)
+            if key is None or len(record[key]) < 40:
+                return json.dumps({k: record[k] for k in ("event", "t", "rank", "attempt")})
+            excess = len(line) - MAX_LINE + 20
+            record[key] = "..." + record[key][excess + 3:]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    for k, v in rec.items():
+        if v in ("nan", "inf", "-inf"):
+            rec[k] = float(v)
+    return rec
+
+
+class FileTail:
+    """Reads the complete lines added to one file since the last poll."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")  # the last piece has no newline yet
+        out = []
+        for raw in lines:
+            rec = _parse(raw.decode("utf-8", errors="replace")) if raw.strip() else None
+            if rec is not None:
+                out.append(rec)
+        return out
+
+
+class RunTail:
+    """Tails every rank file of a run directory, picking up ranks as their files appear."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self._tails: dict[Path, FileTail] = {}
+
+    def poll(self) -> list[dict]:
+        for path in sorted(self.run_dir.glob("rank*.jsonl")):
+            self._tails.setdefault(path, FileTail(path))
+        out: list[dict] = []
+        for tail in self._tails.values():
+            out.extend(tail.poll())
+        out.sort(key=lambda r: r.get("t", 0))
+        return out
+
+
+def read_events(run_dir: str | Path) -> list[dict]:
+    """Every complete record of a run, all ranks, in time order."""
+    return RunTail(run_dir).poll()
+
+
+def is_finished(records: list[dict], world_size: int = 1) -> bool:
+    ends = {r.get("rank") for r in records if r.get("event") in ("done", "error")}
+    return len(ends) >= world_size
+
+
+def follow(run_dir: str | Path, stop: threading.Event, interval_s: float = 0.1) -> Iterator[list[dict]]:
+    """Yield batches of new records until `stop` is set (the last batch is read after it)."""
+    tail = RunTail(run_dir)
+    while True:
+        stopping = stop.is_set()
+        batch = tail.poll()
+        if batch:
+            yield batch
+        if stopping:
+            return
+        stop.wait(interval_s)
+
+
+class Tailer(threading.Thread):
+    """A background thread that hands each batch of new records to `callback`.
+
+    Stops by itself once every expected rank has ended and `until_finished` is set, or on `.stop()`.
+    """
+
+    def __init__(self, run_dir: str | Path, callback: Callable[[list[dict]], None],
+                 interval_s: float = 0.1, world_size: int = 1, until_finished: bool = True):
+        super().__init__(daemon=True, name=f"tailer:{Path(run_dir).name}")
+        self.run_dir, self.callback, self.interval_s = Path(run_dir), callback, interval_s
+        self.world_size, self.until_finished = world_size, until_finished
+        self._stop_event = threading.Event()
+        self.records: list[dict] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for batch in follow(self.run_dir, self._stop_event, self.interval_s):
+                self.records.extend(batch)
+                self.callback(batch)
+                if self.until_finished and is_finished(self.records, self.world_size):
+                    return
+        except BaseException as e:  # keep the thread's failure visible to the caller
+            self.error = e
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
