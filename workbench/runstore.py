@@ -128,3 +128,28 @@ def load_model(run_dir: str | Path):
     model = build_model(cfg, build_data(cfg))
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.eval()
+
+
+def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
+    """One row a run, the first as baseline: throughput speedup, step time, peak memory, final
+    loss and accuracy. The table behind the notebooks' comparison view and `workbench compare`."""
+    import pandas as pd
+
+    rows = []
+    for run_dir in run_dirs:
+        run_dir = Path(run_dir)
+        cfg = json.loads((run_dir / "config.json").read_text())
+        s = read_summary(run_dir)
+        peak = s.get("mem_peak_gib", s.get("rss_gib"))
+        rows.append({"run": run_dir.name, "status": s.get("status"),
+                     "precision": cfg["precision"]["dtype"],
+                     "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
+                     "samples_per_s": s.get("samples_per_s"),
+                     "step_time_ms": s.get("step_time_ms_median"),
+                     "peak_mem_gib": peak, "final_loss": s.get("final_loss"),
+                     "eval_accuracy": s.get("eval_accuracy")})
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        base = df["samples_per_s"].iloc[0]
+        df.insert(5, "speedup", (df["samples_per_s"] / base).round(3) if base else None)
+    return df
