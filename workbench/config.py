@@ -334,10 +334,8 @@ class RunConfig(_Section):
             node = data
             *parents, leaf = key.split(".")
             for part in parents:
-                if not isinstance(node.get(part), dict):
-                    raise ConfigError(f"unknown config key '{key}'")
-                node = node[part]
-            if leaf not in node:
-                raise ConfigError(f"unknown config key '{key}'")
+                node = node.setdefault(part, {})  # an unknown part is refused by from_dict
+                if not isinstance(node, dict):
+                    raise ConfigError(f"unknown config key '{key}': {part!r} is a value, not a section")
             node[leaf] = value
         return RunConfig.from_dict(data)

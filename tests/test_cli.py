@@ -1,0 +1,44 @@
+"""The `workbench` command: runs, lists, and fails with a one-line reason."""
+import json
+import os
+import subprocess
+import sys
+
+
+def workbench(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_run_json_then_runs_lists_it(runs_root):
+    proc = workbench("run", "--preset", "smoke", "--precision", "bf16", "--steps", "5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "completed" and result["precision"] == "bf16"
+    assert os.path.isfile(os.path.join(result["run_dir"], "summary.json"))
+    listed = workbench("runs", "--json")
+    assert listed.returncode == 0
+    assert [r["run"] for r in json.loads(listed.stdout)] == [os.path.basename(result["run_dir"])]
+
+
+def test_bad_flag_value_gives_one_line_reason_and_no_run(runs_root):
+    proc = workbench("run", "--batch-size", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "workbench run: loader.batch_size must be >= 1, got 0"
+    assert not runs_root.exists() or not any(runs_root.iterdir())
+    proc = workbench("run", "--set", "loader.num_wrkers=2")
+    assert proc.returncode == 2 and "did you mean 'loader.num_workers'" in proc.stderr
+
+
+def test_failed_run_exits_nonzero_with_reason(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("def build():\n    return 'not a module'\n")
+    proc = workbench("run", "--preset", "smoke", "--model", f"{bad}:build")
+    assert proc.returncode == 1
+    assert "failed" in proc.stderr and "must return a torch.nn.Module" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_runs_on_an_empty_store(runs_root):
+    proc = workbench("runs")
+    assert proc.returncode == 0 and "no runs yet" in proc.stdout

@@ -1,0 +1,97 @@
+"""Event files: writer limits, torn-line tolerance, multi-rank tailing and the tailer thread."""
+import json
+import threading
+import time
+
+from workbench.events import MAX_LINE, EventWriter, FileTail, RunTail, Tailer, read_events
+
+
+def test_writer_records_carry_event_time_rank_attempt(tmp_path):
+    w = EventWriter(tmp_path, rank=1, attempt=2)
+    w.write("step", step=1, loss=0.5, step_time_ms=1.25)
+    w.close()
+    (rec,) = [json.loads(line) for line in (tmp_path / "rank1.jsonl").read_text().splitlines()]
+    assert rec["event"] == "step" and rec["rank"] == 1 and rec["attempt"] == 2
+    assert rec["loss"] == 0.5 and rec["t"] > 0
+
+
+def test_long_fields_are_cut_from_the_front_to_stay_under_4k(tmp_path):
+    w = EventWriter(tmp_path)
+    w.write("error", traceback="x" * 10000 + "THE END", message="m")
+    w.close()
+    line = (tmp_path / "rank0.jsonl").read_text()
+    assert len(line) < 4096 and len(line) <= MAX_LINE + 1
+    rec = json.loads(line)
+    assert rec["traceback"].endswith("THE END") and rec["traceback"].startswith("...")
+
+
+def test_nonfinite_values_survive_the_round_trip(tmp_path):
+    w = EventWriter(tmp_path)
+    w.write("step", loss=float("nan"), grad_scale=float("inf"))
+    w.close()
+    (rec,) = read_events(tmp_path)
+    assert rec["loss"] != rec["loss"] and rec["grad_scale"] == float("inf")
+
+
+def test_torn_last_line_is_buffered_until_its_newline(tmp_path):
+    path = tmp_path / "rank0.jsonl"
+    tail = FileTail(path)
+    assert tail.poll() == []  # file not there yet
+    full = json.dumps({"event": "step", "step": 1}) + "\n"
+    torn = json.dumps({"event": "step", "step": 2})
+    path.write_text(full + torn[:7])
+    assert [r["step"] for r in tail.poll()] == [1]
+    with open(path, "a") as f:
+        f.write(torn[7:])
+    assert tail.poll() == []  # still no newline
+    with open(path, "a") as f:
+        f.write("\n")
+    assert [r["step"] for r in tail.poll()] == [2]
+
+
+def test_garbage_lines_are_skipped_not_fatal(tmp_path):
+    (tmp_path / "rank0.jsonl").write_text('{"event":"a"}\nnot json\n[1,2]\n{"event":"b"}\n')
+    assert [r["event"] for r in read_events(tmp_path)] == ["a", "b"]
+
+
+def test_run_tail_picks_up_ranks_as_they_appear_in_time_order(tmp_path):
+    tail = RunTail(tmp_path)
+    (tmp_path / "rank0.jsonl").write_text('{"event":"step","t":2,"rank":0}\n')
+    assert len(tail.poll()) == 1
+    (tmp_path / "rank1.jsonl").write_text('{"event":"step","t":1,"rank":1}\n')
+    with open(tmp_path / "rank0.jsonl", "a") as f:
+        f.write('{"event":"step","t":3,"rank":0}\n')
+    assert [r["t"] for r in tail.poll()] == [1, 3]
+
+
+def test_tailer_thread_follows_a_growing_run_until_every_rank_ends(tmp_path):
+    got, lock = [], threading.Lock()
+
+    def callback(batch):
+        with lock:
+            got.extend(batch)
+
+    tailer = Tailer(tmp_path, callback, interval_s=0.02, world_size=2)
+    tailer.start()
+    writers = [EventWriter(tmp_path, rank=r) for r in (0, 1)]
+    for step in range(5):
+        for w in writers:
+            w.write("step", step=step)
+        time.sleep(0.01)
+    writers[0].write("done")
+    time.sleep(0.1)
+    assert tailer.is_alive()  # rank 1 has not ended yet
+    writers[1].write("error", status="failed")
+    tailer.join(5)
+    assert not tailer.is_alive() and tailer.error is None
+    assert len(got) == 12
+    for w in writers:
+        w.close()
+
+
+def test_tailer_stop_returns_promptly(tmp_path):
+    tailer = Tailer(tmp_path, lambda b: None, interval_s=0.05)
+    tailer.start()
+    t0 = time.time()
+    tailer.stop()
+    assert not tailer.is_alive() and time.time() - t0 < 1
