@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(VENV)/bin/workbench lab --dir notebooks
 
+# WORKBENCH_QUICK=1 shrinks the notebooks' work; their defaults are for people.
 test: $(STAMP)
-	$(PY) -m pytest -q tests --nbval-lax notebooks --timeout=900 -p no:cacheprovider
+	WORKBENCH_QUICK=1 $(PY) -m pytest -q tests --nbval-lax notebooks --timeout=900 -p no:cacheprovider
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench
