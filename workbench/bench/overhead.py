@@ -1,0 +1,114 @@
+"""What the workbench's instrumentation costs, and what bf16 buys on this machine.
+
+    python -m workbench.bench overhead        (or: make bench)
+
+1. The worker's instrumented training loop against a bare PyTorch loop on the same model, data,
+   optimizer and precision, interleaved in one process; per-step wall time from the first step
+   after warm-up to the last. Goal: at most 3 % overhead for the default CPU model.
+2. Training step time of the small transformer in fp32, bf16 and fp16, interleaved.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..config import DataConfig, ModelConfig, RunConfig
+from ..data import build_data, make_loader
+from ..events import EventWriter, read_events
+from ..models import build_model, loss_fn
+from ..precision import autocast, grad_scaler
+from ..trainer import RankEnv, _batches, train
+
+WARMUP = 20
+
+
+def instrumented_step_s(cfg: RunConfig) -> float:
+    """Seconds per step of the real worker loop, from its own events' wall-clock stamps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        events = EventWriter(tmp)
+        train(cfg, events, RankEnv(), Path(tmp))
+        events.close()
+        steps = [r for r in read_events(tmp) if r["event"] == "step"]
+    first, last = steps[WARMUP - 1], steps[-1]
+    # The first stamp is taken after its step ends, so the span covers steps WARMUP+1..N.
+    return (last["t"] - first["t"]) / (last["step"] - first["step"])
+
+
+def bare_step_s(cfg: RunConfig) -> float:
+    """The same training with nothing but the loop a person would write (loss.item() included)."""
+    torch.manual_seed(cfg.run.seed)
+    device = torch.device("cpu")
+    data = build_data(cfg)
+    model = build_model(cfg, data)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    scaler, amp, lossf = grad_scaler(cfg, device), autocast(cfg, device), loss_fn(data.task)
+    batches = _batches(make_loader(data.train, cfg, train=True, seed=cfg.run.seed))
+    t0 = 0.0
+    for step in range(1, cfg.run.steps + 1):
+        if step == WARMUP + 1:
+            t0 = time.perf_counter()
+        x, y = next(batches)
+        with amp:
+            loss = lossf(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+    return (time.perf_counter() - t0) / (cfg.run.steps - WARMUP)
+
+
+def _quiet(cfg: RunConfig) -> RunConfig:
+    return cfg.replace(**{"run.eval_batches": 0, "run.save_weights": False, "run.device": "cpu"})
+
+
+def overhead(rounds: int = 5) -> None:
+    cfg = _quiet(RunConfig.default())
+    samples = {"bare": [], "workbench": []}
+    for r in range(rounds):
+        order = ("bare", "workbench") if r % 2 == 0 else ("workbench", "bare")
+        for name in order:
+            samples[name].append(bare_step_s(cfg) if name == "bare" else instrumented_step_s(cfg))
+    bare, wb = statistics.median(samples["bare"]), statistics.median(samples["workbench"])
+    ratios = [w / b for w, b in zip(samples["workbench"], samples["bare"])]
+    print(f"default model ({cfg.model.name} width {cfg.model.width}, batch {cfg.loader.batch_size}, "
+          f"{cfg.run.steps} steps, {rounds} interleaved rounds, {torch.get_num_threads()} threads)")
+    print(f"  bare loop       {bare * 1e3:8.3f} ms/step")
+    print(f"  workbench loop  {wb * 1e3:8.3f} ms/step")
+    print(f"  overhead        {100 * (wb / bare - 1):+.1f} %   (paired rounds: "
+          f"{min(ratios) - 1:+.1%} .. {max(ratios) - 1:+.1%}; goal <= +3 %)")
+
+
+def transformer_precisions(rounds: int = 3) -> None:
+    base = _quiet(RunConfig(model=ModelConfig(name="transformer", width=256, depth=2, heads=4),
+                            data=DataConfig(name="text", seq_len=64, num_samples=2048)))
+    base = base.replace(**{"loader.batch_size": 64, "run.steps": 30})
+    times: dict[str, list[float]] = {"fp32": [], "bf16": [], "fp16": []}
+    for _ in range(rounds):
+        for dtype in times:
+            cfg = base.replace(**{"precision.dtype": dtype})
+            with tempfile.TemporaryDirectory() as tmp:
+                events = EventWriter(tmp)
+                summary = train(cfg, events, RankEnv(), Path(tmp))
+                events.close()
+            times[dtype].append(summary["step_time_ms_median"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"transformer d256 L2 seq64 batch 64, training step, {rounds} interleaved rounds")
+    for dtype, ms in med.items():
+        print(f"  {dtype}  {ms:8.2f} ms/step   speedup vs fp32 {med['fp32'] / ms:5.2f}x")
+    print("  (bf16 autocast uses AMX tiles on CPUs that have them; fp16 has no such units on CPUs)")
+
+
+def main(argv=None) -> int:
+    overhead()
+    print()
+    transformer_precisions()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
