@@ -109,6 +109,7 @@ def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: s
         count = amount if isinstance(amount, int) else round(frac * sum(sizes))
         method_cls = tprune.L1Unstructured if method == "magnitude" else tprune.RandomUnstructured
         tprune.global_unstructured([(m, param) for _, m in found], method_cls, amount=int(count))
+        refresh_masks(model)
         return model
     check_amount(amount, min(sizes), unit="parameters in the smallest chosen layer")
     for _, m in found:
@@ -116,7 +117,18 @@ def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: s
             tprune.l1_unstructured(m, param, amount=amount)
         else:
             tprune.random_unstructured(m, param, amount=amount)
+    refresh_masks(model)
     return model
+
+
+@torch.no_grad()
+def refresh_masks(model: nn.Module) -> None:
+    """Recompute masked weights outside autograd. Pruning and training leave them holding a
+    graph, which blocks copy.deepcopy of the model."""
+    for m in model.modules():
+        for hook in m._forward_pre_hooks.values():
+            if isinstance(hook, tprune.BasePruningMethod):
+                hook(m, None)
 
 
 def has_masks(model: nn.Module) -> bool:

@@ -18,7 +18,8 @@ from torch import nn
 
 from .config import ConfigError
 from .modelstats import Subject, latencies, state_size_bytes
-from .prune import METHODS, SCOPES, check_amount, check_not_quantized, magnitude_prune, make_real
+from .prune import (METHODS, SCOPES, check_amount, check_not_quantized, magnitude_prune, make_real,
+                    refresh_masks)
 from .prune import sparsity as sparsity_of
 from .structured import structured_prune
 from .verdict import verdict
@@ -88,16 +89,6 @@ def finetune(model: nn.Module, subject: Subject, epochs: int, lr: float = 1e-3, 
     return model.eval()
 
 
-@torch.no_grad()
-def refresh_masks(model: nn.Module) -> None:
-    """Recompute masked weights outside autograd: after training they hold a graph, which
-    blocks copy.deepcopy of the model."""
-    from torch.nn.utils import prune as tprune
-
-    for m in model.modules():
-        for hook in m._forward_pre_hooks.values():
-            if isinstance(hook, tprune.BasePruningMethod):
-                hook(m, None)
 
 
 def prune_once(model: nn.Module, amount, scfg: SweepConfig) -> nn.Module:
