@@ -10,6 +10,7 @@ hooks; `to_sparse` stores Linear weights as CSR, which pays off only at high spa
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Iterable
 
@@ -129,6 +130,12 @@ def refresh_masks(model: nn.Module) -> None:
         for hook in m._forward_pre_hooks.values():
             if isinstance(hook, tprune.BasePruningMethod):
                 hook(m, None)
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """copy.deepcopy that also works on a masked model after a forward with autograd on."""
+    refresh_masks(model)
+    return copy.deepcopy(model)
 
 
 def has_masks(model: nn.Module) -> bool:

@@ -7,7 +7,6 @@ model at batch 1 and a large batch. One plain record per amount.
 """
 from __future__ import annotations
 
-import copy
 import math
 import threading
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,7 @@ from torch import nn
 from .config import ConfigError
 from .modelstats import Subject, latencies, state_size_bytes
 from .prune import (METHODS, SCOPES, check_amount, check_not_quantized, magnitude_prune, make_real,
-                    refresh_masks)
+                    copy_model, refresh_masks)
 from .prune import sparsity as sparsity_of
 from .structured import structured_prune
 from .verdict import verdict
@@ -95,7 +94,7 @@ def prune_once(model: nn.Module, amount, scfg: SweepConfig) -> nn.Module:
     """A pruned copy: masks for magnitude/random, a physically smaller model for structured."""
     if scfg.method == "structured":
         return structured_prune(model, amount)
-    return magnitude_prune(copy.deepcopy(model), amount, scope=scfg.scope, method=scfg.method,
+    return magnitude_prune(copy_model(model), amount, scope=scfg.scope, method=scfg.method,
                            seed=scfg.seed)
 
 

@@ -8,14 +8,13 @@ speedups are fair, and each gets a verdict.
 """
 from __future__ import annotations
 
-import copy
 
 import torch
 from torch import nn
 
 from .config import ConfigError
 from .modelstats import Subject, latencies, output_error, state_size_bytes
-from .prune import check_amount, magnitude_prune, make_real, sparsity, to_sparse
+from .prune import check_amount, copy_model, magnitude_prune, make_real, sparsity, to_sparse
 from .quantize import quantize, torchao_available, unsupported_reason
 from .structured import structured_prune
 from .sweep import finetune
@@ -33,15 +32,15 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
     rows: dict[str, dict] = {"dense": {"kind": "dense", "amount": 0.0}}
     skipped: list[tuple[str, str]] = []
 
-    masked = magnitude_prune(copy.deepcopy(dense), amount, scope="global")
+    masked = magnitude_prune(copy_model(dense), amount, scope="global")
     if finetune_epochs:
         finetune(masked, subject, finetune_epochs)
     models[f"masked {amount:.0%} (hooks on)"] = masked
-    models[f"unstructured {amount:.0%}"] = make_real(copy.deepcopy(masked))
+    models[f"unstructured {amount:.0%}"] = make_real(copy_model(masked))
     rows[f"masked {amount:.0%} (hooks on)"] = {"kind": "masked", "amount": amount}
     rows[f"unstructured {amount:.0%}"] = {"kind": "unstructured", "amount": amount}
 
-    csr = magnitude_prune(copy.deepcopy(dense), sparse_amount, scope="global")
+    csr = magnitude_prune(copy_model(dense), sparse_amount, scope="global")
     if finetune_epochs:
         finetune(csr, subject, finetune_epochs)
     try:

@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 import argparse
-import copy
 
 import torch
 
 from ..modelstats import Subject, latencies, state_size_bytes
 from ..models import MLP, SmallCNN
-from ..prune import magnitude_prune, make_real
+from ..prune import copy_model, magnitude_prune, make_real
 from ..quantize import quantize, torchao_available
 from ..structured import structured_prune
 
@@ -27,10 +26,10 @@ GOALS = {"structured 50%": 2.0, "dynamic int8": 2.0}
 def mlp_variants() -> tuple[Subject, dict]:
     torch.manual_seed(0)
     dense = MLP(1024, 10, width=1024, depth=3).eval()
-    masked = magnitude_prune(copy.deepcopy(dense), 0.5, scope="global")
+    masked = magnitude_prune(copy_model(dense), 0.5, scope="global")
     variants = {"dense": dense, "structured 50%": structured_prune(dense, 0.5),
                 "dynamic int8": quantize(dense, "dynamic_int8", backend="torch.ao")[0],
-                "masked 50% (made real)": make_real(copy.deepcopy(masked)),
+                "masked 50% (made real)": make_real(copy_model(masked)),
                 "masked 50% (hooks on)": masked}
     if torchao_available():
         variants["dynamic int8 (torchao, eager)"] = quantize(dense, "dynamic_int8",
