@@ -9,6 +9,7 @@ inference latency at several batch sizes measured side by side with the referenc
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -108,14 +109,21 @@ def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64
     `threads=1` by default: on a shared CPU, multi-threaded int8 kernels wait for busy cores and
     swing by 100x; one thread gives steady ratios. None keeps torch's setting."""
     out: dict[str, dict] = {name: {} for name in models}
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
+    with num_threads(threads):
         _time_all(models, subject, batch_sizes, rounds, warmup, out)
+    return out
+
+
+@contextmanager
+def num_threads(n: int | None):
+    """torch's intra-op thread count set to `n` for a block (None: unchanged)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
     finally:
         torch.set_num_threads(before)
-    return out
 
 
 def _time_all(models, subject, batch_sizes, rounds, warmup, out) -> None:
