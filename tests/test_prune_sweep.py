@@ -48,6 +48,7 @@ def test_magnitude_sweep_records(tmp_path):
     df = run_sweep(subject, SweepConfig(amounts=[0.0, 0.5, 0.9], finetune_epochs=1, **FAST))
     assert list(df["amount"]) == [0.0, 0.5, 0.9]
     assert df["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.9], abs=0.01)
+    assert df["verdict"].iloc[0] == "reference" and "noise floor" in df["why"].iloc[0]
     for col in ["accuracy", "accuracy_finetuned", "latency_b1_ms", "latency_b32_p90_ms",
                 "speedup_b32", "nonzero_weights", "size_bytes", "verdict", "why"]:
         assert df[col].notna().all(), col

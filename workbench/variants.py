@@ -9,7 +9,6 @@ speedups are fair, and each gets a verdict.
 from __future__ import annotations
 
 
-import torch
 from torch import nn
 
 from .config import ConfigError
@@ -130,9 +129,3 @@ def pareto_front(df, x: str = "latency_b64_ms", y: str = "accuracy") -> list[str
         if not dominated:
             front.append(r["variant"] if "variant" in r else r.name)
     return front
-
-
-def set_threads(n: int | None) -> None:
-    """Fix intra-op threads for timing (1 is steadiest on a shared machine)."""
-    if n:
-        torch.set_num_threads(n)

@@ -70,7 +70,8 @@ def add_parser(sub):
     return p
 
 
-COLUMNS = ["amount", "accuracy", "accuracy_finetuned", "sparsity", "params", "size_bytes",
+COLUMNS = ["amount", "accuracy", "accuracy_finetuned", "sparsity", "params", "params_removed",
+           "size_bytes",
            "speedup_b1", "verdict"]
 
 
