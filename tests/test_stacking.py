@@ -86,7 +86,7 @@ def test_waterfall_steps_add_up_to_the_total():
 @pytest.mark.slow
 def test_real_study_runs_each_step(tmp_path):
     seen = []
-    df = run_study(RunConfig.smoke().replace(**{"run.steps": 6}), ["bf16", "pin_memory"],
+    df = run_study(RunConfig.smoke().replace(**{"run.steps": 5}), ["bf16", "pin_memory"],
                    on_step=lambda row: seen.append(row["step"]), timeout_s=180)
     assert seen == ["baseline", "+ bf16", "+ pinned memory"]
     assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
