@@ -16,6 +16,7 @@ from workbench.config import ConfigError, RunConfig
 from workbench.events import read_events
 from workbench.export import export
 from workbench.export.commands import single_node
+from workbench.export.verify import reproduce
 from workbench.launch import free_port, run
 
 # The script may only import torch and the standard library; this runs it with the rest blocked.
@@ -162,16 +163,16 @@ def two_rank_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_torchrun_two_ranks_reproduces_the_run(tmp_path, two_rank_run):
+    from workbench.export.verify import script_command
+
     result = export(two_rank_run, tmp_path / "out")
-    command = single_node(RunConfig.load(result.dir / "config.json"), port=free_port(),
-                          launcher=[sys.executable, "-m", "torch.distributed.run"])
-    proc = subprocess.run([*command, "--metrics", "metrics", "--out", ""], cwd=result.dir,
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = RunConfig.load(result.dir / "config.json")
+    assert script_command(cfg, 1234)[3:-1] == single_node(cfg, port=1234)[1:-1]  # the documented command
+    table = reproduce(result.dir, two_rank_run, timeout_s=240)  # torchrun, 2 ranks on 127.0.0.1
+    assert len(table) == 5 and table["abs_diff"].max() < 1e-4
     for rank in (0, 1):
-        ours = workbench_losses(two_rank_run, rank)
-        assert len(ours) == 5
-        assert script_losses(result.dir / "metrics", rank) == pytest.approx(ours, abs=1e-4)
+        assert script_losses(result.dir / "reproduce_metrics", rank) == pytest.approx(
+            workbench_losses(two_rank_run, rank), abs=1e-4)
 
 
 @pytest.mark.slow

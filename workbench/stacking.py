@@ -117,6 +117,15 @@ def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
     return steps
 
 
+def plan_table(baseline: RunConfig, changes):
+    """The plan as a DataFrame: each step, what it sets, whether it will run, and why not."""
+    import pandas as pd
+
+    return pd.DataFrame([{"step": s.change.label, "will_run": s.reason is None,
+                          "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
+                          "skip_reason": s.reason or ""} for s in plan(baseline, changes)])
+
+
 COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline", "peak_mem_gib",
            "final_loss", "eval_accuracy", "step_time_ms", "reason", "run_dir"]
 
