@@ -202,3 +202,10 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     for rank in (0, 1):
         assert script_losses(result.dir / "metrics", rank) == pytest.approx(
             workbench_losses(two_rank_run, rank), abs=1e-4)
+
+
+def test_reproduce_reports_a_failing_script(tmp_path):
+    export(RunConfig.smoke(), tmp_path)
+    (tmp_path / "train.py").write_text("import sys\nprint('broken on purpose')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit code 3\).*broken on purpose"):
+        reproduce(tmp_path)

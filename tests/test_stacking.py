@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.stacking import (CHANGES, PlannedStep, final_config, plan, run_study, step_row,
-                                waterfall_records)
+from workbench.stacking import (CHANGES, PlannedStep, final_config, plan, plan_table, run_study,
+                                step_row, waterfall_records)
 
 
 def cnn() -> RunConfig:
@@ -25,6 +25,13 @@ def test_plan_on_cpu_skips_what_cannot_run_here_with_the_reason():
     assert "TF32" in by_label[4][1]
     assert "already part of the config" in by_label[5][1]
     assert steps[-1].config.precision.dtype == "bf16" and not steps[-1].config.loader.pin_memory
+
+
+def test_plan_table_lists_every_step():
+    table = plan_table(RunConfig.smoke(), ["bf16", "pin_memory"])
+    assert list(table["step"]) == ["baseline", "+ bf16", "+ pinned memory"]
+    assert list(table["will_run"]) == [True, True, False]
+    assert table["sets"][1] == "precision.dtype=bf16" and "needs a GPU" in table["skip_reason"][2]
 
 
 def test_plan_is_cumulative_and_valid():
