@@ -1,0 +1,105 @@
+"""Quantization: what is converted, how much smaller, and each refusal with its reason."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from workbench import quantize as qmod
+from workbench.config import ConfigError
+from workbench.modelstats import Subject, output_error, state_size_bytes
+from workbench.models import MLP, TinyTransformerLM
+from workbench.quantize import Int8WeightOnlyLinear, quantize, unsupported_reason
+from workbench.sweep import finetune
+
+
+@pytest.fixture
+def mlp():
+    torch.manual_seed(0)
+    return MLP(256, 10, width=256, depth=2).eval()
+
+
+def test_dynamic_int8_converts_every_linear_and_shrinks_weights_about_4x(mlp):
+    q, info = quantize(mlp, "dynamic_int8", backend="torch.ao")
+    assert info["converted"] == info["linear_layers"] == 3 and info["skipped"] == []
+    assert any("deprecated" in n for n in info["notes"])  # said once, in the record
+    ratio = state_size_bytes(mlp) / state_size_bytes(q)
+    print(f"dynamic int8 state dict: {ratio:.2f}x smaller (published: about 4x)")
+    assert 3.3 < ratio < 4.1
+    x = torch.rand(8, 256)
+    assert output_error(mlp, q, x) < 0.05
+    assert isinstance(mlp.net[1], nn.Linear)  # the float model is untouched
+
+
+@pytest.mark.skipif(not qmod.torchao_available(), reason="torchao is not installed")
+@pytest.mark.parametrize("method", ["dynamic_int8", "weight_only_int8"])
+def test_torchao_backend(mlp, method):
+    q, info = quantize(mlp, method, backend="torchao")
+    assert info["backend"] == "torchao" and info["converted"] == 3
+    assert output_error(mlp, q, torch.rand(4, 256)) < 0.05
+
+
+def test_weight_only_falls_back_without_torchao(mlp, monkeypatch):
+    monkeypatch.setattr(qmod, "torchao_available", lambda: False)
+    q, info = quantize(mlp, "weight_only_int8")
+    assert info["backend"] == "builtin" and info["converted"] == 3
+    assert isinstance(q.net[1], Int8WeightOnlyLinear)
+    assert output_error(mlp, q, torch.rand(4, 256)) < 0.02
+    assert state_size_bytes(mlp) / state_size_bytes(q) > 3.3
+    with pytest.raises(ConfigError, match="torchao is not installed"):
+        quantize(mlp, "weight_only_int8", backend="torchao")
+
+
+def test_transformer_attention_projections_are_reported_as_skipped():
+    torch.manual_seed(0)
+    lm = TinyTransformerLM(vocab_size=20, seq_len=8, width=32, depth=1, heads=2).eval()
+    q, info = quantize(lm, "dynamic_int8", backend="torch.ao")
+    assert any("out_proj" in s for s in info["skipped"])
+    assert any("fast path" in n for n in info["notes"])
+    assert q(torch.randint(0, 20, (2, 8))).shape == (2, 8, 20)
+
+
+def test_converting_zero_modules_is_an_error(mlp, monkeypatch):
+    with pytest.raises(ConfigError, match="has no nn.Linear layer; nothing to quantize"):
+        quantize(nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU()), "dynamic_int8")
+    monkeypatch.setattr(qmod, "_converted", lambda model: [])
+    with pytest.raises(ConfigError, match="converted 0 of 3 Linear layers"):
+        quantize(mlp, "dynamic_int8")
+
+
+def test_bad_method_backend_and_double_quantization(mlp):
+    with pytest.raises(ConfigError, match="method must be one of dynamic_int8"):
+        quantize(mlp, "int3")
+    with pytest.raises(ConfigError, match="backend must be one of auto, torchao, torch.ao"):
+        quantize(mlp, "dynamic_int8", backend="tensorrt")
+    q, _ = quantize(mlp, "dynamic_int8")
+    with pytest.raises(ConfigError, match="cannot quantize a quantized model"):
+        quantize(q, "dynamic_int8")
+
+
+def test_training_a_quantized_model_is_refused(mlp):
+    q, _ = quantize(mlp, "dynamic_int8")
+    subject = Subject(q, (256,))
+    with pytest.raises(ConfigError, match="cannot train a quantized model"):
+        finetune(q, subject, epochs=1)
+
+
+def test_semi_structured_needs_a_gpu(mlp, monkeypatch):
+    assert "CPU" in unsupported_reason("semi_structured_2_4", "cpu")
+    with pytest.raises(ConfigError, match="semi_structured_2_4' cannot run here: 2:4 .* this is a CPU"):
+        quantize(mlp, "semi_structured_2_4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert "compute capability 8.0+, this GPU is 7.5" in unsupported_reason("semi_structured_2_4",
+                                                                           "cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert unsupported_reason("semi_structured_2_4", "cuda") is None
+    assert "CPU only" in unsupported_reason("dynamic_int8", "cuda", "torch.ao")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="2:4 sparsity needs a CUDA GPU")
+def test_semi_structured_on_gpu(mlp):
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("needs compute capability 8.0+")
+    q, info = quantize(mlp, "semi_structured_2_4", device="cuda")
+    assert info["converted"] == 3
+    assert q(torch.rand(64, 256, device="cuda").half()).shape == (64, 10)

@@ -1,0 +1,81 @@
+"""`workbench quant`: int8 quantization of Linear layers with measured latency, size, accuracy and
+output error against the float model, how many modules were converted, and a verdict.
+
+    workbench quant --json --width 1024 --train-epochs 5
+    workbench quant --method weight_only_int8 --backend torchao --run-dir runs/..._mlp-fp32
+"""
+from __future__ import annotations
+
+import json
+
+from ..config import ConfigError
+from .prune import add_subject_args, parse_list, subject_from_args
+
+CHOICES = ("all", "dynamic_int8", "weight_only_int8", "semi_structured_2_4")
+
+
+def add_parser(sub):
+    p = sub.add_parser("quant", help="int8 quantization: latency, size, accuracy, verdict",
+                       description="Quantize a model's Linear layers; each method is timed side "
+                                   "by side with the float model. Converting nothing is an error.")
+    add_subject_args(p)
+    p.add_argument("--method", default="all", help=" | ".join(CHOICES))
+    p.add_argument("--backend", default="auto", help="auto | torchao | torch.ao")
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    return p
+
+
+def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int) -> dict:
+    from ..modelstats import latencies, output_error, state_size_bytes
+    from ..quantize import quantize, unsupported_reason
+    from ..verdict import verdict
+
+    dense = subject.model.to(device)
+    models, rows, skipped = {"float": dense}, {}, []
+    for method in methods:
+        reason = unsupported_reason(method, device, backend)
+        if reason and len(methods) > 1:
+            skipped.append({"method": method, "verdict": "skipped", "why": reason})
+            continue
+        q, info = quantize(dense, method, backend=backend, device=device)  # refuses with a reason
+        models[method], rows[method] = q, info
+    times = latencies(models, subject, batch_sizes, rounds)
+    x = subject.example(max(batch_sizes), seed=1).to(device)
+    float_size = state_size_bytes(dense)
+    out = {"float": {"accuracy": subject.evaluate(dense), "size_bytes": float_size,
+                     **times["float"]}, "results": [], "skipped": skipped}
+    for method, info in rows.items():
+        size = state_size_bytes(models[method])
+        out["results"].append({**info, "accuracy": subject.evaluate(models[method]),
+                               "output_error": output_error(dense, models[method], x),
+                               "size_bytes": size, "size_ratio": round(float_size / size, 3),
+                               **times[method], **verdict(method, times[method])})
+    return out
+
+
+def main(args) -> int:
+    import torch
+
+    if args.method not in CHOICES:
+        raise ConfigError(f"--method must be one of {', '.join(CHOICES)}, got {args.method!r}")
+    methods = list(CHOICES[1:]) if args.method == "all" else [args.method]
+    batch_sizes = parse_list(args.batch_sizes, int, "--batch-sizes")
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ConfigError(f"--batch-sizes must be integers >= 1, got {args.batch_sizes!r}")
+    subject = subject_from_args(args)
+    report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds)
+    report.update(model=subject.name, torch=torch.__version__, timing_threads=1)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    f = report["float"]
+    print(f"float: accuracy {f['accuracy']}, {f['size_bytes'] / 1e6:.2f} MB")
+    for r in report["results"]:
+        print(f"{r['method']} ({r['backend']}, {r['converted']}/{r['linear_layers']} Linear "
+              f"converted): accuracy {r['accuracy']}, {r['size_ratio']}x smaller, "
+              f"{r['verdict']}: {r['why']}")
+        for note in r["notes"]:
+            print(f"  note: {note}")
+    for s in report["skipped"]:
+        print(f"{s['method']}: skipped: {s['why']}")
+    return 0

@@ -1,0 +1,180 @@
+"""The pruning and quantization lab: widgets and live charts over workbench.sweep/variants.
+
+    from workbench.ui.compress import CompressLab
+    lab = CompressLab(subject); lab            # display it, press Sweep / Compare variants
+    lab.sweep(wait=True); lab.compare(wait=True)   # the same from code (used by the notebook)
+
+Charts: accuracy vs sparsity, latency vs sparsity (median with the p10-p90 spread), and an
+accuracy-latency Pareto plot of the sweep points and every variant; a table with the verdicts.
+Work runs on a background thread; charts redraw inside `fig.batch_update()` once per point.
+"""
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from ..config import ConfigError
+from ..modelstats import Subject
+from ..sweep import SweepConfig, iter_sweep
+from ..variants import compare_variants, pareto_front
+
+TABLE_COLUMNS = ["variant", "backend", "converted", "accuracy", "params", "size_ratio",
+                 "speedup_b1", "speedup_b64", "verdict", "why"]
+
+
+def _figure(title: str, x: str, y: str) -> go.FigureWidget:
+    fig = go.FigureWidget(layout=dict(title=title, height=320, width=460, xaxis_title=x,
+                                      yaxis_title=y, margin=dict(l=50, r=10, t=40, b=40)))
+    return fig
+
+
+class CompressLab:
+    """Sweep pruning amounts and compare compressed variants of `subject`'s model."""
+
+    def __init__(self, subject: Subject, big_batch: int = 64, rounds: int = 15):
+        self.subject, self.big, self.rounds = subject, big_batch, rounds
+        self.records: list[dict] = []
+        self.variants = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.method = W.Dropdown(options=["magnitude", "random", "structured"], value="magnitude",
+                                 description="method")
+        self.scope = W.Dropdown(options=["global", "layer"], value="global", description="scope")
+        self.max_amount = W.FloatSlider(value=0.9, min=0.1, max=0.95, step=0.05,
+                                        description="up to", readout_format=".0%")
+        self.points = W.IntSlider(value=5, min=2, max=12, description="points")
+        self.epochs = W.IntSlider(value=0, min=0, max=10, description="fine-tune ep.")
+        self.amount = W.FloatSlider(value=0.5, min=0.0, max=0.95, step=0.05,
+                                    description="variants at", readout_format=".0%")
+        self.sweep_button = W.Button(description="Sweep", button_style="primary")
+        self.compare_button = W.Button(description="Compare variants")
+        self.stop_button = W.Button(description="Stop", button_style="warning")
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
+        self.status = W.Label("")
+        self.table = W.HTML("")
+        self.acc_fig = _figure("Accuracy vs sparsity", "amount pruned", "accuracy")
+        self.lat_fig = _figure("Latency vs sparsity", "amount pruned", "latency (ms)")
+        self.pareto_fig = _figure(f"Accuracy vs latency (batch {big_batch})",
+                                  f"latency at batch {big_batch} (ms)", "accuracy")
+        self.sweep_button.on_click(lambda _: self.sweep())
+        self.compare_button.on_click(lambda _: self.compare())
+        self.stop_button.on_click(lambda _: self._stop.set())
+        controls = W.VBox([W.HBox([self.method, self.scope]), W.HBox([self.max_amount, self.points]),
+                           W.HBox([self.epochs, self.amount]),
+                           W.HBox([self.sweep_button, self.compare_button, self.stop_button]),
+                           W.HBox([self.progress, self.status])])
+        self.widget = W.VBox([controls, W.HBox([self.acc_fig, self.lat_fig]), self.pareto_fig,
+                              self.table])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+    # --- actions -------------------------------------------------------------------------
+    def sweep_config(self) -> SweepConfig:
+        n, top = self.points.value, self.max_amount.value
+        amounts = [round(top * i / (n - 1), 4) for i in range(n)]
+        return SweepConfig(amounts=amounts, method=self.method.value, scope=self.scope.value,
+                           finetune_epochs=self.epochs.value, batch_sizes=(1, self.big),
+                           rounds=self.rounds)
+
+    def sweep(self, wait: bool = False) -> None:
+        """Run the sweep on a thread (or wait for it); charts fill in point by point."""
+        scfg = self.sweep_config()
+        self.records = []
+        self._start(lambda: self._sweep(scfg), len(scfg.amounts), wait)
+
+    def compare(self, wait: bool = False) -> None:
+        amount = self.amount.value
+        self._start(lambda: self._compare(amount), 1, wait)
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _start(self, work, steps: int, wait: bool) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self.status.value = "busy: wait for the current job or press Stop"
+            return
+        self._stop.clear()
+        self.progress.max, self.progress.value = steps, 0
+        self._thread = threading.Thread(target=self._guard, args=(work,), daemon=True)
+        self._thread.start()
+        if wait:
+            self._thread.join()
+
+    def _guard(self, work) -> None:
+        buttons = (self.sweep_button, self.compare_button)
+        for b in buttons:
+            b.disabled = True
+        try:
+            work()
+        except ConfigError as e:  # a bad setting: say so in the status line
+            self.status.value = f"error: {e}"
+        finally:
+            for b in buttons:
+                b.disabled = False
+
+    def _sweep(self, scfg: SweepConfig) -> None:
+        for rec in iter_sweep(self.subject, scfg, stop=self._stop):
+            self.records.append(rec)
+            self.progress.value = len(self.records)
+            self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
+            self.redraw()
+        self.status.value = "stopped" if self._stop.is_set() else f"sweep done ({scfg.method})"
+
+    def _compare(self, amount: float) -> None:
+        self.status.value = "building and timing every variant..."
+        self.variants = compare_variants(self.subject, amount, self.epochs.value,
+                                         batch_sizes=(1, self.big), rounds=self.rounds)
+        self.progress.value = 1
+        self.status.value = "variants compared"
+        self.redraw()
+
+    # --- drawing -------------------------------------------------------------------------
+    def redraw(self) -> None:
+        recs, big = self.records, self.big
+        x = [r["amount"] for r in recs]
+        with self.acc_fig.batch_update():
+            self.acc_fig.data = []
+            self.acc_fig.add_scatter(x=x, y=[r["accuracy"] for r in recs], name="after pruning")
+            if recs and "accuracy_finetuned" in recs[0]:
+                self.acc_fig.add_scatter(x=x, y=[r["accuracy_finetuned"] for r in recs],
+                                         name="after fine-tune")
+        with self.lat_fig.batch_update():
+            self.lat_fig.data = []
+            for b in (1, big):
+                key = f"latency_b{b}"
+                med = [r[f"{key}_ms"] for r in recs]
+                self.lat_fig.add_scatter(
+                    x=x, y=med, name=f"pruned, batch {b}",
+                    error_y=dict(type="data", symmetric=False,
+                                 array=[r[f"{key}_p90_ms"] - m for r, m in zip(recs, med)],
+                                 arrayminus=[m - r[f"{key}_p10_ms"] for r, m in zip(recs, med)]))
+                self.lat_fig.add_scatter(x=x, y=[r[f"dense_{key}_ms"] for r in recs],
+                                         name=f"dense, batch {b}", line=dict(dash="dot"))
+        self._draw_pareto()
+
+    def _draw_pareto(self) -> None:
+        big, recs = self.big, self.records
+        with self.pareto_fig.batch_update():
+            self.pareto_fig.data = []
+            if recs:
+                acc = "accuracy_finetuned" if "accuracy_finetuned" in recs[0] else "accuracy"
+                self.pareto_fig.add_scatter(
+                    x=[r[f"latency_b{big}_ms"] for r in recs], y=[r[acc] for r in recs],
+                    mode="markers+text", name=f"sweep ({recs[0]['method']})",
+                    text=[f"{r['amount']:.0%}" for r in recs], textposition="top center")
+            df = self.variants
+            if df is not None:
+                m = df[df["verdict"] != "skipped"]
+                front = set(pareto_front(m, f"latency_b{big}_ms"))
+                self.pareto_fig.add_scatter(
+                    x=m[f"latency_b{big}_ms"], y=m["accuracy"], mode="markers+text",
+                    name="variants", text=m["variant"], textposition="bottom center",
+                    marker=dict(size=[12 if v in front else 7 for v in m["variant"]]))
+                cols = [c for c in TABLE_COLUMNS if c in df.columns]
+                self.table.value = df[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}",
+                                                    na_rep="")
