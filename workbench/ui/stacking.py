@@ -21,41 +21,52 @@ STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728"
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
 
 
-def waterfall_figure(df=None) -> go.FigureWidget:
-    """Samples/s as a waterfall (baseline, one bar per step, the total), peak memory and final loss."""
-    fig = go.FigureWidget(make_subplots(
-        rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
-        subplot_titles=("samples/s, step by step", "peak memory, rank 0 (GiB)", "final loss")))
-    fig.add_trace(go.Waterfall(name="samples/s", x=[], y=[], measure=[], text=[], textposition="outside",
-                               increasing={"marker": {"color": STATUS_COLORS["faster"]}},
-                               decreasing={"marker": {"color": STATUS_COLORS["slower"]}},
-                               totals={"marker": {"color": STATUS_COLORS["baseline"]}}), row=1, col=1)
-    fig.add_trace(go.Bar(name="peak memory", x=[], y=[], marker_color="#9467bd"), row=1, col=2)
-    fig.add_trace(go.Bar(name="final loss", x=[], y=[], text=[], marker_color="#ff7f0e"), row=1, col=3)
-    fig.update_layout(height=430, showlegend=False, margin=dict(t=40, b=110, l=50, r=20))
-    fig.update_xaxes(tickangle=-35)
-    if df is not None:
-        redraw(fig, df)
-    return fig
+TRAINING_SIDE = (("peak_mem_gib", "peak memory, rank 0 (GiB)"), ("final_loss", "final loss"))
+INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
 
 
-def redraw(fig: go.FigureWidget, df) -> None:
-    """Put the table's figures into the three panels in one batched update."""
-    wf = waterfall_records(df)
-    rows = df.to_dict("records")
-    labels = [r["step"] for r in rows]
-    acc = [_num(r.get("eval_accuracy")) for r in rows]
-    with fig.batch_update():
-        fig.data[0].update(x=wf["x"], y=wf["y"], measure=wf["measure"], text=wf["text"],
-                           hovertext=wf["text"])
-        fig.data[1].update(x=labels, y=[_num(r["peak_mem_gib"]) for r in rows])
-        fig.data[2].update(x=labels, y=[_num(r["final_loss"]) for r in rows],
-                           text=[f"acc {a:.0%}" if a is not None else "" for a in acc])
+class Waterfall:
+    """Samples/s as a waterfall (baseline, one bar per step, the total) and two side panels of other
+    figures per step (peak memory and final loss for training; size and accuracy for inference)."""
+
+    def __init__(self, df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step"):
+        self.side = side
+        self.fig = go.FigureWidget(make_subplots(
+            rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
+            subplot_titles=(title, side[0][1], side[1][1])))
+        self.fig.add_trace(go.Waterfall(
+            name="samples/s", x=[], y=[], measure=[], text=[], textposition="outside",
+            increasing={"marker": {"color": STATUS_COLORS["faster"]}},
+            decreasing={"marker": {"color": STATUS_COLORS["slower"]}},
+            totals={"marker": {"color": STATUS_COLORS["baseline"]}}), row=1, col=1)
+        for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
+            self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color), row=1, col=col)
+        self.fig.update_layout(height=430, showlegend=False, margin=dict(t=40, b=110, l=50, r=20))
+        self.fig.update_xaxes(tickangle=-35)
+        if df is not None:
+            self.update(df)
+
+    def update(self, df) -> None:
+        """Put the table's figures into the three panels in one batched update."""
+        wf = waterfall_records(df)
+        rows = df.to_dict("records")
+        labels = [r["step"] for r in rows]
+        with self.fig.batch_update():
+            self.fig.data[0].update(x=wf["x"], y=wf["y"], measure=wf["measure"], text=wf["text"],
+                                    hovertext=wf["text"])
+            for trace, (column, _) in zip(self.fig.data[1:], self.side):
+                values = [_num(r.get(column)) for r in rows]
+                trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
+
+
+def waterfall_figure(df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step") -> go.FigureWidget:
+    """A finished study's table as a figure (the panel keeps its Waterfall to redraw live)."""
+    return Waterfall(df, side, title).fig
 
 
 def table_html(df) -> str:
     """The study table, skipped and slower steps visible at a glance."""
-    shown = [c for c in COLUMNS if c != "run_dir"]
+    shown = [c for c in df.columns if c != "run_dir"]
     head = "".join(f"<th>{c}</th>" for c in shown)
     body = []
     for r in df.to_dict("records"):
@@ -86,7 +97,8 @@ class StackingPanel(w.VBox):
         self.export_dir = w.Text(value=export_dir, description="export to", layout=w.Layout(width="320px"))
         self.export_button = w.Button(description="Export stacked config", icon="download", disabled=True)
         self.status = w.HTML("Pick the changes, then run. Each step is a real training run.")
-        self.fig = waterfall_figure()
+        self.waterfall = Waterfall()
+        self.fig = self.waterfall.fig
         self.table = w.HTML()
         self.export_out = w.HTML()
         self.rows: list[dict] = []
@@ -124,7 +136,7 @@ class StackingPanel(w.VBox):
         def on_step(row):
             self.rows.append(row)
             df = pd.DataFrame(self.rows, columns=COLUMNS)
-            redraw(self.fig, df)
+            self.waterfall.update(df)
             self.table.value = table_html(df)
             self.status.value = f"step {len(self.rows)}/{len(changes) + 1}: {row['step']}: {row['status']}"
 

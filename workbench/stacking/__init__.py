@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .config import ConfigError, RunConfig
-from .precision import resolve_device, unsupported_reason
+from ..config import ConfigError, RunConfig
+from ..precision import resolve_device, unsupported_reason
 
 NOISE = 0.03  # gains within +-3 % are reported as "within noise", not faster or slower
 
@@ -136,7 +136,7 @@ def verdict(gain: float, noise: float = NOISE) -> str:
 
 def peak_memory_gib(run_dir) -> float | None:
     """The highest memory reading of rank 0 (GPU allocator peak on a GPU, else process RSS)."""
-    from .events import read_events
+    from ..events import read_events
 
     peaks = [r.get("mem_peak_gib", r.get("rss_gib")) for r in read_events(run_dir)
              if r.get("rank") == 0 and ("mem_peak_gib" in r or "rss_gib" in r)]
@@ -179,7 +179,7 @@ def run_study(baseline: RunConfig, changes, *, on_step: Callable[[dict], None] |
     """
     import pandas as pd
 
-    from .launch import run
+    from ..launch import run
 
     rows, prev, base = [], None, None
     for i, planned in enumerate(plan(baseline, changes)):
