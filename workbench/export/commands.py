@@ -110,6 +110,9 @@ Each rank keeps its batch of {batch} samples (`loader.batch_size` x `optim.grad_
 global batch grows from {batch * d.world_size} to {batch * world}; scale `optim.lr` if you need the same
 training dynamics.
 
+torchrun gives each rank one CPU thread (OMP_NUM_THREADS=1) unless you set OMP_NUM_THREADS
+yourself; plain `python train.py` uses every core. On CPU nodes, set it to the cores per rank.
+
 ## SLURM
 
 ```bash
