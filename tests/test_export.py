@@ -99,7 +99,8 @@ def test_user_model_file_travels_with_the_script(tmp_path, monkeypatch):
     cfg = RunConfig.smoke().replace(**{"model.name": "mine.py:build", "model.kwargs": {"hidden": 12}})
     export(cfg, tmp_path / "out")
     assert (tmp_path / "out" / "mine.py").is_file()
-    monkeypatch.chdir(tmp_path / "out" / "..")  # the script finds the copy next to itself
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no mine.py here: the script finds its own copy
     script = import_script(tmp_path / "out" / "train.py")
     s = script.settings(script.CONFIG)
     model = script.build_model(s, script.build_data(s))
