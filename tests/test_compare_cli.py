@@ -24,6 +24,7 @@ def two_runs(tmp_path_factory):
     return [str(root / "fp32"), str(root / "bf16")]
 
 
+@pytest.mark.slow
 def test_text_table(two_runs, capsys):
     assert main(["compare", *two_runs]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -32,6 +33,7 @@ def test_text_table(two_runs, capsys):
     assert out[1].split()[out[0].split().index("speedup")] == "1"
 
 
+@pytest.mark.slow
 def test_json_rows(two_runs, capsys):
     assert main(["compare", "--json", *two_runs]) == 0
     rows = json.loads(capsys.readouterr().out)
