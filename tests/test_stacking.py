@@ -104,3 +104,11 @@ def test_real_study_runs_each_step(tmp_path):
     from workbench.runstore import load_config
 
     assert load_config(df["run_dir"][1]).precision.dtype == "bf16"
+
+
+def test_ddp_on_cpu_says_it_also_changes_the_thread_count(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    steps = plan(RunConfig.smoke(), ["bf16", "ddp"])
+    assert steps[1].note == "" and "OMP_NUM_THREADS=1" in steps[2].note
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert plan(RunConfig.smoke(), ["ddp"])[1].note == ""

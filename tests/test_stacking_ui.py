@@ -23,7 +23,7 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
 
     cfg = RunConfig.smoke()
     run_dirs = [str(create_run_dir(cfg)), str(create_run_dir(cfg.replace(**{"precision.dtype": "bf16"})))]
-    rows = [{**r, "step_time_ms": None, "run_dir": d} for r, d in zip(ROWS, run_dirs + [None])]
+    rows = [{**r, "step_time_ms": None, "note": "", "run_dir": d} for r, d in zip(ROWS, run_dirs + [None])]
     asked = []
 
     def replay(baseline, changes, on_step, stop):

@@ -96,6 +96,19 @@ class PlannedStep:
     change: Change
     config: RunConfig  # the cumulative config this step runs (the previous one when skipped)
     reason: str | None = None  # why it is skipped
+    note: str = ""  # what else changes with this step, so its gain is read right
+
+
+THREADS_NOTE = ("torchrun runs each rank with 1 CPU thread (OMP_NUM_THREADS=1) where one process used "
+                "every core: part of this change is the thread count, which matters most on a busy CPU")
+
+
+def side_effects(before: RunConfig, after: RunConfig, device) -> str:
+    """Changes a step brings along that its name does not say."""
+    if (device.type == "cpu" and before.distributed.world_size == 1 < after.distributed.world_size
+            and "OMP_NUM_THREADS" not in os.environ):
+        return THREADS_NOTE
+    return ""
 
 
 def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
@@ -111,7 +124,8 @@ def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
             steps.append(PlannedStep(change, cfg, f"not a valid config: {e}"))
             continue
         reason = skip_reason(change, cfg, after, device)
-        steps.append(PlannedStep(change, cfg if reason else after, reason))
+        note = "" if reason else side_effects(cfg, after, device)
+        steps.append(PlannedStep(change, cfg if reason else after, reason, note))
         if not reason:
             cfg = after
     return steps
@@ -123,11 +137,12 @@ def plan_table(baseline: RunConfig, changes):
 
     return pd.DataFrame([{"step": s.change.label, "will_run": s.reason is None,
                           "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
-                          "skip_reason": s.reason or ""} for s in plan(baseline, changes)])
+                          "skip_reason": s.reason or "", "note": s.note}
+                         for s in plan(baseline, changes)])
 
 
 COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline", "peak_mem_gib",
-           "final_loss", "eval_accuracy", "step_time_ms", "reason", "run_dir"]
+           "final_loss", "eval_accuracy", "step_time_ms", "reason", "note", "run_dir"]
 
 
 def verdict(gain: float, noise: float = NOISE) -> str:
@@ -149,7 +164,8 @@ def step_row(planned: PlannedStep, summary: dict | None, prev: float | None, bas
     """One table row from a run's summary (None when the step was skipped)."""
     row = {"step": planned.change.label, "status": "skipped", "samples_per_s": None,
            "gain_vs_prev": None, "gain_vs_baseline": None, "peak_mem_gib": None, "final_loss": None,
-           "eval_accuracy": None, "step_time_ms": None, "reason": planned.reason or "", "run_dir": None}
+           "eval_accuracy": None, "step_time_ms": None, "reason": planned.reason or "",
+           "note": planned.note, "run_dir": None}
     if summary is None:
         return row
     row.update(run_dir=summary.get("run_dir"), final_loss=summary.get("final_loss"),
