@@ -11,7 +11,6 @@ from workbench.cli import main as cli_main
 from workbench.config import ConfigError, RunConfig
 from workbench.modelstats import Subject
 from workbench.sweep import SweepConfig, finetune, run_sweep
-from workbench.variants import compare_variants, pareto_front
 from workbench.verdict import verdict
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
@@ -67,20 +66,6 @@ def test_structured_sweep_on_a_users_model_with_its_own_score(tmp_path):
     assert df["accuracy"].tolist() == [2.0, 2.0]  # the user's function decided the score
     assert df["params"].iloc[1] < df["params"].iloc[0]
     assert df["params_removed"].iloc[1] > 0.4
-
-
-def test_variants_table_covers_every_kind():
-    subject = Subject.from_config(RunConfig.smoke())
-    df = compare_variants(subject, amount=0.5, **FAST)
-    kinds = set(df["kind"].dropna())
-    assert {"dense", "masked", "unstructured", "sparse_csr", "structured", "dynamic_int8",
-            "weight_only_int8"} <= kinds
-    skipped = df[df["verdict"] == "skipped"]
-    assert "semi_structured_2_4" in skipped["variant"].tolist()
-    measured = df[df["verdict"] != "skipped"]
-    assert measured["latency_b32_ms"].notna().all() and measured["why"].str.len().min() > 10
-    assert df.loc[df["variant"] == "dynamic_int8", "converted"].iloc[0] == "3/3"
-    assert pareto_front(measured, "latency_b32_ms")
 
 
 @pytest.mark.slow

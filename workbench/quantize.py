@@ -14,6 +14,7 @@ and says so in a DeprecationWarning each time; we leave that warning alone.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 
 import torch
@@ -28,8 +29,16 @@ DEPRECATION_NOTE = ("torch.ao.quantization is deprecated (torch prints a Depreca
                     "it is used here because its CPU int8 kernels are the fast ones on this torch")
 
 
+@functools.lru_cache(maxsize=1)
 def torchao_available() -> bool:
-    return importlib.util.find_spec("torchao") is not None
+    """Installed and importable with this torch (an incompatible build fails at import)."""
+    if importlib.util.find_spec("torchao") is None:
+        return False
+    try:
+        import torchao.quantization  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 def unsupported_reason(method: str, device: torch.device | str = "cpu", backend: str = "auto"

@@ -40,7 +40,8 @@ def _chain(model: nn.Module) -> list[tuple[nn.Sequential, int, nn.Module]]:
             f"structured pruning rebuilds nn.Sequential chains and the built-in MLP and SmallCNN; "
             f"{type(model).__name__} has its own forward, whose layer dependencies (residuals, "
             "concatenation, reuse) cannot be read safely. Use unstructured pruning "
-            "(workbench.prune.magnitude_prune) or wrap its layers in an nn.Sequential")
+            "(workbench.prune.magnitude_prune), wrap its layers in an nn.Sequential, or use a "
+            "dependency-tracing library such as torch-pruning")
     out: list = []
 
     def walk(seq: nn.Sequential):

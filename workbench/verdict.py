@@ -28,9 +28,8 @@ REASONS = {
                               "fewer multiplies, smaller weights",
     ("structured", "*"): "the layers shrank, but at this size per-call overhead, not the "
                          "matmuls, sets the time",
-    ("dynamic_int8", "faster"): "int8 weights are 4x fewer bytes to read (small batches are "
-                                "memory-bound) and int8 matmul kernels do more work per cycle "
-                                "(large batches are compute-bound)",
+    ("dynamic_int8", "faster"): "int8 weights are 4x fewer bytes to read and int8 matmul "
+                                "kernels do more work per cycle",
     ("dynamic_int8", "*"): "the converted layers are a small share of the time (layers left in "
                            "float, quantizing activations per call, or a model too small)",
     ("weight_only_int8", "faster"): "4x fewer weight bytes to read: a memory-bound (small-batch) "

@@ -66,7 +66,7 @@ def report(title: str, subject: Subject, variants: dict, batches, rounds: int) -
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.bench compress")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args(argv)
     failures = report("MLP 3x1024 (input 1024)", *mlp_variants(), (1, 64), args.rounds)
     failures += report("SmallCNN width 64, 3x32x32", *cnn_variants(), (1, 64), args.rounds)

@@ -1,0 +1,47 @@
+"""The compression lab's widgets drive the real sweep and fill every chart and the table."""
+from __future__ import annotations
+
+from workbench.config import RunConfig
+from workbench.modelstats import Subject
+from workbench.ui.compress import CompressLab
+from workbench.variants import pareto_front
+
+
+def test_lab_sweeps_compares_and_draws():
+    lab = CompressLab(Subject.from_config(RunConfig.smoke()), big_batch=16, rounds=3)
+    lab.points.value, lab.max_amount.value, lab.method.value = 3, 0.9, "structured"
+    assert lab.sweep_config().amounts == [0.0, 0.45, 0.9]
+    lab.sweep(wait=True)
+    assert lab.status.value == "sweep done (structured)" and lab.progress.value == 3
+    assert len(lab.acc_fig.data) == 1 and len(lab.lat_fig.data) == 4
+    assert list(lab.lat_fig.data[0].x) == [0.0, 0.45, 0.9]
+    lab.compare(wait=True)
+    assert len(lab.pareto_fig.data) == 2 and "verdict" in lab.table.value
+    assert not lab.sweep_button.disabled
+    check_variants_table(lab.variants)
+
+
+def check_variants_table(df):
+    """Every kind of variant is measured, 2:4 is skipped with its reason on a CPU."""
+    kinds = set(df["kind"].dropna())
+    assert {"dense", "masked", "unstructured", "sparse_csr", "structured", "dynamic_int8",
+            "weight_only_int8"} <= kinds
+    skipped = df[df["verdict"] == "skipped"]
+    assert "semi_structured_2_4" in skipped["variant"].tolist()
+    measured = df[df["verdict"] != "skipped"]
+    assert measured["latency_b16_ms"].notna().all() and measured["why"].str.len().min() > 10
+    assert df.loc[df["variant"] == "dynamic_int8", "converted"].iloc[0] == "3/3"
+    assert pareto_front(measured, "latency_b16_ms")
+
+
+def test_lab_reports_a_refused_model_in_its_status_line(tmp_path):
+    (tmp_path / "res.py").write_text(
+        "from torch import nn\nclass R(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__(); self.a = nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n        return self.a(x.flatten(1))\n"
+        "def build():\n    return R()\n")
+    cfg = RunConfig.smoke().replace(**{"model.name": f"{tmp_path}/res.py:build"})
+    lab = CompressLab(Subject.from_config(cfg), big_batch=8, rounds=3)
+    lab.method.value = "structured"
+    lab.sweep(wait=True)
+    assert lab.status.value.startswith("error: structured pruning rebuilds nn.Sequential chains")
