@@ -1,0 +1,212 @@
+"""Export: the files, the commands, bad input, and the exported script itself, run outside the
+workbench and compared loss for loss with the workbench's own run of the same config and seed."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench.config import ConfigError, RunConfig
+from workbench.events import read_events
+from workbench.export import export
+from workbench.export.commands import single_node
+from workbench.export.verify import reproduce
+from workbench.launch import free_port, run
+
+# The script may only import torch and the standard library; this runs it with the rest blocked.
+BLOCKED_RUNNER = """import runpy, sys
+for name in ("workbench", "sklearn", "numpy", "pandas"):
+    sys.modules[name] = None  # any import of these now fails
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def workbench_losses(run_dir, rank=0):
+    return [r["loss"] for r in read_events(run_dir) if r["event"] == "step" and r["rank"] == rank]
+
+
+def script_losses(metrics_dir, rank=0):
+    lines = (Path(metrics_dir) / f"rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def import_script(path: Path):
+    spec = importlib.util.spec_from_file_location(f"exported_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_files_and_commands(tmp_path):
+    cfg = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.label": "demo"})
+    result = export(cfg, tmp_path / "out", nodes=3, port=29612)
+    names = {p.name for p in result.files}
+    assert {"config.json", "train.py", "commands.md", "run.sh", "job.slurm", "data.pt"} <= names
+    assert RunConfig.load(tmp_path / "out" / "config.json") == cfg
+    md = (tmp_path / "out" / "commands.md").read_text()
+    assert ("torchrun --nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d "
+            "--rdzv-endpoint=127.0.0.1:29612 --local-addr 127.0.0.1 train.py") in md
+    assert "--nnodes=3 --nproc-per-node=2" in md and "--rdzv-endpoint=HEAD_NODE:29612" in md
+    job = (tmp_path / "out" / "job.slurm").read_text()
+    assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks-per-node=1" in job
+    assert 'srun --kill-on-bad-exit=1 torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2' in job
+    assert '--rdzv-endpoint="$head_node:29612"' in job
+    for name in ("job.slurm", "run.sh"):
+        subprocess.run(["bash", "-n", str(tmp_path / "out" / name)], check=True)
+    tree = ast.parse((tmp_path / "out" / "train.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported - set(sys.stdlib_module_names) == {"torch"}
+
+
+@pytest.mark.parametrize("changes", [
+    {"data.name": "synthetic_images", "model.name": "cnn", "model.width": 8, "data.num_samples": 64,
+     "data.image_size": 16},
+    {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
+])
+def test_script_rebuilds_the_same_data_and_model(tmp_path, changes):
+    from workbench.data import build_data
+    from workbench.models import build_model
+
+    cfg = RunConfig.smoke().replace(**changes)
+    export(cfg, tmp_path)
+    script = import_script(tmp_path / "train.py")
+    ours, theirs = build_data(cfg), script.build_data(script.settings(script.CONFIG))
+    assert torch.equal(ours.train.x, theirs.train.x) and torch.equal(ours.test.y, theirs.test.y)
+    torch.manual_seed(3)
+    a = build_model(cfg, ours).state_dict()
+    torch.manual_seed(3)
+    b = script.build_model(script.settings(script.CONFIG), theirs).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_user_model_file_travels_with_the_script(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text(
+        "import torch\ndef build(hidden=8):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, hidden),"
+        " torch.nn.ReLU(), torch.nn.Linear(hidden, 10))\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig.smoke().replace(**{"model.name": "mine.py:build", "model.kwargs": {"hidden": 12}})
+    export(cfg, tmp_path / "out")
+    assert (tmp_path / "out" / "mine.py").is_file()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no mine.py here: the script finds its own copy
+    script = import_script(tmp_path / "out" / "train.py")
+    s = script.settings(script.CONFIG)
+    model = script.build_model(s, script.build_data(s))
+    assert model[1].out_features == 12
+
+
+def test_bad_input_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        export(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="has no config.json"):
+        export(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(ConfigError, match="nodes must be >= 2"):
+        export(RunConfig.smoke(), tmp_path / "out", nodes=1)
+    export(RunConfig.smoke(), tmp_path / "out")
+    with pytest.raises(ConfigError, match="already holds an export"):
+        export(RunConfig.smoke(), tmp_path / "out")
+    export(RunConfig.smoke(), tmp_path / "out", overwrite=True)
+    cfg = RunConfig.smoke().replace(**{"model.name": "gone.py:build"})
+    with pytest.raises(ConfigError, match="gone.py"):
+        export(cfg, tmp_path / "out2")
+
+
+def test_cli_export(tmp_path, capsys):
+    from workbench.cli import main
+
+    cfg_file = tmp_path / "cfg.json"
+    RunConfig.smoke().save(cfg_file)
+    assert main(["export", "--config", str(cfg_file), "--to", str(tmp_path / "out")]) == 0
+    assert "python train.py" in capsys.readouterr().out
+    assert main(["export", "--run", str(tmp_path), "--to", str(tmp_path / "x")]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_script_one_rank_reproduces_the_run(tmp_path):
+    cfg = RunConfig.smoke().replace(**{"run.steps": 6, "precision.dtype": "bf16",
+                                       "optim.grad_accum_steps": 2, "optim.name": "sgd",
+                                       "optim.lr": 0.05, "run.eval_batches": 1})
+    summary = run(cfg, tmp_path / "run", timeout_s=180)
+    assert summary["status"] == "completed", summary
+    export(summary["run_dir"], tmp_path / "out")
+    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
+    proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--metrics",
+                           "metrics"], cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "eval: loss" in proc.stdout and (tmp_path / "out" / "out" / "model.pt").is_file()
+    ours = workbench_losses(summary["run_dir"])
+    assert len(ours) == 6
+    assert script_losses(tmp_path / "out" / "metrics") == pytest.approx(ours, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """The workbench's own 2-rank run (torchrun, gloo), shared by the torchrun and SLURM tests."""
+    cfg = RunConfig.smoke().replace(**{"run.steps": 5, "distributed.nproc": 2, "run.eval_batches": 0})
+    summary = run(cfg, tmp_path_factory.mktemp("ddp") / "run", timeout_s=240)
+    assert summary["status"] == "completed", summary
+    return summary["run_dir"]
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_reproduces_the_run(tmp_path, two_rank_run):
+    from workbench.export.verify import script_command
+
+    result = export(two_rank_run, tmp_path / "out")
+    cfg = RunConfig.load(result.dir / "config.json")
+    assert script_command(cfg, 1234)[3:-1] == single_node(cfg, port=1234)[1:-1]  # the documented command
+    table = reproduce(result.dir, two_rank_run, timeout_s=240)  # torchrun, 2 ranks on 127.0.0.1
+    assert len(table) == 5 and table["abs_diff"].max() < 1e-4
+    for rank in (0, 1):
+        assert script_losses(result.dir / "reproduce_metrics", rank) == pytest.approx(
+            workbench_losses(two_rank_run, rank), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
+    """job.slurm under stand-ins for srun and scontrol: two 'nodes' of one rank on 127.0.0.1."""
+    cfg = RunConfig.load(Path(two_rank_run) / "config.json").replace(**{"distributed.nproc": 1})
+    port = free_port()
+    result = export(cfg, tmp_path / "out", nodes=2, port=port)
+    text = (result.dir / "job.slurm").read_text().replace("train.py", "train.py --metrics metrics --out ''")
+    (result.dir / "job.slurm").write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nprintf '127.0.0.1\\n127.0.0.1\\n'\n")
+    (bin_dir / "srun").write_text(  # one copy of the command per node, as srun would start
+        "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\npids=()\n"
+        "for i in $(seq 1 $SLURM_NNODES); do \"$@\" & pids+=($!); done\n"
+        "rc=0; for p in ${pids[@]}; do wait $p || rc=$?; done; exit $rc\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_NNODES": "2",
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]",
+           "SLURM_SUBMIT_DIR": str(result.dir), "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", "job.slurm"], cwd=result.dir, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    # two nodes x one rank shard the data like one node x two ranks: the same losses per rank
+    for rank in (0, 1):
+        assert script_losses(result.dir / "metrics", rank) == pytest.approx(
+            workbench_losses(two_rank_run, rank), abs=1e-4)
+
+
+def test_reproduce_reports_a_failing_script(tmp_path):
+    export(RunConfig.smoke(), tmp_path)
+    (tmp_path / "train.py").write_text("import sys\nprint('broken on purpose')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit code 3\).*broken on purpose"):
+        reproduce(tmp_path)

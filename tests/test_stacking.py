@@ -1,0 +1,114 @@
+"""The stacking study: planning (what applies on which hardware), the table's verdicts, the waterfall
+data, and one real study of two runs."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from workbench.config import ConfigError, RunConfig
+from workbench.stacking import (CHANGES, PlannedStep, final_config, plan, plan_table, run_study,
+                                step_row, waterfall_records)
+
+
+def cnn() -> RunConfig:
+    return RunConfig.smoke().replace(**{"model.name": "cnn", "model.width": 8, "data.name": "synthetic_images",
+                                        "data.image_size": 16, "data.num_samples": 256})
+
+
+def test_plan_on_cpu_skips_what_cannot_run_here_with_the_reason():
+    steps = plan(RunConfig.smoke(), ["bf16", "channels_last", "pin_memory", "tf32", "bf16"])
+    by_label = [(s.change.key, s.reason) for s in steps]
+    assert by_label[0] == ("baseline", None) and by_label[1] == ("bf16", None)
+    assert "channels_last only changes image" in by_label[2][1]
+    assert "pin_memory needs a GPU" in by_label[3][1]
+    assert "TF32" in by_label[4][1]
+    assert "already part of the config" in by_label[5][1]
+    assert steps[-1].config.precision.dtype == "bf16" and not steps[-1].config.loader.pin_memory
+
+
+def test_plan_table_lists_every_step():
+    table = plan_table(RunConfig.smoke(), ["bf16", "pin_memory"])
+    assert list(table["step"]) == ["baseline", "+ bf16", "+ pinned memory"]
+    assert list(table["will_run"]) == [True, True, False]
+    assert table["sets"][1] == "precision.dtype=bf16" and "needs a GPU" in table["skip_reason"][2]
+
+
+def test_plan_is_cumulative_and_valid():
+    cfg = final_config(cnn(), ["bf16", "channels_last", "workers", "ddp"])
+    assert cfg.precision.dtype == "bf16" and cfg.precision.channels_last
+    assert cfg.loader.num_workers == 2 and cfg.distributed.nproc == 2
+    own = plan(cnn(), [("+ batch 64", {"loader.batch_size": 64}), ("+ bad", {"loader.batch_size": 0})])
+    assert own[1].config.loader.batch_size == 64
+    assert "loader.batch_size must be >= 1" in own[2].reason
+
+
+def test_plan_on_a_fake_old_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    steps = {s.change.key: s.reason for s in plan(cnn(), ["bf16", "pin_memory", "ddp", "tf32"])}
+    assert "has no bf16" in steps["bf16"]
+    assert steps["pin_memory"] is None
+    assert "2 ranks need 2 GPUs, this machine has 1" == steps["ddp"]
+    assert "compute capability 8.0" in steps["tf32"]
+
+
+def test_unknown_change_is_refused():
+    with pytest.raises(ConfigError, match="stacking change 'turbo' is unknown; use one of bf16"):
+        plan(RunConfig.smoke(), ["turbo"])
+
+
+def test_rows_say_faster_slower_and_skipped():
+    step = PlannedStep(CHANGES["workers"], RunConfig.smoke())
+    done = {"status": "completed", "samples_per_s": 800.0, "final_loss": 1.0}
+    assert step_row(step, done, prev=1000.0, base=500.0)["status"] == "slower"
+    row = step_row(step, {**done, "samples_per_s": 1500.0}, prev=1000.0, base=500.0)
+    assert (row["status"], row["gain_vs_prev"], row["gain_vs_baseline"]) == ("faster", 1.5, 3.0)
+    assert step_row(step, {**done, "samples_per_s": 1010.0}, 1000.0, 500.0)["status"] == "within noise"
+    failed = step_row(step, {"status": "failed", "error_type": "RuntimeError", "message": "boom"}, 1, 1)
+    assert failed["status"] == "failed" and "boom" in failed["reason"]
+    skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, 1, 1)
+    assert skipped["status"] == "skipped" and skipped["reason"] == "no GPU"
+
+
+def test_waterfall_steps_add_up_to_the_total():
+    df = pd.DataFrame([
+        {"step": "baseline", "status": "baseline", "samples_per_s": 100.0, "gain_vs_prev": 1.0,
+         "gain_vs_baseline": 1.0, "reason": ""},
+        {"step": "+ bf16", "status": "faster", "samples_per_s": 150.0, "gain_vs_prev": 1.5,
+         "gain_vs_baseline": 1.5, "reason": ""},
+        {"step": "+ pinned memory", "status": "skipped", "samples_per_s": None, "gain_vs_prev": None,
+         "gain_vs_baseline": None, "reason": "pin_memory needs a GPU"},
+        {"step": "+ 2 loader workers", "status": "slower", "samples_per_s": 120.0, "gain_vs_prev": 0.8,
+         "gain_vs_baseline": 1.2, "reason": ""}])
+    w = waterfall_records(df)
+    assert w["measure"] == ["absolute", "relative", "relative", "relative", "total"]
+    assert w["y"][:4] == pytest.approx([100.0, 50.0, 0.0, -30.0]) and w["y"][4] == 120.0
+    assert sum(w["y"][:4]) == pytest.approx(w["y"][4])
+    assert "pin_memory needs a GPU" in w["text"][2] and "slower" in w["text"][3]
+
+
+@pytest.mark.slow
+def test_real_study_runs_each_step(tmp_path):
+    seen = []
+    df = run_study(RunConfig.smoke().replace(**{"run.steps": 5}), ["bf16", "pin_memory"],
+                   on_step=lambda row: seen.append(row["step"]), timeout_s=180)
+    assert seen == ["baseline", "+ bf16", "+ pinned memory"]
+    assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
+    assert df["status"][1] in ("faster", "slower", "within noise")
+    assert (df["samples_per_s"][:2] > 0).all() and (df["peak_mem_gib"][:2] > 0).all()
+    assert df["gain_vs_baseline"][1] == pytest.approx(df["samples_per_s"][1] / df["samples_per_s"][0],
+                                                      rel=1e-2)
+    from workbench.runstore import load_config
+
+    assert load_config(df["run_dir"][1]).precision.dtype == "bf16"
+
+
+def test_ddp_on_cpu_says_it_also_changes_the_thread_count(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    steps = plan(RunConfig.smoke(), ["bf16", "ddp"])
+    assert steps[1].note == "" and "OMP_NUM_THREADS=1" in steps[2].note
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert plan(RunConfig.smoke(), ["ddp"])[1].note == ""

@@ -1,0 +1,51 @@
+"""The stacking panel without a browser: the button runs the study on a thread, the waterfall and
+the table fill in, and the export button writes the stacked config's script. The study itself is
+replaced by one that replays a table (tests/test_stacking.py runs real studies)."""
+from __future__ import annotations
+
+from workbench.config import RunConfig
+from workbench.runstore import create_run_dir
+from workbench.ui import stacking as ui
+
+ROWS = [
+    {"step": "baseline", "status": "baseline", "samples_per_s": 1000.0, "gain_vs_prev": 1.0,
+     "gain_vs_baseline": 1.0, "peak_mem_gib": 0.3, "final_loss": 2.0, "eval_accuracy": 0.5, "reason": ""},
+    {"step": "+ bf16", "status": "faster", "samples_per_s": 1500.0, "gain_vs_prev": 1.5,
+     "gain_vs_baseline": 1.5, "peak_mem_gib": 0.31, "final_loss": 2.01, "eval_accuracy": 0.5, "reason": ""},
+    {"step": "+ pinned memory", "status": "skipped", "samples_per_s": None, "gain_vs_prev": None,
+     "gain_vs_baseline": None, "peak_mem_gib": None, "final_loss": None, "eval_accuracy": None,
+     "reason": "pin_memory needs a GPU"},
+]
+
+
+def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
+    import pandas as pd
+
+    cfg = RunConfig.smoke()
+    run_dirs = [str(create_run_dir(cfg)), str(create_run_dir(cfg.replace(**{"precision.dtype": "bf16"})))]
+    rows = [{**r, "step_time_ms": None, "note": "", "run_dir": d} for r, d in zip(ROWS, run_dirs + [None])]
+    asked = []
+
+    def replay(baseline, changes, on_step, stop):
+        asked.append([c.key for c in changes])
+        for row in rows:
+            on_step(row)
+        return pd.DataFrame(rows, columns=ui.COLUMNS)
+
+    monkeypatch.setattr(ui, "run_study", replay)
+    panel = ui.StackingPanel(cfg, selected=["bf16", "pin_memory"], export_dir=str(tmp_path / "exported"))
+    assert panel.export_button.disabled
+    panel.run_button.click()
+    df = panel.wait(timeout=60)
+    assert asked == [["bf16", "pin_memory"]] and len(df) == 3
+    waterfall = panel.fig.data[0]
+    assert list(waterfall.measure) == ["absolute", "relative", "relative", "total"]
+    assert list(waterfall.y) == [1000.0, 500.0, 0.0, 1500.0]
+    assert "pin_memory needs a GPU" in waterfall.text[2]
+    assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
+    assert "skipped" in panel.table.value and "x1.50" in panel.status.value
+    assert not panel.export_button.disabled
+    panel.export_button.click()
+    assert (tmp_path / "exported" / "train.py").is_file()
+    assert "'bf16'" in (tmp_path / "exported" / "train.py").read_text()
+    assert "python train.py" in panel.export_out.value

@@ -1,0 +1,184 @@
+"""Write the standalone `train.py` for a config: plain torch, no workbench import.
+
+The model classes, the data builders and the loader/precision helpers are copied from the package
+as source (inspect.getsource), so the exported script cannot drift from what the workbench runs;
+the digits data (which needs scikit-learn) is saved next to the script as plain tensors instead.
+"""
+from __future__ import annotations
+
+import inspect
+import pprint
+import shutil
+from pathlib import Path
+
+import torch
+
+from .. import data as wb_data
+from .. import models as wb_models
+from .. import precision as wb_precision
+from .. import trainer as wb_trainer
+from ..config import ConfigError, RunConfig
+from .template import MAIN
+
+DATA_FILE = "data.pt"
+
+HEADER = '''"""Standalone training script exported by the PyTorch optimization workbench ({label}).
+
+It depends only on torch{extra_dep}. Same model, data, optimizer, precision, gradient accumulation
+and DDP settings as the run it came from; with the same seed it reproduces that run's losses.
+
+    python train.py                       # one process
+    torchrun --nproc-per-node=2 train.py  # two ranks on this machine
+    python train.py --steps 1000 --metrics metrics/   # longer, per-step losses to metrics/rank0.jsonl
+
+commands.md has the multi-node torchrun command; job.slurm runs it under SLURM.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import math
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data.distributed import DistributedSampler
+
+HERE = Path(__file__).resolve().parent
+
+# The run's settings (config.json next to this file holds the same, for the workbench).
+CONFIG = {config}
+
+
+def settings(config):
+    """Attribute access to the config sections: cfg.loader.batch_size."""
+    return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
+'''
+
+USER_MODEL = '''
+
+def load_factory(spec):
+    """Resolve "package.module:factory" or "file.py:factory" (a file is looked up next to this
+    script first, then from the current folder)."""
+    target, _, attr = spec.rpartition(":")
+    if target.endswith(".py"):
+        path = HERE / target if (HERE / target).is_file() else Path(target).resolve()
+        mod_spec = importlib.util.spec_from_file_location(f"user_model_{path.stem}", path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[mod_spec.name] = module
+        mod_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, attr)
+'''
+
+BUILD_MODEL = {
+    "mlp": "return MLP(math.prod(data.input_shape), data.num_classes, m.width, m.depth)",
+    "cnn": "c, h, _ = data.input_shape\n    return SmallCNN(c, data.num_classes, m.width, m.depth, "
+           "image_size=h)",
+    "transformer": "return TinyTransformerLM(data.num_classes, data.input_shape[0], m.width, m.depth, "
+                   "m.heads)",
+    "user": "return load_factory(m.name)(**m.kwargs)",
+}
+MODEL_CLASSES = {"mlp": [wb_models.MLP], "cnn": [wb_models.SmallCNN],
+                 "transformer": [wb_models.TinyTransformerLM], "user": []}
+
+DIGITS = '''
+
+def digits(cfg):
+    """The scikit-learn digits as the run split them, saved next to this script as plain tensors."""
+    t = torch.load(HERE / "{data_file}", weights_only=True)
+    return DataBundle(TensorBatches(t["train_x"], t["train_y"]), TensorBatches(t["test_x"], t["test_y"]),
+                      "classify", (1, 8, 8), 10)
+'''
+
+
+def _source(*objects) -> str:
+    return "\n\n".join(inspect.getsource(o).rstrip() for o in objects)
+
+
+def _data_code(cfg: RunConfig) -> str:
+    name = cfg.data.name
+    parts = [_source(wb_data.TensorBatches, wb_data.DataBundle)]
+    if name == "digits":
+        parts.append(DIGITS.format(data_file=DATA_FILE).strip())
+    elif name == "synthetic_images":
+        parts.append(_source(wb_data._split, wb_data.synthetic_images))
+    else:  # text: a corpus from a small grammar, made with the stdlib's random
+        consts = "\n".join(f"{n} = {getattr(wb_data, n)!r}" for n in
+                           ("_SUBJECTS", "_VERBS", "_OBJECTS", "_ENDS"))
+        parts.append(consts + "\n\n\n" + _source(wb_data.synthetic_corpus, wb_data._split, wb_data.text))
+    parts.append(f"def build_data(cfg):\n    return {name}(cfg)")
+    return "\n\n\n".join(parts)
+
+
+def model_kind(cfg: RunConfig) -> str:
+    return cfg.model.name if cfg.model.name in MODEL_CLASSES else "user"
+
+
+def _model_code(cfg: RunConfig) -> str:
+    kind = model_kind(cfg)
+    parts = [_source(*MODEL_CLASSES[kind])] if MODEL_CLASSES[kind] else [USER_MODEL.strip()]
+    parts.append(f"def build_model(cfg, data):\n    m = cfg.model\n    {BUILD_MODEL[kind]}")
+    return "\n\n\n".join(parts)
+
+
+def _helpers_code() -> str:
+    dtypes = "DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}"
+    return "\n\n\n".join([
+        dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
+        _source(wb_data.make_loader, wb_trainer._batches, wb_trainer._unwrap, wb_trainer.evaluate)])
+
+
+def script_config(cfg: RunConfig, model_file: str | None = None) -> dict:
+    """The settings embedded in the script; a user's model file is named by its copy's file name."""
+    config = cfg.to_dict()
+    if model_file:
+        config["model"]["name"] = f"{model_file}:{cfg.model.name.rpartition(':')[2]}"
+    return config
+
+
+def script_source(cfg: RunConfig, model_file: str | None = None) -> str:
+    """The whole train.py for this config, as text."""
+    kind = model_kind(cfg)
+    extra = "" if kind != "user" else f" and your model ({cfg.model.name})"
+    header = HEADER.format(label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
+                           extra_dep=extra,
+                           config=pprint.pformat(script_config(cfg, model_file), indent=1, width=100))
+    sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
+                ("precision, loss and loading", _helpers_code())]
+    body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
+    return header + body + MAIN
+
+
+def save_digits(cfg: RunConfig, path: Path) -> None:
+    """The digits split exactly as the workbench makes it, as plain tensors (no scikit-learn needed)."""
+    bundle = wb_data.build_data(cfg)
+    torch.save({"train_x": bundle.train.x.contiguous(), "train_y": bundle.train.y.contiguous(),
+                "test_x": bundle.test.x.contiguous(), "test_y": bundle.test.y.contiguous()}, path)
+
+
+def copy_model_file(cfg: RunConfig, to_dir: Path) -> str | None:
+    """A model named by 'path/file.py:factory' travels with the script; returns the copy's name."""
+    target = cfg.model.name.rpartition(":")[0]
+    if model_kind(cfg) != "user" or not target.endswith(".py"):
+        return None
+    src = Path(target).resolve()
+    if not src.is_file():
+        raise ConfigError(f"model.name {cfg.model.name!r}: file {str(src)!r} does not exist, so it "
+                          "cannot be exported with the script")
+    shutil.copy2(src, to_dir / src.name)
+    return src.name

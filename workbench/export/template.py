@@ -1,0 +1,134 @@
+"""The body of an exported `train.py`: plain torch, no workbench import.
+
+`script.py` puts the run's settings, the model and data code in front of this text. The loop keeps
+the worker's order of random draws (seed, model init, DDP, optimizer, sampler) so the exported
+script reproduces the workbench run's losses step for step.
+"""
+
+MAIN = r'''
+
+# ---- training: the same order of operations as the workbench's trainer --------------------------
+def pick_device(cfg, local_rank):
+    requested = cfg.run.device
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(requested)
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = cfg.precision.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.precision.tf32
+    return device
+
+
+def make_optimizer(cfg, model):
+    o = cfg.optim
+    if o.name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+def train(cfg, args):
+    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    t_launch = time.time()
+    torch.manual_seed(cfg.run.seed)
+    device = pick_device(cfg, local_rank)
+    if world_size > 1:
+        backend = cfg.distributed.backend
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=cfg.distributed.timeout_s))
+
+    data = build_data(cfg)
+    model = build_model(cfg, data).to(device)
+    if cfg.precision.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if world_size > 1:
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
+    opt = make_optimizer(cfg, model)
+    scaler = grad_scaler(cfg, device)
+    amp = autocast(cfg, device)
+    lossf = loss_fn(data.task)
+    loader = make_loader(data.train, cfg, train=True, rank=rank, world_size=world_size,
+                         seed=cfg.run.seed)
+    batches = _batches(loader)
+    accum = cfg.optim.grad_accum_steps
+    metrics = None
+    if args.metrics:
+        Path(args.metrics).mkdir(parents=True, exist_ok=True)
+        metrics = open(Path(args.metrics) / f"rank{rank}.jsonl", "w", buffering=1)
+
+    step_times = []
+    for step in range(1, cfg.run.steps + 1):
+        t0 = time.perf_counter()
+        samples = 0
+        for micro in range(accum):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if cfg.precision.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            samples += len(x)
+            # gradients are all-reduced once per step, on the last micro-batch
+            sync = nullcontext() if micro == accum - 1 or world_size == 1 else model.no_sync()
+            with sync:
+                with amp:
+                    loss = lossf(step_model(x), y) / accum
+                scaler.scale(loss).backward()
+        if cfg.optim.grad_clip is not None:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        loss_v = loss.item() * accum
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        if metrics:
+            metrics.write(json.dumps({"step": step, "loss": loss_v, "step_time_ms": dt * 1e3,
+                                      "samples_per_s": samples / dt}) + "\n")
+        if rank == 0 and (step % args.log_every == 0 or step == cfg.run.steps):
+            print(f"step {step:5d}  loss {loss_v:.4f}  {samples / dt:9.1f} samples/s/rank", flush=True)
+
+    times = sorted(step_times[min(len(step_times) // 5, 10):] or step_times)
+    median = times[len(times) // 2]
+    if rank == 0:
+        global_batch = cfg.loader.batch_size * accum * world_size
+        print(f"done: {cfg.run.steps} steps in {time.time() - t_launch:.1f} s, median step "
+              f"{median * 1e3:.2f} ms, {global_batch / median:.1f} samples/s on {world_size} rank(s)")
+    if cfg.run.eval_batches:
+        test_loader = make_loader(data.test, cfg, train=False)
+        result = evaluate(_unwrap(model), test_loader, cfg, device, data.task, cfg.run.eval_batches)
+        if rank == 0 and result:
+            print(f"eval: loss {result['eval_loss']:.4f}  accuracy {result['eval_accuracy']:.4f}")
+    if rank == 0 and args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu() for k, v in _unwrap(model).state_dict().items()}
+        torch.save(state, Path(args.out) / "model.pt")
+    if metrics:
+        metrics.close()
+    if world_size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, help="override run.steps")
+    parser.add_argument("--seed", type=int, help="override run.seed")
+    parser.add_argument("--log-every", type=int, default=10, help="print every N steps (rank 0)")
+    parser.add_argument("--metrics", help="folder for per-step losses, one rank{R}.jsonl per rank")
+    parser.add_argument("--out", default=str(HERE / "out"), help="folder for model.pt ('' skips it)")
+    args = parser.parse_args(argv)
+    cfg = settings(CONFIG)
+    if args.steps is not None:
+        cfg.run.steps = args.steps
+    if args.seed is not None:
+        cfg.run.seed = args.seed
+    train(cfg, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

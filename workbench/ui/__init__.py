@@ -1,0 +1,1 @@
+"""The notebook widgets: the only modules that import ipywidgets or plotly."""

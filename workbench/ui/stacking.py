@@ -1,0 +1,185 @@
+"""The stacking panel: pick changes, run the study on a thread, watch a waterfall of samples/s fill
+in step by step (with peak memory and final loss beside it), then export the stacked config.
+
+    from workbench.ui.stacking import StackingPanel
+    panel = StackingPanel(RunConfig.default(), ["bf16", "workers", "ddp"]); display(panel)
+"""
+from __future__ import annotations
+
+import html
+import shlex
+import threading
+
+import ipywidgets as w
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..config import RunConfig
+from ..stacking import CHANGES, COLUMNS, _num, as_change, plan, run_study, waterfall_records
+
+STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
+                 "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
+
+
+TRAINING_SIDE = (("peak_mem_gib", "peak memory, rank 0 (GiB)"), ("final_loss", "final loss"))
+INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
+
+
+class Waterfall:
+    """Samples/s as a waterfall (baseline, one bar per step, the total) and two side panels of other
+    figures per step (peak memory and final loss for training; size and accuracy for inference)."""
+
+    def __init__(self, df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step"):
+        self.side = side
+        self.fig = go.FigureWidget(make_subplots(
+            rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
+            subplot_titles=(title, side[0][1], side[1][1])))
+        self.fig.add_trace(go.Waterfall(
+            name="samples/s", x=[], y=[], measure=[], text=[], textposition="outside",
+            increasing={"marker": {"color": STATUS_COLORS["faster"]}},
+            decreasing={"marker": {"color": STATUS_COLORS["slower"]}},
+            totals={"marker": {"color": STATUS_COLORS["baseline"]}}), row=1, col=1)
+        for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
+            self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color), row=1, col=col)
+        self.fig.update_layout(height=430, showlegend=False, margin=dict(t=40, b=110, l=50, r=20))
+        self.fig.update_xaxes(tickangle=-35)
+        if df is not None:
+            self.update(df)
+
+    def update(self, df) -> None:
+        """Put the table's figures into the three panels in one batched update."""
+        wf = waterfall_records(df)
+        rows = df.to_dict("records")
+        labels = [r["step"] for r in rows]
+        with self.fig.batch_update():
+            self.fig.data[0].update(x=wf["x"], y=wf["y"], measure=wf["measure"], text=wf["text"],
+                                    hovertext=wf["text"])
+            for trace, (column, _) in zip(self.fig.data[1:], self.side):
+                values = [_num(r.get(column)) for r in rows]
+                trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
+
+
+def waterfall_figure(df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step") -> go.FigureWidget:
+    """A finished study's table as a figure (the panel keeps its Waterfall to redraw live)."""
+    return Waterfall(df, side, title).fig
+
+
+def table_html(df) -> str:
+    """The study table, skipped and slower steps visible at a glance."""
+    shown = [c for c in df.columns if c != "run_dir"]
+    head = "".join(f"<th>{c}</th>" for c in shown)
+    body = []
+    for r in df.to_dict("records"):
+        cells = []
+        for c in shown:
+            v = r[c]
+            v = "" if v is None or (isinstance(v, float) and v != v) else (
+                f"{v:.4g}" if isinstance(v, float) else v)
+            cells.append(f"<td>{html.escape(str(v))}</td>")
+        color = STATUS_COLORS.get(r["status"], "#000")
+        body.append(f"<tr style='color:{color}'>{''.join(cells)}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+class StackingPanel(w.VBox):
+    """Checkboxes for the changes, Run / Stop, the live waterfall, the table, and an Export button."""
+
+    def __init__(self, baseline: RunConfig, selected=("bf16", "channels_last", "workers", "ddp"),
+                 choices=None, export_dir: str = "exported"):
+        self.baseline = baseline
+        choices = [as_change(c) for c in (choices or CHANGES.values())]
+        chosen = {as_change(c).key for c in selected}
+        self.boxes = {c.key: w.Checkbox(value=c.key in chosen, description=c.label, tooltip=c.why,
+                                        indent=False, layout=w.Layout(width="170px")) for c in choices}
+        self.changes = {c.key: c for c in choices}
+        self.run_button = w.Button(description="Run study", button_style="primary", icon="play")
+        self.stop_button = w.Button(description="Stop after this step", icon="stop", disabled=True)
+        self.export_dir = w.Text(value=export_dir, description="export to", layout=w.Layout(width="320px"))
+        self.export_button = w.Button(description="Export stacked config", icon="download", disabled=True)
+        self.status = w.HTML("Pick the changes, then run. Each step is a real training run.")
+        self.waterfall = Waterfall()
+        self.fig = self.waterfall.fig
+        self.table = w.HTML()
+        self.export_out = w.HTML()
+        self.rows: list[dict] = []
+        self.result = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self._stop.set())
+        self.export_button.on_click(lambda _: self.export())
+        super().__init__([w.HBox(list(self.boxes.values()), layout=w.Layout(flex_flow="row wrap")),
+                          w.HBox([self.run_button, self.stop_button]), self.status, self.fig,
+                          self.table, w.HBox([self.export_dir, self.export_button]), self.export_out])
+
+    def selected_changes(self) -> list:
+        return [self.changes[k] for k, box in self.boxes.items() if box.value]
+
+    def start(self) -> None:
+        """Run the study on a thread; the chart and table fill in as each step ends."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        changes = self.selected_changes()
+        n_runs = sum(1 for s in plan(self.baseline, changes) if s.reason is None)
+        self.rows, self.result, self.error = [], None, None
+        self._stop.clear()
+        self.run_button.disabled, self.stop_button.disabled, self.export_button.disabled = True, False, True
+        self.status.value = f"running {n_runs} runs ({len(changes) + 1} steps)..."
+        self._thread = threading.Thread(target=self._work, args=(changes,), daemon=True,
+                                        name="stacking-study")
+        self._thread.start()
+
+    def _work(self, changes) -> None:
+        import pandas as pd
+
+        def on_step(row):
+            self.rows.append(row)
+            df = pd.DataFrame(self.rows, columns=COLUMNS)
+            self.waterfall.update(df)
+            self.table.value = table_html(df)
+            self.status.value = f"step {len(self.rows)}/{len(changes) + 1}: {row['step']}: {row['status']}"
+
+        try:
+            self.result = run_study(self.baseline, changes, on_step=on_step, stop=self._stop.is_set)
+            stopped = " (stopped early)" if self._stop.is_set() else ""
+            done = [r for r in self.rows if _num(r["samples_per_s"]) is not None]
+            total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""
+            self.status.value = f"done{stopped}{total}"
+        except BaseException as e:  # show it in the panel; the thread must not die silently
+            self.error = e
+            self.status.value = f"<b>study failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
+        finally:
+            self.run_button.disabled, self.stop_button.disabled = False, True
+            self.export_button.disabled = self.best_run_dir() is None
+
+    def wait(self, timeout: float | None = None):
+        """Block until the study ends (notebook cells and tests); returns the table."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def best_run_dir(self) -> str | None:
+        """The last step that ran: it holds every change that applied, stacked."""
+        done = [r for r in self.rows if _num(r["samples_per_s"]) is not None and r["run_dir"]]
+        return done[-1]["run_dir"] if done else None
+
+    def export(self, to_dir: str | None = None):
+        from ..export import export
+
+        run_dir = self.best_run_dir()
+        if run_dir is None:
+            self.export_out.value = "Run the study first: the export takes its last completed step."
+            return None
+        try:
+            result = export(run_dir, to_dir or self.export_dir.value, overwrite=True)
+        except Exception as e:  # a bad folder name: say so in the panel
+            self.export_out.value = f"<b>export failed</b>: {html.escape(str(e))}"
+            return None
+        files = ", ".join(p.name for p in result.files)
+        self.export_out.value = (f"Wrote {html.escape(files)} to <code>{html.escape(str(result.dir))}</code>"
+                                 f"<br>one node: <code>{html.escape(shlex.join(result.single_node))}</code>"
+                                 f"<br>multi-node: <code>{html.escape(shlex.join(result.multi_node))}</code>")
+        return result
