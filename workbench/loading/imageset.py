@@ -1,6 +1,6 @@
 """An on-disk image set the workbench generates itself (no download), and the Dataset that reads it.
 
-    python -m workbench.cli loader make-images /tmp/digits64 --count 2000 --size 64
+    workbench loader make-images /tmp/digits64 --count 2000 --size 64
 
 Every sample costs what real image data costs: a file read, a PNG decode (PIL) and per-sample
 augmentation in plain torch ops (random shifted crop, flip, colour jitter, normalisation). The

@@ -1,6 +1,6 @@
 """The loader sweep: every loader setting over the same data, measured interleaved.
 
-    python -m workbench.cli loader sweep /tmp/digits64 --workers 0 1 2 --batch-size 32 64
+    workbench loader sweep /tmp/digits64 --workers 0 1 2 --batch-size 32 64
 
 For each setting it measures samples/s (after the first batch), time to the first batch of the
 first and of the second epoch (where persistent workers show), and, when a training step is given,
