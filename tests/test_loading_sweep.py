@@ -92,3 +92,13 @@ def test_recommendation_mentions_pinning_with_a_gpu():
 def test_wait_share_sentence():
     assert wait_share_sentence(0.4).startswith("your device waited for data 40 % of the time")
     assert "not the bottleneck" in wait_share_sentence(0.01)
+
+
+def test_grid_keeps_one_zero_worker_baseline():
+    settings = grid(num_workers=[0, 2], batch_size=[32], persistent_workers=[True])
+    assert [s.label for s in settings] == ["0w b32", "2w b32 persist"]
+
+
+def test_recommendation_without_a_baseline_says_so():
+    table = _table({(1, True): 100, (2, True): 120}).drop(columns="speedup_vs_0_workers")
+    assert "no 0-worker setting was measured" in recommend(table, cores=2, cuda=False)["text"]

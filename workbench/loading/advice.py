@@ -76,9 +76,11 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     loader["pin_memory"] = bool(cuda and best["pin_memory"])
     loader = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in loader.items()}
     loader = {k: (int(v) if isinstance(v, float) else v) for k, v in loader.items()}
-    text = (f"Use {best['setting']}: {speedup:.2f}x the samples/s of 0 workers. " + " ".join(
+    versus = (f"{speedup:.2f}x the samples/s of 0 workers" if base is not None
+              else "no 0-worker setting was measured to compare with")
+    text = (f"Use {best['setting']}: {versus}. " + " ".join(
         r[0].upper() + r[1:] + "." for r in reasons))
-    return {"setting": best["setting"], "loader": loader, "speedup_vs_0_workers": round(speedup, 3),
+    return {"setting": best["setting"], "loader": loader, "speedup_vs_0_workers": round(speedup, 3),  # nan without a baseline
             "reasons": reasons, "text": text,
             "config_changes": {f"loader.{k}": v for k, v in loader.items()}}
 

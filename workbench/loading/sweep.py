@@ -50,8 +50,8 @@ class LoaderSetting:
 
 def grid(num_workers=(0, 1, 2), batch_size=(64,), pin_memory=(False,), prefetch_factor=(None,),
          persistent_workers=(False,)) -> list[LoaderSetting]:
-    """Every valid combination. Prefetching and persistence need workers, so with 0 workers they are
-    dropped rather than refused; pinning is dropped without a GPU (it would change nothing)."""
+    """Every valid combination. Prefetching and persistence need workers, so the 0-worker setting
+    appears once, without them; pinning is left out without a GPU (it would change nothing)."""
     for name, values in [("num_workers", num_workers), ("batch_size", batch_size)]:
         if not values:
             raise ConfigError(f"sweep {name} needs at least one value")
@@ -60,8 +60,8 @@ def grid(num_workers=(0, 1, 2), batch_size=(64,), pin_memory=(False,), prefetch_
                                                  persistent_workers):
         if pin and not torch.cuda.is_available():
             continue
-        if w == 0 and (pf is not None or keep):
-            continue
+        if w == 0:
+            pf, keep = None, False
         s = LoaderSetting(w, b, pin, pf, keep)
         RunConfig.smoke().replace(**s.config_changes())  # refuses negative workers, batch size 0...
         if s not in settings:
