@@ -1,6 +1,7 @@
 """Data loading on the generated image set: 2 workers vs 0, and a cached vs an uncached epoch.
 
-    python -m workbench.bench loading
+    python -m workbench.bench loading                      # as part of make bench
+    python -m workbench.bench.loading --count 2048 --size 96  # with options
 
 Each figure is one epoch over the same PNG files (read, decode, augment, collate), timed in
 alternation (0 workers, 2 workers, cached, ...) so load from other processes hits all alike; the
