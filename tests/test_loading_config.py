@@ -97,3 +97,21 @@ def test_training_run_on_image_files_reports_data_wait(images):
     assert 0 <= summary["data_wait_frac"] <= 1
     steps = [e for e in read_events(summary["run_dir"]) if e["event"] == "step"]
     assert len(steps) == 12 and all(e["data_wait_ms"] <= e["step_time_ms"] for e in steps)
+
+
+@pytest.mark.slow
+def test_training_run_names_a_corrupt_image(tmp_path):
+    from workbench.launch import run
+
+    root = generate_image_set(tmp_path / "bad", count=16, size=12, source="synthetic")
+    for f in (root / "class_2").iterdir():
+        f.write_bytes(b"not a png at all")
+    cfg = RunConfig.smoke().replace(**{
+        "data.name": "image_folder", "data.path": str(root), "data.image_size": 12,
+        "loader.batch_size": 4, "run.steps": 6, "run.eval_batches": 0})
+    failed = run(cfg, timeout_s=180)
+    assert failed["status"] == "failed"
+    assert "CorruptImageError" in failed["error_type"] + failed["message"]
+    assert "class_2" in failed["message"] and ".png" in failed["message"]
+    skipped = run(cfg.replace(**{"data.on_error": "skip"}), timeout_s=180)
+    assert skipped["status"] == "completed", skipped
