@@ -22,7 +22,7 @@ from ..config import RunConfig
 from ..data import make_loader
 from ..loading.cache import DecodedCache
 from ..loading.imageset import ImageFolder, generate_image_set
-from ..loading.sweep import _shutdown
+from ..loading.sweep import shutdown_workers
 from ..timing import interleaved
 
 
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
             res = interleaved({k: _epoch(v) for k, v in loaders.items()}, warmup=1, rounds=args.rounds)
         finally:
             for loader in loaders.values():
-                _shutdown(loader, [])
+                shutdown_workers(loader, [])
     n = len(loaders["0 workers"]) * args.batch_size
     print(f"\n{'setting':<20} {'epoch ms':>10} {'samples/s':>10} {'spread':>7}")
     for name, t in res.items():

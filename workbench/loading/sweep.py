@@ -69,7 +69,7 @@ def grid(num_workers=(0, 1, 2), batch_size=(64,), pin_memory=(False,), prefetch_
     return settings
 
 
-def _shutdown(loader: DataLoader, iterators: list) -> None:
+def shutdown_workers(loader: DataLoader, iterators: list) -> None:
     """Stop worker processes now rather than when garbage collection gets to them (a traceback or a
     notebook variable holding an iterator keeps them alive)."""
     for it in iterators + [getattr(loader, "_iterator", None)]:
@@ -110,7 +110,7 @@ def measure_setting(dataset: Dataset, setting: LoaderSetting, max_batches: int =
                     samples += len(x)
                     steady_s += t_end - tw
     finally:
-        _shutdown(loader, iterators)
+        shutdown_workers(loader, iterators)
     if not samples:
         raise ConfigError(f"the data set ({len(dataset)} samples) gives fewer than 2 batches of "
                           f"{setting.batch_size}; lower loader.batch_size or use more samples")
