@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Literal, Optional
 
 Precision = Literal["fp32", "bf16", "fp16"]
 BUILTIN_MODELS = ("mlp", "cnn", "transformer")
-BUILTIN_DATA = ("digits", "synthetic_images", "text")
+BUILTIN_DATA = ("digits", "synthetic_images", "text", "image_folder", "dataset")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 
 class ConfigError(ValueError):
@@ -137,13 +138,17 @@ class ModelConfig(_Section):
 @dataclass
 class DataConfig(_Section):
     _path: ClassVar[str] = "data"
-    name: Literal["digits", "synthetic_images", "text"] = "digits"
-    image_size: int = 32  # synthetic_images
+    name: Literal["digits", "synthetic_images", "text", "image_folder", "dataset"] = "digits"
+    image_size: int = 32  # synthetic_images; image_folder resizes images stored at another size
     channels: int = 3  # synthetic_images
-    num_classes: int = 10  # synthetic_images
+    num_classes: int = 10  # synthetic_images; dataset without a `classes` attribute
     num_samples: int = 4096  # synthetic_images, text sequences
     seq_len: int = 64  # text
     test_fraction: float = 0.22
+    path: str = ""  # image_folder: ROOT holding ROOT/<class>/<image>.png
+    factory: str = ""  # dataset: "package.module:factory" or "path/to/file.py:factory"
+    kwargs: dict = field(default_factory=dict)  # dataset: passed to the factory
+    on_error: Literal["raise", "skip"] = "raise"  # image_folder: a corrupt file stops or is skipped
 
     def _check(self, p: str) -> None:
         _at_least(p + "image_size", self.image_size, 4)
@@ -153,6 +158,29 @@ class DataConfig(_Section):
         _at_least(p + "seq_len", self.seq_len, 2)
         if not 0 < self.test_fraction < 1:
             _fail(p + "test_fraction", self.test_fraction, "between 0 and 1 (exclusive)")
+        if self.name == "image_folder":
+            _check_image_folder(p + "path", self.path)
+        if self.name == "dataset":
+            target, sep, attr = self.factory.rpartition(":")
+            if not sep or not target or not attr.isidentifier():
+                _fail(p + "factory", self.factory, "an import path 'package.module:factory' or "
+                      "'path/to/file.py:factory' returning a torch Dataset (data.name is 'dataset')")
+
+
+def _check_image_folder(path_field: str, path: str) -> None:
+    """Cheap checks only (stop at the first image): the folder exists and holds ROOT/<class>/<image>."""
+    if not path:
+        _fail(path_field, path, "a folder of images ROOT/<class>/<image>.png when data.name is "
+              "'image_folder' (make one with `workbench loader make-images DIR`)")
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError(f"{path_field} {path!r} does not exist or is not a folder; make one with "
+                          "`workbench loader make-images DIR` or point it at ROOT/<class>/<image>.png")
+    for sub in root.iterdir():
+        if sub.is_dir() and any(f.suffix.lower() in IMAGE_EXTENSIONS for f in sub.iterdir()):
+            return
+    raise ConfigError(f"{path_field} {path!r} holds no images: expected ROOT/<class>/<image> with "
+                      f"one of {', '.join(IMAGE_EXTENSIONS)}")
 
 
 @dataclass

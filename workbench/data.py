@@ -1,5 +1,7 @@
 """Built-in data, no downloads: scikit-learn's bundled digits (real data, real accuracy),
-synthetic images at any size (throughput work), and a synthetic text corpus for the language model.
+synthetic images at any size (throughput work), a synthetic text corpus for the language model,
+image files on disk (data.path, e.g. made by `workbench loader make-images`) and a user's own
+Dataset named by import path (data.factory).
 
 `build_data(cfg)` returns a `DataBundle`; `make_loader` wraps a split in a real `DataLoader` that
 honours every loader setting (workers, pinning, prefetching) and DDP's sharding.
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 from .config import RunConfig
@@ -27,6 +30,21 @@ class TensorBatches(Dataset):
 
     def __getitem__(self, idx):
         return self.x[idx], self.y[idx]
+
+
+class SampleBatches(Dataset):
+    """Gives a per-sample dataset (image files, a user's Dataset) the same batch-at-a-time interface
+    as TensorBatches: one loader task reads, decodes and collates a whole batch, as DataLoader's own
+    batch_size path does, so workers, prefetching and the DDP sampler behave the same."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx):
+        return default_collate([self.dataset[i] for i in idx])
 
 
 @dataclass
@@ -99,7 +117,52 @@ def text(cfg: RunConfig) -> DataBundle:
     return DataBundle(train, test, "lm", (d.seq_len,), len(vocab))
 
 
-BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text}
+def image_folder(cfg: RunConfig) -> DataBundle:
+    """Image files under data.path (ROOT/<class>/<image>), read, decoded and augmented per sample."""
+    from .loading.imageset import ImageFolder
+
+    d = cfg.data
+    full = ImageFolder(d.path, image_size=d.image_size, on_error=d.on_error)
+    order = torch.randperm(len(full), generator=torch.Generator().manual_seed(0)).tolist()
+    n_test = max(1, int(round(len(full) * d.test_fraction)))
+    train, test = full.subset(order[n_test:], train=True), full.subset(order[:n_test], train=False)
+    return DataBundle(train, test, "classify", full.sample_shape, len(full.classes))
+
+
+def user_dataset(cfg: RunConfig) -> DataBundle:
+    """A user's Dataset from data.factory(**data.kwargs): one Dataset (split by data.test_fraction)
+    or a (train, test) pair, yielding (x, label) samples."""
+    from .config import ConfigError
+    from .models import load_factory
+
+    d = cfg.data
+    factory = load_factory(d.factory, field="data.factory")
+    try:
+        made = factory(**d.kwargs)
+    except Exception as e:
+        raise ConfigError(f"data.factory {d.factory!r}: calling it with data.kwargs={d.kwargs!r} "
+                          f"failed: {type(e).__name__}: {e}") from e
+    if isinstance(made, (tuple, list)) and len(made) == 2:
+        train, test = made
+    elif isinstance(made, Dataset):
+        n_test = max(1, int(round(len(made) * d.test_fraction)))
+        train, test = torch.utils.data.random_split(
+            made, [len(made) - n_test, n_test], generator=torch.Generator().manual_seed(0))
+    else:
+        raise ConfigError(f"data.factory {d.factory!r} must return a torch Dataset or a (train, test) "
+                          f"pair, got {type(made).__name__}")
+    try:
+        x, _ = train[0]
+    except Exception as e:
+        raise ConfigError(f"data.factory {d.factory!r}: reading sample 0 failed: "
+                          f"{type(e).__name__}: {e}; a sample must be an (input tensor, label) pair") from e
+    classes = getattr(made if isinstance(made, Dataset) else train, "classes", None)
+    return DataBundle(train, test, "classify", tuple(torch.as_tensor(x).shape),
+                      len(classes) if classes is not None else d.num_classes)
+
+
+BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text,
+            "image_folder": image_folder, "dataset": user_dataset}
 
 
 def build_data(cfg: RunConfig) -> DataBundle:
@@ -117,6 +180,8 @@ def make_loader(dataset: Dataset, cfg: RunConfig, *, train: bool, rank: int = 0,
         base = SequentialSampler(dataset)
     bs = min(cfg.loader.batch_size, len(dataset) // world_size) if train else cfg.loader.batch_size
     batches = BatchSampler(base, batch_size=max(1, bs), drop_last=train)
+    if not isinstance(dataset, TensorBatches):
+        dataset = SampleBatches(dataset)
     lc = cfg.loader
     extra = {}
     if lc.num_workers > 0:

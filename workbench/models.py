@@ -76,17 +76,17 @@ class TinyTransformerLM(nn.Module):
         return self.head(self.norm(h))
 
 
-def load_factory(spec: str):
-    """Resolve "package.module:factory" or "path/to/file.py:factory" to a callable."""
+def load_factory(spec: str, field: str = "model.name"):
+    """Resolve "package.module:factory" or "path/to/file.py:factory" to a callable; errors name `field`."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr.isidentifier():
-        raise ConfigError(f"model.name must be 'package.module:factory' or 'path/to/file.py:factory', "
+        raise ConfigError(f"{field} must be 'package.module:factory' or 'path/to/file.py:factory', "
                           f"got {spec!r}")
     try:
         if target.endswith(".py"):
             path = Path(target).resolve()
             if not path.is_file():
-                raise ConfigError(f"model.name {spec!r}: file {str(path)!r} does not exist")
+                raise ConfigError(f"{field} {spec!r}: file {str(path)!r} does not exist")
             name = f"workbench_user_{path.stem}_{abs(hash(str(path)))}"
             mod_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(mod_spec)
@@ -97,11 +97,11 @@ def load_factory(spec: str):
     except ConfigError:
         raise
     except Exception as e:
-        raise ConfigError(f"model.name {spec!r}: importing {target!r} failed: "
+        raise ConfigError(f"{field} {spec!r}: importing {target!r} failed: "
                           f"{type(e).__name__}: {e}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise ConfigError(f"model.name {spec!r}: {target!r} has no callable {attr!r}")
+        raise ConfigError(f"{field} {spec!r}: {target!r} has no callable {attr!r}")
     return factory
 
 

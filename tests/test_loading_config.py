@@ -1,0 +1,117 @@
+"""Loader and data settings for the loading lab: bad values refused with clear errors, and training
+runs on image files and on a user's Dataset named by import path."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from workbench.config import ConfigError, RunConfig
+from workbench.data import build_data, make_loader
+from workbench.loading.imageset import generate_image_set
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=48, size=16,
+                              source="synthetic")
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"loader.num_workers": -1}, r"loader.num_workers must be >= 0, got -1"),
+    ({"loader.batch_size": 0}, r"loader.batch_size must be >= 1, got 0"),
+    ({"loader.prefetch_factor": 4}, r"prefetch_factor needs loader.num_workers >= 1"),
+    ({"loader.persistent_workers": True}, r"persistent_workers needs loader.num_workers >= 1"),
+    ({"data.name": "image_folder"}, r"data.path must be a folder of images"),
+    ({"data.name": "image_folder", "data.path": "/no/such/folder"}, r"does not exist"),
+    ({"data.name": "dataset"}, r"data.factory must be an import path"),
+    ({"data.name": "dataset", "data.factory": "not an import path"}, r"data.factory must be"),
+    ({"data.on_error": "ignore"}, r"data.on_error must be one of 'raise', 'skip'"),
+])
+def test_bad_loader_and_data_settings(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        RunConfig.smoke().replace(**changes)
+
+
+def test_empty_image_folder_refused(tmp_path):
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "notes.txt").write_text("no images here")
+    with pytest.raises(ConfigError, match="holds no images"):
+        RunConfig.smoke().replace(**{"data.name": "image_folder", "data.path": str(tmp_path)})
+
+
+def test_image_folder_bundle_and_batches(images):
+    cfg = RunConfig.smoke().replace(**{"data.name": "image_folder", "data.path": str(images),
+                                       "data.image_size": 16, "loader.batch_size": 8})
+    data = build_data(cfg)
+    assert data.input_shape == (3, 16, 16) and data.num_classes == 4
+    assert len(data.train) + len(data.test) == 48
+    x, y = next(iter(make_loader(data.train, cfg, train=True)))
+    assert x.shape == (8, 3, 16, 16) and y.dtype == torch.long
+
+
+def test_user_dataset_by_file_path(tmp_path):
+    src = tmp_path / "mydata.py"
+    src.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import Dataset
+
+        class Squares(Dataset):
+            classes = ["small", "big"]
+            def __init__(self, n):
+                self.n = n
+            def __len__(self):
+                return self.n
+            def __getitem__(self, i):
+                return torch.full((5,), float(i)), int(i >= self.n // 2)
+
+        def build(n=40):
+            return Squares(n)
+        def broken():
+            raise RuntimeError("no data today")
+    """))
+    cfg = RunConfig.smoke().replace(**{"data.name": "dataset", "data.factory": f"{src}:build",
+                                       "data.kwargs": {"n": 50}, "loader.batch_size": 4})
+    data = build_data(cfg)
+    assert data.input_shape == (5,) and data.num_classes == 2 and len(data.train) == 39
+    x, y = next(iter(make_loader(data.train, cfg, train=True)))
+    assert x.shape == (4, 5) and y.shape == (4,)
+    with pytest.raises(ConfigError, match="data.factory .*no data today"):
+        build_data(cfg.replace(**{"data.factory": f"{src}:broken", "data.kwargs": {}}))
+    with pytest.raises(ConfigError, match="data.factory .* has no callable 'missing'"):
+        build_data(cfg.replace(**{"data.factory": f"{src}:missing"}))
+
+
+@pytest.mark.slow
+def test_training_run_on_image_files_reports_data_wait(images):
+    from workbench.launch import run
+    from workbench.events import read_events
+
+    cfg = RunConfig.smoke().replace(**{
+        "data.name": "image_folder", "data.path": str(images), "data.image_size": 16,
+        "model.name": "cnn", "model.width": 8, "loader.batch_size": 8, "loader.num_workers": 1,
+        "loader.persistent_workers": True, "run.steps": 12})
+    summary = run(cfg, timeout_s=180)
+    assert summary["status"] == "completed", summary
+    assert 0 <= summary["data_wait_frac"] <= 1
+    steps = [e for e in read_events(summary["run_dir"]) if e["event"] == "step"]
+    assert len(steps) == 12 and all(e["data_wait_ms"] <= e["step_time_ms"] for e in steps)
+
+
+@pytest.mark.slow
+def test_training_run_names_a_corrupt_image(tmp_path):
+    from workbench.launch import run
+
+    root = generate_image_set(tmp_path / "bad", count=16, size=12, source="synthetic")
+    for f in (root / "class_2").iterdir():
+        f.write_bytes(b"not a png at all")
+    cfg = RunConfig.smoke().replace(**{
+        "data.name": "image_folder", "data.path": str(root), "data.image_size": 12,
+        "loader.batch_size": 4, "run.steps": 6, "run.eval_batches": 0})
+    failed = run(cfg, timeout_s=180)
+    assert failed["status"] == "failed"
+    assert "CorruptImageError" in failed["error_type"] + failed["message"]
+    assert "class_2" in failed["message"] and ".png" in failed["message"]
+    skipped = run(cfg.replace(**{"data.on_error": "skip"}), timeout_s=180)
+    assert skipped["status"] == "completed", skipped
