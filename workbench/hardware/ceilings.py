@@ -41,19 +41,23 @@ def device_key(device) -> str:
 
 
 def save_ceilings(ceilings, device) -> Path:
-    """Remember measured ceilings (workbench.hardware.microbench.Ceiling) for this device."""
+    """Remember measured ceilings (workbench.hardware.microbench.Ceiling) for this device. Keeps the
+    highest figure seen for each: load from other processes only ever lowers a ceiling."""
     path = cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = load_all()
+    key = device_key(device)
+    old = data.get(key) if (data.get(key) or {}).get("torch") == torch.__version__ else None
     entry = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
-             "compute_gflops": {}, "bandwidth_gbs": {}}
+             "compute_gflops": dict((old or {}).get("compute_gflops", {})),
+             "bandwidth_gbs": dict((old or {}).get("bandwidth_gbs", {}))}
     for c in ceilings:
-        if c.value == c.value:  # not nan
-            if c.kind == "compute":
-                entry["compute_gflops"][c.dtype] = c.value
-            else:
-                entry["bandwidth_gbs"][c.name] = c.value
-    data[device_key(device)] = entry
+        if c.value != c.value:  # nan: not available here
+            continue
+        table, name = (("compute_gflops", c.dtype) if c.kind == "compute"
+                       else ("bandwidth_gbs", c.name))
+        entry[table][name] = max(c.value, entry[table].get(name, 0.0))
+    data[key] = entry
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
     tmp.replace(path)
