@@ -19,6 +19,17 @@ def private_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """One thread here and in workers: on the shared test machine two OpenMP threads wait on each
+    other under load (2-16x slower). These tests check behaviour, not speed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 def test_matmul_measures_a_finite_rate_and_torch_benchmark_agrees_roughly(dtype):
     c = microbench.matmul(dtype, "cpu", max_n=256, cap_ms=20, repeats=3)
