@@ -117,6 +117,12 @@ def test_cli_hw_json_reports_without_benchmarks(capsys):
     assert out["report"]["cpu"]["logical_cpus"] >= 1 and "ceilings" not in out
 
 
+def test_cli_hw_gpus_prints_the_spec_table(capsys):
+    assert cli(["hw", "--gpus"]) == 0
+    out = capsys.readouterr().out
+    assert "H100 SXM" in out and "RTX 4090" in out and "bf16_tflops" in out
+
+
 def test_cli_hw_bench_quick_prints_ceilings_and_caches_them(capsys, private_cache, monkeypatch):
     monkeypatch.setattr(microbench, "plan", lambda d, q, r: [
         (label, lambda: microbench.matmul("fp32", d, max_n=256, cap_ms=20, repeats=3))

@@ -3,6 +3,7 @@
     workbench hw                  # the report: CPU, instruction sets, memory, torch build, GPUs
     workbench hw --bench          # + matmul per dtype, memory and host<->device copies, cached
     workbench hw --bench --quick --json
+    workbench hw --gpus           # the spec table of common GPUs the chooser uses
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.add_argument("--bench", action="store_true", help="measure the ceilings (about a minute on a CPU)")
     p.add_argument("--quick", action="store_true", help="smaller, shorter benchmarks")
+    p.add_argument("--gpus", action="store_true", help="also print the spec table of common GPUs")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--allreduce-ranks", type=int, default=0, metavar="N",
                    help="also time all-reduce across N ranks (default: every GPU when >1)")
@@ -73,6 +75,14 @@ def main(args) -> int:
     out = {"report": rep, "device": str(device)}
     if not args.json:
         print(format_report(rep), flush=True)
+    if args.gpus:
+        from ..hardware.gpus import gpu_table
+
+        table = gpu_table()
+        out["gpu_table"] = table.to_dict(orient="records")
+        if not args.json:
+            print("\nCommon GPUs (dense peak TFLOP/s; sources in workbench/hardware/gpus.py):")
+            print(table.drop(columns=["source"]).to_string(index=False))
     if args.bench:
         from ..hardware.ceilings import save_ceilings, spec_peak
         from ..hardware.microbench import run_benchmarks
