@@ -4,8 +4,8 @@ device memory bandwidth, host<->device copies (pinned and pageable), all-reduce 
     workbench hw --bench            # or: python -m workbench.cli hw --bench --quick
 
 Timed with workbench.timing.measure (warm-up, device sync, median and 10-90 % spread) on random
-data. Matmul and copy are also timed by torch.utils.benchmark.Timer in the same run, as a check
-on our own timer: the two should agree within ~10 % on a quiet machine.
+data. Matmul and copy are also timed by torch.utils.benchmark.Timer in the same run, sample by
+sample in alternation, as a check on our own timer: the two should agree within ~10 %.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 from torch.utils.benchmark import Timer
 
-from ..timing import device_sync, measure
+from ..timing import device_sync, measure, summarize
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
@@ -50,11 +50,21 @@ class Ceiling:
         return d
 
 
-def _timer_ms(stmt: str, env: dict, min_run_time: float) -> float:
-    """Median ms of `stmt` by torch.utils.benchmark (with this process's thread count, not its
-    default of one thread)."""
-    t = Timer(stmt, globals=env, num_threads=torch.get_num_threads())
-    return t.blocked_autorange(min_run_time=min_run_time).median * 1e3
+def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int = 2):
+    """Time `fn` with the workbench's timer and `stmt` (the same call) with torch.utils.benchmark,
+    sample by sample in alternation, so load on a shared machine hits both alike. Returns two
+    Timings. The Timer gets this process's thread count, not its default of one thread."""
+    timer = Timer(stmt, globals=env, num_threads=torch.get_num_threads())
+    for _ in range(warmup):
+        fn()
+    ours, theirs = [], []
+    for i in range(repeats):  # A B, B A, A B, ...: neither timer always runs right after the other
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            if which == 0:
+                ours.append(measure(fn, device=device, warmup=0, repeats=1).median_ms)
+            else:
+                theirs.append(timer.timeit(1).median * 1e3)
+    return summarize(ours), summarize(theirs)
 
 
 def _rand(n: int, dtype: str, device) -> torch.Tensor:
@@ -96,12 +106,13 @@ def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float 
         n = pick_size(fn, lambda k: (_rand(k, dtype, device), _rand(k, dtype, device)), device,
                       cap_ms, max_n, probe_n=1024 if device.type == "cuda" else 256)
         a, b = _rand(n, dtype, device), _rand(n, dtype, device)
-        t = measure(lambda: fn(a, b), device=device, warmup=2, repeats=repeats)
         ops = 2 * n**3
         ref = None
         if check:
-            ms = _timer_ms("fn(a, b)", {"fn": fn, "a": a, "b": b}, t.median_ms * repeats / 1e3)
-            ref = ops / ms / 1e6
+            t, theirs = paired(lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b}, device, repeats)
+            ref = ops / theirs.median_ms / 1e6
+        else:
+            t = measure(lambda: fn(a, b), device=device, warmup=2, repeats=repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
     return Ceiling(f"matmul {dtype}", "compute", round(ops / t.median_ms / 1e6, 2),
@@ -114,11 +125,13 @@ def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bo
     device = torch.device(device)
     x = torch.randn(mib * MIB // 4, device=device)
     y = torch.empty_like(x)
-    t = measure(lambda: y.copy_(x), device=device, warmup=2, repeats=repeats)
     moved = 2 * x.numel() * 4
     ref = None
     if check:
-        ref = moved / _timer_ms("y.copy_(x)", {"x": x, "y": y}, t.median_ms * repeats / 1e3) / 1e6
+        t, theirs = paired(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device, repeats)
+        ref = moved / theirs.median_ms / 1e6
+    else:
+        t = measure(lambda: y.copy_(x), device=device, warmup=2, repeats=repeats)
     return Ceiling("copy", "bandwidth", round(moved / t.median_ms / 1e6, 2), "GB/s", t.median_ms,
                    round(t.spread, 3), f"{mib} MiB", str(device), check=round(ref, 2) if ref else None,
                    note="read + write bytes")
