@@ -144,9 +144,11 @@ def test_chooser_ranks_fitting_gpus_first_and_says_what_bounds_them():
     assert tiny["bound"] == "launch"
 
 
-def test_chooser_falls_back_to_fp32_without_bf16_and_refuses_bad_input():
+def test_chooser_falls_back_to_what_a_run_would_use_and_refuses_bad_input():
     row = estimate(_cost(10**6, 10**12, 10**6), find_gpu("Tesla V100-SXM2-32GB"), "bf16")
-    assert row["dtype"] == "fp32" and "no bf16" in row["note"]
+    assert row["dtype"] == "fp16" and row["peak_tflops"] == 125 and "no bf16 here" in row["note"]
+    assert estimate(_cost(10**6, 10**12, 10**6), find_gpu("NVIDIA A100-SXM4-80GB"), "fp8")["dtype"] == "bf16"
+    assert estimate(_cost(10**6, 10**12, 10**6), find_gpu("Tesla T4"), "tf32")["dtype"] == "fp32"
     with pytest.raises(ConfigError, match="dtype must be one of"):
         choose(_cost(1, 1, 1), "fp64")
     with pytest.raises(ConfigError, match="batch_scale must be > 0, got 0"):

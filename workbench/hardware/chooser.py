@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 from ..config import ConfigError
 from .flops import OPTIMIZER_STATE_BYTES, StepCost
-from .gpus import DTYPES, GPUS, GPUSpec
+from .gpus import GPUS, GPUSpec
 
 GIB = 2**30
+# What a run would use instead when a GPU lacks the dtype (bf16 on a V100: fp16 with a scaler).
+FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "fp32"), "bf16": ("bf16", "fp16", "fp32"),
+            "fp16": ("fp16", "fp32"), "tf32": ("tf32", "fp32"), "fp32": ("fp32",), "int8": ("int8", "fp32")}
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,11 @@ def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, a: Assumptions = A
 def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: float = 1.0,
              a: Assumptions = Assumptions()) -> dict:
     """One GPU's row: estimated step time, what bounds it, and whether the state fits."""
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    peak, used, note = gpu.peak(dtype), dtype, ""
-    if peak is None:  # e.g. bf16 on V100/T4: training would fall back to fp32 (or fp16 + scaler)
-        peak, used, note = gpu.peak("fp32"), "fp32", f"no {dtype} tensor cores: fp32 rate"
+    if dtype not in FALLBACK:
+        raise ConfigError(f"dtype must be one of {', '.join(FALLBACK)}, got {dtype!r}")
+    used = next(d for d in FALLBACK[dtype] if gpu.peak(d) is not None)
+    peak = gpu.peak(used)
+    note = f"no {dtype} here: {used} rate" if used != dtype else ""
     flops = cost.flops * batch_scale
     act_traffic = 2 * cost.activation_bytes * cost.accum
     moved = cost.bytes_moved - act_traffic + act_traffic * batch_scale  # weights don't grow with batch
