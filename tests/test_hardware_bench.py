@@ -131,6 +131,8 @@ def test_cli_hw_bench_quick_prints_ceilings_and_caches_them(capsys, private_cach
     out = capsys.readouterr().out
     assert "matmul fp32" in out and "copy" in out and "torch.utils.benchmark" in out
     assert ceilings.load_ceilings("cpu")["compute_gflops"]["fp32"] > 0
+    assert cli(["hw"]) == 0
+    assert "Cached   ceilings measured" in capsys.readouterr().out
 
 
 def test_cli_hw_refuses_a_missing_gpu_or_bad_values(capsys):

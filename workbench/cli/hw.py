@@ -73,8 +73,16 @@ def main(args) -> int:
     device = _device(args.device)
     rep = hardware_report()
     out = {"report": rep, "device": str(device)}
+    from ..hardware.ceilings import load_ceilings
+
+    cached = load_ceilings(device)
+    out["cached_ceilings"] = cached
     if not args.json:
         print(format_report(rep), flush=True)
+        if cached and not args.bench:
+            figures = ", ".join(f"{k} {v:.4g} GFLOP/s" for k, v in cached["compute_gflops"].items())
+            print(f"Cached   ceilings measured {cached['measured_at']}: {figures} (MFU uses these; "
+                  "--bench measures again)")
     if args.gpus:
         from ..hardware.gpus import gpu_table
 
