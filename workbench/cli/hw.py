@@ -80,7 +80,8 @@ def main(args) -> int:
     if not args.json:
         print(format_report(rep), flush=True)
         if cached and not args.bench:
-            figures = ", ".join(f"{k} {v:.4g} GFLOP/s" for k, v in cached["compute_gflops"].items())
+            figures = ", ".join(f"{k} {v:.4g} {'GOP/s' if k == 'int8' else 'GFLOP/s'}"
+                                for k, v in cached["compute_gflops"].items())
             print(f"Cached   ceilings measured {cached['measured_at']}: {figures} (MFU uses these; "
                   "--bench measures again)")
     if args.gpus:
