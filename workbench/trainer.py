@@ -22,6 +22,7 @@ from . import memory
 from .config import RunConfig
 from .data import build_data, make_loader
 from .events import EventWriter
+from .hardware.mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler, resolve_device
 
@@ -111,6 +112,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     if cfg.precision.channels_last:
         model = model.to(memory_format=torch.channels_last)
     n_params = sum(p.numel() for p in model.parameters())
+    mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     if env.world_size > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
@@ -166,7 +168,8 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
         dt = time.perf_counter() - t0
 
         rec = {"step": step, "loss": loss_v, "step_time_ms": round(dt * 1e3, 4),
-               "data_wait_ms": round(wait * 1e3, 4), "samples_per_s": round(samples / dt, 2)}
+               "data_wait_ms": round(wait * 1e3, 4), "samples_per_s": round(samples / dt, 2),
+               **mfu.step(dt)}
         if not math.isfinite(loss_v):
             nonfinite += 1
             rec["nonfinite_losses"] = nonfinite
@@ -191,6 +194,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
                "final_loss": losses[-1], "time_to_first_step_s": round(first_step_s, 3),
                "wall_s": round(wall_s, 3), "nonfinite_losses": nonfinite}
     summary.update(step_stats(step_times, waits, cfg.loader.batch_size * accum, env.world_size))
+    summary.update(mfu.summary(summary["step_time_ms_median"]))
     if fp16:
         summary.update(skipped_steps=skipped, grad_scale=scaler.get_scale())
     if cfg.run.eval_batches:

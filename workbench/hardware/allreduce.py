@@ -1,0 +1,81 @@
+"""All-reduce bus bandwidth across ranks, one process per device, launched with torchrun:
+
+    torchrun --nproc-per-node 2 -m workbench.hardware.allreduce --device cpu --mib 64 --out ar.json
+
+Bus bandwidth = bytes / time x 2(n-1)/n, the figure comparable across rank counts (each byte crosses
+the links 2(n-1)/n times in a ring all-reduce). Rank 0 writes the result as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def busbw_gbs(nbytes: int, ms: float, ranks: int) -> float:
+    return nbytes / (ms / 1e3) / 1e9 * 2 * (ranks - 1) / ranks
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.hardware.allreduce")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--mib", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+
+    from ..timing import measure
+
+    rank, local, world = (int(os.environ.get(k, d)) for k, d in
+                          (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+    if args.device == "cuda":
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    try:
+        x = torch.randn(args.mib * 2**20 // 4, device=device)
+        t = measure(lambda: dist.all_reduce(x), device=device, warmup=2, repeats=args.repeats)
+        if rank == 0:
+            nbytes = x.numel() * 4
+            Path(args.out).write_text(json.dumps({
+                "ranks": world, "mib": args.mib, "median_ms": t.median_ms, "spread": t.spread,
+                "busbw_gbs": busbw_gbs(nbytes, t.median_ms, world),
+                "backend": dist.get_backend()}))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def run_allreduce(ranks: int, device: str = "cpu", mib: int = 64, timeout_s: float = 180):
+    """Launch the measurement under torchrun on 127.0.0.1 and return it as a Ceiling."""
+    from ..launch import free_port
+    from .microbench import Ceiling
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "allreduce.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={ranks}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--local-addr",
+               "127.0.0.1", "-m", "workbench.hardware.allreduce", "--device", device, "--mib", str(mib),
+               "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if proc.returncode != 0 or not out.is_file():
+            raise RuntimeError(f"all-reduce benchmark failed (exit {proc.returncode}): "
+                               f"{(proc.stderr or proc.stdout)[-300:]}")
+        r = json.loads(out.read_text())
+    return Ceiling("all-reduce", "bandwidth", round(r["busbw_gbs"], 3), "GB/s", r["median_ms"],
+                   round(r["spread"], 3), f"{mib} MiB x {ranks} ranks", device,
+                   note=f"bus bandwidth, {r['backend']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Which GPU for this model: from one step's FLOPs, bytes and memory, estimate the step time on each
+GPU of the spec table and whether the training state fits in its memory.
+
+    from workbench.hardware.chooser import choose
+    choose(cost_of_config(cfg), dtype="bf16")   # a DataFrame, fastest first
+
+The estimate is a roofline with stated efficiencies: time = max(FLOPs / (peak x compute_eff),
+bytes / (bandwidth x memory_eff)) + ops x launch_us. Small models are launch-bound on every GPU,
+which is the truth the estimate should show. Memory: fp32 weights and gradients (autocast keeps fp32
+master weights), optimizer state, saved activations, plus a fixed allowance for the CUDA context.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ConfigError
+from .flops import OPTIMIZER_STATE_BYTES, StepCost
+from .gpus import GPUS, GPUSpec
+
+GIB = 2**30
+# What a run would use instead when a GPU lacks the dtype (bf16 on a V100: fp16 with a scaler).
+FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "fp32"), "bf16": ("bf16", "fp16", "fp32"),
+            "fp16": ("fp16", "fp32"), "tf32": ("tf32", "fp32"), "fp32": ("fp32",), "int8": ("int8", "fp32")}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    compute_eff: float = 0.5  # share of peak a well-fed training step's matmuls reach
+    memory_eff: float = 0.8  # share of spec bandwidth a large copy reaches
+    launch_us: float = 5.0  # per dispatched op: launch and framework overhead on a GPU
+    context_gib: float = 1.0  # CUDA context, allocator slack, workspaces
+
+    def __post_init__(self):
+        for name in ("compute_eff", "memory_eff"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ConfigError(f"chooser.{name} must be in (0, 1], got {v!r}")
+        if self.launch_us < 0 or self.context_gib < 0:
+            raise ConfigError(f"chooser.launch_us and chooser.context_gib must be >= 0, "
+                              f"got {self.launch_us!r} and {self.context_gib!r}")
+
+
+def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, a: Assumptions = Assumptions()) -> dict:
+    """GiB for weights, gradients, optimizer state and activations (activations grow with batch)."""
+    weights = cost.params * 4 / GIB
+    grads = cost.params * 4 / GIB
+    state = cost.params * OPTIMIZER_STATE_BYTES.get(cost.optimizer, 8) / GIB
+    acts = cost.activation_bytes * batch_scale / GIB
+    total = weights + grads + state + acts + a.context_gib
+    return {"weights_gib": weights, "grads_gib": grads, "optimizer_gib": state,
+            "activations_gib": acts, "total_gib": total}
+
+
+def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: float = 1.0,
+             a: Assumptions = Assumptions()) -> dict:
+    """One GPU's row: estimated step time, what bounds it, and whether the state fits."""
+    if dtype not in FALLBACK:
+        raise ConfigError(f"dtype must be one of {', '.join(FALLBACK)}, got {dtype!r}")
+    used = next(d for d in FALLBACK[dtype] if gpu.peak(d) is not None)
+    peak = gpu.peak(used)
+    note = f"no {dtype} here: {used} rate" if used != dtype else ""
+    flops = cost.flops * batch_scale
+    act_traffic = 2 * cost.activation_bytes * cost.accum
+    moved = cost.bytes_moved - act_traffic + act_traffic * batch_scale  # weights don't grow with batch
+    compute_ms = flops / (peak * 1e12 * a.compute_eff) * 1e3
+    memory_ms = moved / (gpu.bandwidth_gbs * 1e9 * a.memory_eff) * 1e3
+    launch_ms = cost.ops * a.launch_us / 1e3
+    step_ms = max(compute_ms, memory_ms) + launch_ms
+    bound = "launch" if launch_ms > max(compute_ms, memory_ms) else (
+        "compute" if compute_ms >= memory_ms else "memory")
+    mem = memory_need_gib(cost, batch_scale, a)
+    return {"gpu": gpu.name, "dtype": used, "peak_tflops": peak, "step_ms": step_ms,
+            "compute_ms": compute_ms, "memory_ms": memory_ms, "launch_ms": launch_ms, "bound": bound,
+            "samples_per_s": cost.batch_size * batch_scale / (step_ms / 1e3),
+            "need_gib": mem["total_gib"], "memory_gib": gpu.memory_gib,
+            "fits": mem["total_gib"] <= gpu.memory_gib, "note": note}
+
+
+def choose(cost: StepCost, dtype: str = "bf16", batch_scale: float = 1.0,
+           assumptions: Assumptions = Assumptions(), gpus: list[GPUSpec] | None = None):
+    """Every GPU's estimate as a DataFrame: those where it fits first, fastest first."""
+    import pandas as pd
+
+    if not batch_scale > 0:
+        raise ConfigError(f"batch_scale must be > 0, got {batch_scale!r}")
+    rows = [estimate(cost, g, dtype, batch_scale, assumptions) for g in (gpus or GPUS)]
+    df = pd.DataFrame(rows)
+    return df.sort_values(["fits", "step_ms"], ascending=[False, True]).reset_index(drop=True)
+

@@ -1,0 +1,207 @@
+"""Micro-benchmarks: the ceilings of this device, measured. Matrix-multiply throughput per dtype,
+device memory bandwidth, host<->device copies (pinned and pageable), all-reduce bus bandwidth.
+
+    workbench hw --bench            # or: python -m workbench.cli hw --bench --quick
+
+Timed with workbench.timing.measure (warm-up, device sync, median and 10-90 % spread) on random
+data. Matmul and copy are also timed by torch.utils.benchmark.Timer in the same run, sample by
+sample in alternation, as a check on our own timer: the two should agree within ~10 %.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+from torch.utils.benchmark import Timer
+
+from ..timing import device_sync, measure, summarize
+
+MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+                 "fp16": torch.float16, "int8": torch.int8}
+MIB = 2**20
+
+
+@dataclass
+class Ceiling:
+    """One measured ceiling: compute in GFLOP/s (GOP/s for int8) or bandwidth in GB/s."""
+
+    name: str  # "matmul bf16", "copy", "h2d pinned", "all-reduce"
+    kind: str  # "compute" | "bandwidth"
+    value: float
+    unit: str
+    median_ms: float
+    spread: float
+    size: str
+    device: str
+    dtype: str | None = None
+    check: float | None = None  # the same op timed by torch.utils.benchmark, same unit
+    note: str = ""
+
+    @property
+    def check_ratio(self) -> float | None:
+        return self.value / self.check if self.check else None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["check_ratio"] = round(self.check_ratio, 3) if self.check_ratio else None
+        return d
+
+
+def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int = 2):
+    """Time `fn` with the workbench's timer and `stmt` (the same call) with torch.utils.benchmark,
+    sample by sample in alternation, so load on a shared machine hits both alike. Returns two
+    Timings. The Timer gets this process's thread count, not its default of one thread."""
+    timer = Timer(stmt, globals=env, num_threads=torch.get_num_threads())
+    for _ in range(warmup):
+        fn()
+    ours, theirs = [], []
+    for i in range(repeats):  # A B, B A, A B, ...: neither timer always runs right after the other
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            if which == 0:
+                ours.append(measure(fn, device=device, warmup=0, repeats=1).median_ms)
+            else:
+                theirs.append(timer.timeit(1).median * 1e3)
+    return summarize(ours), summarize(theirs)
+
+
+def _rand(n: int, dtype: str, device) -> torch.Tensor:
+    if dtype == "int8":
+        return torch.randint(-127, 128, (n, n), dtype=torch.int8, device=device)
+    return torch.randn(n, n, device=device).to(_TORCH_DTYPES[dtype])
+
+
+def _matmul_fn(dtype: str) -> Callable:
+    return torch._int_mm if dtype == "int8" else torch.matmul
+
+
+def pick_size(fn: Callable, make: Callable[[int], tuple], device, cap_ms: float, max_n: int,
+              probe_n: int = 256) -> int:
+    """The largest n (a multiple of 128, at most max_n) whose call should take under cap_ms, from the
+    best of three calls at probe_n. Slow paths (fp16 matmul on most CPUs runs at well under
+    1 GFLOP/s) get a small problem, fast ones a large one."""
+    probe_n = min(probe_n, max_n)
+    args = make(probe_n)
+    t = measure(lambda: fn(*args), device=device, warmup=1, repeats=3)
+    best = max(t.p10_ms, 1e-3)
+    n = probe_n * (cap_ms / best) ** (1 / 3)
+    return int(max(128, min(max_n, n // 128 * 128)))
+
+
+def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float = 1000.0,
+           repeats: int = 10, check: bool = True) -> Ceiling:
+    """Throughput of an n x n x n matrix multiply, 2n^3 operations per call."""
+    device = torch.device(device)
+    if dtype not in MATMUL_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(MATMUL_DTYPES)}, got {dtype!r}")
+    if dtype == "tf32" and device.type != "cuda":
+        raise ValueError("tf32 is a CUDA tensor-core mode; on the CPU it is fp32")
+    max_n = max_n or (8192 if device.type == "cuda" else 2048)
+    fn = _matmul_fn(dtype)
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        n = pick_size(fn, lambda k: (_rand(k, dtype, device), _rand(k, dtype, device)), device,
+                      cap_ms, max_n, probe_n=1024 if device.type == "cuda" else 256)
+        a, b = _rand(n, dtype, device), _rand(n, dtype, device)
+        ops = 2 * n**3
+        ref = None
+        if check:
+            t, theirs = paired(lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b}, device, repeats)
+            ref = ops / theirs.median_ms / 1e6
+        else:
+            t = measure(lambda: fn(a, b), device=device, warmup=2, repeats=repeats)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    return Ceiling(f"matmul {dtype}", "compute", round(ops / t.median_ms / 1e6, 2),
+                   "GOP/s" if dtype == "int8" else "GFLOP/s", t.median_ms, round(t.spread, 3),
+                   f"{n}x{n}", str(device), dtype, round(ref, 2) if ref else None)
+
+
+def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bool = True) -> Ceiling:
+    """Device memory bandwidth of a large copy, counting bytes read plus bytes written."""
+    device = torch.device(device)
+    x = torch.randn(mib * MIB // 4, device=device)
+    y = torch.empty_like(x)
+    moved = 2 * x.numel() * 4
+    ref = None
+    if check:
+        t, theirs = paired(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device, repeats)
+        ref = moved / theirs.median_ms / 1e6
+    else:
+        t = measure(lambda: y.copy_(x), device=device, warmup=2, repeats=repeats)
+    return Ceiling("copy", "bandwidth", round(moved / t.median_ms / 1e6, 2), "GB/s", t.median_ms,
+                   round(t.spread, 3), f"{mib} MiB", str(device), check=round(ref, 2) if ref else None,
+                   note="read + write bytes")
+
+
+def host_transfer(direction: str, pinned: bool, device="cuda", *, mib: int = 256,
+                  repeats: int = 10) -> Ceiling:
+    """Host-to-device ('h2d') or device-to-host ('d2h') bandwidth from pinned or pageable memory."""
+    if direction not in ("h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    device = torch.device(device)
+    host = torch.randn(mib * MIB // 4, pin_memory=pinned)
+    dev = host.to(device)
+    if direction == "h2d":
+        fn = lambda: dev.copy_(host, non_blocking=pinned)  # noqa: E731
+    else:
+        fn = lambda: host.copy_(dev, non_blocking=pinned)  # noqa: E731
+    t = measure(fn, device=device, warmup=2, repeats=repeats)
+    return Ceiling(f"{direction} {'pinned' if pinned else 'pageable'}", "bandwidth",
+                   round(host.numel() * 4 / t.median_ms / 1e6, 2), "GB/s", t.median_ms,
+                   round(t.spread, 3), f"{mib} MiB", str(device))
+
+
+def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tuple[str, Callable]]:
+    """The benchmarks that apply to this device, as (label, thunk) pairs, in the order they run."""
+    device = torch.device(device)
+    gpu = device.type == "cuda"
+    cap = (150.0 if quick else 1000.0) if not gpu else 50.0  # longest one call may take
+    reps = 5 if quick else 10
+    mib = (64 if quick else 256) if not gpu else (256 if quick else 1024)
+    max_n = (1024 if quick else 2048) if not gpu else (4096 if quick else 8192)
+    steps: list[tuple[str, Callable]] = []
+    for dtype in MATMUL_DTYPES:
+        if dtype == "tf32" and not gpu:
+            continue
+        steps.append((f"matmul {dtype}", lambda d=dtype: matmul(d, device, max_n=max_n,
+                                                                 cap_ms=cap, repeats=reps)))
+    steps.append(("copy", lambda: copy_bandwidth(device, mib=mib, repeats=reps)))
+    if gpu:
+        for direction in ("h2d", "d2h"):
+            for pinned in (True, False):
+                steps.append((f"{direction} {'pinned' if pinned else 'pageable'}",
+                              lambda d=direction, p=pinned: host_transfer(d, p, device, mib=mib,
+                                                                          repeats=reps)))
+    ranks = allreduce_ranks or (torch.cuda.device_count() if gpu else 0)
+    if ranks > 1:
+        from .allreduce import run_allreduce
+
+        steps.append(("all-reduce", lambda: run_allreduce(ranks, "cuda" if gpu else "cpu",
+                                                          mib=64 if quick else 256)))
+    return steps
+
+
+def run_benchmarks(device="cpu", quick: bool = False, allreduce_ranks: int = 0,
+                   progress: Callable[[int, int, str], None] | None = None) -> list[Ceiling]:
+    """Run every benchmark in `plan`; `progress(done, total, label)` is called before each and at
+    the end. A benchmark the backend cannot run becomes a Ceiling with value nan and a note."""
+    steps = plan(device, quick, allreduce_ranks)
+    out = []
+    for i, (label, fn) in enumerate(steps):
+        if progress:
+            progress(i, len(steps), label)
+        try:
+            out.append(fn())
+        except (RuntimeError, NotImplementedError) as e:
+            kind = "compute" if label.startswith("matmul") else "bandwidth"
+            out.append(Ceiling(label, kind, math.nan, "GFLOP/s" if kind == "compute" else "GB/s",
+                               math.nan, math.nan, "", str(device), label.split()[-1] if kind == "compute"
+                               else None, note=f"not available here: {str(e).splitlines()[0][:120]}"))
+        device_sync(device)
+    if progress:
+        progress(len(steps), len(steps), "done")
+    return out
