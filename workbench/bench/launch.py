@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 from ..config import RunConfig
 from ..events import read_events
@@ -66,6 +67,21 @@ def breakdown(run_dir, t0: float) -> dict[str, float]:
             "first step": step["t"] - ready["t"]}
 
 
+@contextmanager
+def _omp_threads(value: str | None):
+    """OMP_NUM_THREADS for the runs started inside (children inherit the environment)."""
+    old = os.environ.get("OMP_NUM_THREADS")
+    if value is not None:
+        os.environ["OMP_NUM_THREADS"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old
+
+
 def _launch_t0(run_dir) -> float:
     import json
 
@@ -101,19 +117,24 @@ def main(argv: list[str] | None = None) -> int:
         values = sorted(ph[phase] for ph in phases)
         print(f"  {phase:<44} {values[len(values) // 2]:6.2f}")
 
-    rates: dict[int, list[float]] = {1: [], 2: []}
+    # torchrun gives each rank one thread; a plain process uses every core: show both.
+    variants = {"1 process, all cores": (1, None), "1 process, 1 thread": (1, "1"),
+                "2 ranks, 1 thread each": (2, None)}
+    rates: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(2):
-        for n in (1, 2):
-            s = run(base.replace(**{"distributed.nproc": n, "run.steps": args.steps,
-                                    "run.label": f"bench-rate-{n}p"}))
-            rates[n].append(s.get("samples_per_s") or 0.0)
-    one, two = (sorted(v)[len(v) // 2] for v in (rates[1], rates[2]))
-    print(f"\nsamples/s, {base.model.name} width {base.model.width}, batch {base.loader.batch_size} "
-          f"per rank, {os.cpu_count()} cores: 1 rank {one:,.0f}, 2 ranks {two:,.0f} total "
-          f"({two / one:.2f}x)")
-    if two <= one:
-        print("  two ranks do not beat one here: they share the same cores, each with one thread, "
-              "and add an all-reduce per step")
+        for name, (n, threads) in variants.items():
+            with _omp_threads(threads):
+                s = run(base.replace(**{"distributed.nproc": n, "run.steps": args.steps,
+                                        "run.label": f"bench-rate-{n}p"}))
+            rates[name].append(s.get("samples_per_s") or 0.0)
+    print(f"\nsamples/s in total, {base.model.name} width {base.model.width}, batch "
+          f"{base.loader.batch_size} per rank, {os.cpu_count()} cores, medians of 2 interleaved runs:")
+    med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
+    ref = med["1 process, all cores"] or 1.0
+    for name, value in med.items():
+        print(f"  {name:<24} {value:10,.0f}  ({value / ref:.2f}x)")
+    print("  two ranks share this machine's cores and add a gradient all-reduce per step; a "
+          "large spread here means other work held the cores")
     return 0
 
 
