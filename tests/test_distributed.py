@@ -28,7 +28,7 @@ def _listening(pids: set[int]) -> set[tuple[int, str, int]]:
 
 
 def test_two_ranks_train_in_sync_and_listen_on_loopback_only(smoke):
-    cfg = smoke.replace(**{"distributed.nproc": 2, "run.steps": 40})
+    cfg = smoke.replace(**{"distributed.nproc": 2, "run.steps": 20})
     handle = start_run(cfg)
     assert "--local-addr" in handle.command and "--log-dir=" + str(handle.run_dir / "torchrun_logs") \
         in handle.command

@@ -67,14 +67,18 @@ def build_config(args) -> RunConfig:
 
 
 def main(args) -> int:
-    from ..launch import run
+    from ..launch import start_run
 
     cfg = build_config(args)
+    handle = start_run(cfg, args.run_dir)
+    print(f"workbench run: {handle.run_dir}\n  {handle.shell_command}", file=sys.stderr, flush=True)
     try:
-        result = run(cfg, args.run_dir)
+        handle.wait()
     except KeyboardInterrupt:
+        handle.stop("stopped by Ctrl-C")  # every rank, within seconds
         print("workbench run: stopped by Ctrl-C; events kept", file=sys.stderr)
         return 130
+    result = {"run_dir": str(handle.run_dir), "returncode": handle.returncode, **handle.summary()}
     status = result.get("status")
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
