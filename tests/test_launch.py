@@ -138,3 +138,10 @@ def test_cli_flags_build_the_distributed_section():
     with pytest.raises(ConfigError, match="distributed.node_rank"):
         cli_run.build_config(bad)
     assert json.loads(RunConfig.smoke().to_json())["distributed"]["timeout_s"] > 0
+
+
+def test_diagnosis_when_no_rank_ever_started(tmp_path):
+    log = "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.\n"
+    d = diagnose(tmp_path, 1, log)
+    assert d["cause"] == "rendezvous" and "before any rank started" in d["message"]
+    assert "RendezvousConnectionError" in d["message"]

@@ -3,7 +3,7 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
 "Connection closed by peer". Called by the supervisor when a run ends; stdlib only.
 
     status: completed | failed | stopped
-    cause:  raised | killed | stalled | start_timeout | exited | stopped
+    cause:  raised | killed | stalled | start_timeout | rendezvous | exited | stopped
 """
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def traceback_of(run_dir: Path, rank: int, record: dict) -> str:
     return record.get("traceback", "")
 
 
+def _multi_rank(run_dir: Path) -> bool:
+    try:
+        return RunConfig.load(run_dir / "config.json").distributed.world_size > 1
+    except Exception:  # noqa: BLE001 - no readable config: assume torchrun
+        return True
+
+
 def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
     """Name the rank at fault in a failed run and say what happened to it."""
     records = [r for r in read_events(run_dir) if r.get("event") != "heartbeat"]
@@ -111,6 +118,13 @@ def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
         return {"cause": "raised", "failed_rank": rank, "error_type": r.get("error_type"),
                 "message": f"rank {rank}: {r.get('error_type')}: {r.get('message')}",
                 "traceback": traceback_of(run_dir, rank, r), "attempt": attempt}
+    if not by_rank and _multi_rank(run_dir):  # torchrun gave up before starting any rank
+        errors = [ln.strip() for ln in log_text.splitlines() if "Error" in ln and ":" in ln]
+        why = f": {errors[-1][-400:]}" if errors else ""
+        return {"cause": "rendezvous", "error_type": "RendezvousError",
+                "message": f"torchrun exited with code {returncode} before any rank started, so the "
+                           f"rendezvous failed; check that the endpoint is reachable and every node "
+                           f"uses the same one{why}", "attempt": attempt}
     return {"cause": "exited", "error_type": "ExitCode",
             "message": f"the launcher exited with code {returncode} before any rank reported an "
                        "error; see launcher.log", "attempt": attempt}
