@@ -157,9 +157,10 @@ def _release(pid: int) -> None:
         os.close(fd)
 
 
-def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None
-              ) -> RunHandle:
-    """Validate, make the run folder, and start the worker(s) under a supervisor. Returns at once."""
+def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
+              *, env: dict[str, str] | None = None) -> RunHandle:
+    """Validate, make the run folder, and start the worker(s) under a supervisor. Returns at once.
+    `env` adds environment variables for the ranks (OMP_NUM_THREADS, say)."""
     check_launch(cfg)  # refuse before anything is written
     if run_dir is None:
         run_dir = create_run_dir(cfg, root)
@@ -174,7 +175,7 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
     write_json_atomic(run_dir / "launch.json", {"t": round(time.time(), 4), "command": command})
     supervisor = [sys.executable, "-m", "workbench.supervisor", "--run-dir", str(run_dir),
                   "--parent-fd", str(read_fd), "--", *command]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
     with open(run_dir / "launcher.log", "ab") as log:
         proc = subprocess.Popen(supervisor, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
@@ -184,9 +185,10 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
     return RunHandle(run_dir, cfg, proc, command)
 
 
-def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None) -> dict:
+def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
+        *, env: dict[str, str] | None = None) -> dict:
     """Start a run, wait for it, and return its summary (status says how it ended)."""
-    handle = start_run(cfg, run_dir)
+    handle = start_run(cfg, run_dir, env=env)
     try:
         handle.wait(timeout_s)
     except subprocess.TimeoutExpired:

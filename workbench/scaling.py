@@ -62,9 +62,13 @@ def config_for(cfg: RunConfig, entry: dict) -> RunConfig:
 
 
 def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate: bool = False,
-          on_result: Callable[[dict], None] | None = None, timeout_s: float | None = None):
+          on_result: Callable[[dict], None] | None = None, timeout_s: float | None = None,
+          threads_per_process: int | None = 1):
     """Run the plan (one run at a time, so ranks do not compete with another study's) and return a
-    DataFrame: measured and ideal samples/s, speedup and efficiency per mode and process count."""
+    DataFrame: measured and ideal samples/s, speedup and efficiency per mode and process count.
+
+    Every process gets `threads_per_process` intra-op threads (torchrun's default for ranks is 1),
+    so 1 process and N ranks are compared like for like; None leaves a lone process all cores."""
     import pandas as pd
 
     from .launch import run
@@ -75,9 +79,11 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
     for e in entries:
         key = (e["processes"], e["batch_per_rank"], e["grad_accum_steps"])
         if key not in results:
-            results[key] = run(config_for(cfg, e), timeout_s=timeout_s)
+            env = {"OMP_NUM_THREADS": str(threads_per_process)} if threads_per_process else None
+            results[key] = run(config_for(cfg, e), timeout_s=timeout_s, env=env)
         s = results[key]
         row = {k: v for k, v in e.items() if k != "shared"}
+        row["threads_per_process"] = threads_per_process
         row.update(samples_per_s=s.get("samples_per_s"), step_time_ms=s.get("step_time_ms_median"),
                    status=s.get("status"), device=s.get("device"), run_dir=s.get("run_dir"))
         rows.append(row)
@@ -114,15 +120,22 @@ def explain(df, cores: int | None = None) -> str:
                      f"{top['speedup']:.2f}x the 1-process rate ({top['efficiency']:.0%} of ideal).")
     if not lines:
         return "Run at least two process counts to see scaling."
+    if (df["efficiency"].dropna() > 1.1).any():
+        lines.append("Above ideal means the smaller run was slowed by something else: other work on "
+                     "a shared machine, or a lone process given more threads than free cores. "
+                     "Rerun when the machine is quiet before reading the numbers.")
     on_gpu = "device" in df and df["device"].astype(str).str.startswith("cuda").any()
     if not on_gpu:
+        threads = df["threads_per_process"].iloc[0] if "threads_per_process" in df else None
+        how = (f"Every process ran {threads} thread(s), as torchrun gives each rank, so the "
+               "comparison is like for like. " if threads else
+               "A lone process used every core while each rank had one thread. ")
         lines.append(
-            f"This machine has {cores} CPU core(s). Each rank is a whole PyTorch process; "
-            "torchrun gives each one thread, while a single process uses every core for its "
-            "matrix work. With as many ranks as cores they compete for the same cores, and the "
-            "gradient all-reduce (gloo, over loopback) adds a fixed cost per step, so expect "
-            "efficiency below 100% and often below 50%. Weak scaling looks better than strong "
-            "because each rank keeps a full batch, so compute grows with communication.")
+            f"This machine has {cores} CPU core(s). {how}Each rank is a whole PyTorch process; "
+            "with as many ranks as cores they compete for the same cores (and with everything "
+            "else running), and the gradient all-reduce (gloo, over loopback) adds a cost per "
+            "step, so expect efficiency below 100%. Weak scaling usually looks better than strong "
+            "because each rank keeps a full batch, so compute grows along with communication.")
     lines.append("On GPUs each rank has its own device; what is lost to ideal is the "
                  "communication share of a step (all-reduce of the gradients over NVLink or the "
                  "network), which larger batches and gradient accumulation amortize.")

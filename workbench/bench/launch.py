@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 from ..config import RunConfig
 from ..events import read_events
@@ -67,21 +66,6 @@ def breakdown(run_dir, t0: float) -> dict[str, float]:
             "first step": step["t"] - ready["t"]}
 
 
-@contextmanager
-def _omp_threads(value: str | None):
-    """OMP_NUM_THREADS for the runs started inside (children inherit the environment)."""
-    old = os.environ.get("OMP_NUM_THREADS")
-    if value is not None:
-        os.environ["OMP_NUM_THREADS"] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = old
-
-
 def _launch_t0(run_dir) -> float:
     import json
 
@@ -123,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(2):
         for name, (n, threads) in variants.items():
-            with _omp_threads(threads):
-                s = run(base.replace(**{"distributed.nproc": n, "run.steps": args.steps,
-                                        "run.label": f"bench-rate-{n}p"}))
+            s = run(base.replace(**{"distributed.nproc": n, "run.steps": args.steps,
+                                    "run.label": f"bench-rate-{n}p"}),
+                    env={"OMP_NUM_THREADS": threads} if threads else None)
             rates[name].append(s.get("samples_per_s") or 0.0)
     print(f"\nsamples/s in total, {base.model.name} width {base.model.width}, batch "
           f"{base.loader.batch_size} per rank, {os.cpu_count()} cores, medians of 2 interleaved runs:")

@@ -17,7 +17,8 @@ from ..scaling import add_ideal, explain, study
 from .charts import COLORS
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
-           "samples_per_s", "ideal_samples_per_s", "speedup", "efficiency", "status"]
+           "threads_per_process", "samples_per_s", "ideal_samples_per_s", "speedup", "efficiency",
+           "status"]
 
 
 def scaling_figure() -> go.FigureWidget:
