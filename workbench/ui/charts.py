@@ -5,6 +5,8 @@ rank (plus the total samples/s over ranks), redrawn from a RunSeries inside `bat
 """
 from __future__ import annotations
 
+from copy import deepcopy
+
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
@@ -31,6 +33,16 @@ def thin(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[list, list]:
     return [xs[i] for i in idx], [ys[i] for i in idx]
 
 
+def publish(fig: go.FigureWidget) -> None:
+    """Store the figure's current data and layout in the widget state a new view starts from.
+
+    plotly refreshes that state only in the FigureWidget's own repr, which displaying it inside a
+    container (VBox, HBox) skips: the view would start from the figure as first built, and a
+    reloaded page would show empty charts. Views already shown follow the update messages."""
+    fig._widget_layout = deepcopy(fig._layout_obj._props)
+    fig._widget_data = deepcopy(fig._data)
+
+
 def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250) -> go.FigureWidget:
     fig = go.FigureWidget()
     fig.update_layout(title={"text": title, "x": 0.02, "font": {"size": 14}}, height=height,
@@ -38,6 +50,7 @@ def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250
                       template="plotly_white", showlegend=True,
                       legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
                       xaxis_title=xlabel, yaxis_title=ylabel, uirevision="keep")
+    publish(fig)
     return fig
 
 
@@ -82,6 +95,7 @@ class LiveCharts:
                 for trace in fig.data[len(traces):]:  # after a reset: empty, not removed
                     trace.x, trace.y = [], []
                 fig.layout.title.text = _title(CHARTS[name][0], series)
+            publish(fig)
         self.redraws += 1
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..events import read_events
 from ..runstore import compare, list_runs
-from .charts import COLORS, make_figure, thin
+from .charts import COLORS, make_figure, publish, thin
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
 FORMATS = {"samples_per_s": "{:,.0f}", "speedup": "{:.2f}x", "step_time_ms": "{:.2f}",
@@ -104,6 +104,7 @@ class CompareView:
                         trace.line = {"color": COLORS[i % len(COLORS)], "width": 1.5}
                     else:
                         trace.x, trace.y, trace.name = [], [], ""
+            publish(fig)
         self.table.value = table_html(self.frame)
 
     def _repr_mimebundle_(self, **kwargs):

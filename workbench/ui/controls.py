@@ -17,7 +17,11 @@ PRECISION_TIPS = {"fp32": "full precision: the baseline",
                   "bf16": "bfloat16 autocast: fp32's range with fewer mantissa bits, no scaler",
                   "fp16": "float16 autocast with a gradient scaler against underflow"}
 TOGGLES = {"tf32": "TF32 matmuls", "channels_last": "channels_last", "compile": "torch.compile"}
-_W = {"style": {"description_width": "90px"}, "layout": widgets.Layout(width="230px")}
+
+
+def _w() -> dict:
+    """Style and a fresh Layout for each input (a shared Layout would tie their sizes together)."""
+    return {"style": {"description_width": "90px"}, "layout": widgets.Layout(width="230px")}
 
 
 class Controls:
@@ -30,13 +34,13 @@ class Controls:
         self.device = ChoiceButtons(["cpu", "cuda"], device, "device",
                                     {"cpu": "train on the CPU", "cuda": "train on the GPU"})
         models = list(BUILTIN_MODELS) + ([cfg.model.name] if cfg.model.name not in BUILTIN_MODELS else [])
-        self.model = widgets.Dropdown(options=models, value=cfg.model.name, description="model", **_W)
+        self.model = widgets.Dropdown(options=models, value=cfg.model.name, description="model", **_w())
         self.batch_size = widgets.BoundedIntText(cfg.loader.batch_size, min=1, max=65536,
-                                                 description="batch size", **_W)
+                                                 description="batch size", **_w())
         self.steps = widgets.BoundedIntText(cfg.run.steps, min=1, max=10_000_000,
-                                            description="steps", **_W)
+                                            description="steps", **_w())
         self.lr = widgets.BoundedFloatText(cfg.optim.lr, min=1e-8, max=10.0, step=1e-4,
-                                           description="learning rate", **_W)
+                                           description="learning rate", **_w())
         self.toggles = {
             "tf32": widgets.Checkbox(cfg.precision.tf32, description=TOGGLES["tf32"], indent=False),
             "channels_last": widgets.Checkbox(cfg.precision.channels_last,

@@ -10,7 +10,7 @@ from collections import deque
 
 import ipywidgets as widgets
 
-from .charts import make_figure
+from .charts import make_figure, publish
 
 WINDOW = 120  # samples kept: two minutes at 1 Hz
 
@@ -20,6 +20,7 @@ class MonitorView:
         self.line = widgets.HTML("<span class='wb-monitor'>system monitor: starts with a run</span>")
         self.figure = make_figure("Utilization (device level)", "%", xlabel="seconds", height=220)
         self.figure.update_layout(width=430, yaxis_range=[0, 105])
+        publish(self.figure)
         self.widget = widgets.VBox([self.line, self.figure])
         self._t0: float | None = None
         self._x: deque = deque(maxlen=WINDOW)
@@ -41,6 +42,7 @@ class MonitorView:
         with self.figure.batch_update():
             for trace, (name, ys) in zip(self.figure.data, traces):
                 trace.x, trace.y, trace.name = x[-len(ys):], ys, name
+        publish(self.figure)
 
 
 def describe(s: dict) -> str:

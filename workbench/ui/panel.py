@@ -105,7 +105,7 @@ class RunPanel:
         self.stop()
         self.dashboard.stop()
         self.monitor.stop()
-        self.widget.close()
+        _close_tree(self.widget)
 
     # --- callbacks from the dashboard thread ---------------------------------------------------
     def _on_update(self, s: RunSeries) -> None:
@@ -133,3 +133,10 @@ class RunPanel:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _close_tree(widget) -> None:
+    """Close a widget and everything inside it (closing a box leaves its children open)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
