@@ -1,12 +1,19 @@
 """Start training runs as child processes and own them.
 
+    python -c "from workbench.launch import run; from workbench import RunConfig; \
+               print(run(RunConfig.smoke().replace(**{'distributed.nproc': 2})))"
+
 One process: `python -m workbench.worker --config RUN_DIR/config.json`. Several: the same module
-under `torchrun`. The kernel (or CLI) never trains in-process, so a crash cannot take it down and
-device memory is released between runs.
+under `torchrun` (one node on 127.0.0.1 with a free port, or several nodes at a rendezvous
+endpoint). Either way a supervisor process (workbench.supervisor) sits between this process and
+the run: it sweeps every rank when the run is stopped, fails, stalls, or when this process dies,
+and writes how the run ended into summary.json. The kernel (or CLI) never trains in-process.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -15,7 +22,11 @@ import time
 from pathlib import Path
 
 from .config import ConfigError, RunConfig
-from .runstore import create_run_dir, read_summary
+from .runstore import create_run_dir, read_summary, write_json_atomic
+
+# Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
+TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+_OWNED: dict[int, int] = {}  # supervisor pid -> write end of its lifeline pipe
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -24,20 +35,71 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_backend(cfg: RunConfig) -> str:
+    from .precision import resolve_device
+
+    if cfg.distributed.backend != "auto":
+        return cfg.distributed.backend
+    return "nccl" if resolve_device(cfg.run.device).type == "cuda" else "gloo"
+
+
+def check_launch(cfg: RunConfig) -> None:
+    """Refuse a run this machine cannot start, before anything is written or spawned."""
+    import torch
+
+    from .precision import check_supported, resolve_device
+
+    cfg.validate()
+    device = resolve_device(cfg.run.device)
+    check_supported(cfg, device)
+    d = cfg.distributed
+    if resolve_backend(cfg) == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0:
+            raise ConfigError("distributed.backend 'nccl' needs CUDA GPUs, found none; "
+                              "use 'gloo' (or 'auto') on a CPU")
+        if d.nproc > gpus:
+            raise ConfigError(f"distributed.nproc must be <= {gpus} (the GPUs on this node) with "
+                              f"backend nccl, got {d.nproc}; use fewer processes or backend 'gloo'")
+
+
 def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
     """The exact command that runs this config: copy it to a terminal or a cluster job."""
+    run_dir = Path(run_dir)
     config = str(run_dir / "config.json")
     d = cfg.distributed
     if d.world_size == 1:
         return [sys.executable, "-m", "workbench.worker", "--config", config]
+    env = dict(TORCHRUN_ENV)
     if d.nnodes == 1:
         endpoint, local = f"127.0.0.1:{free_port()}", ["--local-addr", "127.0.0.1"]
     else:
         endpoint, local = d.rdzv_endpoint, []
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={d.nnodes}",
+        if is_loopback(endpoint.rpartition(":")[0]):  # nodes simulated on this machine
+            local = ["--local-addr", "127.0.0.1"]
+    runner = "torch.distributed.run"
+    if local:  # everything on this machine: keep every socket on loopback
+        env["GLOO_SOCKET_IFNAME"] = _loopback_ifname()
+        runner = "workbench.loopback"  # torchrun with its stores bound to 127.0.0.1
+    return ["env", *(f"{k}={v}" for k, v in env.items()),
+            sys.executable, "-m", runner, f"--nnodes={d.nnodes}",
             f"--nproc-per-node={d.nproc}", f"--node-rank={d.node_rank}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", *local, f"--max-restarts={d.max_restarts}",
             f"--log-dir={run_dir / 'torchrun_logs'}", "-m", "workbench.worker", "--config", config]
+
+
+def _loopback_ifname() -> str:
+    names = [name for _, name in socket.if_nameindex()]
+    return "lo" if "lo" in names or not names else names[0]
 
 
 class RunHandle:
@@ -50,25 +112,36 @@ class RunHandle:
 
     @property
     def returncode(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        if code is not None:
+            _release(self.proc.pid)
+        return code
+
+    @property
+    def shell_command(self) -> str:
+        return shlex.join(self.command)
 
     def running(self) -> bool:
-        return self.proc.poll() is None
+        return self.returncode is None
 
     def wait(self, timeout: float | None = None) -> int:
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        _release(self.proc.pid)
+        return code
 
-    def stop(self, grace_s: float = 3.0) -> int:
-        """SIGTERM the whole process group, then SIGKILL whatever is left after `grace_s`."""
+    def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
+        """Stop every rank (SIGTERM, SIGKILL after 2 s); the run is marked stopped, events kept."""
         self.stopped = True
         if self.running():
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            (self.run_dir / "stop_reason.txt").write_text(reason)
             try:
-                return self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                return self.wait(timeout_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-        _signal_group(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait()
+            _release(self.proc.pid)  # a wedged supervisor: its lifeline closes, and it is killed
+            self.proc.kill()
+        return self.wait()
 
     def summary(self) -> dict:
         return read_summary(self.run_dir)
@@ -78,20 +151,17 @@ class RunHandle:
         return path.read_text(errors="replace")[-n_chars:] if path.is_file() else ""
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
+def _release(pid: int) -> None:
+    fd = _OWNED.pop(pid, None)
+    if fd is not None:
+        os.close(fd)
 
 
-def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None
-              ) -> RunHandle:
-    """Validate, make the run folder, and start the worker(s). Returns at once."""
-    from .precision import check_supported, resolve_device
-
-    cfg.validate()
-    check_supported(cfg, resolve_device(cfg.run.device))  # refuse before anything is written
+def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
+              *, env: dict[str, str] | None = None) -> RunHandle:
+    """Validate, make the run folder, and start the worker(s) under a supervisor. Returns at once.
+    `env` adds environment variables for the ranks (OMP_NUM_THREADS, say)."""
+    check_launch(cfg)  # refuse before anything is written
     if run_dir is None:
         run_dir = create_run_dir(cfg, root)
     else:
@@ -101,22 +171,29 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(run_dir / "config.json")
     command = worker_command(cfg, run_dir)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    log = open(run_dir / "launcher.log", "ab")
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)  # its own group: stop() reaches every rank
-    log.close()
+    read_fd, write_fd = os.pipe()  # the lifeline: end-of-file tells the supervisor we died
+    write_json_atomic(run_dir / "launch.json", {"t": round(time.time(), 4), "command": command})
+    supervisor = [sys.executable, "-m", "workbench.supervisor", "--run-dir", str(run_dir),
+                  "--parent-fd", str(read_fd), "--", *command]
+    env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
+    with open(run_dir / "launcher.log", "ab") as log:
+        proc = subprocess.Popen(supervisor, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
+                                start_new_session=True)  # Ctrl-C in a terminal reaches us only
+    os.close(read_fd)
+    _OWNED[proc.pid] = write_fd
     return RunHandle(run_dir, cfg, proc, command)
 
 
-def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None) -> dict:
+def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
+        *, env: dict[str, str] | None = None) -> dict:
     """Start a run, wait for it, and return its summary (status says how it ended)."""
-    handle = start_run(cfg, run_dir)
+    handle = start_run(cfg, run_dir, env=env)
     try:
         handle.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        handle.stop()
+        handle.stop(f"timed out after {timeout_s:g} s")
     except BaseException:
-        handle.stop()
+        handle.stop("interrupted (Ctrl-C)")
         raise
     return {"run_dir": str(handle.run_dir), "returncode": handle.returncode, **handle.summary()}

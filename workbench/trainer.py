@@ -23,6 +23,7 @@ from .config import RunConfig
 from .data import build_data, make_loader
 from .events import EventWriter
 from .hardware.mfu import MfuMeter
+from .loopback import process_group_store
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler, resolve_device
 
@@ -98,14 +99,19 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     """Train per the config, writing events as it goes; returns the summary figures."""
     t_launch = time.time()
     events.write("start", pid=os.getpid(), host=socket.gethostname(), world_size=env.world_size,
-                 local_rank=env.local_rank, torch=torch.__version__, precision=cfg.precision.dtype)
+                 local_rank=env.local_rank, torch=torch.__version__, precision=cfg.precision.dtype,
+                 threads=torch.get_num_threads())
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, env)
     check_supported(cfg, device)
     apply_backend_flags(cfg, device)
+    t_pg = time.time()
     if env.world_size > 1 and not dist.is_initialized():
+        store = process_group_store(env.rank, env.world_size, cfg.distributed.timeout_s)
+        where = {"store": store, "rank": env.rank, "world_size": env.world_size} if store else {}
         dist.init_process_group(backend_for(cfg, device),
-                                timeout=timedelta(seconds=cfg.distributed.timeout_s))
+                                timeout=timedelta(seconds=cfg.distributed.timeout_s), **where)
+    init_pg_s = round(time.time() - t_pg, 3)  # the process group's rendezvous
 
     data = build_data(cfg)
     model = build_model(cfg, data).to(device)
@@ -133,7 +139,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     fp16 = cfg.precision.dtype == "fp16"
     channels_last = cfg.precision.channels_last
     events.write("ready", device=str(device), params=n_params, task=data.task, train_samples=len(data.train),
-                 setup_s=round(time.time() - t_launch, 3), **memory.sample(device))
+                 setup_s=round(time.time() - t_launch, 3), init_pg_s=init_pg_s, **memory.sample(device))
 
     step_times, waits, losses = [], [], []
     skipped = nonfinite = 0
@@ -201,6 +207,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
         test_loader = make_loader(data.test, cfg, train=False)
         summary.update(evaluate(_unwrap(model), test_loader, cfg, device, data.task,
                                 cfg.run.eval_batches))
+    summary["param_sum"] = param_sum(_unwrap(model))  # equal on every rank when DDP kept them in sync
     mem = memory.sample(device)
     summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
     if cfg.run.save_weights and env.rank == 0:
@@ -209,6 +216,11 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     if env.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
     return summary
+
+
+def param_sum(model: torch.nn.Module) -> float:
+    with torch.no_grad():
+        return sum(p.detach().double().sum().item() for p in model.parameters())
 
 
 def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int) -> dict:

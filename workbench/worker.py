@@ -6,19 +6,24 @@
 It reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT),
 appends events to RUN_DIR/rank{R}.jsonl and always ends them with a `done` or `error` record.
 SIGTERM or Ctrl-C stops it cleanly: an `error` record with status "stopped", exit code 143.
+A rank dies with its parent (PR_SET_PDEATHSIG), writes a heartbeat every second, and an exception is
+also recorded in torchrun's error file, so torchrun reports the failing rank's own traceback.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from .events import EventWriter
+from .heartbeat import Heartbeat, LockedWriter
+from .supervisor import set_pdeathsig
 
 EXIT_STOPPED = 143
+T_MAIN = time.time()  # the interpreter is up and this module imported, before torch is
 
 
 class RunStopped(Exception):
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="RUN_DIR/config.json")
     args = parser.parse_args(argv)
+    set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
     config_path = Path(args.config)
     run_dir = config_path.parent
     if not config_path.is_file():
@@ -50,11 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     from .trainer import RankEnv  # imports torch: after the cheap checks
 
     env = RankEnv.from_environ()
-    events = EventWriter(run_dir, env.rank, env.attempt)
+    events = LockedWriter(run_dir, env.rank, env.attempt)
+    events.write("launch", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4))
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     t0 = time.time()
     cfg = None
+    heartbeat = Heartbeat(events)
+    heartbeat.start()
     try:
         from .config import RunConfig
         from .trainer import train
@@ -79,8 +88,29 @@ def main(argv: list[str] | None = None) -> int:
                 {"error_type": type(e).__name__, "message": str(e), "rank": env.rank})
         raise
     finally:
+        heartbeat.stop()
         events.close()
 
 
+def _created_t() -> float | None:
+    """When this process was created (wall clock): interpreter start-up is main_t minus this."""
+    try:
+        import psutil
+
+        return round(psutil.Process().create_time(), 4)
+    except Exception:  # noqa: BLE001 - timing detail only
+        return None
+
+
+def _main_recorded() -> int:
+    """main() wrapped by torchrun's error recorder: an exception lands in the rank's error file,
+    which torchrun shows as the root cause instead of the other ranks' knock-on errors."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:
+        return main()
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(main)()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_recorded())

@@ -1,6 +1,9 @@
 """`workbench run`: train one config (one process or several with --nproc) and print its summary.
 
     workbench run --precision bf16 --json
+    workbench run --nproc 2 --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29400   # on each node
+
+Ctrl-C stops every rank (the run is marked stopped, its events kept) and exits 130.
 """
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ FLAGS = {  # flag -> dotted config field
     "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
     "batch_size": "loader.batch_size", "nproc": "distributed.nproc", "lr": "optim.lr",
     "device": "run.device", "seed": "run.seed", "label": "run.label",
+    "nnodes": "distributed.nnodes", "node_rank": "distributed.node_rank",
+    "rdzv_endpoint": "distributed.rdzv_endpoint", "backend": "distributed.backend",
+    "max_restarts": "distributed.max_restarts",
 }
 
 
@@ -26,6 +32,11 @@ def add_parser(sub):
     p.add_argument("--steps", type=int)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--nproc", type=int, help="processes (ranks) on this node, launched with torchrun")
+    p.add_argument("--nnodes", type=int, help="machines in a multi-node run (needs --rdzv-endpoint)")
+    p.add_argument("--node-rank", type=int, help="this machine's index, 0..nnodes-1")
+    p.add_argument("--rdzv-endpoint", help="host:port of node 0, the same on every node")
+    p.add_argument("--backend", help="auto | gloo | nccl (auto: nccl on GPUs, gloo on CPUs)")
+    p.add_argument("--max-restarts", type=int, help="restart every rank this many times on a failure")
     p.add_argument("--lr", type=float)
     p.add_argument("--device", help="auto | cpu | cuda")
     p.add_argument("--seed", type=int)
@@ -56,19 +67,25 @@ def build_config(args) -> RunConfig:
 
 
 def main(args) -> int:
-    from ..launch import run
+    from ..launch import start_run
 
     cfg = build_config(args)
+    handle = start_run(cfg, args.run_dir)
+    print(f"workbench run: {handle.run_dir}\n  {handle.shell_command}", file=sys.stderr, flush=True)
     try:
-        result = run(cfg, args.run_dir)
+        handle.wait()
     except KeyboardInterrupt:
+        handle.stop("stopped by Ctrl-C")  # every rank, within seconds
         print("workbench run: stopped by Ctrl-C; events kept", file=sys.stderr)
         return 130
+    result = {"run_dir": str(handle.run_dir), "returncode": handle.returncode, **handle.summary()}
     status = result.get("status")
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         print(format_summary(result))
+    if result.get("traceback"):
+        print(result["traceback"].rstrip(), file=sys.stderr)
     if status != "completed":
         reason = result.get("message") or f"worker exited with code {result.get('returncode')}"
         print(f"workbench run: {status}: {result.get('error_type', '')}: {reason} "

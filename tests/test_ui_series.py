@@ -1,0 +1,78 @@
+"""RunSeries and Throttle: the data behind the live charts, no widgets involved."""
+from __future__ import annotations
+
+import pytest
+from ui_records import lifecycle, step_records
+
+from workbench.ui.series import RunSeries
+from workbench.ui.throttle import Throttle
+
+
+def test_series_per_rank_curves_and_total_throughput():
+    s = RunSeries(world_size=2)
+    s.feed(lifecycle(2) + step_records(10, rank=0) + step_records(10, rank=1))
+    assert s.status == "running"
+    assert sorted(s.ranks) == [0, 1]
+    assert s.ranks[1]["step"] == list(range(1, 11))
+    assert s.total["step"] == list(range(1, 11))
+    assert s.total["samples_per_s"][0] == pytest.approx(100.0 + 101.0)
+    assert s.ranks[0]["mem_step"] == [1, 6]
+    assert s.latest("samples_per_s") == pytest.approx(201.0)
+
+
+def test_total_waits_for_every_rank():
+    s = RunSeries(world_size=2)
+    s.feed(step_records(5, rank=0))
+    assert s.total["step"] == []
+    s.feed(step_records(3, rank=1))
+    assert s.total["step"] == [1, 2, 3]
+
+
+def test_data_wait_share_amp_health_and_mfu():
+    s = RunSeries()
+    s.feed(step_records(4, grad_scale=32768.0, skipped_steps=1, mfu=0.25))
+    assert s.data_wait_share() == pytest.approx(0.4)
+    assert s.amp == {"grad_scale": 32768.0, "skipped_steps": 1}
+    assert s.mfu == 0.25
+
+
+def test_stopped_failed_and_completed_status():
+    stopped = RunSeries()
+    stopped.feed(step_records(3) + [{"event": "error", "rank": 0, "t": 2000, "status": "stopped",
+                                     "message": "stopped by signal SIGTERM"}])
+    assert stopped.finished and stopped.status == "stopped"
+    failed = RunSeries(world_size=2)
+    failed.feed([{"event": "error", "rank": 1, "t": 5, "status": "failed", "error_type": "OOM",
+                  "message": "boom"}])
+    assert failed.status == "failed" and failed.message == "rank 1: OOM: boom"
+    done = RunSeries(world_size=2)
+    done.feed([{"event": "done", "rank": 0, "t": 1, "samples_per_s": 1234.0}])
+    assert not done.finished  # rank 1 still going
+    done.feed([{"event": "done", "rank": 1, "t": 2}])
+    assert done.status == "completed" and "1,234 samples/s" in done.message
+
+
+def test_restart_attempt_replaces_the_old_curve():
+    s = RunSeries()
+    s.feed(step_records(5))
+    s.feed([dict(r, attempt=1) for r in step_records(2)])
+    assert s.ranks[0]["step"] == [1, 2]
+
+
+def test_exited_without_final_record():
+    s = RunSeries()
+    s.feed(step_records(2))
+    s.mark_exited(-9)
+    assert s.status == "failed" and "code -9" in s.message
+
+
+def test_throttle_limits_rate_with_a_fake_clock():
+    now = [0.0]
+    t = Throttle(4.0, clock=lambda: now[0])
+    fired = 0
+    for _ in range(1000):  # 1000 checks over 10 s
+        fired += t.ready()
+        now[0] += 0.01
+    assert 39 <= fired <= 41
+    with pytest.raises(ValueError, match="max_per_s must be > 0"):
+        Throttle(0)

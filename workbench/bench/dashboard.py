@@ -1,0 +1,78 @@
+"""Does watching a run slow it down? The same training run with the live dashboard attached (its
+tailer thread and throttled chart redraws in this process, as in a notebook) against no dashboard,
+alternating A B B A so drift on a shared machine hits both alike. Goal: at most 5 % fewer
+samples/s with the dashboard.
+
+    python -m workbench.bench.dashboard [--rounds 3] [--steps 300]   # or: python -m workbench.bench dashboard
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from ..config import RunConfig
+from ..launch import start_run
+from ..quick import scaled
+
+
+def one_run(cfg: RunConfig, watched: bool) -> dict:
+    """Start the worker, optionally watch it live, wait; the worker measures its own samples/s."""
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    handle = start_run(cfg)
+    dash = None
+    if watched:
+        from ..ui.dashboard import LiveDashboard  # the UI is imported only when it is measured
+
+        dash = LiveDashboard(handle.run_dir, world_size=cfg.distributed.world_size,
+                             total_steps=cfg.run.steps).start()
+    try:
+        handle.wait(timeout=1800)
+    finally:
+        if handle.running():
+            handle.stop()
+    if dash is not None:
+        dash.wait(30)
+        dash.stop()
+    summary = handle.summary()
+    if summary.get("status") != "completed":
+        raise RuntimeError(f"benchmark run {handle.run_dir} ended {summary.get('status')!r}: "
+                           f"{handle.log_tail(500)}")
+    wall = time.monotonic() - wall0
+    return {"samples_per_s": summary["samples_per_s"], "wall_s": wall,
+            "cpu_ms_per_s": (time.process_time() - cpu0) * 1e3 / wall,
+            "redraws": dash.redraws if dash else 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.bench.dashboard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=scaled(3, 1), help="A-B pairs (default 3)")
+    parser.add_argument("--steps", type=int, default=scaled(300, 40), help="steps per run")
+    args = parser.parse_args(argv)
+    cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.label": "bench-dashboard",
+                                         "run.save_weights": False, "run.eval_batches": 0})
+    print(f"default config ({cfg.model.name} width {cfg.model.width}, batch "
+          f"{cfg.loader.batch_size}), {args.steps} steps, {args.rounds} rounds, A B B A order")
+    results: dict[bool, list[dict]] = {False: [], True: []}
+    for i in range(args.rounds):
+        for watched in ((False, True) if i % 2 == 0 else (True, False)):
+            r = one_run(cfg, watched)
+            results[watched].append(r)
+            print(f"  round {i + 1} {'dashboard' if watched else 'no dashboard':>12}: "
+                  f"{r['samples_per_s']:>9,.0f} samples/s, {r['redraws']:>3} redraws in "
+                  f"{r['wall_s']:.1f} s, this process used {r['cpu_ms_per_s']:.0f} ms CPU/s",
+                  flush=True)
+    plain = statistics.median(r["samples_per_s"] for r in results[False])
+    watched = statistics.median(r["samples_per_s"] for r in results[True])
+    ratios = [w["samples_per_s"] / p["samples_per_s"] for p, w in zip(results[False], results[True])]
+    ratio = watched / plain
+    print(f"samples/s with the dashboard / without: {ratio:.3f} (median of runs; per round: "
+          f"{', '.join(f'{x:.3f}' for x in ratios)})")
+    verdict = "within" if ratio >= 0.95 else "OUTSIDE"
+    print(f"{(1 - ratio) * 100:+.1f} % fewer samples/s with the dashboard: {verdict} the 5 % goal")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

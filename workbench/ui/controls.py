@@ -1,0 +1,110 @@
+"""The control panel's inputs, bound to RunConfig: precision, model, batch size, steps, learning
+rate, device, and the TF32 / channels_last / compile toggles. Choices the device cannot run are
+disabled with a tooltip that says why (from `workbench.precision.unsupported_reason`).
+
+    c = Controls(RunConfig.default()); c.set(precision="bf16", steps=50); cfg = c.config()
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+import torch
+
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig
+from ..precision import resolve_device, unsupported_reason
+from .choices import ChoiceButtons
+
+PRECISION_TIPS = {"fp32": "full precision: the baseline",
+                  "bf16": "bfloat16 autocast: fp32's range with fewer mantissa bits, no scaler",
+                  "fp16": "float16 autocast with a gradient scaler against underflow"}
+TOGGLES = {"tf32": "TF32 matmuls", "channels_last": "channels_last", "compile": "torch.compile"}
+
+
+def _w() -> dict:
+    """Style and a fresh Layout for each input (a shared Layout would tie their sizes together)."""
+    return {"style": {"description_width": "90px"}, "layout": widgets.Layout(width="230px")}
+
+
+class Controls:
+    def __init__(self, cfg: RunConfig):
+        cfg.validate()
+        self.base = cfg
+        device = resolve_device(cfg.run.device).type
+        self.precision = ChoiceButtons(["fp32", "bf16", "fp16"], cfg.precision.dtype, "precision",
+                                       PRECISION_TIPS)
+        self.device = ChoiceButtons(["cpu", "cuda"], device, "device",
+                                    {"cpu": "train on the CPU", "cuda": "train on the GPU"})
+        models = list(BUILTIN_MODELS) + ([cfg.model.name] if cfg.model.name not in BUILTIN_MODELS else [])
+        self.model = widgets.Dropdown(options=models, value=cfg.model.name, description="model", **_w())
+        self.batch_size = widgets.BoundedIntText(cfg.loader.batch_size, min=1, max=65536,
+                                                 description="batch size", **_w())
+        self.steps = widgets.BoundedIntText(cfg.run.steps, min=1, max=10_000_000,
+                                            description="steps", **_w())
+        self.lr = widgets.BoundedFloatText(cfg.optim.lr, min=1e-8, max=10.0, step=1e-4,
+                                           description="learning rate", **_w())
+        self.toggles = {
+            "tf32": widgets.Checkbox(cfg.precision.tf32, description=TOGGLES["tf32"], indent=False),
+            "channels_last": widgets.Checkbox(cfg.precision.channels_last,
+                                              description=TOGGLES["channels_last"], indent=False),
+            "compile": widgets.Checkbox(cfg.compile.enabled, description=TOGGLES["compile"],
+                                        indent=False)}
+        if not torch.cuda.is_available():
+            self.device.set_reason("cuda", "torch sees no CUDA GPU on this machine")
+        for w in (self.model, self.batch_size, self.steps, self.lr):
+            w.observe(lambda _: self.refresh_support(), names="value")
+        self.device.observe(lambda _: self.refresh_support())
+        self.refresh_support()
+        self.widget = widgets.VBox([
+            self.precision.widget, self.device.widget,
+            widgets.HBox([self.model, self.batch_size]), widgets.HBox([self.steps, self.lr]),
+            widgets.HBox(list(self.toggles.values()))])
+
+    def config(self) -> RunConfig:
+        """The RunConfig the widgets describe (validated; ConfigError names a bad field)."""
+        model = self.model.value
+        data = self.base.data.name
+        if model == "transformer":
+            data = "text"
+        elif model in BUILTIN_MODELS and data == "text":
+            data = "digits"
+        return self.base.replace(**{
+            "model.name": model, "data.name": data, "loader.batch_size": self.batch_size.value,
+            "run.steps": self.steps.value, "optim.lr": float(self.lr.value),
+            "run.device": self.device.value, "precision.dtype": self.precision.value,
+            "precision.tf32": self.toggles["tf32"].value,
+            "precision.channels_last": self.toggles["channels_last"].value,
+            "compile.enabled": self.toggles["compile"].value})
+
+    def set(self, **values) -> None:
+        """Set widgets by name, as a person would: precision, device, model, batch_size, steps,
+        lr, tf32, channels_last, compile."""
+        for name, value in values.items():
+            if name in ("precision", "device"):
+                getattr(self, name).value = value
+            elif name in ("model", "batch_size", "steps", "lr"):
+                getattr(self, name).value = value
+            elif name in self.toggles:
+                box = self.toggles[name]
+                if value and box.disabled:
+                    raise ConfigError(f"{name} cannot be turned on here: {box.tooltip}")
+                box.value = bool(value)
+            else:
+                raise ConfigError(f"unknown control {name!r}; allowed: precision, device, model, "
+                                  f"batch_size, steps, lr, {', '.join(self.toggles)}")
+
+    def refresh_support(self) -> None:
+        """Grey out what this device and model cannot do, with the reason as the tooltip."""
+        device = torch.device(self.device.value)
+        try:
+            cfg = self.config()
+        except ConfigError:
+            cfg = self.base
+        for option in ("bf16", "fp16"):
+            self.precision.set_reason(option, unsupported_reason(cfg, device, option))
+        if self.precision.buttons[self.precision.value].disabled:
+            self.precision.value = "fp32"
+        for option, box in self.toggles.items():
+            reason = unsupported_reason(cfg, device, option)
+            box.disabled = reason is not None
+            box.tooltip = f"unavailable: {reason}" if reason else TOGGLES[option]
+            if reason and box.value:
+                box.value = False

@@ -1,0 +1,176 @@
+"""LiveDashboard: tails a run folder on a thread and keeps the live charts and readouts current,
+redrawing at most `max_redraws_per_s` times a second whatever the step rate.
+
+    dash = LiveDashboard(run_dir, world_size=2); display(dash.widget); dash.start() ... dash.stop()
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import ipywidgets as widgets
+
+from ..events import RunTail
+from .charts import LiveCharts
+from .series import RunSeries
+from .throttle import Throttle
+
+STATUS_COLORS = {"completed": "#2ca02c", "stopped": "#d62728", "failed": "#d62728"}
+
+
+class LiveDashboard:
+    """Charts and readouts of one run. Reusable: `watch(run_dir)` switches to another run."""
+
+    def __init__(self, run_dir: str | Path | None = None, world_size: int = 1,
+                 total_steps: int | None = None, max_redraws_per_s: float = 4.0,
+                 poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic):
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.poll_s, self.max_redraws_per_s, self.clock = poll_s, max_redraws_per_s, clock
+        self.charts = LiveCharts()
+        self.header = widgets.HTML()
+        self.readout = widgets.HTML()
+        self.widget = widgets.VBox([self.header, self.readout, self.charts.widget])
+        self._listeners: list[Callable[[RunSeries], None]] = []
+        self._finish_listeners: list[Callable[[RunSeries], None]] = []
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._alive: Callable[[], bool] | None = None
+        self._reset(world_size, total_steps)
+        self.redraw()
+
+    # --- wiring -----------------------------------------------------------------------------
+    def on_update(self, callback: Callable[[RunSeries], None]) -> None:
+        """Call `callback(series)` after every redraw (from the dashboard's thread)."""
+        self._listeners.append(callback)
+
+    def on_finish(self, callback: Callable[[RunSeries], None]) -> None:
+        """Call `callback(series)` once the run has ended and the last redraw is done."""
+        self._finish_listeners.append(callback)
+
+    def _reset(self, world_size: int, total_steps: int | None) -> None:
+        self.series = RunSeries(world_size, total_steps)
+        self.throttle = Throttle(self.max_redraws_per_s, self.clock)
+        self._drawn_version = -1
+
+    # --- feeding and drawing ----------------------------------------------------------------
+    def feed(self, records: list[dict]) -> None:
+        with self._lock:
+            self.series.feed(records)
+
+    def maybe_redraw(self, force: bool = False) -> bool:
+        """Redraw if something changed and the throttle allows it (or `force`). True if drawn."""
+        with self._lock:
+            if self.series.version == self._drawn_version:
+                return False
+            if not (self.throttle.ready() or force):
+                return False
+            self.redraw()
+            return True
+
+    @property
+    def redraws(self) -> int:
+        return self.charts.redraws
+
+    def redraw(self) -> None:
+        with self._lock:
+            s = self.series
+            self._drawn_version = s.version
+            self.charts.redraw(s)
+            self.header.value = self._header_html(s)
+            self.readout.value = self._readout_html(s)
+        for cb in self._listeners:
+            cb(s)
+
+    def _header_html(self, s: RunSeries) -> str:
+        name = html.escape(self.run_dir.name) if self.run_dir else "no run yet"
+        color = STATUS_COLORS.get(s.status, "#555")
+        msg = f" — {html.escape(s.message)}" if s.message else ""
+        return (f"<b>{name}</b> <span class='wb-status' style='color:{color}'>"
+                f"<b>{s.status}</b>{msg}</span>")
+
+    @staticmethod
+    def _readout_html(s: RunSeries) -> str:
+        parts = [f"step {s.last_step}" + (f"/{s.total_steps}" if s.total_steps else "")]
+        sps = s.latest("samples_per_s")
+        if sps is not None:
+            parts.append(f"{sps:,.0f} samples/s" + (" total" if s.world_size > 1 else ""))
+        share = s.data_wait_share()
+        if share is not None:
+            parts.append(f"waited for data {share:.0%} of the time")
+        if s.mfu is not None:  # a fraction of the device's peak
+            parts.append(f"MFU {s.mfu:.1%}")
+        if s.amp:
+            a = s.amp
+            parts.append("AMP health: " + ", ".join(
+                [f"grad scale {a['grad_scale']:g}" if "grad_scale" in a else "",
+                 f"skipped steps {a.get('skipped_steps', 0):g}",
+                 f"non-finite losses {a.get('nonfinite_losses', 0):g}"]).lstrip(", "))
+        elif s.ranks and s.status != "waiting":
+            parts.append("non-finite losses 0")
+        return "<span class='wb-readout'>" + " · ".join(parts) + "</span>"
+
+    # --- the tailer thread ------------------------------------------------------------------
+    def start(self) -> "LiveDashboard":
+        """Tail `run_dir` on a thread until the run ends or `stop()`."""
+        if self.run_dir is None:
+            raise ValueError("LiveDashboard.start() needs a run_dir; use watch(run_dir)")
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"dashboard:{self.run_dir.name}")
+        self._thread.start()
+        return self
+
+    def watch(self, run_dir: str | Path, world_size: int = 1, total_steps: int | None = None,
+              alive: Callable[[], bool] | None = None) -> "LiveDashboard":
+        """Switch to another run folder (clearing the charts) and start tailing it. `alive`
+        tells whether its process still runs, so a hard-killed run is reported, not waited on."""
+        self.stop()
+        with self._lock:
+            self.run_dir = Path(run_dir)
+            self._alive = alive
+            self._reset(world_size, total_steps)
+            self.redraw()
+        return self.start()
+
+    def _loop(self) -> None:
+        tail = RunTail(self.run_dir)
+        series = self.series
+        while True:
+            stopping = self._stop.is_set()
+            batch = tail.poll()
+            if batch:
+                self.feed(batch)
+            if not series.finished and self._alive is not None and not self._alive():
+                self.feed(tail.poll())  # the last lines, written just before it exited
+                series.mark_exited(None)
+            if series.finished or stopping:
+                break
+            self.maybe_redraw()
+            self._stop.wait(self.poll_s)
+        self.maybe_redraw(force=True)
+        if series.finished:
+            for cb in self._finish_listeners:
+                cb(series)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop tailing (the run itself goes on); the charts keep what they show."""
+        self._stop.set()
+        t = self._thread
+        if t is not None and t.is_alive() and threading.current_thread() is not t:
+            t.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the tailer has seen the end of the run. True if it has."""
+        t = self._thread
+        if t is not None and threading.current_thread() is not t:
+            t.join(timeout)
+        return self.series.finished
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)

@@ -1,0 +1,91 @@
+"""ScalingView: run the scaling study on a thread and chart measured samples/s against ideal as
+each run finishes, with the table and the explanation underneath.
+
+    view = ScalingView(cfg, processes=(1, 2)); view.run(wait=True); view.frame
+"""
+from __future__ import annotations
+
+import html
+import threading
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import pandas as pd
+
+from ..config import RunConfig
+from ..scaling import add_ideal, explain, study
+from .charts import COLORS
+
+COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
+           "threads_per_process", "samples_per_s", "ideal_samples_per_s", "speedup", "efficiency",
+           "status"]
+
+
+def scaling_figure() -> go.FigureWidget:
+    fig = go.FigureWidget()
+    fig.update_layout(title={"text": "Samples/s against ideal", "x": 0.02}, height=320, width=560,
+                      template="plotly_white", xaxis_title="processes", yaxis_title="samples/s",
+                      xaxis={"dtick": 1}, margin={"l": 60, "r": 10, "t": 40, "b": 40})
+    return fig
+
+
+def draw(fig: go.FigureWidget, rows: list[dict]) -> None:
+    """Measured (solid) and ideal (dashed) per mode, redrawn in one batch."""
+    with fig.batch_update():
+        fig.data = []
+        for i, mode in enumerate(dict.fromkeys(r["mode"] for r in rows)):
+            part = sorted((r for r in rows if r["mode"] == mode and r.get("samples_per_s")),
+                          key=lambda r: r["processes"])
+            xs = [r["processes"] for r in part]
+            color = COLORS[i % len(COLORS)]
+            fig.add_scatter(x=xs, y=[r["samples_per_s"] for r in part], name=f"{mode}: measured",
+                            mode="lines+markers", line={"color": color})
+            fig.add_scatter(x=xs, y=[r["ideal_samples_per_s"] for r in part], name=f"{mode}: ideal",
+                            mode="lines", line={"color": color, "dash": "dash"})
+
+
+class ScalingView:
+    def __init__(self, cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"),
+                 accumulate: bool = False):
+        self.cfg, self.processes, self.modes, self.accumulate = cfg, processes, modes, accumulate
+        self.figure = scaling_figure()
+        self.status = widgets.HTML("not started")
+        self.table = widgets.HTML()
+        self.widget = widgets.VBox([self.status, self.figure, self.table])
+        self.frame: pd.DataFrame | None = None
+        self.error: BaseException | None = None
+        self._rows: list[dict] = []
+        self._thread: threading.Thread | None = None
+
+    def run(self, wait: bool = False, timeout: float | None = None) -> "ScalingView":
+        self._thread = threading.Thread(target=self._work, daemon=True, name="scaling-study")
+        self._thread.start()
+        if wait:
+            self.wait(timeout)
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.frame is not None
+
+    def _on_result(self, row: dict) -> None:
+        self._rows.append(dict(row))
+        add_ideal(self._rows)
+        draw(self.figure, self._rows)
+        self.status.value = f"measured {row['mode']} scaling at {row['processes']} process(es)"
+
+    def _work(self) -> None:
+        try:
+            self.status.value = "running ..."
+            self.frame = study(self.cfg, self.processes, self.modes, self.accumulate,
+                               on_result=self._on_result)
+            draw(self.figure, self.frame.to_dict("records"))
+            self.table.value = self.frame[COLUMNS].to_html(index=False, float_format="{:,.3g}".format)
+            self.status.value = "<br>".join(html.escape(line) for line in explain(self.frame).split("\n"))
+        except BaseException as e:  # noqa: BLE001 - shown in the view, kept for the caller
+            self.error = e
+            self.status.value = f"<span style='color:#d62728'>{html.escape(str(e))}</span>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)

@@ -1,0 +1,149 @@
+"""What a live dashboard knows about one run, built from its event records: per-rank curves, the
+total throughput, the run's status, AMP health, the data-wait share and MFU.
+
+Plain Python with no widgets, so it is cheap to feed from the tailer thread and easy to test:
+
+    s = RunSeries(world_size=2); s.feed(records); s.ranks[0]["loss"], s.total["samples_per_s"]
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+CURVES = ("loss", "samples_per_s", "step_time_ms")
+MEMORY_KEYS = ("rss_gib", "mem_reserved_gib", "mem_allocated_gib")
+AMP_KEYS = ("grad_scale", "skipped_steps", "nonfinite_losses")
+
+
+def _empty_rank() -> dict:
+    return {"step": [], **{k: [] for k in CURVES}, "mem_step": [], **{k: [] for k in MEMORY_KEYS}}
+
+
+class RunSeries:
+    """Accumulates step records per rank. `version` grows with every change, so a redraw loop can
+    tell whether anything is new without comparing data."""
+
+    def __init__(self, world_size: int = 1, total_steps: int | None = None):
+        self.world_size = world_size
+        self.total_steps = total_steps
+        self.ranks: dict[int, dict] = {}
+        self.total = {"step": [], "samples_per_s": []}  # summed over ranks, once all reported
+        self._pending: dict[int, dict[int, float]] = defaultdict(dict)
+        self.status = "waiting"  # waiting, starting, running, completed, stopped, failed
+        self.message = ""
+        self.last_step = 0
+        self.amp: dict[str, float] = {}
+        self.mfu: float | None = None
+        self.wait_ms = self.step_ms = 0.0
+        self.ended: dict[int, dict] = {}
+        self._attempt: dict[int, int] = {}
+        self.version = 0
+
+    # --- feeding --------------------------------------------------------------------------
+    def feed(self, records: list[dict]) -> None:
+        for rec in records:
+            self._feed_one(rec)
+        if records:
+            self.version += 1
+
+    def _feed_one(self, rec: dict) -> None:
+        event, rank = rec.get("event"), int(rec.get("rank", 0))
+        attempt = int(rec.get("attempt", 0))
+        if attempt > self._attempt.get(rank, 0):  # torchrun restarted the ranks: show the new try
+            self.ranks.pop(rank, None)
+            self.ended.pop(rank, None)
+        self._attempt[rank] = max(attempt, self._attempt.get(rank, 0))
+        if event == "start":
+            self.world_size = max(self.world_size, int(rec.get("world_size", 1)))
+            if self.status == "waiting":
+                self.status = "starting"
+        elif event == "ready" and self.status in ("waiting", "starting"):
+            self.status = "running"
+        elif event == "step":
+            self._feed_step(rank, rec)
+        elif event in ("done", "error"):
+            self.ended[rank] = rec
+            self._update_end()
+
+    def _feed_step(self, rank: int, rec: dict) -> None:
+        if self.status in ("waiting", "starting"):
+            self.status = "running"
+        step = int(rec.get("step", 0))
+        r = self.ranks.setdefault(rank, _empty_rank())
+        r["step"].append(step)
+        for k in CURVES:
+            r[k].append(rec.get(k))
+        if any(k in rec for k in MEMORY_KEYS):
+            r["mem_step"].append(step)
+            for k in MEMORY_KEYS:
+                r[k].append(rec.get(k))
+        self.last_step = max(self.last_step, step)
+        self.wait_ms += rec.get("data_wait_ms") or 0.0
+        self.step_ms += rec.get("step_time_ms") or 0.0
+        for k in AMP_KEYS:
+            if k in rec:
+                self.amp[k] = rec[k]
+        if rec.get("mfu") is not None:
+            self.mfu = rec["mfu"]
+        sps = rec.get("samples_per_s")
+        if sps is not None:  # total throughput: the sum over ranks once every rank did this step
+            got = self._pending[step]
+            got[rank] = sps
+            if len(got) >= self.world_size:
+                self.total["step"].append(step)
+                self.total["samples_per_s"].append(sum(got.values()))
+                del self._pending[step]
+
+    def _update_end(self) -> None:
+        errors = [r for r in self.ended.values() if r.get("event") == "error"]
+        if errors:  # one failing rank ends the run; a stop reaches every rank
+            first = min(errors, key=lambda r: r.get("t", 0))
+            self.status = first.get("status", "failed")
+            self.message = first.get("message", "")
+            if self.status == "failed":
+                self.message = f"rank {first.get('rank', 0)}: {first.get('error_type', 'error')}: " \
+                               f"{self.message}"
+        elif len(self.ended) >= self.world_size:
+            self.status = "completed"
+            done = self.ended.get(0) or next(iter(self.ended.values()))
+            self.message = _done_message(done)
+
+    def mark_exited(self, returncode: int | None) -> None:
+        """The worker process is gone without a final record (killed hard): say so."""
+        if not self.finished:
+            self.status = "failed"
+            code = "" if returncode is None else f" (code {returncode})"
+            self.message = f"the worker exited{code} without a final record"
+            self.version += 1
+
+    # --- reading --------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.status in ("completed", "stopped", "failed")
+
+    def data_wait_share(self) -> float | None:
+        """The fraction of step time spent waiting for the next batch (all ranks, all steps)."""
+        return self.wait_ms / self.step_ms if self.step_ms > 0 else None
+
+    def latest(self, key: str, window: int = 10) -> float | None:
+        """The median of the last `window` values (the total over ranks for samples/s)."""
+        values: list = []
+        if key == "samples_per_s" and self.total["samples_per_s"]:
+            values = self.total["samples_per_s"][-window:]
+        else:
+            for r in self.ranks.values():
+                if r[key]:
+                    values = r[key][-window:]
+                    break
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+
+def _done_message(done: dict) -> str:
+    parts = []
+    if done.get("samples_per_s") is not None:
+        parts.append(f"{done['samples_per_s']:,.0f} samples/s (median)")
+    if done.get("eval_accuracy") is not None:
+        parts.append(f"accuracy {done['eval_accuracy']:.1%}")
+    if done.get("wall_s") is not None:
+        parts.append(f"{done['wall_s']:.1f} s")
+    return ", ".join(parts)
