@@ -25,7 +25,8 @@ class Faulty(nn.Module):
     def forward(self, x):
         if self.training:
             self.calls += 1
-            here = int(os.environ.get("RANK", 0)) == self.rank and self.calls == self.step
+            # The worker counts FLOPs with one forward before training: step N is call N + 1.
+            here = int(os.environ.get("RANK", 0)) == self.rank and self.calls == self.step + 1
             now = self.attempt < 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == self.attempt
             if here and now:
                 if self.mode == "raise":
@@ -82,7 +83,7 @@ def run_pids(root_pid: int, run_dir: Path) -> set[int]:
         pids |= {p.pid for p in psutil.Process(root_pid).children(recursive=True)}
     except psutil.Error:
         pass
-    pids |= {r["pid"] for r in read_events(run_dir) if r.get("event") in ("launch", "start")}
+    pids |= {r["pid"] for r in read_events(run_dir) if r.get("event") == "start"}
     return pids
 
 

@@ -50,5 +50,5 @@ def test_study_runs_one_and_two_processes(smoke):
     assert two["samples_per_s"] > 0 and two["efficiency"] > 0
     assert two["ideal_samples_per_s"] == pytest.approx(2 * df["samples_per_s"].iloc[0], rel=1e-3)
     assert "strong scaling: 2 processes reached" in explain(df, cores=2)
-    starts = [r for d in df["run_dir"] for r in read_events(d) if r["event"] == "start"]
+    starts = [r for d in df["run_dir"] for r in read_events(d) if r["event"] == "init"]
     assert len(starts) == 3 and {r["threads"] for r in starts} == {1}  # like for like

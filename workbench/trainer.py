@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import statistics
 import time
 from contextlib import nullcontext
@@ -98,8 +97,7 @@ def evaluate(model, loader, cfg, device, task, max_batches: int) -> dict:
 def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     """Train per the config, writing events as it goes; returns the summary figures."""
     t_launch = time.time()
-    events.write("start", pid=os.getpid(), host=socket.gethostname(), world_size=env.world_size,
-                 local_rank=env.local_rank, torch=torch.__version__, precision=cfg.precision.dtype,
+    events.write("init", torch=torch.__version__, precision=cfg.precision.dtype,
                  threads=torch.get_num_threads())
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, env)

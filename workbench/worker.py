@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     env = RankEnv.from_environ()
     events = LockedWriter(run_dir, env.rank, env.attempt)
-    events.write("launch", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4))
+    events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
+                 host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     t0 = time.time()

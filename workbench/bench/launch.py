@@ -56,7 +56,7 @@ def breakdown(run_dir, t0: float) -> dict[str, float]:
     """Seconds per phase of rank 0's launch, from its own records."""
     recs = [r for r in read_events(run_dir) if r.get("rank") == 0]
     first = {r["event"]: r for r in reversed(recs)}  # earliest record of each kind
-    launch, start, ready, step = first["launch"], first["start"], first["ready"], first["step"]
+    launch, start, ready, step = first["start"], first["init"], first["ready"], first["step"]
     created = launch.get("created_t") or launch["main_t"]
     return {"launcher + torchrun start, agent rendezvous": created - t0,
             "rank interpreter start": launch["main_t"] - created,
