@@ -120,6 +120,9 @@ class LiveDashboard:
             raise ValueError("LiveDashboard.start() needs a run_dir; use watch(run_dir)")
         if self._thread is not None and self._thread.is_alive():
             return self
+        if self._thread is not None:  # tailing again from the start: do not count records twice
+            with self._lock:
+                self._reset(self.series.world_size, self.series.total_steps)
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"dashboard:{self.run_dir.name}")

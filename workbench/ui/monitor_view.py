@@ -42,7 +42,7 @@ class MonitorView:
         with self.figure.batch_update():
             for trace, (name, ys) in zip(self.figure.data, traces):
                 trace.x, trace.y, trace.name = x[-len(ys):], ys, name
-        publish(self.figure)
+        publish(self.figure, layout=False)
 
 
 def describe(s: dict) -> str:
