@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from workbench.config import RunConfig
 
@@ -16,3 +17,14 @@ def runs_root(tmp_path, monkeypatch):
 @pytest.fixture
 def smoke() -> RunConfig:
     return RunConfig.smoke()
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """One thread here and in workers: on a busy machine two OpenMP threads wait on each other
+    (2-16x slower). For tests that check behaviour, not speed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    torch.set_num_threads(before)

@@ -65,7 +65,8 @@ def slurm_job(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT, script: str 
 # runs on the first node of the allocation, which also numbers the nodes.
 set -euo pipefail
 cd "${{SLURM_SUBMIT_DIR:-.}}"
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# sed reads every name: with pipefail, `head -n 1` can end the job through scontrol's SIGPIPE.
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 echo "rendezvous on $head_node:{port}, $SLURM_NNODES node(s) x {nproc} rank(s)"
 srun --kill-on-bad-exit=1 {line}
 """
