@@ -23,7 +23,7 @@ SLURM = """#!/bin/bash
 #SBATCH --time={time}
 # One torchrun per node; torchrun starts {gpus} rank(s) on each. Submit with: sbatch job.sbatch
 set -euo pipefail
-head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)  # head -n 1 + pipefail: SIGPIPE
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1  # restarts come up reliably
 RUN_DIR={run_dir}
 mkdir -p "$RUN_DIR"
