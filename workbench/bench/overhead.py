@@ -67,7 +67,18 @@ def _quiet(cfg: RunConfig) -> RunConfig:
     return cfg.replace(**{"run.eval_batches": 0, "run.save_weights": False, "run.device": "cpu"})
 
 
-def overhead(rounds: int = 5) -> None:
+def overhead(rounds: int = 8, threads: int = 1) -> None:
+    """One thread by default: with two, rounds on this shared 2-core machine wander by +-20 %,
+    far more than the few microseconds per step being measured."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _overhead(rounds)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _overhead(rounds: int) -> None:
     cfg = _quiet(RunConfig.default())
     samples = {"bare": [], "workbench": []}
     for r in range(rounds):
@@ -82,6 +93,33 @@ def overhead(rounds: int = 5) -> None:
     print(f"  workbench loop  {wb * 1e3:8.3f} ms/step")
     print(f"  overhead        {100 * (wb / bare - 1):+.1f} %   (paired rounds: "
           f"{min(ratios) - 1:+.1%} .. {max(ratios) - 1:+.1%}; goal <= +3 %)")
+    per_step = bookkeeping_us()
+    print(f"  per-step bookkeeping measured alone: {per_step:.1f} us = "
+          f"{per_step / (bare * 1e6) * 100:.2f} % of a bare step")
+
+
+def bookkeeping_us(n: int = 20000) -> float:
+    """What the loop adds per step besides the training itself: clock reads, the step record
+    (as many keys as a real one) written and flushed, and memory read every 0.5 s."""
+    from ..memory import sample
+
+    with tempfile.TemporaryDirectory() as tmp:
+        events = EventWriter(tmp)
+        t0 = time.perf_counter()
+        next_mem = 0.0
+        for step in range(n):
+            a = time.perf_counter()
+            b = time.perf_counter()
+            rec = {"step": step, "loss": 2.3025, "step_time_ms": round((b - a) * 1e3, 4),
+                   "data_wait_ms": round(0.01234, 4), "samples_per_s": round(128 / 0.0044, 2),
+                   "tflops": 0.0123, "mfu": 0.0456}
+            if b >= next_mem:
+                next_mem = b + 0.5
+                rec.update(sample(torch.device("cpu")))
+            events.write("step", **rec)
+        elapsed = time.perf_counter() - t0
+        events.close()
+    return elapsed / n * 1e6
 
 
 def transformer_precisions(rounds: int = 3) -> None:
