@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -176,14 +178,23 @@ def test_torchrun_two_ranks_reproduces_the_run(tmp_path, two_rank_run):
             workbench_losses(two_rank_run, rank), abs=1e-4)
 
 
+def _slurm_job(job_dir: Path, env: dict, timeout: float):
+    """Run job.slurm in its own session; on a timeout kill the whole tree and return None."""
+    proc = subprocess.Popen(["bash", "job.slurm"], cwd=job_dir, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return proc.returncode, out, err
+
+
 @pytest.mark.slow
 def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     """job.slurm under stand-ins for srun and scontrol: two 'nodes' of one rank on 127.0.0.1."""
     cfg = RunConfig.load(Path(two_rank_run) / "config.json").replace(**{"distributed.nproc": 1})
-    port = free_port()
-    result = export(cfg, tmp_path / "out", nodes=2, port=port)
-    text = (result.dir / "job.slurm").read_text().replace("train.py", "train.py --metrics metrics --out ''")
-    (result.dir / "job.slurm").write_text(text)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/bash\nprintf '127.0.0.1\\n127.0.0.1\\n'\n")
@@ -193,12 +204,22 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
         "rc=0; for p in ${pids[@]}; do wait $p || rc=$?; done; exit $rc\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_NNODES": "2",
-           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]",
-           "SLURM_SUBMIT_DIR": str(result.dir), "HOME": str(tmp_path)}
-    proc = subprocess.run(["bash", "job.slurm"], cwd=result.dir, env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    # Two torchrun agents on one machine both try to host the rendezvous (on a cluster only the
+    # first node can); about 1 in 20 such pairs never completes it here. One retry on a fresh
+    # port keeps that simulation artifact from failing the suite; a real failure fails twice.
+    for attempt in range(2):
+        result = export(cfg, tmp_path / f"out{attempt}", nodes=2, port=free_port())
+        job = result.dir / "job.slurm"
+        job.write_text(job.read_text().replace("train.py", "train.py --metrics metrics --out ''"))
+        env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_NNODES": "2",
+               "SLURM_JOB_ID": f"424{attempt}", "SLURM_JOB_NODELIST": "node[1-2]",
+               "SLURM_SUBMIT_DIR": str(result.dir), "HOME": str(tmp_path)}
+        outcome = _slurm_job(result.dir, env, timeout=90)
+        if outcome is not None:
+            break
+    assert outcome is not None, "job.slurm hung twice"
+    returncode, out, err = outcome
+    assert returncode == 0, (out[-2000:], err[-3000:])
     # two nodes x one rank shard the data like one node x two ranks: the same losses per rank
     for rank in (0, 1):
         assert script_losses(result.dir / "metrics", rank) == pytest.approx(
