@@ -1,12 +1,13 @@
 # make lab   - JupyterLab on notebooks/ (127.0.0.1, with a token); sets everything up first
 # make test  - the whole suite: unit tests, every notebook under nbval, the browser test
 # make bench - the benchmarks: ratios measured side by side in one run
+# make strip - clear notebook outputs and widget state before committing (nbstripout)
 TORCH ?= 2.13.0
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab test bench clean
+.PHONY: setup lab test bench strip clean
 
 setup: $(STAMP)
 
@@ -27,6 +28,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench
+
+strip: $(STAMP)
+	$(VENV)/bin/nbstripout --keep-id notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) runs test-output

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from workbench.launch import free_port
+from workbench.net import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.config import RunConfig
-from workbench.launch import run
+from workbench.distributed.launch import run
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import pytest
 
 from launch_helpers import assert_all_gone, run_pids
 from workbench.events import read_events
-from workbench.launch import free_port, start_run
+from workbench.distributed.launch import start_run
+from workbench.net import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ import pytest
 from launch_helpers import (assert_all_gone, faulty_model, run_pids, steps_seen, wait_for,
                             wait_for_steps)
 from workbench.events import read_events
-from workbench.launch import free_port, start_run
+from workbench.distributed.launch import start_run
+from workbench.net import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def test_ctrl_c_in_the_cli_stops_every_rank(smoke, tmp_path, runs_root):
 PARENT = """
 import sys, time
 from workbench.config import RunConfig
-from workbench.launch import start_run
+from workbench.distributed.launch import start_run
 handle = start_run(RunConfig.from_json(open(sys.argv[1]).read()), sys.argv[2])
 print(handle.proc.pid, flush=True)
 time.sleep(3600)

@@ -1,9 +1,7 @@
 """Event files: writer limits, torn-line tolerance, multi-rank tailing and the tailer thread."""
 import json
-import threading
-import time
 
-from workbench.events import MAX_LINE, EventWriter, FileTail, RunTail, Tailer, read_events
+from workbench.events import MAX_LINE, EventWriter, FileTail, RunTail, read_events
 
 
 def test_writer_records_carry_event_time_rank_attempt(tmp_path):
@@ -62,36 +60,3 @@ def test_run_tail_picks_up_ranks_as_they_appear_in_time_order(tmp_path):
     with open(tmp_path / "rank0.jsonl", "a") as f:
         f.write('{"event":"step","t":3,"rank":0}\n')
     assert [r["t"] for r in tail.poll()] == [1, 3]
-
-
-def test_tailer_thread_follows_a_growing_run_until_every_rank_ends(tmp_path):
-    got, lock = [], threading.Lock()
-
-    def callback(batch):
-        with lock:
-            got.extend(batch)
-
-    tailer = Tailer(tmp_path, callback, interval_s=0.02, world_size=2)
-    tailer.start()
-    writers = [EventWriter(tmp_path, rank=r) for r in (0, 1)]
-    for step in range(5):
-        for w in writers:
-            w.write("step", step=step)
-        time.sleep(0.01)
-    writers[0].write("done")
-    time.sleep(0.1)
-    assert tailer.is_alive()  # rank 1 has not ended yet
-    writers[1].write("error", status="failed")
-    tailer.join(5)
-    assert not tailer.is_alive() and tailer.error is None
-    assert len(got) == 12
-    for w in writers:
-        w.close()
-
-
-def test_tailer_stop_returns_promptly(tmp_path):
-    tailer = Tailer(tmp_path, lambda b: None, interval_s=0.05)
-    tailer.start()
-    t0 = time.time()
-    tailer.stop()
-    assert not tailer.is_alive() and time.time() - t0 < 1

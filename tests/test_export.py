@@ -19,7 +19,8 @@ from workbench.events import read_events
 from workbench.export import export
 from workbench.export.commands import single_node
 from workbench.export.verify import reproduce
-from workbench.launch import free_port, run
+from workbench.distributed.launch import run
+from workbench.net import free_port
 
 # The script may only import torch and the standard library; this runs it with the rest blocked.
 BLOCKED_RUNNER = """import runpy, sys
@@ -77,8 +78,8 @@ def test_files_and_commands(tmp_path):
     {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
 ])
 def test_script_rebuilds_the_same_data_and_model(tmp_path, changes):
-    from workbench.data import build_data
-    from workbench.models import build_model
+    from workbench.train.data import build_data
+    from workbench.train.models import build_model
 
     cfg = RunConfig.smoke().replace(**changes)
     export(cfg, tmp_path)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from workbench.cli import main as cli
-from workbench.hardware import ceilings, microbench
+from workbench.hardware import microbench
+from workbench.machine import peaks as ceilings
 from workbench.hardware.microbench import Ceiling
 
 

@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 from workbench.config import ConfigError, RunConfig
-from workbench.hardware import ceilings
+from workbench.machine import peaks as ceilings
 from workbench.hardware.chooser import Assumptions, choose, estimate, memory_need_gib
-from workbench.hardware.flops import StepCost, count_step, cost_of_config
-from workbench.hardware.gpus import find_gpu
-from workbench.hardware.mfu import MfuMeter, run_dtype
+from workbench.train.flops import StepCost, count_step, cost_of_config
+from workbench.machine.gpus import find_gpu
+from workbench.train.mfu import MfuMeter, run_dtype
 from workbench.hardware.roofline import attainable, model_point
 
 
@@ -100,7 +100,7 @@ def test_tf32_peak_applies_to_fp32_runs_with_tf32_on_a_gpu():
 def test_every_training_run_carries_mfu_against_measured_and_estimated_peaks(smoke):
     from workbench.events import read_events
     from workbench.hardware.microbench import Ceiling
-    from workbench.launch import run
+    from workbench.distributed.launch import run
 
     ceilings.save_ceilings([Ceiling("matmul fp32", "compute", 100.0, "GFLOP/s", 1.0, 0.1, "", "cpu",
                                     "fp32")], "cpu")

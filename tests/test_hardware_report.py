@@ -7,8 +7,11 @@ import types
 import pytest
 import torch
 
-from workbench.hardware import ceilings, report
-from workbench.hardware.gpus import GPUS, find_gpu, gpu_table
+from workbench.hardware import report
+from workbench.machine import cpu as cpu_mod
+from workbench.machine import gpu
+from workbench.machine import peaks as ceilings
+from workbench.machine.gpus import GPUS, find_gpu, gpu_table
 
 SPR_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -22,7 +25,7 @@ model name\t: Intel(R) Xeon(R) Platinum 8480+
 
 
 def test_parse_cpuinfo_finds_model_cores_clock_and_amx():
-    info = report.parse_cpuinfo(SPR_CPUINFO)
+    info = cpu_mod.parse_cpuinfo(SPR_CPUINFO)
     assert info["model"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert info["logical_cpus"] == 2 and info["mhz"] == 2000.0
     assert info["flags"]["amx_bf16"] and info["flags"]["amx_int8"] and info["flags"]["avx512f"]
@@ -98,7 +101,7 @@ def fake_gpus(monkeypatch):
 
 
 def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
-    g = report.gpu_info()
+    g = gpu.gpu_info()
     assert g["count"] == 2 and g["driver"] == "550.54.15" and g["driver_cuda"] == "12.4"
     d = g["gpus"][0]
     assert (d["name"], d["capability"], d["sms"], d["memory_gib"]) == ("NVIDIA H100 80GB HBM3", "9.0", 132, 80.0)
@@ -111,20 +114,20 @@ def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
 
 def test_faked_gpus_without_nvlink_show_the_pcie_path(fake_gpus, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNVML(nvlink=False))
-    assert report.gpu_info()["links"][0]["kind"] == "PCIe via PCIe host bridge"
+    assert gpu.gpu_info()["links"][0]["kind"] == "PCIe via PCIe host bridge"
 
 
 def test_faked_gpu_without_pynvml_still_reports(fake_gpus, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    g = report.gpu_info()
+    g = gpu.gpu_info()
     assert g["driver"] is None and g["gpus"][0]["sms"] == 132
     assert g["links"][0]["kind"] == "unknown" and g["links"][0]["peer_access"] is True
 
 
 def test_older_gpus_lack_bf16_tf32_and_fp8():
-    assert report.gpu_dtypes(7, 0) == {"fp16": True, "bf16": False, "tf32": False, "int8": False, "fp8": False}
-    assert report.gpu_dtypes(8, 0)["bf16"] and not report.gpu_dtypes(8, 0)["fp8"]
-    assert report.gpu_dtypes(8, 9)["fp8"]
+    assert gpu.gpu_dtypes(7, 0) == {"fp16": True, "bf16": False, "tf32": False, "int8": False, "fp8": False}
+    assert gpu.gpu_dtypes(8, 0)["bf16"] and not gpu.gpu_dtypes(8, 0)["fp8"]
+    assert gpu.gpu_dtypes(8, 9)["fp8"]
 
 
 def test_gpu_table_covers_the_common_gpus_with_sources():
@@ -161,7 +164,7 @@ def test_spec_peak_of_a_faked_h100_is_its_datasheet_figure(fake_gpus):
 
 
 def test_cpu_peak_estimate_uses_amx_when_present():
-    cpu = report.parse_cpuinfo(SPR_CPUINFO)
+    cpu = cpu_mod.parse_cpuinfo(SPR_CPUINFO)
     assert ceilings.cpu_peak_estimate("bf16", cpu, threads=2) == pytest.approx(1024 * 2e9 * 2 / 1e12)
     assert ceilings.cpu_peak_estimate("int8", cpu, threads=1) == pytest.approx(2048 * 2e9 / 1e12)
     assert ceilings.cpu_peak_estimate("fp32", cpu, threads=1) == pytest.approx(64 * 2e9 / 1e12)

@@ -6,7 +6,7 @@ import math
 import pytest
 from workbench.events import EventWriter
 from workbench.hardware import microbench
-from workbench.hardware.flops import StepCost
+from workbench.train.flops import StepCost
 from workbench.hardware.microbench import Ceiling
 from workbench.runstore import write_json_atomic
 

@@ -9,9 +9,9 @@ import pytest
 
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventWriter
-from workbench.faults import diagnose, is_knock_on, torchrun_exit_codes
-from workbench.launch import check_launch, start_run, worker_command
-from workbench.watchdog import Watchdog
+from workbench.distributed.faults import diagnose, is_knock_on, torchrun_exit_codes
+from workbench.distributed.launch import check_launch, start_run, worker_command
+from workbench.distributed.watchdog import Watchdog
 
 
 @pytest.mark.parametrize("field, value, match", [
@@ -149,7 +149,7 @@ def test_diagnosis_when_no_rank_ever_started(tmp_path):
 
 def test_heartbeat_says_where_the_main_thread_is(tmp_path):
     from workbench.events import read_events
-    from workbench.heartbeat import Heartbeat, LockedWriter
+    from workbench.train.heartbeat import Heartbeat, LockedWriter
 
     writer = LockedWriter(tmp_path, 0, 0)
     writer.write("step", step=7)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.cluster import cluster_config, node_command, slurm_script
+from workbench.distributed.cluster import cluster_config, node_command, slurm_script
 from workbench.config import ConfigError
 from workbench.ui.distributed import DistributedPanel
 from workbench.ui.scaling import ScalingView, draw, scaling_figure

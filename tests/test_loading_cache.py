@@ -9,7 +9,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from workbench.config import ConfigError
 from workbench.loading import cache as cache_mod
 from workbench.loading.cache import CacheTooLarge, DecodedCache
-from workbench.loading.imageset import ImageFolder, generate_image_set
+from workbench.loading.imageset import generate_image_set
+from workbench.train.images import ImageFolder
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.data import build_data, make_loader
+from workbench.distributed.launch import check_launch
+from workbench.train.data import build_data, make_loader
 from workbench.loading.imageset import generate_image_set
 
 
@@ -24,7 +25,6 @@ def images(tmp_path_factory):
     ({"loader.prefetch_factor": 4}, r"prefetch_factor needs loader.num_workers >= 1"),
     ({"loader.persistent_workers": True}, r"persistent_workers needs loader.num_workers >= 1"),
     ({"data.name": "image_folder"}, r"data.path must be a folder of images"),
-    ({"data.name": "image_folder", "data.path": "/no/such/folder"}, r"does not exist"),
     ({"data.name": "dataset"}, r"data.factory must be an import path"),
     ({"data.name": "dataset", "data.factory": "not an import path"}, r"data.factory must be"),
     ({"data.on_error": "ignore"}, r"data.on_error must be one of 'raise', 'skip'"),
@@ -34,11 +34,17 @@ def test_bad_loader_and_data_settings(changes, match):
         RunConfig.smoke().replace(**changes)
 
 
-def test_empty_image_folder_refused(tmp_path):
+def test_image_folder_is_checked_once_at_launch_not_on_every_config_edit(tmp_path):
+    """Config validation never touches the disk; the launch checks the folder before anything
+    is written or started."""
+    missing = RunConfig.smoke().replace(**{"data.name": "image_folder", "data.path": "/no/such/folder"})
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_launch(missing)
     (tmp_path / "cats").mkdir()
     (tmp_path / "cats" / "notes.txt").write_text("no images here")
+    empty = missing.replace(**{"data.path": str(tmp_path)})
     with pytest.raises(ConfigError, match="holds no images"):
-        RunConfig.smoke().replace(**{"data.name": "image_folder", "data.path": str(tmp_path)})
+        check_launch(empty)
 
 
 def test_image_folder_bundle_and_batches(images):
@@ -85,7 +91,7 @@ def test_user_dataset_by_file_path(tmp_path):
 
 @pytest.mark.slow
 def test_training_run_on_image_files_reports_data_wait(images):
-    from workbench.launch import run
+    from workbench.distributed.launch import run
     from workbench.events import read_events
 
     cfg = RunConfig.smoke().replace(**{
@@ -101,7 +107,7 @@ def test_training_run_on_image_files_reports_data_wait(images):
 
 @pytest.mark.slow
 def test_training_run_names_a_corrupt_image(tmp_path):
-    from workbench.launch import run
+    from workbench.distributed.launch import run
 
     root = generate_image_set(tmp_path / "bad", count=16, size=12, source="synthetic")
     for f in (root / "class_2").iterdir():

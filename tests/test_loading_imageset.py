@@ -6,8 +6,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from workbench.config import ConfigError
-from workbench.loading.imageset import (CorruptImageError, ImageFolder, generate_image_set,
-                                        list_images)
+from workbench.loading.imageset import generate_image_set
+from workbench.train.images import CorruptImageError, ImageFolder, list_images
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ import pytest
 
 from workbench.config import ConfigError
 from workbench.loading.advice import recommend, wait_share_sentence
-from workbench.loading.imageset import ImageFolder, generate_image_set
+from workbench.loading.imageset import generate_image_set
+from workbench.train.images import ImageFolder
 from workbench.loading.sweep import (LoaderSetting, grid, measure_setting, run_sweep,
                                      summarize_sweep, train_step)
 

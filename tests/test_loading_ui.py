@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from workbench.config import ConfigError
-from workbench.loading.imageset import ImageFolder, generate_image_set
+from workbench.loading.imageset import generate_image_set
+from workbench.train.images import ImageFolder
 from workbench.loading.sweep import LoaderSetting, grid
 
 ui = pytest.importorskip("workbench.ui.loading")
@@ -35,4 +36,4 @@ def test_lab_shows_and_raises_a_failure(images):
     lab.start()
     with pytest.raises(ConfigError, match="fewer than 2 batches"):
         lab.wait(timeout=60)
-    assert "failed" in lab.status.value and lab.progress.bar_style == "danger"
+    assert "error: the data set" in lab.status.value and lab.progress.bar_style == "danger"

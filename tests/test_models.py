@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.data import build_data, make_loader
-from workbench.models import build_model, load_factory, loss_fn
+from workbench.train.data import build_data, make_loader
+from workbench.train.factory import load_factory
+from workbench.train.models import build_model, loss_fn
 
 
 @pytest.mark.parametrize("model, data", [("mlp", "digits"), ("cnn", "digits"),

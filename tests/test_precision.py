@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.precision import (autocast, check_supported, grad_scaler, resolve_device,
-                                 unsupported_reason)
+from workbench.machine.capability import resolve_device, unsupported_reason
+from workbench.train.precision import autocast, check_supported, grad_scaler
 
 
 @pytest.fixture

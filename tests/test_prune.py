@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from workbench.config import ConfigError
-from workbench.models import MLP
-from workbench.prune import (check_amount, copy_model, has_masks, magnitude_prune, make_real, sparsity,
+from workbench.train.models import MLP
+from workbench.compress.prune import (check_amount, copy_model, has_masks, magnitude_prune, make_real, sparsity,
                              to_sparse)
-from workbench.quantize import quantize
+from workbench.compress.quantize import quantize
 
 
 @pytest.fixture

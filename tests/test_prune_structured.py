@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from workbench.config import ConfigError
-from workbench.models import MLP, SmallCNN
-from workbench.prune import magnitude_prune
-from workbench.structured import layer_widths, structured_prune
+from workbench.train.models import MLP, SmallCNN
+from workbench.compress.prune import magnitude_prune
+from workbench.compress.structured import layer_widths, structured_prune
 
 
 def test_mlp_neurons_removed_and_next_inputs_follow():

@@ -9,9 +9,9 @@ import torch
 
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError, RunConfig
-from workbench.modelstats import Subject
-from workbench.sweep import SweepConfig, finetune, run_sweep
-from workbench.verdict import verdict
+from workbench.compress.subject import Subject
+from workbench.compress.sweep import SweepConfig, finetune, run_sweep
+from workbench.compress.reasons import judge as verdict
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 FAST = dict(batch_sizes=(1, 32), rounds=3)
@@ -32,7 +32,7 @@ def test_sweep_config_errors(kwargs, match):
 
 
 def test_verdicts_follow_the_measurement():
-    assert verdict("unstructured", {"speedup_b1": 1.0, "speedup_b64": 1.01}, 0.7)["verdict"] == "not faster"
+    assert verdict("unstructured", {"speedup_b1": 1.0, "speedup_b64": 1.01}, 0.7)["verdict"] == "within noise"
     v = verdict("masked", {"speedup_b1": 0.5, "speedup_b64": 0.6})
     assert v["verdict"] == "slower" and "hook" in v["why"]
     v = verdict("structured", {"speedup_b1": 1.3, "speedup_b64": 2.5})
@@ -71,7 +71,7 @@ def test_structured_sweep_on_a_users_model_with_its_own_score(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_on_the_weights_saved_in_a_run_folder():
-    from workbench.launch import run
+    from workbench.distributed.launch import run
 
     result = run(RunConfig.smoke().replace(**{"run.steps": 40}), timeout_s=120)
     assert result["status"] == "completed", result

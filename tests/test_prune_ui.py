@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from workbench.config import RunConfig
-from workbench.modelstats import Subject
+from workbench.compress.subject import Subject
 from workbench.ui.compress import CompressLab
-from workbench.variants import pareto_front
+from workbench.compress.variants import pareto_front
 
 
 def test_lab_sweeps_compares_and_draws():

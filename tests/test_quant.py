@@ -5,12 +5,13 @@ import pytest
 import torch
 from torch import nn
 
-from workbench import quantize as qmod
+from workbench.compress import quantize as qmod
 from workbench.config import ConfigError
-from workbench.modelstats import Subject, output_error, state_size_bytes
-from workbench.models import MLP, TinyTransformerLM
-from workbench.quantize import Int8WeightOnlyLinear, quantize, unsupported_reason
-from workbench.sweep import finetune
+from workbench.compress.stats import output_error, state_size_bytes
+from workbench.compress.subject import Subject
+from workbench.train.models import MLP, TinyTransformerLM
+from workbench.compress.quantize import quantize, unsupported_reason
+from workbench.compress.sweep import finetune
 
 
 @pytest.fixture
@@ -39,15 +40,11 @@ def test_torchao_backend(mlp, method):
     assert output_error(mlp, q, torch.rand(4, 256)) < 0.05
 
 
-def test_weight_only_falls_back_without_torchao(mlp, monkeypatch):
+def test_weight_only_needs_torchao(mlp, monkeypatch):
     monkeypatch.setattr(qmod, "torchao_available", lambda: False)
-    q, info = quantize(mlp, "weight_only_int8")
-    assert info["backend"] == "builtin" and info["converted"] == 3
-    assert isinstance(q.net[1], Int8WeightOnlyLinear)
-    assert output_error(mlp, q, torch.rand(4, 256)) < 0.02
-    assert state_size_bytes(mlp) / state_size_bytes(q) > 3.3
-    with pytest.raises(ConfigError, match="torchao is not installed"):
-        quantize(mlp, "weight_only_int8", backend="torchao")
+    for backend in ("auto", "torchao"):
+        with pytest.raises(ConfigError, match="torchao is not installed"):
+            quantize(mlp, "weight_only_int8", backend=backend)
 
 
 def test_transformer_attention_projections_are_reported_as_skipped():

@@ -5,8 +5,9 @@ import pytest
 
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventWriter
-from workbench.runstore import (compare, create_run_dir, list_runs, load_events, load_model,
-                                read_summary, write_json_atomic)
+from workbench.runstore import (compare, create_run_dir, list_runs, load_events, read_summary,
+                                write_json_atomic)
+from workbench.train.restore import load_model
 
 
 def fake_run(cfg, steps, status="completed", samples_per_s=100.0):

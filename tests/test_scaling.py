@@ -6,7 +6,7 @@ import pytest
 
 from workbench.config import ConfigError
 from workbench.events import read_events
-from workbench.scaling import add_ideal, explain, plan, study
+from workbench.distributed.scaling import add_ideal, explain, plan, study
 
 
 def test_plan_keeps_the_global_batch_fixed_for_strong_scaling(smoke):

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.stacking import (CHANGES, PlannedStep, final_config, plan, plan_table, run_study,
-                                step_row, waterfall_records)
+from workbench.stacking.changes import CHANGES
+from workbench.stacking.plan import PlannedStep, final_config, plan, plan_table
+from workbench.stacking.study import run_study, step_row
+from workbench.stacking.waterfall import waterfall_records
 
 
 def cnn() -> RunConfig:

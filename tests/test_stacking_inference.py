@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from workbench.config import RunConfig
-from workbench.data import build_data
-from workbench.models import build_model
+from workbench.train.data import build_data
+from workbench.train.models import build_model
 from workbench.runstore import create_run_dir
-from workbench.stacking import waterfall_records
+from workbench.stacking.waterfall import waterfall_records
 from workbench.stacking.inference import inference_study
 
 

@@ -8,7 +8,7 @@ import torch
 from workbench.config import ConfigError, RunConfig
 from workbench.ui.choices import ChoiceButtons
 from workbench.ui.controls import Controls
-from workbench.ui.recommend import recommend_precision
+from workbench.machine.capability import recommend_precision
 
 
 @pytest.fixture

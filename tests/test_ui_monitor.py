@@ -7,7 +7,7 @@ import sys
 import time
 import types
 
-from workbench.ui.monitor import NvmlReader, SystemMonitor, sample_system
+from workbench.machine.monitor import NvmlReader, SystemMonitor, sample_system
 from workbench.ui.monitor_view import MonitorView, describe
 
 

@@ -11,8 +11,9 @@ import torch
 
 from workbench.config import ConfigError, RunConfig
 from workbench.events import read_events
-from workbench.launch import run, start_run
-from workbench.runstore import load_model, read_summary
+from workbench.distributed.launch import run, start_run
+from workbench.runstore import read_summary
+from workbench.train.restore import load_model
 
 
 def steps_of(run_dir):

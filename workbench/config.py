@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal, Optional
 Precision = Literal["fp32", "bf16", "fp16"]
 BUILTIN_MODELS = ("mlp", "cnn", "transformer")
 BUILTIN_DATA = ("digits", "synthetic_images", "text", "image_folder", "dataset")
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")  # what an image folder may hold
 
 
 class ConfigError(ValueError):
@@ -158,29 +158,14 @@ class DataConfig(_Section):
         _at_least(p + "seq_len", self.seq_len, 2)
         if not 0 < self.test_fraction < 1:
             _fail(p + "test_fraction", self.test_fraction, "between 0 and 1 (exclusive)")
-        if self.name == "image_folder":
-            _check_image_folder(p + "path", self.path)
+        if self.name == "image_folder" and not self.path:
+            _fail(p + "path", self.path, "a folder of images ROOT/<class>/<image>.png when data.name is "
+                  "'image_folder' (make one with `workbench loader make-images DIR`)")
         if self.name == "dataset":
             target, sep, attr = self.factory.rpartition(":")
             if not sep or not target or not attr.isidentifier():
                 _fail(p + "factory", self.factory, "an import path 'package.module:factory' or "
                       "'path/to/file.py:factory' returning a torch Dataset (data.name is 'dataset')")
-
-
-def _check_image_folder(path_field: str, path: str) -> None:
-    """Cheap checks only (stop at the first image): the folder exists and holds ROOT/<class>/<image>."""
-    if not path:
-        _fail(path_field, path, "a folder of images ROOT/<class>/<image>.png when data.name is "
-              "'image_folder' (make one with `workbench loader make-images DIR`)")
-    root = Path(path)
-    if not root.is_dir():
-        raise ConfigError(f"{path_field} {path!r} does not exist or is not a folder; make one with "
-                          "`workbench loader make-images DIR` or point it at ROOT/<class>/<image>.png")
-    for sub in root.iterdir():
-        if sub.is_dir() and any(f.suffix.lower() in IMAGE_EXTENSIONS for f in sub.iterdir()):
-            return
-    raise ConfigError(f"{path_field} {path!r} holds no images: expected ROOT/<class>/<image> with "
-                      f"one of {', '.join(IMAGE_EXTENSIONS)}")
 
 
 @dataclass
@@ -298,6 +283,17 @@ class RunSection(_Section):
             _fail(p + "label", self.label, "at most 60 characters without '/', '\\'")
 
 
+def matching_data(model: str, data: str) -> str:
+    """The data a model can train on, keeping `data` when it fits. The one rule that reconciles
+    model and data: RunConfig refuses a mismatch it is given; the CLI and the controls, when only
+    the model was chosen, take the data this returns."""
+    if model == "transformer":
+        return "text"
+    if model in ("mlp", "cnn") and data == "text":
+        return "digits"
+    return data
+
+
 @dataclass
 class RunConfig(_Section):
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -310,11 +306,12 @@ class RunConfig(_Section):
     run: RunSection = field(default_factory=RunSection)
 
     def _check(self, p: str) -> None:
-        if self.model.name == "transformer" and self.data.name != "text":
+        if matching_data(self.model.name, self.data.name) == self.data.name:
+            return
+        if self.model.name == "transformer":
             raise ConfigError(f"model.name 'transformer' needs data.name 'text', got {self.data.name!r}")
-        if self.data.name == "text" and self.model.name in ("mlp", "cnn"):
-            raise ConfigError(f"data.name 'text' needs model.name 'transformer' or your own model, "
-                              f"got {self.model.name!r}")
+        raise ConfigError(f"data.name 'text' needs model.name 'transformer' or your own model, "
+                          f"got {self.model.name!r}")
 
     # --- presets -------------------------------------------------------------------------
     @classmethod
@@ -354,6 +351,10 @@ class RunConfig(_Section):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(self.to_json())
         tmp.replace(path)
+
+    def with_model(self, name: str) -> "RunConfig":
+        """A copy with another model and the data it needs (see `matching_data`)."""
+        return self.replace(**{"model.name": name, "data.name": matching_data(name, self.data.name)})
 
     def replace(self, **dotted: Any) -> "RunConfig":
         """A validated copy with dotted fields changed: cfg.replace(**{"loader.batch_size": 32})."""

@@ -1,17 +1,15 @@
 """Events are JSON lines on disk: each rank appends to RUN_DIR/rank{R}.jsonl, one record a line,
 flushed per line, so a crashed or killed run keeps everything up to its end.
 
-The reading side tails the files (from a thread, for live charts), buffering a torn last line until
-its newline arrives.
+The reading side tails the files (the dashboard polls them from a thread), buffering a torn last
+line until its newline arrives.
 """
 from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
 
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
 
@@ -117,53 +115,3 @@ class RunTail:
 def read_events(run_dir: str | Path) -> list[dict]:
     """Every complete record of a run, all ranks, in time order."""
     return RunTail(run_dir).poll()
-
-
-def is_finished(records: list[dict], world_size: int = 1) -> bool:
-    ends = {r.get("rank") for r in records if r.get("event") in ("done", "error")}
-    return len(ends) >= world_size
-
-
-def follow(run_dir: str | Path, stop: threading.Event, interval_s: float = 0.1) -> Iterator[list[dict]]:
-    """Yield batches of new records until `stop` is set (the last batch is read after it)."""
-    tail = RunTail(run_dir)
-    while True:
-        stopping = stop.is_set()
-        batch = tail.poll()
-        if batch:
-            yield batch
-        if stopping:
-            return
-        stop.wait(interval_s)
-
-
-class Tailer(threading.Thread):
-    """A background thread that hands each batch of new records to `callback`.
-
-    Stops by itself once every expected rank has ended and `until_finished` is set, or on `.stop()`.
-    """
-
-    def __init__(self, run_dir: str | Path, callback: Callable[[list[dict]], None],
-                 interval_s: float = 0.1, world_size: int = 1, until_finished: bool = True):
-        super().__init__(daemon=True, name=f"tailer:{Path(run_dir).name}")
-        self.run_dir, self.callback, self.interval_s = Path(run_dir), callback, interval_s
-        self.world_size, self.until_finished = world_size, until_finished
-        self._stop_event = threading.Event()
-        self.records: list[dict] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            for batch in follow(self.run_dir, self._stop_event, self.interval_s):
-                self.records.extend(batch)
-                self.callback(batch)
-                if self.until_finished and is_finished(self.records, self.world_size):
-                    return
-        except BaseException as e:  # keep the thread's failure visible to the caller
-            self.error = e
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop_event.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
-

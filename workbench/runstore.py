@@ -11,11 +11,8 @@ import re
 import time
 from pathlib import Path
 
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .events import read_events
-
-WEIGHTS = "model.pt"
-
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
     env = os.environ.get("WORKBENCH_RUNS")
@@ -110,24 +107,6 @@ def load_events(run_dirs, event: str = "step"):
 
 def load_config(run_dir: str | Path) -> RunConfig:
     return RunConfig.load(Path(run_dir) / "config.json")
-
-
-def load_model(run_dir: str | Path):
-    """Rebuild a run's model and load its trained weights (weights only: no pickled code runs)."""
-    import torch
-
-    from .data import build_data
-    from .models import build_model
-
-    run_dir = Path(run_dir)
-    path = run_dir / WEIGHTS
-    if not path.is_file():
-        raise ConfigError(f"run {str(run_dir)!r} has no saved weights ({WEIGHTS}); "
-                          "it failed, was stopped, or ran with run.save_weights=false")
-    cfg = load_config(run_dir)
-    model = build_model(cfg, build_data(cfg))
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    return model.eval()
 
 
 def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821

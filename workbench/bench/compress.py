@@ -14,11 +14,12 @@ import argparse
 
 import torch
 
-from ..modelstats import Subject, latencies, state_size_bytes
-from ..models import MLP, SmallCNN
-from ..prune import copy_model, magnitude_prune, make_real
-from ..quantize import quantize, torchao_available
-from ..structured import structured_prune
+from ..compress.prune import copy_model, magnitude_prune, make_real
+from ..compress.quantize import quantize, torchao_available
+from ..compress.stats import latencies, state_size_bytes
+from ..compress.structured import structured_prune
+from ..compress.subject import Subject
+from ..train.models import MLP, SmallCNN
 
 GOALS = {"structured 50%": 2.0, "dynamic int8": 2.0}
 

@@ -12,8 +12,9 @@ import statistics
 import time
 
 from ..config import RunConfig
-from ..launch import start_run
+from ..distributed.launch import start_run
 from ..quick import scaled
+from ..ui.dashboard import LiveDashboard  # imported before any timing: plotly and ipywidgets
 
 
 def one_run(cfg: RunConfig, watched: bool) -> dict:
@@ -22,8 +23,6 @@ def one_run(cfg: RunConfig, watched: bool) -> dict:
     handle = start_run(cfg)
     dash = None
     if watched:
-        from ..ui.dashboard import LiveDashboard
-
         dash = LiveDashboard(handle.run_dir, world_size=cfg.distributed.world_size,
                              total_steps=cfg.run.steps).start()
     try:
@@ -50,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=scaled(3, 1), help="A-B pairs (default 3)")
     parser.add_argument("--steps", type=int, default=scaled(300, 40), help="steps per run")
     args = parser.parse_args(argv)
-    import workbench.ui.dashboard  # noqa: F401  (import plotly and ipywidgets before any timing)
     cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.label": "bench-dashboard",
                                          "run.save_weights": False, "run.eval_batches": 0})
     print(f"default config ({cfg.model.name} width {cfg.model.width}, batch "

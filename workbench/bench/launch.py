@@ -16,9 +16,9 @@ import time
 
 from ..config import RunConfig
 from ..events import read_events
-from ..launch import run, start_run
+from ..distributed.launch import run, start_run
 from ..runstore import create_run_dir
-from ..timing import summarize
+from ..measure.timer import summarize
 
 
 def _first_step_t(run_dir, nproc: int, timeout_s: float = 300) -> float:

@@ -19,11 +19,12 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..data import make_loader
 from ..loading.cache import DecodedCache
-from ..loading.imageset import ImageFolder, generate_image_set
+from ..loading.imageset import generate_image_set
 from ..loading.sweep import shutdown_workers
-from ..timing import interleaved
+from ..measure.timer import interleaved
+from ..train.data import make_loader
+from ..train.images import ImageFolder
 
 
 def _epoch(loader):

@@ -18,11 +18,14 @@ from pathlib import Path
 import torch
 
 from ..config import DataConfig, ModelConfig, RunConfig
-from ..data import build_data, make_loader
 from ..events import EventWriter, read_events
-from ..models import build_model, loss_fn
-from ..precision import autocast, grad_scaler
-from ..trainer import RankEnv, _batches, train
+from ..train.data import build_data, make_loader
+from ..train.memory import sample
+from ..train.models import build_model, loss_fn
+from ..train.precision import autocast, grad_scaler
+from ..train.rank import RankEnv
+from ..train.step import cycle_batches
+from ..train.trainer import train
 
 WARMUP = 20
 
@@ -47,7 +50,7 @@ def bare_step_s(cfg: RunConfig) -> float:
     model = build_model(cfg, data)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     scaler, amp, lossf = grad_scaler(cfg, device), autocast(cfg, device), loss_fn(data.task)
-    batches = _batches(make_loader(data.train, cfg, train=True, seed=cfg.run.seed))
+    batches = cycle_batches(make_loader(data.train, cfg, train=True, seed=cfg.run.seed))
     t0 = 0.0
     for step in range(1, cfg.run.steps + 1):
         if step == WARMUP + 1:
@@ -101,8 +104,6 @@ def _overhead(rounds: int) -> None:
 def bookkeeping_us(n: int = 20000) -> float:
     """What the loop adds per step besides the training itself: clock reads, the step record
     (as many keys as a real one) written and flushed, and memory read every 0.5 s."""
-    from ..memory import sample
-
     with tempfile.TemporaryDirectory() as tmp:
         events = EventWriter(tmp)
         t0 = time.perf_counter()

@@ -1,5 +1,8 @@
-"""The `workbench` command. Each subcommand is a module of this package with
-`add_parser(subparsers)` and `main(args) -> int`; modules are found by name, no list to edit."""
+"""The `workbench` command, a face run in a terminal: one module per subcommand, each with
+`add_parser(subparsers)` and `main(args) -> int`, found by name. May import everything below it.
+
+Every subcommand module is imported to build the parser, so each imports the labs it runs inside
+its `main`: `workbench runs` never pays for torch, and `--help` answers at once."""
 from __future__ import annotations
 
 import argparse

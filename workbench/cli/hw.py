@@ -73,7 +73,7 @@ def main(args) -> int:
     device = _device(args.device)
     rep = hardware_report()
     out = {"report": rep, "device": str(device)}
-    from ..hardware.ceilings import load_ceilings
+    from ..machine.peaks import load_ceilings
 
     cached = load_ceilings(device)
     out["cached_ceilings"] = cached
@@ -85,15 +85,15 @@ def main(args) -> int:
             print(f"Cached   ceilings measured {cached['measured_at']}: {figures} (MFU uses these; "
                   "--bench measures again)")
     if args.gpus:
-        from ..hardware.gpus import gpu_table
+        from ..machine.gpus import gpu_table
 
         table = gpu_table()
         out["gpu_table"] = table.to_dict(orient="records")
         if not args.json:
-            print("\nCommon GPUs (dense peak TFLOP/s; sources in workbench/hardware/gpus.py):")
+            print("\nCommon GPUs (dense peak TFLOP/s; sources in workbench/machine/gpus.py):")
             print(table.drop(columns=["source"]).to_string(index=False))
     if args.bench:
-        from ..hardware.ceilings import save_ceilings, spec_peak
+        from ..machine.peaks import save_ceilings, spec_peak
         from ..hardware.microbench import run_benchmarks
 
         def progress(i, n, label):

@@ -33,7 +33,8 @@ def add_parser(sub):
 
 
 def main(args) -> int:
-    from ..loading.imageset import ImageFolder, generate_image_set
+    from ..loading.imageset import generate_image_set
+    from ..train.images import ImageFolder
 
     if args.loader_command == "make-images":
         root = generate_image_set(args.root, count=args.count, size=args.size, source=args.source)

@@ -39,8 +39,8 @@ def parse_list(text: str, kind, flag: str) -> list:
 
 
 def subject_from_args(args):
-    from ..modelstats import Subject
-    from ..sweep import finetune
+    from ..compress.subject import Subject
+    from ..compress.sweep import finetune
 
     if args.run_dir:
         return Subject.from_run(args.run_dir, args.eval)
@@ -78,7 +78,7 @@ COLUMNS = ["amount", "accuracy", "accuracy_finetuned", "sparsity", "params", "pa
 def main(args) -> int:
     import torch
 
-    from ..sweep import SweepConfig, run_sweep
+    from ..compress.sweep import SweepConfig, run_sweep
 
     scfg = SweepConfig(amounts=parse_list(args.amounts, float, "--amounts"), method=args.method,
                        scope=args.scope, finetune_epochs=args.finetune_epochs,

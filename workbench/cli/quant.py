@@ -26,9 +26,9 @@ def add_parser(sub):
 
 
 def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int) -> dict:
-    from ..modelstats import latencies, output_error, state_size_bytes
-    from ..quantize import quantize, unsupported_reason
-    from ..verdict import verdict
+    from ..compress.quantize import quantize, unsupported_reason
+    from ..compress.reasons import judge
+    from ..compress.stats import latencies, output_error, state_size_bytes
 
     dense = subject.model.to(device)
     models, rows, skipped = {"float": dense}, {}, []
@@ -49,7 +49,7 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
         out["results"].append({**info, "accuracy": subject.evaluate(models[method]),
                                "output_error": output_error(dense, models[method], x),
                                "size_bytes": size, "size_ratio": round(float_size / size, 3),
-                               **times[method], **verdict(method, times[method])})
+                               **times[method], **judge(method, times[method])})
     return out
 
 

@@ -50,10 +50,10 @@ def add_parser(sub):
 
 def build_config(args) -> RunConfig:
     cfg = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+    if args.model is not None:
+        cfg = cfg.with_model(args.model)  # and the data it needs
     changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
                if getattr(args, flag) is not None}
-    if args.model == "transformer" and cfg.data.name != "text":
-        changes["data.name"] = "text"
     for item in args.set:
         field, sep, raw = item.partition("=")
         if not sep:
@@ -67,7 +67,7 @@ def build_config(args) -> RunConfig:
 
 
 def main(args) -> int:
-    from ..launch import start_run
+    from ..distributed.launch import start_run
 
     cfg = build_config(args)
     handle = start_run(cfg, args.run_dir)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import shlex
 
 from ..config import RunConfig
+from ..distributed.slurm import shell_word, slurm_job as slurm_template
+from ..distributed.torchrun import TORCHRUN, torchrun_args
+from ..net import LOOPBACK
 
 DEFAULT_PORT = 29500
 
@@ -18,18 +21,17 @@ def single_node(cfg: RunConfig, script: str = "train.py", port: int = DEFAULT_PO
     nproc = cfg.distributed.nproc
     if nproc == 1:
         return ["python", script]
-    return [*(launcher or ["torchrun"]), "--nnodes=1", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr", "127.0.0.1",
-            script]
+    return torchrun_args([script], nproc=nproc, endpoint=f"{LOOPBACK}:{port}",
+                         runner=launcher or TORCHRUN)
 
 
 def multi_node(cfg: RunConfig, nodes: int, head: str = "HEAD_NODE", port: int = DEFAULT_PORT,
                script: str = "train.py", job_id: str = "workbench",
                launcher: list[str] | None = None) -> list[str]:
     """The command to start on every node; c10d rendezvous on the head node assigns node ranks."""
-    return [*(launcher or ["torchrun"]), f"--nnodes={nodes}",
-            f"--nproc-per-node={cfg.distributed.nproc}", f"--rdzv-id={job_id}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={head}:{port}", f"--max-restarts={cfg.distributed.max_restarts}", script]
+    return torchrun_args([script], nproc=cfg.distributed.nproc, nnodes=nodes, rdzv_id=job_id,
+                         endpoint=f"{head}:{port}", max_restarts=cfg.distributed.max_restarts,
+                         runner=launcher or TORCHRUN)
 
 
 def default_nodes(cfg: RunConfig) -> int:
@@ -43,41 +45,13 @@ def uses_gpu(cfg: RunConfig) -> bool:
 
 def slurm_job(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT, script: str = "train.py",
               time_limit: str = "00:30:00", job_name: str | None = None) -> str:
-    """A batch file: one task per node, each running torchrun; the rendezvous is on the first node."""
-    nproc = cfg.distributed.nproc
+    """job.slurm: one task per node, each running torchrun on the script."""
     name = job_name or f"workbench-{cfg.run.label or cfg.model.name.rpartition(':')[2]}"
-    gpu = (f"#SBATCH --gpus-per-node={nproc}" if uses_gpu(cfg)
-           else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
-    torchrun = multi_node(cfg, nodes, head="$head_node", port=port, script=script,
+    torchrun = multi_node(cfg, "$SLURM_NNODES", head="$head_node", port=port, script=script,
                           job_id="$SLURM_JOB_ID")
-    torchrun[1] = "--nnodes=$SLURM_NNODES"
-    line = " ".join(shell_word(a) for a in torchrun)
-    return f"""#!/bin/bash
-#SBATCH --job-name={name}
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task={max(2, 4 * nproc)}
-{gpu}
-#SBATCH --time={time_limit}
-#SBATCH --output=%x-%j.out
-# Submit from the export folder: sbatch job.slurm
-# srun starts one torchrun per node; torchrun starts {nproc} rank(s) per node; the c10d rendezvous
-# runs on the first node of the allocation, which also numbers the nodes.
-set -euo pipefail
-cd "${{SLURM_SUBMIT_DIR:-.}}"
-# sed reads every name: with pipefail, `head -n 1` can end the job through scontrol's SIGPIPE.
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
-echo "rendezvous on $head_node:{port}, $SLURM_NNODES node(s) x {nproc} rank(s)"
-srun --kill-on-bad-exit=1 {line}
-"""
-
-
-def shell_word(arg: str) -> str:
-    """Quote an argument, leaving $VARIABLES in it to the shell: --x="$VAR:1" ."""
-    if "$" not in arg:
-        return shlex.quote(arg)
-    flag, eq, value = arg.partition("=")
-    return f'{flag}="{value}"' if eq else f'"{arg}"'
+    return slurm_template(" ".join(shell_word(a) for a in torchrun), name=name, nodes=nodes,
+                          nproc=cfg.distributed.nproc, gpus=uses_gpu(cfg), port=port,
+                          time_limit=time_limit, submit="Submit from the export folder: sbatch job.slurm")
 
 
 def commands_markdown(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT) -> str:

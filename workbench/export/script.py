@@ -13,11 +13,13 @@ from pathlib import Path
 
 import torch
 
-from .. import data as wb_data
-from .. import models as wb_models
-from .. import precision as wb_precision
-from .. import trainer as wb_trainer
 from ..config import ConfigError, RunConfig
+from ..train import data as wb_data
+from ..train import models as wb_models
+from ..train import precision as wb_precision
+from ..train import rank as wb_rank
+from ..train import step as wb_step
+from ..train import trainer as wb_trainer
 from .template import MAIN
 
 DATA_FILE = "data.pt"
@@ -140,7 +142,12 @@ def _helpers_code() -> str:
     dtypes = "DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}"
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
-        _source(wb_data.make_loader, wb_trainer._batches, wb_trainer._unwrap, wb_trainer.evaluate)])
+        _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate)])
+
+
+def _step_code() -> str:
+    """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
+    return _source(wb_step.make_optimizer, wb_step.cycle_batches, wb_step.train_step)
 
 
 def script_config(cfg: RunConfig, model_file: str | None = None) -> dict:
@@ -159,7 +166,8 @@ def script_source(cfg: RunConfig, model_file: str | None = None) -> str:
                            extra_dep=extra,
                            config=pprint.pformat(script_config(cfg, model_file), indent=1, width=100))
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
-                ("precision, loss and loading", _helpers_code())]
+                ("precision, loss and loading", _helpers_code()),
+                ("one training step (the workbench's own)", _step_code())]
     body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
     return header + body + MAIN
 

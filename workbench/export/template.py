@@ -1,8 +1,9 @@
 """The body of an exported `train.py`: plain torch, no workbench import.
 
-`script.py` puts the run's settings, the model and data code in front of this text. The loop keeps
-the worker's order of random draws (seed, model init, DDP, optimizer, sampler) so the exported
-script reproduces the workbench run's losses step for step.
+`script.py` puts the run's settings, the model and data code and a copy of the trainer's own step
+(`train_step`, workbench.train.step) in front of this text. This part keeps the trainer's order of
+random draws (seed, model init, DDP, optimizer, sampler) so the exported script reproduces the
+workbench run's losses step for step.
 """
 
 MAIN = r'''
@@ -21,13 +22,6 @@ def pick_device(cfg, local_rank):
     return device
 
 
-def make_optimizer(cfg, model):
-    o = cfg.optim
-    if o.name == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-
-
 def train(cfg, args):
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -35,10 +29,8 @@ def train(cfg, args):
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, local_rank)
     if world_size > 1:
-        backend = cfg.distributed.backend
-        if backend == "auto":
-            backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=cfg.distributed.timeout_s))
+        dist.init_process_group(backend_for(cfg, device),
+                                timeout=timedelta(seconds=cfg.distributed.timeout_s))
 
     data = build_data(cfg)
     model = build_model(cfg, data).to(device)
@@ -53,7 +45,7 @@ def train(cfg, args):
     lossf = loss_fn(data.task)
     loader = make_loader(data.train, cfg, train=True, rank=rank, world_size=world_size,
                          seed=cfg.run.seed)
-    batches = _batches(loader)
+    batches = cycle_batches(loader)
     accum = cfg.optim.grad_accum_steps
     metrics = None
     if args.metrics:
@@ -63,26 +55,10 @@ def train(cfg, args):
     step_times = []
     for step in range(1, cfg.run.steps + 1):
         t0 = time.perf_counter()
-        samples = 0
-        for micro in range(accum):
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            if cfg.precision.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            samples += len(x)
-            # gradients are all-reduced once per step, on the last micro-batch
-            sync = nullcontext() if micro == accum - 1 or world_size == 1 else model.no_sync()
-            with sync:
-                with amp:
-                    loss = lossf(step_model(x), y) / accum
-                scaler.scale(loss).backward()
-        if cfg.optim.grad_clip is not None:
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        loss_v = loss.item() * accum
+        loss_v, samples, _ = train_step(model, step_model, batches, opt, scaler, amp, lossf, device,
+                                        accum=accum, world_size=world_size,
+                                        channels_last=cfg.precision.channels_last,
+                                        grad_clip=cfg.optim.grad_clip)
         dt = time.perf_counter() - t0
         step_times.append(dt)
         if metrics:
@@ -99,12 +75,12 @@ def train(cfg, args):
               f"{median * 1e3:.2f} ms, {global_batch / median:.1f} samples/s on {world_size} rank(s)")
     if cfg.run.eval_batches:
         test_loader = make_loader(data.test, cfg, train=False)
-        result = evaluate(_unwrap(model), test_loader, cfg, device, data.task, cfg.run.eval_batches)
+        result = evaluate(unwrap(model), test_loader, cfg, device, data.task, cfg.run.eval_batches)
         if rank == 0 and result:
             print(f"eval: loss {result['eval_loss']:.4f}  accuracy {result['eval_accuracy']:.4f}")
     if rank == 0 and args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu() for k, v in _unwrap(model).state_dict().items()}
+        state = {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
         torch.save(state, Path(args.out) / "model.pt")
     if metrics:
         metrics.close()

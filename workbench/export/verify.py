@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..events import read_events
+from ..net import free_port
 from .commands import single_node
 
 METRICS = "reproduce_metrics"
@@ -31,8 +32,6 @@ def script_command(cfg: RunConfig, port: int) -> list[str]:
 
 def run_script(export_dir, steps: int | None = None, timeout_s: float = 600) -> Path:
     """Run train.py for `steps` steps; returns the folder of its per-rank loss files."""
-    from ..launch import free_port
-
     export_dir = Path(export_dir)
     cfg = RunConfig.load(export_dir / "config.json")
     metrics = export_dir / METRICS

@@ -1,5 +1,3 @@
-"""The hardware lab: what this machine is (report), what it can do (micro-benchmarks), how close a
-training run gets (FLOPs and MFU), and which GPU would suit a model (a spec table and a chooser).
-
-    workbench hw --bench --json
-"""
+"""The hardware lab, run from the kernel or the CLI: the report, micro-benchmarks that measure the
+ceilings, the roofline of a training step, and the GPU chooser. May import the base, machine/,
+train/ and distributed/; the faces (ui, cli, bench) import it."""

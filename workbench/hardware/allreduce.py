@@ -1,9 +1,13 @@
 """All-reduce bus bandwidth across ranks, one process per device, launched with torchrun:
 
-    torchrun --nproc-per-node 2 -m workbench.hardware.allreduce --device cpu --mib 64 --out ar.json
+    python -m workbench.loopback --nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d \
+        --rdzv-endpoint=127.0.0.1:29500 --local-addr 127.0.0.1 \
+        -m workbench.hardware.allreduce --device cpu --mib 64 --out ar.json
 
-Bus bandwidth = bytes / time x 2(n-1)/n, the figure comparable across rank counts (each byte crosses
-the links 2(n-1)/n times in a ring all-reduce). Rank 0 writes the result as JSON.
+`main` runs in each rank, `run_allreduce` in the process that asks for the figure; every store of
+the run listens on 127.0.0.1 only. Bus bandwidth = bytes / time x 2(n-1)/n, the figure comparable
+across rank counts (each byte crosses the links 2(n-1)/n times in a ring all-reduce). Rank 0
+writes the result as JSON.
 """
 from __future__ import annotations
 
@@ -13,7 +17,17 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..distributed.torchrun import loopback_env, loopback_runner, torchrun_args
+from ..measure.timer import measure
+from ..net import LOOPBACK, free_port
+from ..train.rank import RankEnv, process_group_store
+from .ceiling import Ceiling
 
 
 def busbw_gbs(nbytes: int, ms: float, ranks: int) -> float:
@@ -28,46 +42,40 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
 
-    import torch
-    import torch.distributed as dist
-
-    from ..timing import measure
-
-    rank, local, world = (int(os.environ.get(k, d)) for k, d in
-                          (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+    env = RankEnv.from_environ()
     if args.device == "cuda":
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
+        torch.cuda.set_device(env.local_rank)
+        device = torch.device("cuda", env.local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    store = process_group_store(env.rank, env.world_size, timeout_s=120)
+    where = {"store": store, "rank": env.rank, "world_size": env.world_size} if store else {}
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo",
+                            timeout=timedelta(seconds=120), **where)
     try:
         x = torch.randn(args.mib * 2**20 // 4, device=device)
         t = measure(lambda: dist.all_reduce(x), device=device, warmup=2, repeats=args.repeats)
-        if rank == 0:
+        if env.rank == 0:
             nbytes = x.numel() * 4
             Path(args.out).write_text(json.dumps({
-                "ranks": world, "mib": args.mib, "median_ms": t.median_ms, "spread": t.spread,
-                "busbw_gbs": busbw_gbs(nbytes, t.median_ms, world),
+                "ranks": env.world_size, "mib": args.mib, "median_ms": t.median_ms,
+                "spread": t.spread, "busbw_gbs": busbw_gbs(nbytes, t.median_ms, env.world_size),
                 "backend": dist.get_backend()}))
     finally:
         dist.destroy_process_group()
     return 0
 
 
-def run_allreduce(ranks: int, device: str = "cpu", mib: int = 64, timeout_s: float = 180):
+def run_allreduce(ranks: int, device: str = "cpu", mib: int = 64, timeout_s: float = 180) -> Ceiling:
     """Launch the measurement under torchrun on 127.0.0.1 and return it as a Ceiling."""
-    from ..launch import free_port
-    from .microbench import Ceiling
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "allreduce.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={ranks}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--local-addr",
-               "127.0.0.1", "-m", "workbench.hardware.allreduce", "--device", device, "--mib", str(mib),
-               "--out", str(out)]
+        program = ["-m", "workbench.hardware.allreduce", "--device", device, "--mib", str(mib),
+                   "--out", str(out)]
+        cmd = torchrun_args(program, nproc=ranks, endpoint=f"{LOOPBACK}:{free_port()}",
+                            runner=loopback_runner())
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+                              env=dict(os.environ, OMP_NUM_THREADS="1", **loopback_env()))
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"all-reduce benchmark failed (exit {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout)[-300:]}")

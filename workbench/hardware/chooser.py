@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError
-from .flops import OPTIMIZER_STATE_BYTES, StepCost
-from .gpus import GPUS, GPUSpec
+from ..machine.gpus import GPUS, GPUSpec
+from ..train.flops import OPTIMIZER_STATE_BYTES, StepCost
 
 GIB = 2**30
 # What a run would use instead when a GPU lacks the dtype (bf16 on a V100: fp16 with a scaler).

@@ -10,44 +10,19 @@ sample in alternation, as a check on our own timer: the two should agree within 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 from torch.utils.benchmark import Timer
 
-from ..timing import device_sync, measure, summarize
+from ..measure.timer import device_sync, measure, summarize
+from .allreduce import run_allreduce
+from .ceiling import Ceiling
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                  "fp16": torch.float16, "int8": torch.int8}
 MIB = 2**20
-
-
-@dataclass
-class Ceiling:
-    """One measured ceiling: compute in GFLOP/s (GOP/s for int8) or bandwidth in GB/s."""
-
-    name: str  # "matmul bf16", "copy", "h2d pinned", "all-reduce"
-    kind: str  # "compute" | "bandwidth"
-    value: float
-    unit: str
-    median_ms: float
-    spread: float
-    size: str
-    device: str
-    dtype: str | None = None
-    check: float | None = None  # the same op timed by torch.utils.benchmark, same unit
-    note: str = ""
-
-    @property
-    def check_ratio(self) -> float | None:
-        return self.value / self.check if self.check else None
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["check_ratio"] = round(self.check_ratio, 3) if self.check_ratio else None
-        return d
 
 
 def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int = 2):
@@ -178,8 +153,6 @@ def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tu
                                                                           repeats=reps)))
     ranks = allreduce_ranks or (torch.cuda.device_count() if gpu else 0)
     if ranks > 1:
-        from .allreduce import run_allreduce
-
         steps.append(("all-reduce", lambda: run_allreduce(ranks, "cuda" if gpu else "cpu",
                                                           mib=64 if quick else 256)))
     return steps

@@ -2,7 +2,7 @@
 intensity (FLOPs per byte moved) and the FLOP/s it reaches, under the measured ceilings.
 
 A few training steps run in-process (inference-sized work, seconds), timed with
-workbench.timing.measure; FLOPs come from workbench.hardware.flops.
+workbench.measure.timer.measure; FLOPs come from workbench.train.flops.
 """
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from typing import Callable
 import torch
 
 from ..config import RunConfig
-from ..timing import measure
-from .flops import step_cost
+from ..measure.timer import measure
+from ..train.data import build_data
+from ..train.flops import first_batch, step_cost
+from ..train.models import build_model, loss_fn
+from ..train.precision import autocast
 
 
 def builtin_configs(dtype: str = "fp32", batch_size: int = 64) -> dict[str, RunConfig]:
@@ -31,11 +34,6 @@ def builtin_configs(dtype: str = "fp32", batch_size: int = 64) -> dict[str, RunC
 
 def model_point(cfg: RunConfig, device="cpu", repeats: int = 5) -> dict:
     """Count and time one training step of `cfg` (forward, backward, optimizer) on `device`."""
-    from ..data import build_data
-    from ..models import build_model, loss_fn
-    from ..precision import autocast
-    from .flops import first_batch
-
     device = torch.device(device)
     torch.manual_seed(cfg.run.seed)
     data = build_data(cfg)

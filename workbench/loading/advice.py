@@ -11,9 +11,8 @@ import math
 
 import torch
 
-from .sweep import usable_cores
-
-NOISE = 0.05  # a gain below 5 % is not worth a setting that costs processes and memory
+from ..machine.cpu import usable_cores
+from ..measure.verdict import MIN_EFFECT, verdict
 
 
 def wait_share_sentence(data_wait_frac: float) -> str:
@@ -32,8 +31,8 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     """Pick the loader setting to use from a summarize_sweep table.
 
     Workers per process are capped at the cores each training process gets (`cores // nproc`):
-    more workers than cores only take turns. A faster setting wins only if it beats the simplest
-    one (0 workers, same batch size) by more than NOISE and its own spread."""
+    more workers than cores only take turns. A faster setting wins only if the verdict rule calls it
+    faster than the simplest one (0 workers, same batch size) by more than its own spread."""
     cores = cores or usable_cores()
     cuda = torch.cuda.is_available() if cuda is None else cuda
     per_proc = max(1, cores // max(1, nproc))
@@ -46,8 +45,8 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
                f"loader worker(s) per process; settings with more were not considered"]
     if base is not None and base is not best:
         gain = best["samples_per_s"] / base["samples_per_s"] - 1
-        margin = max(NOISE, best.get("samples_per_s_spread", 0) / 2)
-        if gain <= margin:
+        margin = max(MIN_EFFECT, best.get("samples_per_s_spread", 0) / 2)
+        if verdict(gain + 1, min_effect=margin) != "faster":
             reasons.append(f"the fastest ({best['setting']}) beat 0 workers by only {gain:+.0%}, "
                            f"within the noise ({margin:.0%}): keep the simpler setting")
             best = base

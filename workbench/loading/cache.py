@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -23,7 +24,9 @@ import torch
 from torch.utils.data import Dataset
 
 from ..config import ConfigError
-from ..memory import GIB
+from ..measure.timer import interleaved
+from ..train.data import make_loader
+from ..train.memory import GIB, rss_gib
 
 FIT_LIMIT = 0.8  # refuse a memory cache above this share of available RAM
 WARN_LIMIT = 0.5  # warn above this share
@@ -139,12 +142,6 @@ class DecodedCache(Dataset):
 def cache_payoff(dataset: Dataset, cfg, rounds: int = 3) -> dict:
     """What the memory cache buys: the filling epoch, then uncached vs cached epochs timed in
     alternation, and the memory the cache took. Runs in this process (0 loader workers)."""
-    import time
-
-    from ..data import make_loader
-    from ..memory import rss_gib
-    from ..timing import interleaved
-
     rss_before = rss_gib()
     cached = DecodedCache(dataset, "memory")
     uncached_loader = make_loader(dataset, cfg, train=True)

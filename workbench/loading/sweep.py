@@ -11,7 +11,6 @@ loader's workers are shut down explicitly after use, and the sweep reports any p
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Optional
@@ -20,8 +19,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import ConfigError, RunConfig
-from ..data import make_loader
-from ..timing import summarize
+from ..machine.cpu import usable_cores
+from ..measure.timer import summarize
+from ..train.data import DataBundle, make_loader
+from ..train.models import build_model, loss_fn
 
 
 @dataclass(frozen=True)
@@ -157,13 +158,6 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
     yield {"event": "done", "leftover_processes": left, "cores": usable_cores()}
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def summarize_sweep(records: list[dict]):
     """A DataFrame with one row per setting: medians over rounds, spread, and the ratio to the
     0-worker setting at the same batch size."""
@@ -197,9 +191,6 @@ def train_step(input_shape: tuple, num_classes: int, model: str = "cnn", width: 
                depth: int = 3, seed: int = 0) -> Callable:
     """A real training step (forward, backward, AdamW) in this process, for measuring how much of
     each step waits for the loader. The model is the workbench's own (`model.name`, width, depth)."""
-    from ..data import DataBundle
-    from ..models import build_model, loss_fn
-
     torch.manual_seed(seed)
     cfg = RunConfig.smoke().replace(**{"model.name": model, "model.width": width,
                                        "model.depth": depth})

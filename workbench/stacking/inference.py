@@ -10,8 +10,12 @@ gains, reason), so the same waterfall draws it; size_mib and accuracy replace me
 """
 from __future__ import annotations
 
+from ..compress.quantize import quantize
+from ..compress.stats import latencies, state_size_bytes
+from ..compress.structured import structured_prune
+from ..compress.subject import Subject
 from ..config import ConfigError
-from . import NOISE, verdict
+from ..measure.verdict import MIN_EFFECT, verdict
 
 COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline", "size_mib",
            "accuracy", "latency_ms", "reason"]
@@ -19,9 +23,6 @@ COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline"
 
 def _variants(model, amount: float, method: str) -> tuple[dict, list]:
     """label -> model for every step that can be built, and (label, reason) for the others."""
-    from ..quantize import quantize
-    from ..structured import structured_prune
-
     labels = ("trained model (fp32)", f"+ structured pruning {amount:.0%}", f"+ {method.replace('_', ' ')}")
     models, skipped = {labels[0]: model.eval()}, []
     current = model
@@ -39,11 +40,9 @@ def _variants(model, amount: float, method: str) -> tuple[dict, list]:
 
 
 def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", batch: int = 64,
-                    rounds: int = 15, noise: float = NOISE):
+                    rounds: int = 15, min_effect: float = MIN_EFFECT):
     """A DataFrame, one row a step: the trained fp32 model, + structured pruning, + int8."""
     import pandas as pd
-
-    from ..modelstats import Subject, latencies, state_size_bytes
 
     subject = Subject.from_run(run_dir)
     models, skipped = _variants(subject.model, amount, method)
@@ -65,7 +64,7 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
             base = sps
         else:
             row.update(gain_vs_prev=round(sps / prev, 3), gain_vs_baseline=round(sps / base, 3))
-            row["status"] = verdict(row["gain_vs_prev"], noise)
+            row["status"] = verdict(row["gain_vs_prev"], min_effect=min_effect)
         prev = sps
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)

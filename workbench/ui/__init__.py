@@ -1,4 +1,5 @@
-"""The workbench's widgets: the only code that imports ipywidgets or plotly.
+"""The faces in a notebook: widgets and live charts, run in the kernel, the only code that imports
+ipywidgets or plotly. May import every folder below it; only the notebooks and bench/ import it.
 
     from workbench.ui import RunPanel, LiveDashboard, compare_view, attach
 
@@ -42,7 +43,7 @@ import importlib
 
 _EXPORTS = {"RunPanel": "panel", "LiveDashboard": "dashboard", "attach": "attach",
             "compare_view": "compare", "CompareView": "compare", "LiveCharts": "charts",
-            "SystemMonitor": "monitor", "Controls": "controls"}
+            "Controls": "controls"}
 
 __all__ = list(_EXPORTS)
 

@@ -1,4 +1,4 @@
-"""The pruning and quantization lab: widgets and live charts over workbench.sweep/variants.
+"""The pruning and quantization lab: widgets and live charts over workbench.compress (sweep, variants).
 
     from workbench.ui.compress import CompressLab
     lab = CompressLab(subject); lab            # display it, press Sweep / Compare variants
@@ -15,10 +15,10 @@ import threading
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..config import ConfigError
-from ..modelstats import Subject
-from ..sweep import SweepConfig, iter_sweep
-from ..variants import compare_variants, pareto_front
+from ..compress.subject import Subject
+from ..compress.sweep import SweepConfig, iter_sweep
+from ..compress.variants import compare_variants, pareto_front
+from .job import BackgroundJob
 
 TABLE_COLUMNS = ["variant", "backend", "converted", "accuracy", "params", "size_ratio",
                  "speedup_b1", "speedup_b64", "verdict", "why"]
@@ -37,7 +37,6 @@ class CompressLab:
         self.subject, self.big, self.rounds = subject, big_batch, rounds
         self.records: list[dict] = []
         self.variants = None
-        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.method = W.Dropdown(options=["magnitude", "random", "structured"], value="magnitude",
                                  description="method")
@@ -61,6 +60,7 @@ class CompressLab:
         self.sweep_button.on_click(lambda _: self.sweep())
         self.compare_button.on_click(lambda _: self.compare())
         self.stop_button.on_click(lambda _: self._stop.set())
+        self.job = BackgroundJob(self.status, [self.sweep_button, self.compare_button], "compress-lab")
         controls = W.VBox([W.HBox([self.method, self.scope]), W.HBox([self.max_amount, self.points]),
                            W.HBox([self.epochs, self.amount]),
                            W.HBox([self.sweep_button, self.compare_button, self.stop_button]),
@@ -81,57 +81,46 @@ class CompressLab:
                            rounds=self.rounds)
 
     def sweep(self, wait: bool = False) -> None:
-        """Run the sweep on a thread (or wait for it); charts fill in point by point."""
+        """Run the sweep on a thread (wait=True: until it ends); charts fill in point by point."""
         scfg = self.sweep_config()
-        self.records = []
         self._start(lambda: self._sweep(scfg), len(scfg.amounts), wait)
 
     def compare(self, wait: bool = False) -> None:
+        """Build and time every variant on a thread (wait=True: until it ends)."""
         amount = self.amount.value
         self._start(lambda: self._compare(amount), 1, wait)
 
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def wait(self, timeout: float | None = None):
+        """The sweep's records or the variants table once done (its error raised)."""
+        return self.job.wait(timeout)
 
     def _start(self, work, steps: int, wait: bool) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            self.status.value = "busy: wait for the current job or press Stop"
+        if self.job.busy():
             return
         self._stop.clear()
         self.progress.max, self.progress.value = steps, 0
-        self._thread = threading.Thread(target=self._guard, args=(work,), daemon=True)
-        self._thread.start()
+        self.job.start(work)
         if wait:
-            self._thread.join()
+            self.job.join()
 
-    def _guard(self, work) -> None:
-        buttons = (self.sweep_button, self.compare_button)
-        for b in buttons:
-            b.disabled = True
-        try:
-            work()
-        except ConfigError as e:  # a bad setting: say so in the status line
-            self.status.value = f"error: {e}"
-        finally:
-            for b in buttons:
-                b.disabled = False
-
-    def _sweep(self, scfg: SweepConfig) -> None:
+    def _sweep(self, scfg: SweepConfig) -> list[dict]:
+        self.records = []
         for rec in iter_sweep(self.subject, scfg, stop=self._stop):
             self.records.append(rec)
             self.progress.value = len(self.records)
             self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
             self.redraw()
         self.status.value = "stopped" if self._stop.is_set() else f"sweep done ({scfg.method})"
+        return self.records
 
-    def _compare(self, amount: float) -> None:
+    def _compare(self, amount: float):
         self.status.value = "building and timing every variant..."
         self.variants = compare_variants(self.subject, amount, self.epochs.value,
                                          batch_sizes=(1, self.big), rounds=self.rounds)
         self.progress.value = 1
         self.status.value = "variants compared"
         self.redraw()
+        return self.variants
 
     # --- drawing -------------------------------------------------------------------------
     def redraw(self) -> None:

@@ -1,6 +1,6 @@
 """The control panel's inputs, bound to RunConfig: precision, model, batch size, steps, learning
 rate, device, and the TF32 / channels_last / compile toggles. Choices the device cannot run are
-disabled with a tooltip that says why (from `workbench.precision.unsupported_reason`).
+disabled with a tooltip that says why (from `workbench.machine.capability.unsupported_reason`).
 
     c = Controls(RunConfig.default()); c.set(precision="bf16", steps=50); cfg = c.config()
 """
@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import torch
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig
-from ..precision import resolve_device, unsupported_reason
+from ..machine.capability import resolve_device, unsupported_reason
 from .choices import ChoiceButtons
 
 PRECISION_TIPS = {"fp32": "full precision: the baseline",
@@ -49,8 +49,8 @@ class Controls:
                                         indent=False)}
         if not torch.cuda.is_available():
             self.device.set_reason("cuda", "torch sees no CUDA GPU on this machine")
-        for w in (self.model, self.batch_size, self.steps, self.lr):
-            w.observe(lambda _: self.refresh_support(), names="value")
+        self._support: tuple[str, RunConfig] | None = None  # (model, config) support is read from
+        self.model.observe(lambda _: self.refresh_support(), names="value")
         self.device.observe(lambda _: self.refresh_support())
         self.refresh_support()
         self.widget = widgets.VBox([
@@ -60,14 +60,8 @@ class Controls:
 
     def config(self) -> RunConfig:
         """The RunConfig the widgets describe (validated; ConfigError names a bad field)."""
-        model = self.model.value
-        data = self.base.data.name
-        if model == "transformer":
-            data = "text"
-        elif model in BUILTIN_MODELS and data == "text":
-            data = "digits"
-        return self.base.replace(**{
-            "model.name": model, "data.name": data, "loader.batch_size": self.batch_size.value,
+        return self.base.with_model(self.model.value).replace(**{
+            "loader.batch_size": self.batch_size.value,
             "run.steps": self.steps.value, "optim.lr": float(self.lr.value),
             "run.device": self.device.value, "precision.dtype": self.precision.value,
             "precision.tf32": self.toggles["tf32"].value,
@@ -92,12 +86,16 @@ class Controls:
                                   f"batch_size, steps, lr, {', '.join(self.toggles)}")
 
     def refresh_support(self) -> None:
-        """Grey out what this device and model cannot do, with the reason as the tooltip."""
+        """Grey out what this device and model cannot do, with the reason as the tooltip. Only the
+        device and the model decide it, so the config is rebuilt only when the model changes."""
         device = torch.device(self.device.value)
-        try:
-            cfg = self.config()
-        except ConfigError:
-            cfg = self.base
+        model = self.model.value
+        if self._support is None or self._support[0] != model:
+            try:
+                self._support = (model, self.base.with_model(model))
+            except ConfigError:
+                self._support = (model, self.base)
+        cfg = self._support[1]
         for option in ("bf16", "fp16"):
             self.precision.set_reason(option, unsupported_reason(cfg, device, option))
         if self.precision.buttons[self.precision.value].disabled:

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import html
 import math
-import threading
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..hardware import ceilings as ceil_mod
+from ..events import read_events
+from ..hardware.ceiling import Ceiling
 from ..hardware.chooser import choose
-from ..hardware.microbench import Ceiling, run_benchmarks
+from ..hardware.microbench import run_benchmarks
 from ..hardware.report import hardware_report
 from ..hardware.roofline import attainable
+from ..machine import peaks
+from ..runstore import read_summary
+from .job import BackgroundJob
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
 
@@ -60,7 +63,7 @@ def ceilings_html(ceilings: list[Ceiling], device="cpu") -> str:
         if math.isnan(c.value):
             body.append(f"<tr><td>{c.name}</td><td colspan=6>{html.escape(c.note)}</td></tr>")
             continue
-        spec = ceil_mod.spec_peak(device, c.dtype) if c.dtype else (None, "", "")
+        spec = peaks.spec_peak(device, c.dtype) if c.dtype else (None, "", "")
         peak = spec[0] * 1e3 if spec[0] else None
         check = f"{c.check:.4g} ({c.check_ratio:.2f}x)" if c.check else ""
         body.append(f"<tr><td>{c.name}</td><td>{c.value:.4g} {c.unit}</td><td>{c.spread:.0%}</td>"
@@ -81,37 +84,34 @@ class BenchPanel:
         self.status = widgets.Label("")
         self.table = widgets.HTML()
         self.button.on_click(lambda _: self.start())
+        self.job = BackgroundJob(self.status, [self.button], "hardware-bench")
         self.widget = widgets.VBox([widgets.HBox([self.button, self.progress, self.status]), self.table])
-        self._thread: threading.Thread | None = None
 
     def _progress(self, i: int, n: int, label: str) -> None:
         self.progress.max, self.progress.value = n, i
         self.progress.description = f"{i}/{n}"
         self.status.value = "done" if label == "done" else f"measuring {label}..."
 
-    def run(self) -> list[Ceiling]:
-        """Measure now (blocking), update the bar as each benchmark starts, then the table."""
-        self.button.disabled = True
-        try:
-            self.ceilings = run_benchmarks(self.device, quick=self.quick, progress=self._progress)
-            if self.save:
-                path = ceil_mod.save_ceilings(self.ceilings, self.device)
-                self.status.value = f"done; cached for MFU in {path}"
-            self.table.value = ceilings_html(self.ceilings, self.device)
-        finally:
-            self.button.disabled = False
+    def _measure(self) -> list[Ceiling]:
+        self.ceilings = run_benchmarks(self.device, quick=self.quick, progress=self._progress)
+        if self.save:
+            path = peaks.save_ceilings(self.ceilings, self.device)
+            self.status.value = f"done; cached for MFU in {path}"
+        self.table.value = ceilings_html(self.ceilings, self.device)
         return self.ceilings
 
-    def start(self) -> None:
+    def start(self) -> bool:
         """Measure on a thread (the button): the kernel stays responsive."""
-        if self._thread and self._thread.is_alive():
-            return
-        self._thread = threading.Thread(target=self.run, daemon=True)
-        self._thread.start()
+        return self.job.start(self._measure)
 
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread:
-            self._thread.join(timeout)
+    def wait(self, timeout: float | None = None) -> list[Ceiling]:
+        """The measured ceilings once done (its error raised)."""
+        return self.job.wait(timeout)
+
+    def run(self) -> list[Ceiling]:
+        """Measure and wait: the bar moves as each benchmark starts, then the table fills."""
+        self.start()
+        return self.wait()
 
 
 def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str = "") -> go.FigureWidget:
@@ -141,9 +141,6 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
 
 def mfu_figure(run_dir) -> go.FigureWidget:
     """MFU per step of one run, from its events (a share of the peak the summary names)."""
-    from ..events import read_events
-    from ..runstore import read_summary
-
     steps = [r for r in read_events(run_dir) if r.get("event") == "step" and "mfu" in r]
     s = read_summary(run_dir)
     fig = go.FigureWidget()

@@ -8,14 +8,15 @@ waited for data.
 from __future__ import annotations
 
 import html
-import threading
 import time
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from ..events import read_events
 from ..loading.advice import recommend, wait_share_sentence
 from ..loading.sweep import run_sweep, summarize_sweep
+from .job import BackgroundJob
 
 REDRAW_EVERY_S = 0.25
 
@@ -26,16 +27,15 @@ def _row_label(setting) -> str:
 
 
 class LoaderLab:
-    """Runs `run_sweep` on a thread and redraws a few times a second; `.table` and `.advice` hold
-    the results once it is done, `.error` what stopped it."""
+    """Runs `run_sweep` on a BackgroundJob and redraws a few times a second; `.table` and `.advice`
+    hold the results once it is done, `.error` what stopped it."""
 
     def __init__(self, dataset, settings, rounds: int = 3, max_batches: int = 20, step=None,
                  nproc: int = 1):
         self.dataset, self.settings, self.step, self.nproc = dataset, settings, step, nproc
         self.rounds, self.max_batches = rounds, max_batches
         self.records: list[dict] = []
-        self.table = self.advice = self.error = None
-        self._thread: threading.Thread | None = None
+        self.table = self.advice = None
         self._last_draw = 0.0
         labels = [s.label for s in settings]
         self.progress = widgets.IntProgress(value=0, min=0, max=len(settings) * rounds,
@@ -58,6 +58,7 @@ class LoaderLab:
         self.advice_html = widgets.HTML()
         self.button = widgets.Button(description="Run sweep", button_style="primary")
         self.button.on_click(lambda _: self.start())
+        self.job = BackgroundJob(self.status, [self.button], "loader-sweep", on_end=self._ended)
         self.widget = widgets.VBox([widgets.HBox([self.button, self.progress, self.status]),
                                     self.bars, self.heat, self.advice_html])
 
@@ -67,46 +68,39 @@ class LoaderLab:
         display(self.widget)
 
     # --- running -----------------------------------------------------------------------------
-    def start(self) -> threading.Thread:
-        if self._thread is not None and self._thread.is_alive():
-            return self._thread
-        self.records, self.table, self.advice, self.error = [], None, None, None
-        self.button.disabled = True
-        self._thread = threading.Thread(target=self._work, name="loader-sweep", daemon=True)
-        self._thread.start()
-        return self._thread
+    @property
+    def error(self) -> BaseException | None:
+        return self.job.error
+
+    def start(self) -> bool:
+        """Sweep on a thread; the charts fill in as settings are measured."""
+        self.records, self.table, self.advice = [], None, None
+        return self.job.start(self._work)
 
     def wait(self, timeout: float | None = None):
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self.error is not None:
-            raise self.error
+        """The summary table once the sweep is done (its error raised, as the panel shows it)."""
+        return self.job.wait(timeout)
+
+    def _work(self):
+        for rec in run_sweep(self.dataset, self.settings, self.rounds, self.max_batches,
+                             step=self.step):
+            self.records.append(rec)
+            if rec["event"] == "measure":
+                self.progress.value = rec["done"]
+                self.status.value = html.escape(f"{rec['done']}/{rec['total']}: {rec['setting']} "
+                                                f"{rec['samples_per_s']:.0f} samples/s")
+                if time.monotonic() - self._last_draw >= REDRAW_EVERY_S:
+                    self._redraw()
+            elif rec["leftover_processes"]:
+                self.status.value = f"worker processes left running: {rec['leftover_processes']}"
+        self.table = summarize_sweep(self.records)
+        self.advice = recommend(self.table, nproc=self.nproc)
+        self._redraw()
+        self._show_advice()
         return self.table
 
-    def _work(self) -> None:
-        try:
-            for rec in run_sweep(self.dataset, self.settings, self.rounds, self.max_batches,
-                                 step=self.step):
-                self.records.append(rec)
-                if rec["event"] == "measure":
-                    self.progress.value = rec["done"]
-                    self.status.value = html.escape(f"{rec['done']}/{rec['total']}: {rec['setting']} "
-                                                    f"{rec['samples_per_s']:.0f} samples/s")
-                    if time.monotonic() - self._last_draw >= REDRAW_EVERY_S:
-                        self._redraw()
-                elif rec["leftover_processes"]:
-                    self.status.value = f"worker processes left running: {rec['leftover_processes']}"
-            self.table = summarize_sweep(self.records)
-            self.advice = recommend(self.table, nproc=self.nproc)
-            self._redraw()
-            self._show_advice()
-            self.progress.bar_style = "success"
-        except Exception as e:  # shown in the widget, re-raised by wait()
-            self.error = e
-            self.progress.bar_style = "danger"
-            self.status.value = f"<b>failed:</b> {html.escape(f'{type(e).__name__}: {e}')}"
-        finally:
-            self.button.disabled = False
+    def _ended(self, job: BackgroundJob) -> None:
+        self.progress.bar_style = "danger" if job.error else "success"
 
     # --- drawing -------------------------------------------------------------------------------
     def _redraw(self) -> None:
@@ -138,8 +132,6 @@ class LoaderLab:
 def wait_chart(summaries: dict[str, dict]) -> go.Figure:
     """For training runs {label: summary}: a bar per run split into time waiting for data and time
     computing, as shares of the step; the title of each bar says it in words."""
-    from ..events import read_events
-
     labels, waits, computes, texts = [], [], [], []
     for label, summary in summaries.items():
         steps = [e for e in read_events(summary["run_dir"]) if e["event"] == "step"]

@@ -6,15 +6,15 @@ each run finishes, with the table and the explanation underneath.
 from __future__ import annotations
 
 import html
-import threading
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import pandas as pd
 
 from ..config import RunConfig
-from ..scaling import add_ideal, explain, study
+from ..distributed.scaling import add_ideal, explain, study
 from .charts import COLORS
+from .job import BackgroundJob
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
            "threads_per_process", "samples_per_s", "ideal_samples_per_s", "speedup", "efficiency",
@@ -53,21 +53,22 @@ class ScalingView:
         self.table = widgets.HTML()
         self.widget = widgets.VBox([self.status, self.figure, self.table])
         self.frame: pd.DataFrame | None = None
-        self.error: BaseException | None = None
         self._rows: list[dict] = []
-        self._thread: threading.Thread | None = None
+        self.job = BackgroundJob(self.status, name="scaling-study")
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.job.error
 
     def run(self, wait: bool = False, timeout: float | None = None) -> "ScalingView":
-        self._thread = threading.Thread(target=self._work, daemon=True, name="scaling-study")
-        self._thread.start()
-        if wait:
-            self.wait(timeout)
+        """Run the study on a thread (wait=True: until it ends); the chart grows run by run."""
+        if self.job.start(self._work) and wait:
+            self.job.join(timeout)
         return self
 
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.frame is not None
+    def wait(self, timeout: float | None = None) -> pd.DataFrame:
+        """The study's table once done (its error raised)."""
+        return self.job.wait(timeout)
 
     def _on_result(self, row: dict) -> None:
         self._rows.append(dict(row))
@@ -75,17 +76,15 @@ class ScalingView:
         draw(self.figure, self._rows)
         self.status.value = f"measured {row['mode']} scaling at {row['processes']} process(es)"
 
-    def _work(self) -> None:
-        try:
-            self.status.value = "running ..."
-            self.frame = study(self.cfg, self.processes, self.modes, self.accumulate,
-                               on_result=self._on_result)
-            draw(self.figure, self.frame.to_dict("records"))
-            self.table.value = self.frame[COLUMNS].to_html(index=False, float_format="{:,.3g}".format)
-            self.status.value = "<br>".join(html.escape(line) for line in explain(self.frame).split("\n"))
-        except BaseException as e:  # noqa: BLE001 - shown in the view, kept for the caller
-            self.error = e
-            self.status.value = f"<span style='color:#d62728'>{html.escape(str(e))}</span>"
+    def _work(self) -> pd.DataFrame:
+        self.status.value = "running ..."
+        self._rows = []
+        self.frame = study(self.cfg, self.processes, self.modes, self.accumulate,
+                           on_result=self._on_result)
+        draw(self.figure, self.frame.to_dict("records"))
+        self.table.value = self.frame[COLUMNS].to_html(index=False, float_format="{:,.3g}".format)
+        self.status.value = "<br>".join(html.escape(line) for line in explain(self.frame).split("\n"))
+        return self.frame
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)

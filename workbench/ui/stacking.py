@@ -15,7 +15,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..config import RunConfig
-from ..stacking import CHANGES, COLUMNS, _num, as_change, plan, run_study, waterfall_records
+from ..export import export
+from ..stacking.changes import CHANGES, as_change
+from ..stacking.plan import plan
+from ..stacking.study import COLUMNS, run_study
+from ..stacking.waterfall import number, waterfall_records
+from .job import BackgroundJob
 
 STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
@@ -55,7 +60,7 @@ class Waterfall:
             self.fig.data[0].update(x=wf["x"], y=wf["y"], measure=wf["measure"], text=wf["text"],
                                     hovertext=wf["text"])
             for trace, (column, _) in zip(self.fig.data[1:], self.side):
-                values = [_num(r.get(column)) for r in rows]
+                values = [number(r.get(column)) for r in rows]
                 trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
 
 
@@ -102,10 +107,8 @@ class StackingPanel(w.VBox):
         self.table = w.HTML()
         self.export_out = w.HTML()
         self.rows: list[dict] = []
-        self.result = None
-        self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.job = BackgroundJob(self.status, [self.run_button], "stacking-study", on_end=self._ended)
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self._stop.set())
         self.export_button.on_click(lambda _: self.export())
@@ -116,21 +119,27 @@ class StackingPanel(w.VBox):
     def selected_changes(self) -> list:
         return [self.changes[k] for k, box in self.boxes.items() if box.value]
 
-    def start(self) -> None:
+    @property
+    def result(self):
+        return self.job.result
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.job.error
+
+    def start(self) -> bool:
         """Run the study on a thread; the chart and table fill in as each step ends."""
-        if self._thread is not None and self._thread.is_alive():
-            return
+        if self.job.busy():
+            return False
         changes = self.selected_changes()
         n_runs = sum(1 for s in plan(self.baseline, changes) if s.reason is None)
-        self.rows, self.result, self.error = [], None, None
+        self.rows = []
         self._stop.clear()
-        self.run_button.disabled, self.stop_button.disabled, self.export_button.disabled = True, False, True
+        self.stop_button.disabled, self.export_button.disabled = False, True
         self.status.value = f"running {n_runs} runs ({len(changes) + 1} steps)..."
-        self._thread = threading.Thread(target=self._work, args=(changes,), daemon=True,
-                                        name="stacking-study")
-        self._thread.start()
+        return self.job.start(lambda: self._work(changes))
 
-    def _work(self, changes) -> None:
+    def _work(self, changes):
         import pandas as pd
 
         def on_step(row):
@@ -140,35 +149,27 @@ class StackingPanel(w.VBox):
             self.table.value = table_html(df)
             self.status.value = f"step {len(self.rows)}/{len(changes) + 1}: {row['step']}: {row['status']}"
 
-        try:
-            self.result = run_study(self.baseline, changes, on_step=on_step, stop=self._stop.is_set)
-            stopped = " (stopped early)" if self._stop.is_set() else ""
-            done = [r for r in self.rows if _num(r["samples_per_s"]) is not None]
-            total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""
-            self.status.value = f"done{stopped}{total}"
-        except BaseException as e:  # show it in the panel; the thread must not die silently
-            self.error = e
-            self.status.value = f"<b>study failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
-        finally:
-            self.run_button.disabled, self.stop_button.disabled = False, True
-            self.export_button.disabled = self.best_run_dir() is None
+        result = run_study(self.baseline, changes, on_step=on_step, stop=self._stop.is_set)
+        stopped = " (stopped early)" if self._stop.is_set() else ""
+        done = [r for r in self.rows if number(r["samples_per_s"]) is not None]
+        total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""
+        self.status.value = f"done{stopped}{total}"
+        return result
+
+    def _ended(self, job: BackgroundJob) -> None:
+        self.stop_button.disabled = True
+        self.export_button.disabled = self.best_run_dir() is None
 
     def wait(self, timeout: float | None = None):
-        """Block until the study ends (notebook cells and tests); returns the table."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self.error is not None:
-            raise self.error
-        return self.result
+        """The study's table once it ends (its error raised, as the panel shows it)."""
+        return self.job.wait(timeout)
 
     def best_run_dir(self) -> str | None:
         """The last step that ran: it holds every change that applied, stacked."""
-        done = [r for r in self.rows if _num(r["samples_per_s"]) is not None and r["run_dir"]]
+        done = [r for r in self.rows if number(r["samples_per_s"]) is not None and r["run_dir"]]
         return done[-1]["run_dir"] if done else None
 
     def export(self, to_dir: str | None = None):
-        from ..export import export
-
         run_dir = self.best_run_dir()
         if run_dir is None:
             self.export_out.value = "Run the study first: the export takes its last completed step."

@@ -1,0 +1,127 @@
+"""The package's layout rules, read from its imports (every import, at module level or inside a
+function): folders follow the process that runs their code, imports point down, no cycles, nothing
+inside a rank imports the launcher, and every folder says what it holds."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
+# Floors, top to bottom; a unit is a folder of the package or a module at its top.
+FLOORS = {
+    "faces": ["ui", "cli", "bench", "worker", "loopback", "__main__", "__init__"],
+    "labs": ["compress", "loading", "hardware", "stacking", "export"],
+    "distributed": ["distributed"],
+    "train": ["train"],
+    "machine": ["machine"],
+    "base": ["config", "events", "runstore", "measure", "net", "procs", "quick"],
+}
+LEVEL = {unit: len(FLOORS) - i for i, units in enumerate(FLOORS.values()) for unit in units}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules `name` imports, anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        out |= {t for t in targets if t in known and t != name}
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of a directed graph, as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (found := visit(m)):
+                return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(edges):
+        if n not in state and (found := visit(n)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_every_unit_has_a_floor():
+    units = {unit(m) for m in modules()}
+    assert units <= set(LEVEL), f"place these in FLOORS: {sorted(units - set(LEVEL))}"
+
+
+def test_no_module_import_cycle():
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_cycle_between_folders():
+    folders: dict[str, set[str]] = {}
+    for a, targets in graph().items():
+        folders.setdefault(unit(a), set()).update(unit(b) for b in targets if unit(b) != unit(a))
+    cycle = find_cycle(folders)
+    assert cycle is None, "folders import each other: " + " -> ".join(cycle)
+
+
+def test_imports_point_down():
+    upward = [f"{a} imports {b}" for a, targets in graph().items() for b in targets
+              if LEVEL[unit(b)] > LEVEL[unit(a)]]
+    assert not upward, "imports that point up a floor:\n" + "\n".join(sorted(upward))
+
+
+@pytest.mark.parametrize("room", ["train", "machine", *FLOORS["base"]])
+def test_a_rank_never_imports_the_launcher(room):
+    """What runs inside a rank (and what it stands on) never imports what owns the ranks."""
+    bad = [f"{a} imports {b}" for a, targets in graph().items() if unit(a) == room
+           for b in targets if unit(b) == "distributed"]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_folder_says_what_lives_there():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 60, f"{init.relative_to(PACKAGE.parent)} needs its docstring"

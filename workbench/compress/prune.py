@@ -1,0 +1,202 @@
+"""Unstructured pruning with masks (`torch.nn.utils.prune`), the input checks every pruning path
+shares, and the "make it real" step that removes the masks.
+
+    from workbench.compress.prune import magnitude_prune, make_real, sparsity
+    magnitude_prune(model, 0.7, scope="global"); make_real(model); print(sparsity(model))
+
+Masks alone never make a model faster: the weight is still a dense tensor (now with zeros) and a
+forward pre-hook recomputes `weight = weight_orig * mask` on every call. `make_real` drops the
+hooks; `to_sparse` stores Linear weights as CSR, which pays off only at high sparsity.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+from torch.nn.utils import prune as tprune
+
+from ..config import ConfigError
+
+PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+METHODS = ("magnitude", "random")
+SCOPES = ("layer", "global")
+
+
+def is_quantized(model: nn.Module) -> bool:
+    """True for models from `workbench.compress.quantize` or any torch.ao / torchao quantized module."""
+    if getattr(model, "_workbench_quantized", None):
+        return True
+    for m in model.modules():
+        if type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")):
+            return True
+        if getattr(m, "_workbench_quantized", None):
+            return True
+        for p in m._parameters.values():  # torchao swaps weights for int8 tensor subclasses
+            if p is not None and type(p) not in (torch.Tensor, nn.Parameter):
+                return True
+    return False
+
+
+def check_not_quantized(model: nn.Module, action: str) -> None:
+    if is_quantized(model):
+        raise ConfigError(f"cannot {action} a quantized model: its weights are int8 and no longer "
+                          f"trainable or maskable; {action} the float model first, then quantize")
+
+
+def check_amount(amount, n_units: int, field: str = "amount", unit: str = "parameters") -> float:
+    """An amount is a fraction in [0, 1] or a whole count <= n_units. Returns the fraction."""
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        raise ConfigError(f"{field} must be a fraction in [0, 1] or a whole number of {unit}, "
+                          f"got {amount!r}")
+    if isinstance(amount, float):
+        if not math.isfinite(amount) or not 0.0 <= amount <= 1.0:
+            raise ConfigError(f"{field} must be a fraction in [0, 1], got {amount!r}")
+        return float(amount)
+    if not 0 <= amount <= n_units:
+        raise ConfigError(f"{field} must be a count between 0 and {n_units} {unit} (the prunable "
+                          f"total), got {amount}")
+    return amount / n_units if n_units else 0.0
+
+
+def prunable_layers(model: nn.Module, names: Iterable[str] | None = None, param: str = "weight"
+                    ) -> list[tuple[str, nn.Module]]:
+    """(name, module) of the layers to prune: every Linear/Conv, or those named. Unknown names and
+    a model without any such layer are errors that list what exists."""
+    modules = dict(model.named_modules())
+    if names is None:
+        found = [(n, m) for n, m in modules.items() if isinstance(m, PRUNABLE)]
+        if not found:
+            raise ConfigError(f"model {type(model).__name__} has no prunable layer (Linear or Conv); "
+                              "nothing to prune")
+    else:
+        names = [names] if isinstance(names, str) else list(names)
+        if not names:
+            raise ConfigError("layers must name at least one module, got an empty list")
+        found = []
+        for n in names:
+            if n not in modules:
+                have = [k for k, m in modules.items() if isinstance(m, PRUNABLE)]
+                raise ConfigError(f"layers: no module named {n!r} in {type(model).__name__}; "
+                                  f"prunable modules: {', '.join(have) or 'none'}")
+            found.append((n, modules[n]))
+    for n, m in found:
+        has = param in m._parameters or f"{param}_orig" in m._parameters
+        if not has:
+            raise ConfigError(f"param: module {n!r} ({type(m).__name__}) has no parameter "
+                              f"{param!r}; it has: {', '.join(m._parameters) or 'none'}")
+    return found
+
+
+def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: str = "magnitude",
+                    layers: Iterable[str] | None = None, param: str = "weight",
+                    seed: int = 0) -> nn.Module:
+    """Mask the smallest-|w| (or random, a control) weights, per layer or globally, in place.
+
+    `amount`: fraction in [0, 1] or a whole count of weights (per layer for scope="layer", over
+    all chosen layers for scope="global")."""
+    check_not_quantized(model, "prune")
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if scope not in SCOPES:
+        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    found = prunable_layers(model, layers, param)
+    sizes = [getattr(m, param).numel() for _, m in found]
+    torch.manual_seed(seed)
+    if scope == "global":
+        frac = check_amount(amount, sum(sizes))
+        count = amount if isinstance(amount, int) else round(frac * sum(sizes))
+        method_cls = tprune.L1Unstructured if method == "magnitude" else tprune.RandomUnstructured
+        tprune.global_unstructured([(m, param) for _, m in found], method_cls, amount=int(count))
+        refresh_masks(model)
+        return model
+    check_amount(amount, min(sizes), unit="parameters in the smallest chosen layer")
+    for _, m in found:
+        if method == "magnitude":
+            tprune.l1_unstructured(m, param, amount=amount)
+        else:
+            tprune.random_unstructured(m, param, amount=amount)
+    refresh_masks(model)
+    return model
+
+
+@torch.no_grad()
+def refresh_masks(model: nn.Module) -> None:
+    """Recompute masked weights outside autograd. Pruning and training leave them holding a
+    graph, which blocks copy.deepcopy of the model."""
+    for m in model.modules():
+        for hook in m._forward_pre_hooks.values():
+            if isinstance(hook, tprune.BasePruningMethod):
+                hook(m, None)
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """copy.deepcopy that also works on a masked model after a forward with autograd on."""
+    refresh_masks(model)
+    return copy.deepcopy(model)
+
+
+def has_masks(model: nn.Module) -> bool:
+    return tprune.is_pruned(model)
+
+
+def make_real(model: nn.Module) -> nn.Module:
+    """Remove every pruning mask and hook, in place: the zeros become plain weights."""
+    removed = 0
+    for m in model.modules():
+        for hook in list(m._forward_pre_hooks.values()):
+            if isinstance(hook, tprune.BasePruningMethod):
+                tprune.remove(m, hook._tensor_name)
+                removed += 1
+    if not removed:
+        raise ConfigError("make_real: the model carries no pruning masks; prune it first")
+    return model
+
+
+def sparsity(model: nn.Module) -> dict:
+    """Nonzero and total weights of the prunable layers (masked values count as zero), and all
+    parameters."""
+    nonzero = total = 0
+    for m in model.modules():
+        if isinstance(m, PRUNABLE) or isinstance(m, SparseLinear):
+            w = m.weight.to_dense() if m.weight.layout != torch.strided else m.weight
+            nonzero += int((w != 0).sum())
+            total += w.numel()
+    all_params = sum(p.numel() for n, p in model.named_parameters() if not n.endswith("_mask"))
+    return {"nonzero_weights": nonzero, "total_weights": total, "params": all_params,
+            "sparsity": round(1 - nonzero / total, 4) if total else 0.0}
+
+
+class SparseLinear(nn.Module):
+    """A Linear whose weight is stored as CSR and multiplied by a sparse kernel."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = nn.Parameter(linear.weight.detach().to_sparse_csr(), requires_grad=False)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(),
+                                                                  requires_grad=False)
+
+    def forward(self, x):
+        flat = x.reshape(-1, self.in_features)
+        out = torch.sparse.mm(self.weight, flat.t()).t()
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def to_sparse(model: nn.Module) -> nn.Module:
+    """Swap every unmasked Linear for a CSR SparseLinear, in place (inference only)."""
+    if has_masks(model):
+        raise ConfigError("to_sparse: remove the masks first with make_real(model)")
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, SparseLinear(child))
+                swapped += 1
+    if not swapped:
+        raise ConfigError(f"to_sparse: model {type(model).__name__} has no nn.Linear to convert")
+    return model

@@ -1,0 +1,82 @@
+"""The model to compress and how to judge it: its input shape and task (for random inputs), its
+data, and a score (accuracy on the held-out split, or the user's own evaluation function).
+
+    from workbench.compress.subject import Subject
+    subject = Subject.from_config(RunConfig.smoke()); subject.evaluate(model)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ..config import ConfigError, RunConfig
+from ..runstore import load_config
+from ..train.data import DataBundle, build_data
+from ..train.factory import load_factory
+from ..train.models import build_model
+from ..train.restore import load_model
+
+
+@dataclass
+class Subject:
+    """A model to compress and how to judge it. `evaluate(model) -> float` (higher is better,
+    accuracy for the built-in data); `input_shape`, `task` and `vocab` make random inputs."""
+
+    model: nn.Module
+    input_shape: tuple
+    task: str = "classify"
+    vocab: int = 0
+    data: Optional[DataBundle] = None
+    eval_fn: Optional[Callable[[nn.Module], float]] = None
+    name: str = "model"
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, model: nn.Module | None = None,
+                    eval_fn: Callable | str | None = None) -> "Subject":
+        """The config's model (built fresh, or `model`) and data; `eval_fn` may be an import path
+        'package.module:fn' or 'file.py:fn' of a function model -> score."""
+        data = build_data(cfg)
+        if model is None:
+            model = build_model(cfg, data)
+        if isinstance(eval_fn, str):
+            eval_fn = load_factory(eval_fn)
+        return cls(model.eval(), tuple(data.input_shape), data.task, data.num_classes, data, eval_fn,
+                   cfg.model.name.rsplit(":", 1)[-1])
+
+    @classmethod
+    def from_run(cls, run_dir: str | Path, eval_fn: Callable | str | None = None) -> "Subject":
+        """The trained weights saved in a run folder."""
+        return cls.from_config(load_config(run_dir), load_model(run_dir), eval_fn)
+
+    def example(self, batch: int, seed: int = 0) -> torch.Tensor:
+        """Random inputs (never zeros: some kernels skip work on zeros)."""
+        g = torch.Generator().manual_seed(seed)
+        if self.task == "lm":
+            return torch.randint(0, self.vocab, (batch, *self.input_shape), generator=g)
+        return torch.rand(batch, *self.input_shape, generator=g)
+
+    def evaluate(self, model: nn.Module) -> float | None:
+        if self.eval_fn is not None:
+            score = self.eval_fn(model)
+            if isinstance(score, bool) or not isinstance(score, (int, float)):
+                raise ConfigError(f"the evaluation function must return a number, got {score!r}")
+            return float(score)
+        if self.data is None:
+            return None
+        return accuracy(model, self.data)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: DataBundle, batch: int = 512) -> float:
+    """Top-1 accuracy on the held-out split (per token for a language model)."""
+    model.eval()
+    x_all, y_all = data.test.x, data.test.y
+    correct = 0
+    for i in range(0, len(x_all), batch):
+        pred = model(x_all[i:i + batch]).argmax(-1)
+        correct += (pred == y_all[i:i + batch]).sum().item()
+    return correct / y_all.numel()

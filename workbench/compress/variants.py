@@ -1,0 +1,132 @@
+"""Every compressed variant of one model in one table: dense, masked (hooks on), pruned and made
+real, CSR sparse, structurally pruned, int8 (dynamic, weight-only, each backend), structured+int8,
+and 2:4 sparsity where the device has it. All are timed in the same interleaved rounds, so the
+speedups are fair, and each gets a verdict.
+
+    from workbench.compress.variants import compare_variants
+    df = compare_variants(subject, amount=0.5, finetune_epochs=2)
+"""
+from __future__ import annotations
+
+
+from torch import nn
+
+from ..config import ConfigError
+from .prune import check_amount, copy_model, magnitude_prune, make_real, sparsity, to_sparse
+from .quantize import quantize, torchao_available, unsupported_reason
+from .reasons import judge
+from .stats import latencies, output_error, state_size_bytes
+from .structured import structured_prune
+from .subject import Subject
+from .sweep import finetune
+
+
+def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
+                   sparse_amount: float = 0.9, device: str = "cpu",
+                   structured: bool = True) -> tuple[dict, dict, list]:
+    """name -> model, name -> row fields, and the skipped variants (name, reason)."""
+    check_amount(amount, 1, "amount")
+    check_amount(sparse_amount, 1, "sparse_amount")
+    dense = subject.model.eval()
+    models: dict[str, nn.Module] = {"dense": dense}
+    rows: dict[str, dict] = {"dense": {"kind": "dense", "amount": 0.0}}
+    skipped: list[tuple[str, str]] = []
+
+    masked = magnitude_prune(copy_model(dense), amount, scope="global")
+    if finetune_epochs:
+        finetune(masked, subject, finetune_epochs)
+    models[f"masked {amount:.0%} (hooks on)"] = masked
+    models[f"unstructured {amount:.0%}"] = make_real(copy_model(masked))
+    rows[f"masked {amount:.0%} (hooks on)"] = {"kind": "masked", "amount": amount}
+    rows[f"unstructured {amount:.0%}"] = {"kind": "unstructured", "amount": amount}
+
+    csr = magnitude_prune(copy_model(dense), sparse_amount, scope="global")
+    if finetune_epochs:
+        finetune(csr, subject, finetune_epochs)
+    try:
+        models[f"sparse CSR {sparse_amount:.0%}"] = to_sparse(make_real(csr))
+        rows[f"sparse CSR {sparse_amount:.0%}"] = {"kind": "sparse_csr", "amount": sparse_amount}
+    except ConfigError as e:
+        skipped.append((f"sparse CSR {sparse_amount:.0%}", str(e)))
+
+    if structured:
+        try:
+            small = structured_prune(dense, amount)
+            if finetune_epochs:
+                finetune(small, subject, finetune_epochs)
+            models[f"structured {amount:.0%}"] = small
+            rows[f"structured {amount:.0%}"] = {"kind": "structured", "amount": amount}
+        except ConfigError as e:
+            skipped.append((f"structured {amount:.0%}", str(e)))
+
+    quant = [("dynamic_int8", "auto"), ("weight_only_int8", "auto"), ("semi_structured_2_4", "auto")]
+    if torchao_available() and device == "cpu":
+        quant.insert(1, ("dynamic_int8", "torchao"))
+    for method, backend in quant:
+        reason = unsupported_reason(method, device, backend)
+        name = method if backend == "auto" else f"{method} ({backend})"
+        if reason:
+            skipped.append((name, reason))
+            continue
+        try:
+            q, info = quantize(dense, method, backend=backend, device=device)
+        except ConfigError as e:
+            skipped.append((name, str(e)))
+            continue
+        models[f"{name}"] = q
+        rows[name] = {"kind": method, "amount": 0.0, "backend": info["backend"],
+                      "converted": f"{info['converted']}/{info['linear_layers']}",
+                      "notes": "; ".join(info["notes"])}
+    key = f"structured {amount:.0%}"
+    if key in models:
+        try:
+            q, info = quantize(models[key], "dynamic_int8", device=device)
+            models[f"{key} + dynamic_int8"] = q
+            rows[f"{key} + dynamic_int8"] = {"kind": "dynamic_int8", "amount": amount,
+                                              "backend": info["backend"],
+                                              "converted": f"{info['converted']}/"
+                                                           f"{info['linear_layers']}"}
+        except ConfigError as e:
+            skipped.append((f"{key} + dynamic_int8", str(e)))
+    return models, rows, skipped
+
+
+def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
+                     sparse_amount: float = 0.9, batch_sizes=(1, 64), rounds: int = 15,
+                     device: str = "cpu"):
+    """One row per variant (pandas DataFrame): accuracy, output error vs dense, parameters, size,
+    latency at each batch size with speedup vs dense, verdict and why. Skipped variants appear
+    with their reason."""
+    import pandas as pd
+
+    models, rows, skipped = build_variants(subject, amount, finetune_epochs, sparse_amount, device)
+    times = latencies(models, subject, batch_sizes, rounds)
+    dense = models["dense"]
+    dense_size = state_size_bytes(dense)
+    x = subject.example(max(batch_sizes), seed=1)
+    table = []
+    for name, model in models.items():
+        row = {"variant": name, **rows[name]}
+        counts = sparsity(model) if not getattr(model, "_workbench_quantized", False) else {}
+        size = state_size_bytes(model)
+        row.update(accuracy=subject.evaluate(model), output_error=round(output_error(dense, model, x), 5),
+                   params=counts.get("params", sparsity(dense)["params"]),
+                   nonzero_weights=counts.get("nonzero_weights"), size_bytes=size,
+                   size_ratio=round(dense_size / size, 3))
+        row.update(times[name])
+        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0)))
+        table.append(row)
+    for name, reason in skipped:
+        table.append({"variant": name, "verdict": "skipped", "why": reason})
+    return pd.DataFrame(table)
+
+
+def pareto_front(df, x: str = "latency_b64_ms", y: str = "accuracy") -> list[str]:
+    """Variants no other variant beats on both lower latency and higher accuracy."""
+    pts = df.dropna(subset=[x, y])
+    front = []
+    for _, r in pts.iterrows():
+        dominated = ((pts[x] <= r[x]) & (pts[y] >= r[y]) & ((pts[x] < r[x]) | (pts[y] > r[y]))).any()
+        if not dominated:
+            front.append(r["variant"] if "variant" in r else r.name)
+    return front

@@ -1,0 +1,56 @@
+"""The one SLURM batch file: one task per node, each starting torchrun; the c10d rendezvous on the
+allocation's first node. The cluster job (the workbench worker) and the export (a standalone
+train.py) both fill in this template with a torchrun line from workbench.distributed.torchrun.
+
+    slurm_job(line, name="my-run", nodes=2, nproc=8, gpus=True, port=29500)
+"""
+from __future__ import annotations
+
+import shlex
+
+from .torchrun import RESTART_ENV
+
+
+def shell_word(arg: str) -> str:
+    """Quote an argument, leaving $VARIABLES in it to the shell: --x="$VAR:1" ."""
+    if "$" not in arg:
+        return shlex.quote(arg)
+    flag, eq, value = arg.partition("=")
+    return f'{flag}="{value}"' if eq else f'"{arg}"'
+
+
+def per_node(args: list[str]) -> str:
+    """A command whose $VARIABLES each node's task must fill in itself ($SLURM_NODEID): run
+    through `bash -c` inside the task, not expanded by the batch script."""
+    return "bash -c " + shlex.quote(" ".join(args))
+
+
+def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port: int,
+              cpus_per_task: int | None = None, time_limit: str = "01:00:00", setup: str = "",
+              submit: str = "Submit with: sbatch job.slurm") -> str:
+    """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
+    node's name); `setup` is shell run once before it (writing a config file, say)."""
+    gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
+           else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
+    env = "\n".join(f"export {k}={v}" for k, v in RESTART_ENV.items())
+    return f"""#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task={cpus_per_task or max(2, 4 * nproc)}
+{gpu}
+#SBATCH --time={time_limit}
+#SBATCH --output=%x-%j.out
+# {submit}
+# srun starts one torchrun per node; torchrun starts {nproc} rank(s) per node; the c10d rendezvous
+# runs on the first node of the allocation, which also numbers the nodes.
+set -euo pipefail
+cd "${{SLURM_SUBMIT_DIR:-.}}"
+# sed reads every name: with pipefail, `head -n 1` can end the job through scontrol's SIGPIPE.
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
+export head_node
+{env}  # restarts come up reliably only with a fresh store per attempt
+{setup.strip()}
+echo "rendezvous on $head_node:{port}, $SLURM_NNODES node(s) x {nproc} rank(s)"
+srun --kill-on-bad-exit=1 {line}
+"""

@@ -1,0 +1,53 @@
+"""The one builder of torchrun command lines: the launcher's, the cluster's SLURM job, the export's
+commands and the all-reduce benchmark all call `torchrun_args`, so the flags cannot drift apart.
+
+    torchrun_args(["-m", "workbench.worker", "--config", "RUN/config.json"], nproc=2,
+                  endpoint="127.0.0.1:29500", node_rank=0, max_restarts=0)
+
+An endpoint on loopback gets `--local-addr 127.0.0.1`; run through `LOOPBACK_RUNNER` (the
+workbench's torchrun agent) its rendezvous store also listens on 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..net import LOOPBACK, is_loopback, loopback_ifname
+
+# Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
+RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+TORCHRUN = ["torchrun"]  # what a person types
+PYTHON_TORCHRUN = ["python", "-m", "torch.distributed.run"]  # the same, where torchrun is not on PATH
+WORKER = ["-m", "workbench.worker"]
+
+
+def loopback_runner() -> list[str]:
+    """This interpreter running torchrun with its rendezvous store bound to 127.0.0.1."""
+    return [sys.executable, "-m", "workbench.loopback"]
+
+
+def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int | str = 1,
+                  node_rank: int | str | None = None, rdzv_id: str | None = None,
+                  max_restarts: int | None = None, log_dir: str | None = None,
+                  runner: list[str] = TORCHRUN) -> list[str]:
+    """`runner` + torchrun flags + `program` (a script, or -m module and its arguments).
+
+    Values may be shell variables ("$SLURM_NODEID") where a batch file fills them in. Flags left
+    None are left to torchrun: no --node-rank lets the c10d rendezvous number the nodes."""
+    args = [*runner, f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]
+    if node_rank is not None:
+        args.append(f"--node-rank={node_rank}")
+    if rdzv_id is not None:
+        args.append(f"--rdzv-id={rdzv_id}")
+    args += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
+    if is_loopback(endpoint.rpartition(":")[0]):  # every node on this machine: stay on loopback
+        args += ["--local-addr", LOOPBACK]
+    if max_restarts is not None:
+        args.append(f"--max-restarts={max_restarts}")
+    if log_dir is not None:
+        args.append(f"--log-dir={log_dir}")
+    return args + list(program)
+
+
+def loopback_env() -> dict[str, str]:
+    """Environment for a run whose every rank is on this machine: gloo on the loopback device."""
+    return {**RESTART_ENV, "GLOO_SOCKET_IFNAME": loopback_ifname()}

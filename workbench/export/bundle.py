@@ -1,0 +1,107 @@
+"""Write an export folder: the config as JSON, a standalone `train.py` (torch only), `commands.md`
+and `run.sh` with the exact single- and multi-node torchrun commands, and `job.slurm`.
+
+    from workbench.export import export
+    export(run_dir_or_config, "exported/")        # or: workbench export --run RUN_DIR --to exported/
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig
+from ..distributed.slurm import shell_word
+from . import commands
+from .script import DATA_FILE, copy_model_file, save_digits, script_source
+
+FILES = ("config.json", "train.py", "commands.md", "run.sh", "job.slurm")
+
+
+@dataclass
+class Export:
+    """What an export wrote, and the commands it recommends."""
+
+    dir: Path
+    files: list[Path] = field(default_factory=list)
+    single_node: list[str] = field(default_factory=list)
+    multi_node: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        names = ", ".join(p.name for p in self.files)
+        return (f"exported to {self.dir}: {names}\n  one node:   {shlex.join(self.single_node)}\n"
+                f"  multi-node: {shlex.join(self.multi_node)}")
+
+
+def resolve_config(source) -> RunConfig:
+    """A RunConfig, a run folder, or a config JSON file."""
+    if isinstance(source, RunConfig):
+        return source
+    path = Path(source)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"run folder {str(path)!r} has no config.json; give a run folder "
+                              "(one from `workbench runs`) or a config file")
+        return RunConfig.load(path / "config.json")
+    if path.is_file():
+        return RunConfig.load(path)
+    raise ConfigError(f"{str(path)!r} does not exist; give a run folder or a config JSON file")
+
+
+def _run_sh(cfg: RunConfig, nodes: int, port: int) -> str:
+    one = shlex.join(commands.single_node(cfg, port=port))
+    many = " ".join(shell_word(a) for a in commands.multi_node(cfg, nodes, head="$HEAD_NODE",
+                                                                        port=port))
+    return f"""#!/bin/bash
+# Run the exported training script.
+#   ./run.sh                     this machine, as the run was
+#   HEAD_NODE=host ./run.sh      on each of {nodes} nodes (HEAD_NODE hosts the rendezvous)
+set -euo pipefail
+cd "$(dirname "$0")"
+if [ -z "${{HEAD_NODE:-}}" ]; then
+  exec {one} "$@"
+else
+  exec {many} "$@"
+fi
+"""
+
+
+def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEFAULT_PORT,
+           overwrite: bool = False) -> Export:
+    """Write the export files for `source` (RunConfig, run folder or config file) into `to_dir`."""
+    cfg = resolve_config(source)
+    cfg.validate()
+    nodes = nodes if nodes is not None else commands.default_nodes(cfg)
+    if nodes < 2:
+        raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")
+    if not 0 < port < 65536:
+        raise ConfigError(f"port must be in 1..65535, got {port}")
+    to_dir = Path(to_dir)
+    if to_dir.exists() and not to_dir.is_dir():
+        raise ConfigError(f"--to {str(to_dir)!r} is a file; give a folder")
+    clash = [n for n in FILES if (to_dir / n).exists()]
+    if clash and not overwrite:
+        raise ConfigError(f"{str(to_dir)!r} already holds an export ({', '.join(clash)}); "
+                          "choose a new folder or pass overwrite=True (--force)")
+    to_dir.mkdir(parents=True, exist_ok=True)
+
+    result = Export(to_dir, single_node=commands.single_node(cfg, port=port),
+                    multi_node=commands.multi_node(cfg, nodes, port=port))
+    model_file = copy_model_file(cfg, to_dir)
+    if model_file:
+        result.files.append(to_dir / model_file)
+    if cfg.data.name == "digits":
+        save_digits(cfg, to_dir / DATA_FILE)
+        result.files.append(to_dir / DATA_FILE)
+    cfg.save(to_dir / "config.json")
+    texts = {"train.py": script_source(cfg, model_file),
+             "commands.md": commands.commands_markdown(cfg, nodes, port),
+             "run.sh": _run_sh(cfg, nodes, port),
+             "job.slurm": commands.slurm_job(cfg, nodes, port)}
+    for name, text in texts.items():
+        (to_dir / name).write_text(text)
+    for name in ("run.sh", "train.py", "job.slurm"):
+        os.chmod(to_dir / name, 0o755)
+    result.files[:0] = [to_dir / n for n in FILES]
+    return result

@@ -1,0 +1,72 @@
+"""What a device can run: the one place that answers "does this device do bf16 / fp16 / TF32 /
+channels_last", asked by the precision checks, the hardware report, the recommendation line and the
+controls. Plain torch only warns when, say, bf16 autocast is asked of a GPU without bf16, then
+silently runs fp32; the workbench refuses instead.
+
+    resolve_device("auto"); unsupported_reason(cfg, device, "bf16"); recommend_precision(device)
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from .cpu import cpu_flags
+from .gpu import gpu_dtypes
+
+OPTIONS = ("bf16", "fp16", "tf32", "channels_last")
+
+
+def resolve_device(requested: str) -> torch.device:
+    """'auto' means the GPU when there is one. Asking for 'cuda' without one is an error."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("run.device must be 'cpu' or 'auto' on this machine, got 'cuda': "
+                          "torch sees no CUDA GPU (torch.cuda.is_available() is False)")
+    return torch.device(requested)
+
+
+def gpu_has(dtype: str, device: torch.device) -> bool:
+    """Tensor-core support for `dtype` on this GPU, by its compute capability."""
+    return gpu_dtypes(*torch.cuda.get_device_capability(device)).get(dtype, False)
+
+
+def unsupported_reason(cfg: RunConfig, device: torch.device, option: str) -> str | None:
+    """Why `option` ('fp16', 'bf16', 'tf32', 'channels_last', 'compile') cannot run here, or None.
+
+    The widgets grey out choices with it; the precision checks refuse a config with it."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if option == "bf16" and not gpu_has("bf16", device):
+            return f"this GPU (compute capability {major}.{minor}) has no bf16; use fp16 with a scaler"
+        if option == "fp16" and (major, minor) < (5, 3):
+            return f"this GPU (compute capability {major}.{minor}) has no fast fp16"
+        if option == "tf32" and not gpu_has("tf32", device):
+            return f"TF32 needs compute capability 8.0 (Ampere) or newer, this GPU is {major}.{minor}"
+    elif device.type == "cpu":
+        if option == "tf32":
+            return "TF32 is a CUDA tensor-core mode (Ampere or newer); this run is on the CPU"
+    if option == "channels_last" and cfg.model.name not in ("cnn",) and ":" not in cfg.model.name:
+        return "channels_last only changes image (4-D) tensors; this model has none"
+    return None
+
+
+def recommend_precision(device: torch.device, flags: set[str] | None = None) -> tuple[str, str]:
+    """(dtype, reason): bf16 where the hardware does it natively, else what works best."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        name = torch.cuda.get_device_name(device)
+        if gpu_has("bf16", device):
+            return "bf16", (f"{name} (compute capability {major}.{minor}) runs bf16 on its tensor "
+                            "cores: fp16's speed with fp32's range, so no loss scaling is needed")
+        return "fp16", (f"{name} (compute capability {major}.{minor}) has no bf16; fp16 tensor cores "
+                        "with a gradient scaler are the fast path")
+    flags = cpu_flags() if flags is None else flags
+    if "amx_bf16" in flags:
+        return "bf16", ("this CPU has AMX bf16 tiles: bf16 matrix work runs several times faster "
+                        "than fp32; CPUs have no fast fp16 units, so fp16 is slower here")
+    if "avx512_bf16" in flags:
+        return "bf16", ("this CPU has AVX512-BF16 instructions for bf16 dot products; "
+                        "fp16 has no such units on a CPU")
+    return "fp32", ("this CPU has no bf16 or fp16 matrix instructions: autocast would only add "
+                    "conversions, so fp32 is the fastest here")

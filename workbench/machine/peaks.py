@@ -1,0 +1,123 @@
+"""Peak throughput of a device for a dtype, from three sources, each said by name:
+
+- "measured": the ceiling `workbench hw --bench` measured on this device, cached in
+  ~/.cache/workbench/ceilings.json ($WORKBENCH_CACHE overrides the folder);
+- "spec": the GPU's spec sheet (workbench.machine.gpus);
+- "estimate": a CPU's peak from its instruction sets, clock and threads (vendors publish no
+  per-dtype CPU peaks; the estimate assumes two vector FMA units per core, one AMX unit).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from .cpu import cpu_info
+from .gpus import find_gpu
+
+# FLOPs (int8: ops) per cycle per core, by the best instruction set present, best first.
+_CPU_RATES = {
+    "fp32": [("avx512f", 64), ("fma", 32), (None, 8)],
+    "bf16": [("amx_bf16", 1024), ("avx512_bf16", 128)],
+    "fp16": [("amx_fp16", 1024), ("avx512_fp16", 128)],
+    "int8": [("amx_int8", 2048), ("avx512_vnni", 256), ("avx_vnni", 128), ("avx2", 64)],
+}
+
+
+def cache_file() -> Path:
+    root = os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench"
+    return Path(root) / "ceilings.json"
+
+
+def device_key(device) -> str:
+    """Which measurements apply: the GPU's name, or the CPU's model and torch's thread count."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda {torch.cuda.get_device_name(device)}"
+    return f"cpu {cpu_info()['model']} x{torch.get_num_threads()} threads"
+
+
+def save_ceilings(ceilings, device) -> Path:
+    """Remember measured ceilings (workbench.hardware.microbench.Ceiling) for this device. Keeps the
+    highest figure seen for each: load from other processes only ever lowers a ceiling."""
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = load_all()
+    key = device_key(device)
+    old = data.get(key) if (data.get(key) or {}).get("torch") == torch.__version__ else None
+    entry = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
+             "compute_gflops": dict((old or {}).get("compute_gflops", {})),
+             "bandwidth_gbs": dict((old or {}).get("bandwidth_gbs", {}))}
+    for c in ceilings:
+        if c.value != c.value:  # nan: not available here
+            continue
+        table, name = (("compute_gflops", c.dtype) if c.kind == "compute"
+                       else ("bandwidth_gbs", c.name))
+        entry[table][name] = max(c.value, entry[table].get(name, 0.0))
+    data[key] = entry
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def load_all() -> dict:
+    try:
+        data = json.loads(cache_file().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_ceilings(device) -> dict | None:
+    """The cached measurement for this device (and this torch), or None."""
+    entry = load_all().get(device_key(device))
+    if not entry or entry.get("torch") != torch.__version__:
+        return None
+    return entry
+
+
+def cpu_peak_estimate(dtype: str, cpu: dict | None = None, threads: int | None = None) -> float | None:
+    """Estimated peak TFLOP/s of `threads` cores at the reported clock, or None when unknown."""
+    cpu = cpu or cpu_info()
+    threads = threads or min(torch.get_num_threads(), cpu.get("usable_cpus") or 1)
+    if not cpu.get("mhz"):
+        return None
+    rates = _CPU_RATES.get(dtype)
+    if rates is None:
+        return None
+    flags = cpu.get("flags", {})
+    per_cycle = next((r for flag, r in rates if flag is None or flags.get(flag)), None)
+    if per_cycle is None:  # no native units: the math runs at the fp32 rate after conversion
+        per_cycle = next(r for flag, r in _CPU_RATES["fp32"] if flag is None or flags.get(flag))
+    return per_cycle * cpu["mhz"] * 1e6 * threads / 1e12
+
+
+def spec_peak(device, dtype: str) -> tuple[float | None, str, str]:
+    """(TFLOP/s, basis, source): the GPU's spec sheet, or the CPU estimate."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        spec = find_gpu(name)
+        if spec is None:
+            return None, "spec", f"{name} is not in the GPU table"
+        return spec.peak(dtype), "spec", spec.source
+    est = cpu_peak_estimate(dtype)
+    return est, "estimate", "CPU estimate from instruction sets, clock and threads"
+
+
+def peak_for(device, dtype: str) -> dict:
+    """Every peak known for (device, dtype) and which one MFU should use: measured when cached."""
+    spec, basis, source = spec_peak(device, dtype)
+    cached = load_ceilings(device)
+    measured = None
+    if cached:
+        g = cached["compute_gflops"].get(dtype)
+        measured = g / 1e3 if g else None
+    use = ("measured", measured) if measured else (basis, spec)
+    return {"peak_tflops": use[1], "basis": use[0] if use[1] else None,
+            "spec_tflops": spec, "spec_basis": basis, "spec_source": source,
+            "measured_tflops": measured}

@@ -1,0 +1,27 @@
+"""The one verdict rule: is a variant faster than its reference, slower, or within noise?
+
+    verdict(1.31)                      # 'faster'
+    verdict(1.04)                      # 'within noise': below the minimum effect
+    verdict(1.12, interval=(0.97, 1.3))  # 'within noise': the interval holds 1
+
+A ratio is the variant's speed over the reference's (above 1: faster). It is called faster or
+slower only when it differs from 1 by more than `min_effect` and, when an interval is known, the
+whole interval lies on that side of 1.
+"""
+from __future__ import annotations
+
+FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
+MIN_EFFECT = 0.05  # smaller gains are not worth a setting, whatever the interval says
+
+
+def verdict(ratio: float | None, interval: tuple[float, float] | None = None,
+            min_effect: float = MIN_EFFECT) -> str | None:
+    """'faster', 'slower' or 'within noise' for a speed ratio; None when nothing was measured."""
+    if ratio is None or ratio != ratio:
+        return None
+    low, high = interval if interval is not None else (ratio, ratio)
+    if ratio > 1 + min_effect and low > 1:
+        return FASTER
+    if ratio < 1 / (1 + min_effect) and high < 1:
+        return SLOWER
+    return WITHIN_NOISE

@@ -1,0 +1,101 @@
+"""Plan a stacking study without running anything: the cumulative config of every step, and the
+steps this hardware cannot measure, kept with the reason.
+
+    from workbench.stacking.plan import plan_table
+    plan_table(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"])
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..machine.capability import resolve_device, unsupported_reason
+from .changes import Change, as_change
+
+
+def skip_reason(change: Change, before: RunConfig, after: RunConfig, device) -> str | None:
+    """Why this change cannot be measured here (None when it can)."""
+    if after == before:
+        return "already part of the config it would be added to"
+    s = change.settings
+    dtype = s.get("precision.dtype")
+    for option, asked in ((dtype, dtype in ("bf16", "fp16")), ("tf32", s.get("precision.tf32")),
+                          ("channels_last", s.get("precision.channels_last"))):
+        if asked:
+            reason = unsupported_reason(after, device, option)
+            if reason:
+                return reason
+    if s.get("loader.pin_memory") and device.type != "cuda":
+        return "pin_memory needs a GPU: it speeds host-to-GPU copies, and without one torch ignores it"
+    if s.get("compile.enabled") and device.type == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
+        return "torch.compile on the CPU needs a C++ compiler (c++ or g++), none found on PATH"
+    ranks = after.distributed.nproc
+    if ranks > before.distributed.nproc:
+        if device.type == "cuda":
+            if ranks > torch.cuda.device_count():
+                return f"{ranks} ranks need {ranks} GPUs, this machine has {torch.cuda.device_count()}"
+        elif ranks > (os.cpu_count() or 1):
+            return f"{ranks} CPU ranks need {ranks} cores, this machine has {os.cpu_count()}"
+    workers = after.loader.num_workers
+    if workers > (os.cpu_count() or 1):
+        return f"{workers} loader workers need {workers} cores, this machine has {os.cpu_count()}"
+    return None
+
+
+@dataclass
+class PlannedStep:
+    change: Change
+    config: RunConfig  # the cumulative config this step runs (the previous one when skipped)
+    reason: str | None = None  # why it is skipped
+    note: str = ""  # what else changes with this step, so its gain is read right
+
+
+THREADS_NOTE = ("torchrun runs each rank with 1 CPU thread (OMP_NUM_THREADS=1) where one process used "
+                "every core: part of this change is the thread count, which matters most on a busy CPU")
+
+
+def side_effects(before: RunConfig, after: RunConfig, device) -> str:
+    """Changes a step brings along that its name does not say."""
+    if (device.type == "cpu" and before.distributed.world_size == 1 < after.distributed.world_size
+            and "OMP_NUM_THREADS" not in os.environ):
+        return THREADS_NOTE
+    return ""
+
+
+def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
+    """The cumulative configs, without running anything. Skipped changes are not stacked."""
+    baseline.validate()
+    device = resolve_device(baseline.run.device)
+    steps, cfg = [PlannedStep(Change("baseline", "baseline"), baseline)], baseline
+    for item in changes:
+        change = as_change(item)
+        try:
+            after = cfg.replace(**change.settings)
+        except ConfigError as e:
+            steps.append(PlannedStep(change, cfg, f"not a valid config: {e}"))
+            continue
+        reason = skip_reason(change, cfg, after, device)
+        note = "" if reason else side_effects(cfg, after, device)
+        steps.append(PlannedStep(change, cfg if reason else after, reason, note))
+        if not reason:
+            cfg = after
+    return steps
+
+
+def plan_table(baseline: RunConfig, changes):
+    """The plan as a DataFrame: each step, what it sets, whether it will run, and why not."""
+    import pandas as pd
+
+    return pd.DataFrame([{"step": s.change.label, "will_run": s.reason is None,
+                          "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
+                          "skip_reason": s.reason or "", "note": s.note}
+                         for s in plan(baseline, changes)])
+
+
+def final_config(baseline: RunConfig, changes) -> RunConfig:
+    """The config with every applicable change stacked: what to export."""
+    return plan(baseline, changes)[-1].config if changes else baseline

@@ -1,0 +1,136 @@
+"""What one training step costs: FLOPs (counted by torch's FlopCounterMode over a real forward and
+backward), dispatched ops, parameters, saved activations, and the bytes it must move at least.
+
+Counting runs the real model once on a real batch and leaves no trace: the RNG state, buffers
+(BatchNorm running statistics) and gradients are restored, so training afterwards is unchanged.
+FlopCounterMode counts matrix work (matmul, convolution, attention), the convention behind MFU;
+element-wise ops add bytes, not FLOPs.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from .data import build_data
+from .models import build_model, loss_fn
+from .precision import autocast
+
+# Optimizer traffic per parameter in bytes (fp32): reads of param, grad and state, writes back.
+OPTIMIZER_BYTES = {"adamw": 28, "sgd": 20}
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "sgd": 4}
+
+
+@dataclass
+class StepCost:
+    flops: int  # forward + backward matrix FLOPs of one optimizer step (all micro-batches)
+    ops: int  # aten ops dispatched by forward + backward (a proxy for kernel launches)
+    params: int
+    param_bytes: int
+    activation_bytes: int  # saved for backward, one micro-batch
+    batch_size: int
+    optimizer: str = "adamw"
+    accum: int = 1
+
+    @property
+    def bytes_moved(self) -> int:
+        """A lower bound on memory traffic: weights read in forward and backward, gradients
+        written, the optimizer's reads and writes, activations written then read back."""
+        per_param = 8 + 4 + OPTIMIZER_BYTES.get(self.optimizer, 28)
+        return self.params * per_param + 2 * self.activation_bytes * self.accum
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved: where this step sits on a roofline."""
+        return self.flops / self.bytes_moved if self.bytes_moved else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(bytes_moved=self.bytes_moved, intensity=round(self.intensity, 3))
+        return d
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def no_trace(model: torch.nn.Module):
+    """Run something on `model` and undo its side effects: RNG streams, buffers, gradients."""
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                if k in buffers:
+                    v.copy_(buffers[k])
+        for n, p in model.named_parameters():
+            p.grad = grads.get(n)
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def count_step(model, x, y, lossf, amp=None) -> tuple[int, int, int]:
+    """(FLOPs, dispatched ops, saved-activation bytes) of one forward + backward on (x, y)."""
+    saved: dict[int, int] = {}
+    params = {p.data_ptr() for p in model.parameters()}
+
+    def pack(t):
+        if isinstance(t, torch.Tensor) and t.data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with no_trace(model):
+        flop_mode = FlopCounterMode(display=False)
+        ops = _OpCounter()
+        with flop_mode, ops:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                with amp or nullcontext():
+                    loss = lossf(model(x), y)
+            loss.backward()
+    return int(flop_mode.get_total_flops()), ops.count, sum(saved.values())
+
+
+def first_batch(dataset, batch_size: int, device):
+    """The first `batch_size` samples straight from the dataset: no loader, no sampler RNG."""
+    n = min(batch_size, len(dataset))
+    try:
+        x, y = dataset[list(range(n))]
+    except Exception:  # a dataset that takes one index at a time
+        items = [dataset[i] for i in range(n)]
+        x, y = torch.stack([a for a, _ in items]), torch.stack([torch.as_tensor(b) for _, b in items])
+    return x.to(device), y.to(device)
+
+
+def step_cost(cfg, model, data, device) -> StepCost:
+    """Count the cost of one optimizer step of `cfg` on the real model and a real batch."""
+    x, y = first_batch(data.train, cfg.loader.batch_size, device)
+    if cfg.precision.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    flops, ops, act = count_step(model, x, y, loss_fn(data.task), autocast(cfg, device))
+    accum = cfg.optim.grad_accum_steps
+    params = sum(p.numel() for p in model.parameters())
+    pbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return StepCost(flops * accum, ops * accum, params, pbytes, act, len(x), cfg.optim.name, accum)
+
+
+def cost_of_config(cfg, device="cpu") -> StepCost:
+    """Build the config's data and model here and count one step (the chooser and roofline use it)."""
+    torch.manual_seed(cfg.run.seed)
+    data = build_data(cfg)
+    model = build_model(cfg, data).to(device)
+    return step_cost(cfg, model, data, torch.device(device))

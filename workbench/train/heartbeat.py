@@ -1,0 +1,69 @@
+"""Per-rank heartbeat: a daemon thread appends a `heartbeat` record every second with the last step
+the rank finished and where its main thread is right now ("forward (model.py:12)"), so the
+supervisor can name a stalled rank and say whether it is alive and stuck or frozen.
+
+Costs one short JSON line a second; the training loop never waits for it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from ..events import EventWriter
+
+INTERVAL_S = 1.0
+
+
+class LockedWriter(EventWriter):
+    """An EventWriter two threads can share; it remembers the last step written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self.last_step = 0
+
+    def write(self, event: str, **fields) -> None:
+        with self._lock:
+            if event == "step":
+                self.last_step = fields.get("step", self.last_step)
+            if not self._file.closed:
+                super().write(event, **fields)
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+
+
+def where(thread_id: int) -> str:
+    """The innermost frame of a thread outside the standard library and torch: the user's code or
+    the workbench's loop, else the innermost frame at all."""
+    frame = sys._current_frames().get(thread_id)
+    first = None
+    while frame is not None:
+        code = frame.f_code
+        text = f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+        first = first or text
+        path = code.co_filename
+        if "site-packages" not in path and not path.startswith(sys.base_prefix):
+            return text
+        frame = frame.f_back
+    return first or "?"
+
+
+class Heartbeat(threading.Thread):
+    def __init__(self, writer: LockedWriter, interval_s: float = INTERVAL_S):
+        super().__init__(daemon=True, name="workbench-heartbeat")
+        self.writer, self.interval_s = writer, interval_s
+        self.main_id = threading.main_thread().ident
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                self.writer.write("heartbeat", step=self.writer.last_step, where=where(self.main_id))
+            except (OSError, ValueError):
+                return  # the file was closed under us: the rank is ending
+
+    def stop(self) -> None:
+        self._stop_event.set()

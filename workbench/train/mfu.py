@@ -1,0 +1,78 @@
+"""Model FLOPs utilisation of a training run: FLOPs per step (counted once, before the timed loop)
+divided by the step time, as a share of the device's peak for the run's dtype.
+
+The trainer calls `MfuMeter.for_run` once and `meter.step(dt)` per step: one division, no device
+sync. The peak is the measured ceiling when `workbench hw --bench` has cached one for this device,
+else the GPU's spec sheet, else (CPU) an estimate from its instruction sets; `mfu_basis` says which,
+and the summary carries both the measured and the spec figure when they are known.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..machine.peaks import peak_for
+from .flops import step_cost
+
+
+def run_dtype(cfg, device) -> str:
+    """The dtype whose peak applies: the autocast dtype, or tf32 for fp32 with TF32 on a GPU."""
+    dtype = cfg.precision.dtype
+    if dtype == "fp32" and cfg.precision.tf32 and torch.device(device).type == "cuda":
+        return "tf32"
+    return dtype
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """Round to significant digits: a tiny model's MFU is 1e-5, and must not round to 0."""
+    return float(f"{x:.{digits}g}")
+
+
+class MfuMeter:
+    def __init__(self, flops_per_step: int | None, peaks: dict | None, dtype: str, error: str = ""):
+        self.flops = flops_per_step
+        self.peaks = peaks or {}
+        self.dtype = dtype
+        self.error = error
+        self.peak = self.peaks.get("peak_tflops")
+
+    @classmethod
+    def for_run(cls, cfg, model, data, device) -> "MfuMeter":
+        """Count one step's FLOPs on the real (unwrapped, uncompiled) model. Never fails a run: a
+        model FlopCounterMode cannot count gets a meter that reports nothing and says why."""
+        dtype = run_dtype(cfg, device)
+        try:
+            flops = step_cost(cfg, model, data, device).flops
+        except Exception as e:  # a user's model with an op the counter cannot trace
+            return cls(None, None, dtype, f"{type(e).__name__}: {e}"[:200])
+        return cls(flops, peak_for(device, dtype), dtype)
+
+    def step(self, dt_s: float) -> dict:
+        """Per-step fields: achieved TFLOP/s and its share of the peak."""
+        if not self.flops or dt_s <= 0:
+            return {}
+        tflops = self.flops / dt_s / 1e12
+        out = {"tflops": _sig(tflops)}
+        if self.peak:
+            out["mfu"] = _sig(tflops / self.peak)
+        return out
+
+    def summary(self, step_time_ms_median: float | None) -> dict:
+        """Summary fields: FLOPs per step, TFLOP/s at the median step, MFU against every peak."""
+        if not self.flops:
+            return {"mfu_error": self.error} if self.error else {}
+        out = {"flops_per_step": self.flops, "mfu_dtype": self.dtype}
+        if not step_time_ms_median:
+            return out
+        tflops = self.flops / (step_time_ms_median / 1e3) / 1e12
+        out["tflops"] = _sig(tflops)
+        p = self.peaks
+        if self.peak:
+            out.update(mfu=_sig(tflops / self.peak), mfu_basis=p.get("basis"),
+                       peak_tflops=_sig(self.peak))
+        if p.get("spec_tflops"):
+            out.update(mfu_spec=_sig(tflops / p["spec_tflops"]), spec_basis=p["spec_basis"],
+                       spec_tflops=_sig(p["spec_tflops"]))
+        if p.get("measured_tflops"):
+            out.update(mfu_measured=_sig(tflops / p["measured_tflops"]),
+                       measured_tflops=_sig(p["measured_tflops"]))
+        return out

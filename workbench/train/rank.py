@@ -1,0 +1,79 @@
+"""What torchrun tells a rank (RANK, LOCAL_RANK, WORLD_SIZE, the restart count), which device and
+process-group backend it uses, and how it joins the group with rank 0's store on 127.0.0.1.
+
+The backend rule ("auto": nccl on GPUs, gloo on CPUs) lives here once; the launcher asks it
+before a launch, and the exported script copies it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..machine.capability import resolve_device
+from ..net import is_loopback, listen_fd
+
+
+@dataclass
+class RankEnv:
+    """What torchrun tells a worker through its environment (defaults for a plain process)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    attempt: int = 0  # torchrun's restart count
+
+    @classmethod
+    def from_environ(cls, environ=os.environ) -> "RankEnv":
+        get = lambda k, d: int(environ.get(k, d))  # noqa: E731
+        return cls(get("RANK", 0), get("LOCAL_RANK", 0), get("WORLD_SIZE", 1),
+                   get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def pick_device(cfg, env: RankEnv) -> torch.device:
+    device = resolve_device(cfg.run.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    return device
+
+
+def backend_for(cfg, device: torch.device) -> str:
+    """The process-group backend: the configured one, or nccl on GPUs and gloo on CPUs."""
+    if cfg.distributed.backend != "auto":
+        return cfg.distributed.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def process_group_store(rank: int, world_size: int, timeout_s: float):
+    """A store for init_process_group bound to loopback, or None when the run is not on loopback
+    (several machines) or torchrun shares its own store with the ranks. torch's TCPStore server
+    listens on every interface; adopting a socket that listens on 127.0.0.1 keeps it local."""
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if not port or not is_loopback(host) or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    timeout = timedelta(seconds=timeout_s)
+    if rank == 0:
+        return dist.TCPStore(host, int(port), world_size, is_master=True, timeout=timeout,
+                             master_listen_fd=listen_fd(host, int(port)), wait_for_workers=False)
+    return dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+
+
+def join_group(cfg, env: RankEnv, device: torch.device) -> None:
+    """init_process_group for a multi-rank run (a no-op for one process)."""
+    if env.world_size == 1 or dist.is_initialized():
+        return
+    store = process_group_store(env.rank, env.world_size, cfg.distributed.timeout_s)
+    where = {"store": store, "rank": env.rank, "world_size": env.world_size} if store else {}
+    dist.init_process_group(backend_for(cfg, device),
+                            timeout=timedelta(seconds=cfg.distributed.timeout_s), **where)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain module under torch.compile and DDP."""
+    model = getattr(model, "_orig_mod", model)
+    return model.module if isinstance(model, DDP) else model

@@ -1,0 +1,28 @@
+"""Rebuild a run's model from its folder and load its trained weights (weights only: no pickled
+code runs).
+
+    model = load_model("runs/20260101-120000_mlp-fp32")
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..config import ConfigError
+from ..runstore import load_config
+from .data import build_data
+from .models import build_model
+from .trainer import WEIGHTS
+
+
+def load_model(run_dir: str | Path):
+    run_dir = Path(run_dir)
+    path = run_dir / WEIGHTS
+    if not path.is_file():
+        raise ConfigError(f"run {str(run_dir)!r} has no saved weights ({WEIGHTS}); "
+                          "it failed, was stopped, or ran with run.save_weights=false")
+    cfg = load_config(run_dir)
+    model = build_model(cfg, build_data(cfg))
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()

@@ -1,0 +1,127 @@
+"""The training worker: one process per rank, the same on a laptop and on a cluster.
+
+    python -m workbench.worker --config RUN_DIR/config.json
+    torchrun --nproc-per-node 2 -m workbench.worker --config RUN_DIR/config.json
+
+It reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT),
+appends events to RUN_DIR/rank{R}.jsonl and always ends them with a `done` or `error` record.
+SIGTERM or Ctrl-C stops it cleanly: an `error` record with status "stopped", exit code 143.
+A rank dies with its parent (PR_SET_PDEATHSIG), writes a heartbeat every second, and an exception is
+also recorded in torchrun's error file, so torchrun reports the failing rank's own traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ..config import RunConfig
+from ..procs import set_pdeathsig
+from ..runstore import write_json_atomic
+from .heartbeat import Heartbeat, LockedWriter
+
+EXIT_STOPPED = 143
+T_MAIN = time.time()  # the interpreter is up and this module imported, before torch is
+
+
+class RunStopped(Exception):
+    """Raised in the main thread by SIGTERM/SIGINT so the loop unwinds and records why."""
+
+
+def _stop(signum, frame):
+    raise RunStopped(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def _record(run_dir: Path, env, status: str, summary: dict) -> None:
+    if env.rank == 0:
+        write_json_atomic(run_dir / "summary.json", {"status": status, **summary})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="RUN_DIR/config.json")
+    args = parser.parse_args(argv)
+    set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
+    config_path = Path(args.config)
+    run_dir = config_path.parent
+    if not config_path.is_file():
+        print(f"workbench.worker: --config {args.config!r} does not exist", file=sys.stderr)
+        return 2
+
+    from .rank import RankEnv  # imports torch: after the cheap checks
+    from .trainer import train
+
+    env = RankEnv.from_environ()
+    events = LockedWriter(run_dir, env.rank, env.attempt)
+    events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
+                 host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    t0 = time.time()
+    cfg = None
+    heartbeat = Heartbeat(events)
+    heartbeat.start()
+    try:
+        cfg = RunConfig.load(config_path)
+        summary = train(cfg, events, env, run_dir)
+        events.write("done", **summary)
+        _record(run_dir, env, "completed", summary)
+        return 0
+    except (RunStopped, KeyboardInterrupt) as e:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the record
+        events.write("error", status="stopped", error_type="RunStopped", message=str(e) or "stopped",
+                     wall_s=round(time.time() - t0, 3))
+        _record(run_dir, env, "stopped", {"message": str(e)})
+        return EXIT_STOPPED
+    except BaseException as e:
+        tb = traceback.format_exc()
+        (run_dir / f"rank{env.rank}.traceback.txt").write_text(tb)
+        events.write("error", status="failed", error_type=type(e).__name__, message=str(e),
+                     traceback=tb, wall_s=round(time.time() - t0, 3))
+        _record(run_dir, env, "failed",
+                {"error_type": type(e).__name__, "message": str(e), "rank": env.rank})
+        raise
+    finally:
+        heartbeat.stop()
+        events.close()
+
+
+def _created_t() -> float | None:
+    """When this process was created (wall clock): interpreter start-up is main_t minus this."""
+    try:
+        import psutil
+
+        return round(psutil.Process().create_time(), 4)
+    except Exception:  # noqa: BLE001 - timing detail only
+        return None
+
+
+def _main_recorded() -> int:
+    """main() wrapped by torchrun's error recorder: an exception lands in the rank's error file,
+    which torchrun shows as the root cause instead of the other ranks' knock-on errors."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:
+        return main()
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(main)()
+
+
+def _exit(code: int) -> None:
+    """Leave without running C++ static destructors when other ranks exist: their teardown races
+    with the other ranks' (seen here as an occasional SIGABRT after `done` was written). Every
+    record and summary is already on disk and closed by now."""
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    _exit(_main_recorded())

@@ -1,0 +1,119 @@
+"""RunControl: the Run / Stop / wait lifecycle every run panel shares. One run at a time (Run while
+one goes says so), Stop ends every rank within seconds (events kept), the live dashboard tails the
+run, and when it ends the status line shows the supervisor's diagnosis from summary.json (the rank
+at fault and its own error, not another rank's knock-on error), with that rank's traceback.
+
+Subclasses say what to run (`config`), how settings map to widgets (`apply`), and what else to do
+when a run starts or ends (`started`, `ended`).
+"""
+from __future__ import annotations
+
+import html
+import threading
+
+import ipywidgets as widgets
+
+from ..config import ConfigError, RunConfig
+from ..distributed.launch import RunHandle, start_run
+from .dashboard import LiveDashboard
+from .series import RunSeries
+
+ERROR_COLOR = "#d62728"
+
+
+class RunControl:
+    def __init__(self):
+        self.run_button = widgets.Button(description="Run", button_style="success", icon="play",
+                                         tooltip="start a run with these settings")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop",
+                                          disabled=True, tooltip="stop every rank (its events are kept)")
+        self.status = widgets.HTML("<span class='wb-panel-status'>ready</span>")
+        self.dashboard = LiveDashboard()
+        self.dashboard.on_finish(self._on_finish)
+        self.handle: RunHandle | None = None
+        self.result: dict | None = None  # the summary of the last run that ended
+        self.run_dirs: list = []
+        self._finished = threading.Event()
+        self._finished.set()
+        self.run_button.on_click(lambda _: self._start())
+        self.stop_button.on_click(lambda _: self.stop())
+
+    # --- what subclasses say ----------------------------------------------------------------
+    def config(self) -> RunConfig:
+        raise NotImplementedError
+
+    def apply(self, **settings) -> None:
+        """Set widgets from keyword settings, as a person would."""
+        raise NotImplementedError
+
+    def started(self, cfg: RunConfig, handle: RunHandle) -> None:
+        """Called once a run has started."""
+
+    def ended(self, series: RunSeries, summary: dict) -> None:
+        """Called once a run has ended and its end is drawn."""
+
+    # --- the lifecycle ----------------------------------------------------------------------
+    def run(self, wait: bool = False, timeout: float | None = None, **settings) -> RunHandle | None:
+        """Set widgets and press Run. With wait=True, return once the run has ended and the
+        charts and status show its end."""
+        if settings:
+            self.apply(**settings)
+        self._start()
+        if wait and self.handle is not None:
+            self.wait(timeout)
+        return self.handle
+
+    def _start(self) -> None:
+        if not self._finished.is_set():
+            self.set_status("a run is going: stop it first", error=True)
+            return
+        try:
+            cfg = self.config()
+            handle = start_run(cfg)
+        except ConfigError as e:
+            self.set_status(f"cannot run: {e}", error=True)
+            return
+        self.handle, self.result = handle, None
+        self._finished.clear()
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s)")
+        self.started(cfg, handle)
+        self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.steps,
+                             alive=handle.running)
+
+    def stop(self) -> None:
+        """Stop the current run (SIGTERM, then SIGKILL after a grace period); events are kept."""
+        if self.handle is not None and self.handle.running():
+            self.set_status("stopping every rank ...")
+            self.stop_button.disabled = True
+            self.handle.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the current run has ended and its end is drawn. True if it has."""
+        return self._finished.wait(timeout)
+
+    def _on_finish(self, series: RunSeries) -> None:
+        """From the dashboard's thread: reap the run, read the supervisor's diagnosis, show it."""
+        try:
+            self.handle.wait(30)  # the supervisor writes summary.json before it exits
+        except Exception:  # noqa: BLE001 - still shown as whatever the summary says
+            pass
+        self.result = self.handle.summary()
+        self.run_dirs.append(self.handle.run_dir)
+        status = self.result.get("status", series.status)
+        message = self.result.get("message") or series.message
+        self.set_status(f"{status}: {message}" if message else status, error=status != "completed",
+                        details=self.result.get("traceback"))
+        self.ended(series, self.result)
+        self.run_button.disabled, self.stop_button.disabled = False, True
+        self._finished.set()
+
+    def set_status(self, text: str, error: bool = False, details: str | None = None) -> None:
+        color = ERROR_COLOR if error else "#333"
+        extra = (f"<details><summary>traceback of the failing rank</summary><pre>"
+                 f"{html.escape(details[-3000:])}</pre></details>") if details else ""
+        self.status.value = (f"<span class='wb-panel-status' style='color:{color}'>"
+                             f"{html.escape(text)}</span>{extra}")
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
