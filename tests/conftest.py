@@ -26,5 +26,6 @@ def one_thread(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("WORKBENCH_THREADS", "1")
     yield
     torch.set_num_threads(before)

@@ -272,9 +272,11 @@ class RunSection(_Section):
     eval_batches: int = 20  # at the end of training; 0 skips evaluation
     mem_every_s: float = 0.5  # memory is sampled on a timer, not every step
     save_weights: bool = True
+    threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
 
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
+        _at_least(p + "threads", self.threads, 0)
         _at_least(p + "seed", self.seed, 0)
         _at_least(p + "eval_batches", self.eval_batches, 0)
         if not self.mem_every_s > 0:

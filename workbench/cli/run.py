@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 
 FLAGS = {  # flag -> dotted config field
     "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
@@ -54,16 +54,22 @@ def build_config(args) -> RunConfig:
         cfg = cfg.with_model(args.model)  # and the data it needs
     changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
                if getattr(args, flag) is not None}
-    for item in args.set:
+    changes.update(parse_settings(args.set, "--set"))
+    return cfg.replace(**changes) if changes else cfg
+
+
+def parse_settings(items: list[str], flag: str) -> dict:
+    """FIELD=JSON items (a bare string is taken as a string: --set model.name=cnn)."""
+    changes = {}
+    for item in items:
         field, sep, raw = item.partition("=")
-        if not sep:
-            from ..config import ConfigError
-            raise ConfigError(f"--set needs FIELD=VALUE, got {item!r}")
+        if not sep or not field:
+            raise ConfigError(f"{flag} needs FIELD=VALUE, got {item!r}")
         try:
             changes[field] = json.loads(raw)
         except json.JSONDecodeError:
-            changes[field] = raw  # a bare string such as --set model.name=cnn
-    return cfg.replace(**changes) if changes else cfg
+            changes[field] = raw
+    return changes
 
 
 def main(args) -> int:

@@ -78,8 +78,8 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
     for e in entries:
         key = (e["processes"], e["batch_per_rank"], e["grad_accum_steps"])
         if key not in results:
-            env = {"OMP_NUM_THREADS": str(threads_per_process)} if threads_per_process else None
-            results[key] = run(config_for(cfg, e), timeout_s=timeout_s, env=env)
+            one = config_for(cfg, e).replace(**{"run.threads": threads_per_process or 0})
+            results[key] = run(one, timeout_s=timeout_s)
         s = results[key]
         row = {k: v for k, v in e.items() if k != "shared"}
         row["threads_per_process"] = threads_per_process

@@ -121,7 +121,8 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         become_subreaper()
-        child = subprocess.Popen(self.command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM))
+        env = dict(os.environ, WORKBENCH_TREE_PID=str(os.getpid()))  # the run's tree, for its noise guard
+        child = subprocess.Popen(self.command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env)
         _log(f"pid {os.getpid()} started pid {child.pid}: {' '.join(self.command)}")
         returncode = None
         while returncode is None:

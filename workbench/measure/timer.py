@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -28,15 +28,21 @@ class Timing:
     p10_ms: float
     p90_ms: float
     repeats: int
+    samples_ms: list = field(default_factory=list, repr=False)  # in measuring order
 
     @property
     def spread(self) -> float:
         """(p90 - p10) / median: how much this figure can be trusted."""
         return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms else 0.0
 
+    @property
+    def best_ms(self) -> float:
+        """The fastest sample: what the device can do when nothing gets in the way."""
+        return min(self.samples_ms) if self.samples_ms else self.median_ms
+
     def as_dict(self, prefix: str = "") -> dict:
-        d = asdict(self)
-        d["spread"] = round(self.spread, 4)
+        d = {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
+             "repeats": self.repeats, "spread": round(self.spread, 4)}
         return {f"{prefix}{k}": v for k, v in d.items()}
 
 
@@ -71,20 +77,22 @@ def summarize(samples_ms: list[float]) -> Timing:
         p10, p90 = q[0], q[-1]
     else:
         p10 = p90 = med
-    return Timing(round(med, 5), round(p10, 5), round(p90, 5), len(samples_ms))
+    return Timing(round(med, 5), round(p10, 5), round(p90, 5), len(samples_ms), list(samples_ms))
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3,
                 rounds: int = 10, inner: int = 1) -> dict[str, Timing]:
-    """Time several variants in alternation (A B C A B C ...), so drift on a shared machine hits
-    them all alike; ratios of the medians are then fair."""
+    """Time several variants in rounds, alternating the order (A B C, C B A, ...), so drift on a
+    shared machine hits them all alike. Each Timing keeps its per-round samples: round i of every
+    variant was measured side by side, which is what `measure.compare.paired_ratio` pairs."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     device_sync(device)
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for r in range(rounds):
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()

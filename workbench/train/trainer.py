@@ -18,12 +18,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RunConfig
 from ..events import EventWriter
+from ..machine.contention import ContentionMeter
 from . import memory
 from .data import DataBundle, build_data, make_loader
 from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
-from .rank import RankEnv, join_group, pick_device, unwrap
+from .rank import RankEnv, join_group, pick_device, threads_for, tree_root_pid, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
 WEIGHTS = "model.pt"
@@ -57,6 +58,12 @@ class Steps:
     skipped: int = 0
     nonfinite: int = 0
     first_step_s: float | None = None
+    contention: dict | None = None  # what other programs did during the timed steps (rank 0)
+
+
+def warmup_steps(steps: int) -> int:
+    """Steps left out of every figure: the first ones pay for allocation and lazy init."""
+    return min(steps // 5, 10)
 
 
 def evaluate(model, loader, cfg, device, task, max_batches: int) -> dict:
@@ -84,6 +91,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
     """Device, process group, data, model, FLOP count, DDP, compile, optimizer and loader, in the
     order the exported script repeats (so the same seed gives the same random draws)."""
     t_launch = time.time()
+    torch.set_num_threads(threads_for(cfg))  # fixed and recorded: every figure says its threads
     events.write("init", torch=torch.__version__, precision=cfg.precision.dtype,
                  threads=torch.get_num_threads())
     torch.manual_seed(cfg.run.seed)
@@ -119,7 +127,11 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> St
     fp16 = cfg.precision.dtype == "fp16"
     out = Steps()
     next_mem = 0.0
+    warmup = warmup_steps(cfg.run.steps)
+    meter = ContentionMeter(tree_root_pid()) if env.rank == 0 else None
     for step in range(1, cfg.run.steps + 1):
+        if meter is not None and step == warmup + 1:
+            meter.restart()  # the figures leave the warm-up out, so does their noise guard
         t0 = time.perf_counter()
         scale_before = s.scaler.get_scale() if fp16 else 1.0
         loss_v, samples, wait = train_step(
@@ -147,6 +159,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> St
         out.times.append(dt)
         out.waits.append(wait)
         out.losses.append(loss_v)
+    if meter is not None:
+        out.contention = meter.read()
     return out
 
 
@@ -156,7 +170,10 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     summary = {"steps": cfg.run.steps, "params": s.params, "world_size": env.world_size,
                "device": str(s.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
-               "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite}
+               "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
+               "threads": torch.get_num_threads()}
+    if st.contention is not None:
+        summary["contention"] = st.contention
     summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size))
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
@@ -189,7 +206,7 @@ def param_sum(model: torch.nn.Module) -> float:
 
 def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int) -> dict:
     """Medians and spread after warm-up (the first steps pay for allocation and lazy init)."""
-    skip = min(len(step_times) // 5, 10)
+    skip = warmup_steps(len(step_times))
     times = step_times[skip:] or step_times
     wait = waits[skip:] or waits
     med = statistics.median(times)

@@ -1,0 +1,70 @@
+"""The A/B test of two training configs: short real runs in alternating rounds (A B, B A, ...),
+the median speed ratio of B over A with its interval, the verdict, and what other programs did.
+
+    result = ab_test(cfg, cfg.replace(**{"precision.dtype": "bf16"}), rounds=6, steps=60)
+    print(result.text())    # 'B vs A: 1.31x [1.18, 1.44] over 6 rounds: faster ...'
+
+An A/A test (the same config on both sides) comes out within noise: that is how to know the
+method is honest on this machine, busy or not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..config import RunConfig
+from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
+from ..measure.verdict import MIN_EFFECT
+from .rounds import contention_of, run_rounds
+
+
+@dataclass
+class ABResult:
+    labels: tuple[str, str]
+    ratio: Ratio  # speed of B over A
+    samples_per_s: dict = field(default_factory=dict)  # label -> one figure per round
+    threads: dict = field(default_factory=dict)  # label -> intra-op threads per process
+    contention: dict = field(default_factory=dict)
+    run_dirs: dict = field(default_factory=dict)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.contention.get("busy"))
+
+    def text(self) -> str:
+        a, b = self.labels
+        lines = [f"{b} vs {a}: {self.ratio.label()}"]
+        for label in self.labels:
+            rates = ", ".join(f"{v:,.0f}" for v in self.samples_per_s[label])
+            lines.append(f"  {label}: samples/s per round {rates} ({self.threads[label]} thread(s) "
+                         "per process)")
+        c = self.contention
+        if c.get("runs"):
+            lines.append(f"  other programs: up to {c['other_cpu_cores_max']:.2f} cores "
+                         f"(median {c['other_cpu_cores_median']:.2f}), steal up to "
+                         f"{c['steal_frac_max']:.0%}, {c['busy_runs']} of {c['runs']} runs busy")
+        if self.busy:
+            lines.append("  the machine was busy during this comparison: the comparison is "
+                         "unreliable; rerun it when other work has stopped")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"a": self.labels[0], "b": self.labels[1], **self.ratio.as_dict("speedup"),
+                "label": self.ratio.label(), "samples_per_s": self.samples_per_s,
+                "threads": self.threads, "contention": self.contention, "busy": self.busy,
+                "run_dirs": self.run_dirs}
+
+
+def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | None = None,
+            labels: tuple[str, str] = ("A", "B"), min_effect: float = MIN_EFFECT,
+            on_run: Callable[[str, int, dict], None] | None = None) -> ABResult:
+    """Run A and B `rounds` times each, alternating, and compare their samples/s round by round."""
+    rounds = rounds or min_rounds()
+    if steps is not None:
+        a, b = (c.replace(**{"run.steps": steps}) for c in (a, b))
+    runs = run_rounds({labels[0]: a, labels[1]: b}, rounds, on_run=on_run)
+    rates = {k: [s["samples_per_s"] for s in v] for k, v in runs.items()}
+    ratio = paired_speed_ratio(rates[labels[0]], rates[labels[1]], min_effect)
+    return ABResult(labels, ratio, rates, {k: v[0].get("threads") for k, v in runs.items()},
+                    contention_of([s for v in runs.values() for s in v]),
+                    {k: [s["run_dir"] for s in v] for k, v in runs.items()})

@@ -1,0 +1,52 @@
+"""Run several configs as short, real training runs in rounds, the order alternating each round
+(A B C, C B A, ...), so drift and other programs hit every config alike; round i of each config
+ran side by side, which is what the measurement core pairs.
+
+    summaries = run_rounds({"fp32": cfg, "bf16": cfg.replace(**{"precision.dtype": "bf16"})}, 6)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..config import ConfigError, RunConfig
+from ..distributed.launch import run
+from ..machine.contention import BUSY_CORES, BUSY_STEAL
+
+
+def speed_config(cfg: RunConfig, label: str) -> RunConfig:
+    """A run that measures speed only: no evaluation, no saved weights."""
+    return cfg.replace(**{"run.label": label[:60], "run.eval_batches": 0, "run.save_weights": False})
+
+
+def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float = 900,
+               on_run: Callable[[str, int, dict], None] | None = None,
+               stop: Callable[[], bool] | None = None) -> dict[str, list[dict]]:
+    """label -> one run summary per round. A run that does not complete is an error naming it."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"rounds must be an integer >= 1, got {rounds!r}")
+    labels = list(configs)
+    out: dict[str, list[dict]] = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            if stop is not None and stop():
+                return out
+            summary = run(speed_config(configs[label], f"{label}-r{r}"), timeout_s=timeout_s)
+            if summary.get("status") != "completed":
+                raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "
+                                  f"{summary.get('message', '')} (see {summary.get('run_dir')})")
+            out[label].append(summary)
+            if on_run is not None:
+                on_run(label, r, summary)
+    return out
+
+
+def contention_of(summaries: list[dict]) -> dict:
+    """What other programs did across runs: the worst and the median reading, and busy or not."""
+    readings = [s["contention"] for s in summaries if s.get("contention")]
+    if not readings:
+        return {"busy": None, "runs": 0}
+    other = sorted(c["other_cpu_cores"] for c in readings)
+    steal = sorted(c.get("steal_frac", 0.0) for c in readings)
+    return {"other_cpu_cores_max": other[-1], "other_cpu_cores_median": other[len(other) // 2],
+            "steal_frac_max": steal[-1], "busy_runs": sum(bool(c.get("busy")) for c in readings),
+            "runs": len(readings), "busy": other[-1] >= BUSY_CORES or steal[-1] >= BUSY_STEAL}
