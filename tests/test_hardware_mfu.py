@@ -90,6 +90,16 @@ def test_meter_reports_tflops_and_mfu_per_step_without_a_sync():
     assert MfuMeter(None, None, "fp32").step(0.01) == {}
 
 
+def test_mfu_above_the_peak_is_never_reported_and_says_the_peak_is_wrong():
+    m = MfuMeter(10**9, {"peak_tflops": 0.01, "basis": "measured", "spec_tflops": 1.0,
+                         "spec_basis": "estimate", "measured_tflops": 0.01}, "fp32")
+    assert m.step(0.01) == {"tflops": 0.1, "mfu_over_peak": True}  # 10x the peak: not a result
+    s = m.summary(10.0)
+    assert "mfu" not in s and "mfu_measured" not in s and s["mfu_spec"] == 0.1
+    assert "1000% of the measured peak (10 GFLOP/s)" in s["mfu_error"]
+    assert "workbench hw --bench" in s["mfu_error"]
+
+
 def test_tf32_peak_applies_to_fp32_runs_with_tf32_on_a_gpu():
     cfg = RunConfig.smoke().replace(**{"precision.tf32": True})
     assert run_dtype(cfg, "cuda") == "tf32" and run_dtype(cfg, "cpu") == "fp32"

@@ -60,12 +60,16 @@ def test_sweep_with_a_training_step_measures_and_cleans_up(images):
     assert (table.first_batch_ms_epoch2 > 0).all()
 
 
-def _table(rates: dict, spread=0.02) -> pd.DataFrame:
+def _table(rates: dict, rounds=6) -> pd.DataFrame:
+    """Six rounds; each round's drift (a few %) hits every setting alike, as interleaving makes it."""
     rows = []
-    for (w, keep), rate in rates.items():
-        s = LoaderSetting(w, 32, persistent_workers=keep)
-        rows.append({"event": "measure", "setting": s.label, **s.__dict__, "samples_per_s": rate,
-                     "first_batch_ms_epoch1": 100.0, "first_batch_ms_epoch2": 40.0})
+    for r in range(rounds):
+        drift = 1 + 0.03 * ((r % 3) - 1)
+        for (w, keep), rate in rates.items():
+            s = LoaderSetting(w, 32, persistent_workers=keep)
+            rows.append({"event": "measure", "setting": s.label, **s.__dict__, "round": r,
+                         "samples_per_s": rate * drift, "first_batch_ms_epoch1": 100.0,
+                         "first_batch_ms_epoch2": 40.0})
     return summarize_sweep(rows)
 
 
@@ -98,6 +102,11 @@ def test_wait_share_sentence():
 def test_grid_keeps_one_zero_worker_baseline():
     settings = grid(num_workers=[0, 2], batch_size=[32], persistent_workers=[True])
     assert [s.label for s in settings] == ["0w b32", "2w b32 persist"]
+
+
+def test_recommendation_needs_enough_rounds_to_call_workers_faster():
+    advice = recommend(_table({(0, False): 100, (2, True): 180}, rounds=3), cores=2, cuda=False)
+    assert advice["loader"]["num_workers"] == 0 and "too few" in advice["text"]
 
 
 def test_recommendation_without_a_baseline_says_so():

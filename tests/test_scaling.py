@@ -2,11 +2,13 @@
 the CPU (weak scaling runs the same code with another plan)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from workbench.config import ConfigError
 from workbench.events import read_events
-from workbench.distributed.scaling import add_ideal, explain, plan, study
+from workbench.trials.scaling import add_ideal, explain, plan, study
 
 
 def test_plan_keeps_the_global_batch_fixed_for_strong_scaling(smoke):
@@ -42,7 +44,7 @@ def test_ideal_and_efficiency():
 def test_study_runs_one_and_two_processes(smoke):
     cfg = smoke.replace(**{"run.steps": 30, "run.eval_batches": 0})
     seen = []
-    df = study(cfg, (1, 2), modes=("strong",), on_result=seen.append, timeout_s=240)
+    df = study(cfg, (1, 2), modes=("strong",), on_update=seen.append, timeout_s=240)
     assert list(zip(df["mode"], df["processes"], df["batch_per_rank"])) == [("strong", 1, 32),
                                                                            ("strong", 2, 16)]
     assert (df["status"] == "completed").all() and len(seen) == 2
@@ -51,4 +53,9 @@ def test_study_runs_one_and_two_processes(smoke):
     assert two["ideal_samples_per_s"] == pytest.approx(2 * df["samples_per_s"].iloc[0], rel=1e-3)
     assert "strong scaling: 2 processes reached" in explain(df, cores=2)
     starts = [r for d in df["run_dir"] for r in read_events(d) if r["event"] == "init"]
-    assert len(starts) == 3 and {r["threads"] for r in starts} == {1}  # like for like
+    # the same cores in total: 1 process x 2 threads, 2 ranks x 1 thread (on 2 usable cores)
+    cores = len(os.sched_getaffinity(0))
+    assert len(starts) == 3 and sorted(r["threads"] for r in starts) == sorted(
+        [cores, max(1, cores // 2), max(1, cores // 2)])
+    assert df["total_threads"].tolist() == [cores, 2 * max(1, cores // 2)]
+    assert "in total" in explain(df, cores=cores)

@@ -2,6 +2,8 @@
 data, and one real study of two runs."""
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 import torch
@@ -62,16 +64,26 @@ def test_unknown_change_is_refused():
         plan(RunConfig.smoke(), ["turbo"])
 
 
-def test_rows_say_faster_slower_and_skipped():
+def _runs(rates):
+    return [{"status": "completed", "samples_per_s": r, "step_time_ms_median": 1000 / r,
+             "final_loss": 1.0, "run_dir": None} for r in rates]
+
+
+def test_rows_say_faster_slower_and_skipped_from_paired_rounds():
     step = PlannedStep(CHANGES["workers"], RunConfig.smoke())
-    done = {"status": "completed", "samples_per_s": 800.0, "final_loss": 1.0}
-    assert step_row(step, done, prev=1000.0, base=500.0)["status"] == "slower"
-    row = step_row(step, {**done, "samples_per_s": 1500.0}, prev=1000.0, base=500.0)
-    assert (row["status"], row["gain_vs_prev"], row["gain_vs_baseline"]) == ("faster", 1.5, 3.0)
-    assert step_row(step, {**done, "samples_per_s": 1010.0}, 1000.0, 500.0)["status"] == "within noise"
-    failed = step_row(step, {"status": "failed", "error_type": "RuntimeError", "message": "boom"}, 1, 1)
+    prev, base = _runs([1000, 1010, 990, 1000, 1005, 995]), _runs([500] * 6)
+    assert step_row(step, _runs([800, 810, 790, 800, 805, 795]), prev, base)["status"] == "slower"
+    row = step_row(step, _runs([1500, 1515, 1485, 1500, 1507, 1492]), prev, base)
+    assert row["status"] == "faster" and row["gain_low"] > 1.4 and row["rounds"] == 6
+    assert row["gain_vs_prev"] == pytest.approx(1.5, rel=0.01)
+    assert row["gain_vs_baseline"] == pytest.approx(3.0, rel=0.01)
+    assert step_row(step, _runs([1010, 1000, 1000, 990, 1010, 1000]), prev, base)["status"] == "within noise"
+    few = step_row(step, _runs([1500, 1500]), prev[:2], base[:2])
+    assert few["status"] == "within noise" and "too few" in few["note"]
+    failed = step_row(step, [{"status": "failed", "error_type": "RuntimeError", "message": "boom"}],
+                      prev, base)
     assert failed["status"] == "failed" and "boom" in failed["reason"]
-    skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, 1, 1)
+    skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, prev, base)
     assert skipped["status"] == "skipped" and skipped["reason"] == "no GPU"
 
 
@@ -93,13 +105,15 @@ def test_waterfall_steps_add_up_to_the_total():
 
 
 @pytest.mark.slow
-def test_real_study_runs_each_step(tmp_path):
+def test_real_study_runs_each_step_in_alternating_rounds(tmp_path):
     seen = []
-    df = run_study(RunConfig.smoke().replace(**{"run.steps": 5}), ["bf16", "pin_memory"],
-                   on_step=lambda row: seen.append(row["step"]), timeout_s=180)
-    assert seen == ["baseline", "+ bf16", "+ pinned memory"]
+    df = run_study(RunConfig.smoke().replace(**{"run.steps": 5}), ["bf16", "pin_memory"], rounds=2,
+                   on_update=lambda table: seen.append(list(table["step"])), timeout_s=180)
+    assert len(seen) == 4  # a table after each of the 2 x 2 runs
+    assert seen[-1] == ["baseline", "+ bf16", "+ pinned memory"]
     assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
-    assert df["status"][1] in ("faster", "slower", "within noise")
+    assert df["status"][1] == "within noise" and "too few" in df["note"][1]  # 2 rounds: no verdict
+    assert list(df["rounds"][:2]) == [2, 2]
     assert (df["samples_per_s"][:2] > 0).all() and (df["peak_mem_gib"][:2] > 0).all()
     assert df["gain_vs_baseline"][1] == pytest.approx(df["samples_per_s"][1] / df["samples_per_s"][0],
                                                       rel=1e-2)
@@ -108,9 +122,12 @@ def test_real_study_runs_each_step(tmp_path):
     assert load_config(df["run_dir"][1]).precision.dtype == "bf16"
 
 
-def test_ddp_on_cpu_says_it_also_changes_the_thread_count(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+def test_ddp_on_cpu_says_what_it_holds_equal(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     steps = plan(RunConfig.smoke(), ["bf16", "ddp"])
-    assert steps[1].note == "" and "OMP_NUM_THREADS=1" in steps[2].note
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert plan(RunConfig.smoke(), ["ddp"])[1].note == ""
+    assert steps[1].note == ""
+    assert steps[2].note == ("1 process(es) x 2 thread(s) against 2 ranks x 1 thread(s): the same "
+                             "cores in total (2 vs 2)")
+    pinned = plan(RunConfig.smoke().replace(**{"run.threads": 2}), ["ddp"])[1].note
+    assert "a different number of threads in total (2 vs 4)" in pinned

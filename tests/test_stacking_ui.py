@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from workbench.config import RunConfig
 from workbench.runstore import create_run_dir
+from workbench.stacking.study import COLUMNS
 from workbench.ui import stacking as ui
 
 ROWS = [
@@ -26,11 +27,11 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     rows = [{**r, "step_time_ms": None, "note": "", "run_dir": d} for r, d in zip(ROWS, run_dirs + [None])]
     asked = []
 
-    def replay(baseline, changes, on_step, stop):
+    def replay(baseline, changes, rounds, on_update, stop):
         asked.append([c.key for c in changes])
-        for row in rows:
-            on_step(row)
-        return pd.DataFrame(rows, columns=ui.COLUMNS)
+        for n in range(1, len(rows) + 1):
+            on_update(pd.DataFrame(rows[:n], columns=COLUMNS))
+        return pd.DataFrame(rows, columns=COLUMNS)
 
     monkeypatch.setattr(ui, "run_study", replay)
     panel = ui.StackingPanel(cfg, selected=["bf16", "pin_memory"], export_dir=str(tmp_path / "exported"))

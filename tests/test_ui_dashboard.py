@@ -25,8 +25,9 @@ def test_feed_draws_one_trace_per_rank_and_a_total():
     assert list(loss[0].x) == list(range(1, 21))
     assert list(loss[0].y)[0] == 2.0
     sps = dash.charts.figures["samples_per_s"].data
-    assert [t.name for t in sps] == ["rank 0", "rank 1", "total"]
-    assert list(sps[2].y)[0] == 201.0
+    assert [t.name for t in sps] == ["rank 0", "rank 0 (median of 25)", "rank 1",
+                                     "rank 1 (median of 25)", "total", "total (median of 25)"]
+    assert list(sps[4].y)[0] == 201.0 and sps[4].mode == "markers" and sps[5].mode == "lines"
     assert [t.name for t in dash.charts.figures["memory"].data] == ["rank 0 RSS", "rank 1 RSS"]
     text = dash.readout.value
     assert "waited for data 40% of the time" in text and "MFU 12.5%" in text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .events import read_events
+from .measure.compare import unpaired_ratio
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
     env = os.environ.get("WORKBENCH_RUNS")
@@ -109,26 +110,64 @@ def load_config(run_dir: str | Path) -> RunConfig:
     return RunConfig.load(Path(run_dir) / "config.json")
 
 
+def time_per_sample_ms(run_dir: str | Path) -> list[float]:
+    """Milliseconds per sample of the whole run at each step of the latest attempt (samples/s
+    summed over ranks), after the warm-up the summary leaves out."""
+    steps = [r for r in read_events(run_dir) if r.get("event") == "step" and r.get("samples_per_s")]
+    last = max((int(r.get("attempt", 0)) for r in steps), default=0)
+    total: dict[int, float] = {}
+    for r in steps:
+        if int(r.get("attempt", 0)) == last:
+            total[r["step"]] = total.get(r["step"], 0.0) + r["samples_per_s"]
+    times = [1e3 / total[k] for k in sorted(total)]
+    return times[min(len(times) // 5, 10):]
+
+
 def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
-    """One row a run, the first as baseline: throughput speedup, step time, peak memory, final
-    loss and accuracy. The table behind the notebooks' comparison view and `workbench compare`."""
+    """One row a run, the first as baseline: throughput speedup with its interval (a bootstrap over
+    the runs' steps: separate runs, so say so), step time, threads, peak memory, final loss and
+    accuracy, and what other programs did during each run. The table behind the notebooks'
+    comparison view and `workbench compare`; `workbench ab` measures a comparison properly."""
     import pandas as pd
 
-    rows = []
+    rows, base_times = [], None
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
         cfg = json.loads((run_dir / "config.json").read_text())
         s = read_summary(run_dir)
-        peak = s.get("mem_peak_gib", s.get("rss_gib"))
+        d = cfg["distributed"]
+        world = d["nproc"] * d["nnodes"]
+        times = time_per_sample_ms(run_dir)
+        base_times = times if base_times is None else base_times
+        ratio = unpaired_ratio(base_times, times) if times and base_times else None
+        c = s.get("contention") or {}
         rows.append({"run": run_dir.name, "status": s.get("status"),
-                     "precision": cfg["precision"]["dtype"],
-                     "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
-                     "samples_per_s": s.get("samples_per_s"),
+                     "precision": cfg["precision"]["dtype"], "ranks": world,
+                     "threads": s.get("threads"), "samples_per_s": s.get("samples_per_s"),
+                     "speedup": ratio.ratio if ratio else None,
+                     "speedup_low": ratio.low if ratio else None,
+                     "speedup_high": ratio.high if ratio else None,
+                     "verdict": (ratio.verdict if ratio and rows else None),
                      "step_time_ms": s.get("step_time_ms_median"),
-                     "peak_mem_gib": peak, "final_loss": s.get("final_loss"),
-                     "eval_accuracy": s.get("eval_accuracy")})
+                     "peak_mem_gib": s.get("mem_peak_gib", s.get("rss_gib")),
+                     "final_loss": s.get("final_loss"), "eval_accuracy": s.get("eval_accuracy"),
+                     "other_cpu_cores": c.get("other_cpu_cores"), "busy": c.get("busy")})
     df = pd.DataFrame(rows)
     if not df.empty:
-        base = df["samples_per_s"].iloc[0]
-        df.insert(5, "speedup", (df["samples_per_s"] / base).round(3) if base else None)
+        df.attrs["note"] = contention_note(rows)
     return df
+
+
+def contention_note(rows: list[dict]) -> str:
+    """What a reader of the comparison must know: it compares separate runs, and which of them ran
+    on a busy machine."""
+    note = ("separate runs, not interleaved: the interval covers step-to-step noise, not drift "
+            "between the runs (`workbench ab` measures alternating runs)")
+    busy = [r["run"] for r in rows if r.get("busy")]
+    if busy:
+        note += (f"; another process held the cores during {len(busy)} of {len(rows)} runs "
+                 f"({', '.join(busy)}): the comparison is unreliable")
+    known = [r for r in rows if r.get("busy") is not None]
+    if busy and len(busy) < len(known):
+        note += "; the runs were taken under different contention"
+    return note

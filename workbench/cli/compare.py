@@ -46,4 +46,6 @@ def main(args) -> int:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
     else:
         print(format_table(df))
+        if df.attrs.get("note"):
+            print(f"\nspeedup: samples/s vs the first run, with its 95 % interval; {df.attrs['note']}")
     return 0

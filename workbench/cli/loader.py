@@ -24,7 +24,7 @@ def add_parser(sub):
     s.add_argument("--prefetch", type=int, nargs="*", default=[], help="prefetch factors besides the default")
     s.add_argument("--persistent", action="store_true", help="also try persistent workers")
     s.add_argument("--pin", action="store_true", help="also try pin_memory (measured only with a GPU)")
-    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--rounds", type=int, default=6, help="alternating rounds (6 give a 95%% interval)")
     s.add_argument("--batches", type=int, default=20, help="batches per epoch measured")
     s.add_argument("--train", action="store_true", help="run a CNN training step per batch (data-wait share)")
     s.add_argument("--nproc", type=int, default=1, help="training processes that will share the cores")
@@ -41,6 +41,7 @@ def main(args) -> int:
         print(f"{args.count} images of {args.size}x{args.size} under {root}")
         return 0
     from ..loading.advice import recommend
+    from ..machine.contention import busy_sentence
     from ..loading.sweep import grid, run_sweep, summarize_sweep, train_step
 
     data = ImageFolder(args.root)
@@ -59,6 +60,9 @@ def main(args) -> int:
     if args.json:
         print(json.dumps({"table": table.to_dict("records"), "advice": advice}, indent=2, default=str))
     else:
-        print(table.to_string(index=False))
+        print(table.drop(columns=["rates"]).to_string(index=False))
         print("\n" + advice["text"])
+        busy = busy_sentence(records[-1].get("contention"))
+        if busy:
+            print(f"machine busy: {busy}")
     return 0

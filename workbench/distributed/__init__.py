@@ -1,3 +1,3 @@
 """What owns the ranks, run from the kernel or the CLI, the supervisor and the torchrun agent: the
 launcher, supervisor, watchdog, fault diagnosis, the one torchrun argument builder, the one SLURM
-template, the scaling study. May import the base, machine/ and train/; the labs and faces import it."""
+template. May import the base, machine/ and train/; the labs and faces import it."""

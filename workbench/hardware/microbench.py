@@ -3,9 +3,12 @@ device memory bandwidth, host<->device copies (pinned and pageable), all-reduce 
 
     workbench hw --bench            # or: python -m workbench.cli hw --bench --quick
 
-Timed with workbench.timing.measure (warm-up, device sync, median and 10-90 % spread) on random
-data. Matmul and copy are also timed by torch.utils.benchmark.Timer in the same run, sample by
-sample in alternation, as a check on our own timer: the two should agree within ~10 %.
+Timed with workbench.measure.timer (warm-up, device sync, samples and their 10-90 % spread) on
+random data. A ceiling is what the device can do, so it is the best sample, not the median: on a
+shared machine other programs only ever slow a sample down. When the spread is wide (another
+program held the cores) the measurement is repeated, up to ATTEMPTS times, keeping the best; the
+spread and the attempts are reported. Matmul and copy are also timed by torch.utils.benchmark.Timer
+in the same run, sample by sample in alternation, as a check on our own timer.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                  "fp16": torch.float16, "int8": torch.int8}
 MIB = 2**20
+WIDE = 0.25  # a spread above this means the samples were disturbed: measure again
+ATTEMPTS = 3
 
 
 def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int = 2):
@@ -82,17 +87,15 @@ def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float 
                       cap_ms, max_n, probe_n=1024 if device.type == "cuda" else 256)
         a, b = _rand(n, dtype, device), _rand(n, dtype, device)
         ops = 2 * n**3
-        ref = None
-        if check:
-            t, theirs = paired(lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b}, device, repeats)
-            ref = ops / theirs.median_ms / 1e6
-        else:
-            t = measure(lambda: fn(a, b), device=device, warmup=2, repeats=repeats)
+        t, theirs, attempts = _robust(lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b},
+                                      device, repeats, check)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    return Ceiling(f"matmul {dtype}", "compute", round(ops / t.median_ms / 1e6, 2),
-                   "GOP/s" if dtype == "int8" else "GFLOP/s", t.median_ms, round(t.spread, 3),
-                   f"{n}x{n}", str(device), dtype, round(ref, 2) if ref else None)
+    return Ceiling(f"matmul {dtype}", "compute", round(ops / t.best_ms / 1e6, 2),
+                   "GOP/s" if dtype == "int8" else "GFLOP/s", t.best_ms, round(t.spread, 3),
+                   f"{n}x{n}", str(device), dtype,
+                   round(ops / theirs.best_ms / 1e6, 2) if theirs else None,
+                   note=_attempts_note(attempts))
 
 
 def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bool = True) -> Ceiling:
@@ -101,15 +104,33 @@ def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bo
     x = torch.randn(mib * MIB // 4, device=device)
     y = torch.empty_like(x)
     moved = 2 * x.numel() * 4
-    ref = None
-    if check:
-        t, theirs = paired(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device, repeats)
-        ref = moved / theirs.median_ms / 1e6
-    else:
-        t = measure(lambda: y.copy_(x), device=device, warmup=2, repeats=repeats)
-    return Ceiling("copy", "bandwidth", round(moved / t.median_ms / 1e6, 2), "GB/s", t.median_ms,
-                   round(t.spread, 3), f"{mib} MiB", str(device), check=round(ref, 2) if ref else None,
-                   note="read + write bytes")
+    t, theirs, attempts = _robust(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device,
+                                  repeats, check)
+    note = "; ".join(n for n in ("read + write bytes", _attempts_note(attempts)) if n)
+    return Ceiling("copy", "bandwidth", round(moved / t.best_ms / 1e6, 2), "GB/s", t.best_ms,
+                   round(t.spread, 3), f"{mib} MiB", str(device),
+                   check=round(moved / theirs.best_ms / 1e6, 2) if theirs else None, note=note)
+
+
+def _robust(fn: Callable, stmt: str, env: dict, device, repeats: int, check: bool):
+    """(our Timing, torch.utils.benchmark's or None, attempts): measured again while the spread is
+    wide, keeping the attempt whose best sample is fastest."""
+    best = None
+    for attempt in range(1, ATTEMPTS + 1):
+        if check:
+            ours, theirs = paired(fn, stmt, env, device, repeats)
+        else:
+            ours, theirs = measure(fn, device=device, warmup=2, repeats=repeats), None
+        if best is None or ours.best_ms < best[0].best_ms:
+            best = (ours, theirs)
+        if ours.spread <= WIDE:
+            break
+    return best[0], best[1], attempt
+
+
+def _attempts_note(attempts: int) -> str:
+    return (f"spread above {WIDE:.0%}: measured {attempts} times, the best kept"
+            if attempts > 1 else "")
 
 
 def host_transfer(direction: str, pinned: bool, device="cuda", *, mib: int = 256,

@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..machine.cpu import usable_cores
-from ..measure.verdict import MIN_EFFECT, verdict
+from .sweep import vs_zero_workers
 
 
 def wait_share_sentence(data_wait_frac: float) -> str:
@@ -32,7 +32,7 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
 
     Workers per process are capped at the cores each training process gets (`cores // nproc`):
     more workers than cores only take turns. A faster setting wins only if the verdict rule calls it
-    faster than the simplest one (0 workers, same batch size) by more than its own spread."""
+    faster than the simplest one (0 workers, same batch size), round by round with its interval."""
     cores = cores or usable_cores()
     cuda = torch.cuda.is_available() if cuda is None else cuda
     per_proc = max(1, cores // max(1, nproc))
@@ -44,16 +44,18 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     reasons = [f"{cores} usable core(s) and {nproc} training process(es): at most {per_proc} "
                f"loader worker(s) per process; settings with more were not considered"]
     if base is not None and base is not best:
-        gain = best["samples_per_s"] / base["samples_per_s"] - 1
-        margin = max(MIN_EFFECT, best.get("samples_per_s_spread", 0) / 2)
-        if verdict(gain + 1, min_effect=margin) != "faster":
-            reasons.append(f"the fastest ({best['setting']}) beat 0 workers by only {gain:+.0%}, "
-                           f"within the noise ({margin:.0%}): keep the simpler setting")
+        gain = vs_zero_workers(base.get("rates") or [base["samples_per_s"]],
+                               best.get("rates") or [best["samples_per_s"]])
+        if gain.verdict != "faster":
+            reasons.append(f"the fastest ({best['setting']}) against 0 workers: {gain.label()}, "
+                           "within the noise: keep the simpler setting")
             best = base
         else:
-            reasons.append(f"{best['setting']} loads {gain + 1:.2f}x as many samples/s as 0 workers "
-                           f"at batch size {best['batch_size']}")
-    speedup = best["samples_per_s"] / base["samples_per_s"] if base is not None else float("nan")
+            reasons.append(f"{best['setting']} against 0 workers at batch size "
+                           f"{best['batch_size']}: {gain.label()}")
+    speedup = (vs_zero_workers(base.get("rates") or [base["samples_per_s"]],
+                               best.get("rates") or [best["samples_per_s"]]).ratio
+               if base is not None else float("nan"))
     e1, e2 = best.get("first_batch_ms_epoch1"), best.get("first_batch_ms_epoch2")
     if best["num_workers"] > 0 and not best["persistent_workers"] and _num(e2):
         reasons.append(f"every epoch restarts the workers: first batch {e2:.0f} ms; "

@@ -19,7 +19,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import ConfigError, RunConfig
+from ..machine.contention import ContentionMeter
 from ..machine.cpu import usable_cores
+from ..measure.compare import Ratio, paired_speed_ratio
 from ..measure.timer import summarize
 from ..train.data import DataBundle, make_loader
 from ..train.models import build_model, loss_fn
@@ -139,6 +141,8 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    used_threads = torch.get_num_threads()
+    meter = ContentionMeter()  # this process and its loader workers are the measured tree
     try:
         for r in range(rounds):
             for k, setting in enumerate(settings):
@@ -155,12 +159,14 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
         if not left:
             break
         time.sleep(0.1)
-    yield {"event": "done", "leftover_processes": left, "cores": usable_cores()}
+    yield {"event": "done", "leftover_processes": left, "cores": usable_cores(),
+           "threads": used_threads, "contention": meter.read()}
 
 
 def summarize_sweep(records: list[dict]):
-    """A DataFrame with one row per setting: medians over rounds, spread, and the ratio to the
-    0-worker setting at the same batch size."""
+    """A DataFrame with one row per setting: medians over rounds, spread, the per-round rates
+    (`rates`, in round order: round i of every setting ran side by side), and the paired ratio to
+    the 0-worker setting at the same batch size with its interval."""
     import pandas as pd
 
     rows = {}
@@ -173,18 +179,27 @@ def summarize_sweep(records: list[dict]):
         row = {k: recs[0][k] for k in ("setting", *LoaderSetting.__dataclass_fields__)}
         rate = summarize([r["samples_per_s"] for r in recs])
         row.update(samples_per_s=rate.median_ms, samples_per_s_spread=round(rate.spread, 3),
-                   rounds=len(recs))
+                   rounds=len(recs), rates=[r["samples_per_s"] for r in recs])
         for key in ("first_batch_ms_epoch1", "first_batch_ms_epoch2", "data_wait_frac"):
             vals = [r[key] for r in recs if key in r]
             if vals:
                 row[key] = summarize(vals).median_ms
         table.append(row)
     df = pd.DataFrame(table)
-    base = df[df.num_workers == 0].set_index("batch_size")["samples_per_s"]
-    df["speedup_vs_0_workers"] = [round(r.samples_per_s / base[r.batch_size], 3)
-                                  if r.batch_size in base.index else float("nan")
-                                  for r in df.itertuples()]
+    base = {r["batch_size"]: r["rates"] for r in table if r["num_workers"] == 0}
+    ratios = [vs_zero_workers(base.get(r["batch_size"]), r["rates"]) for r in table]
+    df["speedup_vs_0_workers"] = [round(x.ratio, 3) if x else float("nan") for x in ratios]
+    df["speedup_low"] = [x.low if x else None for x in ratios]
+    df["speedup_high"] = [x.high if x else None for x in ratios]
     return df
+
+
+def vs_zero_workers(base_rates: list | None, rates: list) -> Ratio | None:
+    """The paired speed ratio of a setting over 0 workers, round by round."""
+    if not base_rates:
+        return None
+    n = min(len(base_rates), len(rates))
+    return paired_speed_ratio(base_rates[:n], rates[:n])
 
 
 def train_step(input_shape: tuple, num_classes: int, model: str = "cnn", width: int = 32,

@@ -52,7 +52,9 @@ def unsupported_reason(cfg: RunConfig, device: torch.device, option: str) -> str
 
 
 def recommend_precision(device: torch.device, flags: set[str] | None = None) -> tuple[str, str]:
-    """(dtype, reason): bf16 where the hardware does it natively, else what works best."""
+    """(dtype, reason) from what the device lists, before anything is measured: on a GPU its
+    tensor-core dtypes; on a CPU its instruction sets. It says what to try first, not how fast it
+    is: workbench.hardware.lessons measures that on the machine in front of you."""
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
@@ -62,11 +64,11 @@ def recommend_precision(device: torch.device, flags: set[str] | None = None) -> 
         return "fp16", (f"{name} (compute capability {major}.{minor}) has no bf16; fp16 tensor cores "
                         "with a gradient scaler are the fast path")
     flags = cpu_flags() if flags is None else flags
-    if "amx_bf16" in flags:
-        return "bf16", ("this CPU has AMX bf16 tiles: bf16 matrix work runs several times faster "
-                        "than fp32; CPUs have no fast fp16 units, so fp16 is slower here")
-    if "avx512_bf16" in flags:
-        return "bf16", ("this CPU has AVX512-BF16 instructions for bf16 dot products; "
-                        "fp16 has no such units on a CPU")
-    return "fp32", ("this CPU has no bf16 or fp16 matrix instructions: autocast would only add "
-                    "conversions, so fp32 is the fastest here")
+    listed = [f.upper().replace("_", "-") for f in ("amx_bf16", "avx512_bf16", "amx_fp16",
+                                                     "avx512_fp16") if f in flags]
+    if "amx_bf16" in flags or "avx512_bf16" in flags:
+        return "bf16", (f"this CPU lists {', '.join(listed)} (instructions for 16-bit matrix "
+                        "work), so bf16 is the one to try first; measure it against fp32")
+    return "fp32", ("this CPU lists no bf16 matrix instructions"
+                    + (f" ({', '.join(listed)} only)" if listed else "")
+                    + ", so fp32 is the one to try first; measure bf16 and fp16 against it")

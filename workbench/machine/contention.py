@@ -24,6 +24,12 @@ BUSY_STEAL = 0.05
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def run_tree_pid() -> int:
+    """The process whose tree is this run (the supervisor sets WORKBENCH_TREE_PID for its child;
+    a worker started by hand is its own tree): CPU time outside it is other programs' work."""
+    return int(os.environ.get("WORKBENCH_TREE_PID") or os.getpid())
+
+
 def system_cpu() -> tuple[float, float, float]:
     """(busy, steal, total) CPU seconds of the whole machine since boot, from /proc/stat."""
     try:

@@ -53,6 +53,15 @@ class Ratio:
         return out
 
 
+def speedup_text(ratio: float | None, low: float | None = None, high: float | None = None) -> str:
+    """A table cell: '1.31x [1.18, 1.44]', or '1.31x' without an interval, '' when unmeasured."""
+    if ratio is None or ratio != ratio:
+        return ""
+    if low is None or high is None or low != low or high != high:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x [{low:.2f}, {high:.2f}]"
+
+
 def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """The distribution-free interval of the median: [x(k), x(n-k+1)] with the largest k whose
     coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least `confidence`; None when n is too small."""

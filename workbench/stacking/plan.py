@@ -14,6 +14,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..machine.capability import resolve_device, unsupported_reason
+from ..train.rank import threads_for
 from .changes import Change, as_change
 
 
@@ -54,16 +55,16 @@ class PlannedStep:
     note: str = ""  # what else changes with this step, so its gain is read right
 
 
-THREADS_NOTE = ("torchrun runs each rank with 1 CPU thread (OMP_NUM_THREADS=1) where one process used "
-                "every core: part of this change is the thread count, which matters most on a busy CPU")
-
-
 def side_effects(before: RunConfig, after: RunConfig, device) -> str:
-    """Changes a step brings along that its name does not say."""
-    if (device.type == "cpu" and before.distributed.world_size == 1 < after.distributed.world_size
-            and "OMP_NUM_THREADS" not in os.environ):
-        return THREADS_NOTE
-    return ""
+    """Changes a step brings along that its name does not say: on a CPU, what a change of ranks
+    does to the threads, so a reader knows what the comparison holds equal."""
+    if device.type != "cpu" or before.distributed.nproc == after.distributed.nproc:
+        return ""
+    t0, t1 = threads_for(before), threads_for(after)
+    n0, n1 = before.distributed.nproc, after.distributed.nproc
+    same = "the same" if n0 * t0 == n1 * t1 else "a different number of"
+    return (f"{n0} process(es) x {t0} thread(s) against {n1} ranks x {t1} thread(s): {same} "
+            f"{'cores' if same == 'the same' else 'threads'} in total ({n0 * t0} vs {n1 * t1})")
 
 
 def plan(baseline: RunConfig, changes) -> list[PlannedStep]:

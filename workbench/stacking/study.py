@@ -1,24 +1,31 @@
 """The stacking study: from a baseline config, apply changes one at a time, cumulatively, run every
-step for real (workbench.distributed.launch.run), and tabulate what each step added.
+step for real, and tabulate what each step added, measured properly: every step's config runs once
+per round, the rounds alternating their order (workbench.trials.rounds), and each gain is the
+median ratio over rounds with its interval and the one verdict rule.
 
     from workbench.stacking.study import run_study
-    df = run_study(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"])
+    df = run_study(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"], rounds=6)
 
 A change that cannot run on this hardware stays in the table as "skipped" with the reason; a change
 that slows the run down is marked "slower" (and still stacked: the list is the user's choice).
+Fewer than 6 rounds give no verdict ("within noise", and the note says why).
 """
 from __future__ import annotations
 
+import statistics
 from typing import Callable
 
-from ..distributed.launch import run
+from ..config import RunConfig
 from ..events import read_events
-from ..measure.verdict import MIN_EFFECT, verdict
+from ..machine.contention import busy_sentence
+from ..measure.compare import min_rounds, paired_speed_ratio
+from ..measure.verdict import MIN_EFFECT
+from ..trials.rounds import run_rounds
 from .plan import PlannedStep, plan
 
-
-COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline", "peak_mem_gib",
-           "final_loss", "eval_accuracy", "step_time_ms", "reason", "note", "run_dir"]
+COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_low", "gain_high",
+           "gain_vs_baseline", "rounds", "peak_mem_gib", "final_loss", "eval_accuracy",
+           "step_time_ms", "threads", "other_cpu_cores", "reason", "note", "run_dir"]
 
 
 def peak_memory_gib(run_dir) -> float | None:
@@ -29,59 +36,98 @@ def peak_memory_gib(run_dir) -> float | None:
     return max(peaks) if peaks else None
 
 
-def step_row(planned: PlannedStep, summary: dict | None, prev: float | None, base: float | None,
-             min_effect: float = MIN_EFFECT) -> dict:
-    """One table row from a run's summary (None when the step was skipped)."""
-    row = {"step": planned.change.label, "status": "skipped", "samples_per_s": None,
-           "gain_vs_prev": None, "gain_vs_baseline": None, "peak_mem_gib": None, "final_loss": None,
-           "eval_accuracy": None, "step_time_ms": None, "reason": planned.reason or "",
-           "note": planned.note, "run_dir": None}
-    if summary is None:
+def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | None,
+             base: list[dict] | None, min_effect: float = MIN_EFFECT) -> dict:
+    """One table row from a step's runs, one per round (None when the step was skipped), against
+    the runs of the previous measured step and of the baseline (None for the baseline itself)."""
+    row = {c: None for c in COLUMNS}
+    row.update(step=planned.change.label, status="skipped", reason=planned.reason or "",
+               note=planned.note)
+    if runs is None:
         return row
-    row.update(run_dir=summary.get("run_dir"), final_loss=summary.get("final_loss"),
-               eval_accuracy=summary.get("eval_accuracy"), step_time_ms=summary.get("step_time_ms_median"),
-               samples_per_s=summary.get("samples_per_s"))
-    if summary.get("run_dir"):
-        row["peak_mem_gib"] = peak_memory_gib(summary["run_dir"])
-    if summary.get("status") != "completed" or not row["samples_per_s"]:
-        row.update(status="failed", samples_per_s=None,
-                   reason=f"{summary.get('error_type', '')}: {summary.get('message', summary.get('status'))}")
+    done = [s for s in runs if s.get("status") == "completed" and s.get("samples_per_s")]
+    first = (done or runs)[0]
+    row.update(run_dir=first.get("run_dir"), final_loss=first.get("final_loss"),
+               eval_accuracy=first.get("eval_accuracy"), threads=first.get("threads"),
+               rounds=len(done))
+    if len(done) < len(runs) or not done:
+        bad = next(s for s in runs if s not in done)
+        row.update(status="failed", reason=f"{bad.get('error_type', '')}: "
+                                           f"{bad.get('message', bad.get('status'))}")
         return row
-    sps = row["samples_per_s"]
+    peaks = [p for p in (peak_memory_gib(s["run_dir"]) for s in done if s.get("run_dir"))
+             if p is not None]
+    row.update(samples_per_s=statistics.median(s["samples_per_s"] for s in done),
+               step_time_ms=statistics.median(s["step_time_ms_median"] for s in done),
+               peak_mem_gib=max(peaks) if peaks else None)
+    readings = [s["contention"] for s in done if s.get("contention")]
+    if readings:
+        row["other_cpu_cores"] = max(c["other_cpu_cores"] for c in readings)
     if base is None:
         row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
-    else:
-        row.update(gain_vs_prev=round(sps / prev, 3), gain_vs_baseline=round(sps / base, 3))
-        row["status"] = verdict(row["gain_vs_prev"], min_effect=min_effect)
+        return row
+    n = min(len(done), len(prev), len(base))  # rounds in which both sides ran
+    gain = paired_speed_ratio([s["samples_per_s"] for s in prev[:n]],
+                              [s["samples_per_s"] for s in done[:n]], min_effect)
+    total = paired_speed_ratio([s["samples_per_s"] for s in base[:n]],
+                               [s["samples_per_s"] for s in done[:n]], min_effect)
+    row.update(status=gain.verdict, gain_vs_prev=gain.ratio, gain_low=gain.low,
+               gain_high=gain.high, gain_vs_baseline=total.ratio)
+    notes = [row["note"], gain.note,
+             busy_sentence(next((c for c in readings if c.get("busy")), None))]
+    row["note"] = "; ".join(n for n in notes if n)
     return row
 
 
-def run_study(baseline: RunConfig, changes, *, on_step: Callable[[dict], None] | None = None,
+def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
+              on_update: Callable[["pd.DataFrame"], None] | None = None,  # noqa: F821
               timeout_s: float = 900, min_effect: float = MIN_EFFECT,
               stop: Callable[[], bool] | None = None):
-    """Run the baseline and every applicable change, cumulatively; returns a pandas DataFrame.
+    """Run the baseline and every applicable change, cumulatively, `rounds` times each (default:
+    the fewest that carry a 95 % interval); returns a pandas DataFrame.
 
-    `on_step(row)` is called as each step finishes (the UI redraws from it); `stop()` returning True
-    ends the study before the next run.
+    `on_update(table)` is called after every run with the table so far (the UI redraws from it);
+    `stop()` returning True ends the study before the next run.
     """
     import pandas as pd
 
-    rows, prev, base = [], None, None
-    for i, planned in enumerate(plan(baseline, changes)):
-        if stop is not None and stop():
-            break
-        summary = None
-        if planned.reason is None:
-            label = f"stack{i}-{planned.change.key}"[:60]
-            summary = run(planned.config.replace(**{"run.label": label}), timeout_s=timeout_s)
-        row = step_row(planned, summary, prev, base, min_effect)
-        if row["samples_per_s"] is not None:
-            prev = row["samples_per_s"]
-            base = base if base is not None else prev
-        rows.append(row)
-        if on_step is not None:
-            on_step(row)
-        if base is None:  # nothing to compare with: stop rather than call a later step the baseline
-            row["reason"] = "the baseline failed, so the study stopped: " + row["reason"]
-            break
-    return pd.DataFrame(rows, columns=COLUMNS)
+    rounds = rounds or min_rounds()
+    steps = plan(baseline, changes)
+    labels = {i: f"stack{i}-{s.change.key}"[:50] for i, s in enumerate(steps) if s.reason is None}
+    configs = {labels[i]: steps[i].config for i in labels}
+    results: dict[str, list[dict]] = {label: [] for label in configs}
+
+    def table():
+        rows, prev, base = [], None, None
+        for i, planned in enumerate(steps):
+            runs = results[labels[i]] if i in labels else None
+            if runs is not None and not runs:
+                continue  # not measured yet
+            row = step_row(planned, runs, prev, base, min_effect)
+            if row["samples_per_s"] is not None:
+                prev = runs
+                base = base if base is not None else runs
+            elif i == 0:
+                row["reason"] = "the baseline failed, so the study stopped: " + row["reason"]
+                rows.append(row)
+                break
+            rows.append(row)
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+    def on_run(label, r, summary):
+        results[label].append(summary)
+        if on_update is not None:
+            on_update(table())
+        if label == labels.get(0) and summary.get("status") != "completed":
+            raise _BaselineFailed
+
+    try:
+        run_rounds(configs, rounds, timeout_s=timeout_s, speed_only=False, keep_going=True,
+                   on_run=on_run, stop=stop)
+    except _BaselineFailed:
+        pass
+    return table()
+
+
+class _BaselineFailed(Exception):
+    """Nothing to compare with: the study stops rather than call a later step the baseline."""

@@ -3,6 +3,8 @@ hover text (plain data; workbench.ui.stacking draws it).
 """
 from __future__ import annotations
 
+from ..measure.compare import speedup_text
+
 
 def number(value) -> float | None:
     """A figure from a table cell; None for a missing one (pandas turns None into NaN)."""
@@ -30,7 +32,11 @@ def waterfall_records(df) -> dict:
         else:
             measure.append("relative")
             y.append(sps - prev)
-            text.append(f"x{row['gain_vs_prev']:.2f} ({row['status']})")
+            gain = speedup_text(row["gain_vs_prev"], number(row.get("gain_low")),
+                                number(row.get("gain_high")))
+            rounds = number(row.get("rounds"))
+            over = f", {rounds:.0f} rounds" if rounds else ""
+            text.append(f"{gain} ({row['status']}{over})")
         if sps is not None:
             prev = sps
     done = [r for r in df.to_dict("records") if number(r["samples_per_s"]) is not None]

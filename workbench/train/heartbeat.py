@@ -2,6 +2,8 @@
 the rank finished and where its main thread is right now ("forward (model.py:12)"), so the
 supervisor can name a stalled rank and say whether it is alive and stuck or frozen.
 
+Rank 0's heartbeat also says, every few seconds, what other programs did to the machine
+(`contention`, workbench.machine.contention), so a live chart can flag a busy machine.
 Costs one short JSON line a second; the training loop never waits for it.
 """
 from __future__ import annotations
@@ -11,8 +13,10 @@ import sys
 import threading
 
 from ..events import EventWriter
+from ..machine.contention import ContentionMeter
 
 INTERVAL_S = 1.0
+CONTENTION_EVERY = 5  # beats between two readings of the noise guard
 
 
 class LockedWriter(EventWriter):
@@ -52,16 +56,24 @@ def where(thread_id: int) -> str:
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, writer: LockedWriter, interval_s: float = INTERVAL_S):
+    def __init__(self, writer: LockedWriter, interval_s: float = INTERVAL_S,
+                 contention: ContentionMeter | None = None):
         super().__init__(daemon=True, name="workbench-heartbeat")
-        self.writer, self.interval_s = writer, interval_s
+        self.writer, self.interval_s, self.contention = writer, interval_s, contention
         self.main_id = threading.main_thread().ident
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        beats = 0
         while not self._stop_event.wait(self.interval_s):
+            beats += 1
+            extra = {}
+            if self.contention is not None and beats % CONTENTION_EVERY == 0:
+                extra["contention"] = self.contention.read()
+                self.contention.restart()
             try:
-                self.writer.write("heartbeat", step=self.writer.last_step, where=where(self.main_id))
+                self.writer.write("heartbeat", step=self.writer.last_step, where=where(self.main_id),
+                                  **extra)
             except (OSError, ValueError):
                 return  # the file was closed under us: the rank is ending
 

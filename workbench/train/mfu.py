@@ -2,9 +2,12 @@
 divided by the step time, as a share of the device's peak for the run's dtype.
 
 The trainer calls `MfuMeter.for_run` once and `meter.step(dt)` per step: one division, no device
-sync. The peak is the measured ceiling when `workbench hw --bench` has cached one for this device,
-else the GPU's spec sheet, else (CPU) an estimate from its instruction sets; `mfu_basis` says which,
-and the summary carries both the measured and the spec figure when they are known.
+sync. The live value and the summary's are the same definition (FLOPs per step over that step's
+time, or the median step's, against the peak of the dtype the run uses). The peak is the measured
+ceiling when `workbench hw --bench` has cached one for this device, else the GPU's spec sheet,
+else (CPU) an estimate from its instruction sets; `mfu_basis` says which, and the summary carries
+both the measured and the spec figure when they are known. An MFU above 100 % is not a result:
+the peak it was divided by is wrong, so it is never written as `mfu`; the record says so instead.
 """
 from __future__ import annotations
 
@@ -47,13 +50,14 @@ class MfuMeter:
         return cls(flops, peak_for(device, dtype), dtype)
 
     def step(self, dt_s: float) -> dict:
-        """Per-step fields: achieved TFLOP/s and its share of the peak."""
+        """Per-step fields: achieved TFLOP/s and its share of the peak (or that it exceeded it)."""
         if not self.flops or dt_s <= 0:
             return {}
         tflops = self.flops / dt_s / 1e12
         out = {"tflops": _sig(tflops)}
         if self.peak:
-            out["mfu"] = _sig(tflops / self.peak)
+            share = tflops / self.peak
+            out.update({"mfu": _sig(share)} if share <= 1 else {"mfu_over_peak": True})
         return out
 
     def summary(self, step_time_ms_median: float | None) -> dict:
@@ -66,13 +70,25 @@ class MfuMeter:
         tflops = self.flops / (step_time_ms_median / 1e3) / 1e12
         out["tflops"] = _sig(tflops)
         p = self.peaks
+        wrong = []
+        for key, peak, basis in (("mfu", self.peak, p.get("basis")),
+                                 ("mfu_spec", p.get("spec_tflops"), p.get("spec_basis")),
+                                 ("mfu_measured", p.get("measured_tflops"), "measured")):
+            if not peak:
+                continue
+            share = tflops / peak
+            if share <= 1:
+                out[key] = _sig(share)
+            else:
+                wrong.append(f"{share:.0%} of the {basis} peak ({peak * 1e3:.4g} GFLOP/s)")
         if self.peak:
-            out.update(mfu=_sig(tflops / self.peak), mfu_basis=p.get("basis"),
-                       peak_tflops=_sig(self.peak))
+            out.update(mfu_basis=p.get("basis"), peak_tflops=_sig(self.peak))
         if p.get("spec_tflops"):
-            out.update(mfu_spec=_sig(tflops / p["spec_tflops"]), spec_basis=p["spec_basis"],
-                       spec_tflops=_sig(p["spec_tflops"]))
+            out.update(spec_basis=p["spec_basis"], spec_tflops=_sig(p["spec_tflops"]))
         if p.get("measured_tflops"):
-            out.update(mfu_measured=_sig(tflops / p["measured_tflops"]),
-                       measured_tflops=_sig(p["measured_tflops"]))
+            out["measured_tflops"] = _sig(p["measured_tflops"])
+        if wrong:
+            out["mfu_error"] = (f"this run reached {' and '.join(wrong)}: no run can pass its "
+                                "peak, so that peak is wrong (measured on a busy machine, or an "
+                                "estimate); measure it with `workbench hw --bench`")
         return out

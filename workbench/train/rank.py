@@ -50,12 +50,6 @@ def threads_for(cfg) -> int:
     return max(1, usable_cores() // cfg.distributed.nproc)
 
 
-def tree_root_pid() -> int:
-    """The process whose tree is the run (the supervisor when there is one): CPU time outside it
-    is other programs' work."""
-    return int(os.environ.get("WORKBENCH_TREE_PID") or os.getpid())
-
-
 def pick_device(cfg, env: RankEnv) -> torch.device:
     device = resolve_device(cfg.run.device)
     if device.type == "cuda":

@@ -18,13 +18,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RunConfig
 from ..events import EventWriter
-from ..machine.contention import ContentionMeter
+from ..machine.contention import ContentionMeter, run_tree_pid
 from . import memory
 from .data import DataBundle, build_data, make_loader
 from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
-from .rank import RankEnv, join_group, pick_device, threads_for, tree_root_pid, unwrap
+from .rank import RankEnv, join_group, pick_device, threads_for, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
 WEIGHTS = "model.pt"
@@ -128,7 +128,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> St
     out = Steps()
     next_mem = 0.0
     warmup = warmup_steps(cfg.run.steps)
-    meter = ContentionMeter(tree_root_pid()) if env.rank == 0 else None
+    meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     for step in range(1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard

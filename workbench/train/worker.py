@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from ..config import RunConfig
+from ..machine.contention import ContentionMeter, run_tree_pid
 from ..procs import set_pdeathsig
 from ..runstore import write_json_atomic
 from .heartbeat import Heartbeat, LockedWriter
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     t0 = time.time()
     cfg = None
-    heartbeat = Heartbeat(events)
+    heartbeat = Heartbeat(events, contention=ContentionMeter(run_tree_pid()) if env.rank == 0 else None)
     heartbeat.start()
     try:
         cfg = RunConfig.load(config_path)

@@ -19,21 +19,32 @@ def speed_config(cfg: RunConfig, label: str) -> RunConfig:
 
 
 def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float = 900,
+               speed_only: bool = True, keep_going: bool = False,
                on_run: Callable[[str, int, dict], None] | None = None,
                stop: Callable[[], bool] | None = None) -> dict[str, list[dict]]:
-    """label -> one run summary per round. A run that does not complete is an error naming it."""
+    """label -> one run summary per round. `speed_only` skips evaluation and saved weights. A run
+    that does not complete is an error naming it, or with `keep_going` its summary is kept and
+    that config is not run again."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ConfigError(f"rounds must be an integer >= 1, got {rounds!r}")
     labels = list(configs)
     out: dict[str, list[dict]] = {label: [] for label in labels}
+    failed: set[str] = set()
     for r in range(rounds):
         for label in (labels if r % 2 == 0 else labels[::-1]):
             if stop is not None and stop():
                 return out
-            summary = run(speed_config(configs[label], f"{label}-r{r}"), timeout_s=timeout_s)
+            if label in failed:
+                continue
+            cfg = configs[label]
+            cfg = speed_config(cfg, f"{label}-r{r}") if speed_only else cfg.replace(
+                **{"run.label": f"{label}-r{r}"[:60]})
+            summary = run(cfg, timeout_s=timeout_s)
             if summary.get("status") != "completed":
-                raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "
-                                  f"{summary.get('message', '')} (see {summary.get('run_dir')})")
+                if not keep_going:
+                    raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "
+                                      f"{summary.get('message', '')} (see {summary.get('run_dir')})")
+                failed.add(label)
             out[label].append(summary)
             if on_run is not None:
                 on_run(label, r, summary)

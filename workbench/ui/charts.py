@@ -2,6 +2,9 @@
 rank (plus the total samples/s over ranks), redrawn from a RunSeries inside `batch_update()`.
 
     charts = LiveCharts(); charts.redraw(series); display(charts.widget)
+
+Throughput is drawn as faint raw points under a rolling median (raw per-step samples/s reads as
+noise); memory axes start at zero, so a flat RSS looks flat; a non-finite loss is marked.
 """
 from __future__ import annotations
 
@@ -11,9 +14,10 @@ import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 
-from .series import RunSeries
+from .curve import MAX_BUCKETS
+from .series import SMOOTH_STEPS, RunSeries
 
-MAX_POINTS = 1500  # per trace: longer runs are thinned for drawing, never for the figures
+MAX_POINTS = 3 * MAX_BUCKETS  # per trace whatever the run's length: low, high, a gap (ui.curve)
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 CHARTS = {  # name: (title, y-axis label)
     "loss": ("Loss", "loss"),
@@ -21,10 +25,12 @@ CHARTS = {  # name: (title, y-axis label)
     "step_time_ms": ("Step time", "ms"),
     "memory": ("Memory", "GiB"),
 }
+RAW = {"mode": "markers", "opacity": 0.25, "marker": {"size": 3}}
+LINE = {"mode": "lines", "opacity": 1.0}
 
 
-def thin(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """Every k-th point and always the last, so a long run stays cheap to send and draw.
+def thin(xs, ys, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Every k-th point and always the last, for curves read from disk (the compare view).
 
     Float arrays, not lists: plotly validates and compares a list element by element (about
     10x slower), and sends an array as one binary buffer. A missing value (None) becomes NaN."""
@@ -69,25 +75,44 @@ class LiveCharts:
         self.widget = widgets.VBox([widgets.HBox([f["loss"], f["samples_per_s"]]),
                                     widgets.HBox([f["step_time_ms"], f["memory"]])])
         self.redraws = 0
+        self.points_sent = 0  # the work of every redraw: bounded per trace, not by the run's length
         self._styles: dict[str, list] = {}
+        self.figures["memory"].update_layout(yaxis={"rangemode": "tozero"})  # flat looks flat
+        publish(self.figures["memory"])
 
-    def traces_for(self, series: RunSeries) -> dict[str, list[tuple[str, list, list, dict]]]:
-        """name -> [(trace name, x, y, line style)]: what each figure should show right now."""
+    def traces_for(self, series: RunSeries) -> dict[str, list[tuple]]:
+        """name -> [(trace name, x, y, style)]: what each figure should show right now."""
         out: dict[str, list] = {name: [] for name in CHARTS}
         for rank in sorted(series.ranks):
             r = series.ranks[rank]
-            color = {"color": COLORS[rank % len(COLORS)], "width": 1.5}
-            for key in ("loss", "samples_per_s", "step_time_ms"):
-                out[key].append((f"rank {rank}", r["step"], r[key], color))
-            if any(v is not None for v in r["mem_reserved_gib"]):
-                out["memory"].append((f"rank {rank} device", r["mem_step"], r["mem_reserved_gib"], color))
-                out["memory"].append((f"rank {rank} RSS", r["mem_step"], r["rss_gib"],
-                                      dict(color, dash="dot")))
+            line = {"color": COLORS[rank % len(COLORS)], "width": 1.5}
+            out["loss"].append((f"rank {rank}", *r["loss"].xy(), {**LINE, "line": line}))
+            if r["loss"].nonfinite:  # where the loss was NaN or inf: marked, never thinned away
+                x = np.asarray(r["loss"].nonfinite, dtype=float)
+                _, ys = r["loss"].xy()
+                y = np.full(len(x), np.nanmin(ys) if np.isfinite(ys).any() else 0.0)
+                out["loss"].append((f"rank {rank} non-finite", x, y,
+                                    {"mode": "markers", "opacity": 1.0,
+                                     "marker": {"symbol": "x", "color": "#d62728", "size": 9}}))
+            out["samples_per_s"].append((f"rank {rank}", *r["samples_per_s"].xy(),
+                                         {**RAW, "marker": {**RAW["marker"], "color": line["color"]}}))
+            out["samples_per_s"].append((f"rank {rank} (median of {SMOOTH_STEPS})",
+                                         *r["samples_per_s_median"].xy(), {**LINE, "line": line}))
+            out["step_time_ms"].append((f"rank {rank}", *r["step_time_ms"].xy(), {**LINE, "line": line}))
+            if len(r["mem_reserved_gib"]):
+                out["memory"].append((f"rank {rank} device", *r["mem_reserved_gib"].xy(),
+                                      {**LINE, "line": line}))
+                out["memory"].append((f"rank {rank} RSS", *r["rss_gib"].xy(),
+                                      {**LINE, "line": dict(line, dash="dot")}))
             else:
-                out["memory"].append((f"rank {rank} RSS", r["mem_step"], r["rss_gib"], color))
+                out["memory"].append((f"rank {rank} RSS", *r["rss_gib"].xy(), {**LINE, "line": line}))
         if series.world_size > 1 or len(series.ranks) > 1:
-            out["samples_per_s"].append(("total", series.total["step"],
-                                         series.total["samples_per_s"], {"color": "black", "width": 2}))
+            black = {"color": "black", "width": 2}
+            out["samples_per_s"].append(("total", *series.total["samples_per_s"].xy(),
+                                         {**RAW, "marker": {**RAW["marker"], "color": "black"}}))
+            out["samples_per_s"].append((f"total (median of {SMOOTH_STEPS})",
+                                         *series.total["samples_per_s_median"].xy(),
+                                         {**LINE, "line": black}))
         return out
 
     def redraw(self, series: RunSeries) -> None:
@@ -95,14 +120,16 @@ class LiveCharts:
             fig = self.figures[name]
             while len(fig.data) < len(traces):  # a new rank appeared: add its trace first
                 fig.add_scatter(x=[], y=[], mode="lines")
-            styles = [(label, line) for label, _, _, line in traces]
+            styles = [(label, style) for label, _, _, style in traces]
             title = _title(CHARTS[name][0], series)
             with fig.batch_update():
-                for trace, (label, xs, ys, line) in zip(fig.data, traces):
-                    trace.x, trace.y = thin(xs, ys)
-                if styles != self._styles.get(name):  # names and colours rarely change: set
-                    for trace, (label, line) in zip(fig.data, styles):  # them only then (each
-                        trace.name, trace.line = label, line  # assignment is validated: slow)
+                for trace, (label, xs, ys, style) in zip(fig.data, traces):
+                    trace.x, trace.y = xs, ys  # already thinned: at most MAX_POINTS each
+                    self.points_sent += len(xs)
+                if styles != self._styles.get(name):  # names and styles rarely change: set
+                    for trace, (label, style) in zip(fig.data, styles):  # them only then (each
+                        trace.name = label  # assignment is validated: slow)
+                        trace.update(**style)
                     self._styles[name] = styles
                 for trace in fig.data[len(traces):]:  # after a reset: empty, not removed
                     if len(trace.x):

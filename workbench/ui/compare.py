@@ -1,5 +1,7 @@
 """The comparison view: pick runs from the run store, overlay their curves, and a table of speedup
-vs the first (baseline) run, peak memory, final loss and accuracy (`workbench.runstore.compare`).
+vs the first (baseline) run with its interval, threads, peak memory, final loss, accuracy and the
+contention each run saw (`workbench.runstore.compare`). "Measure properly" runs the first two
+runs' configs as an A/B test (alternating short runs, workbench.trials.ab) and shows its verdict.
 
     view = compare_view([run_a, run_b, run_c]); display(view)   # view.frame is the table
 """
@@ -12,12 +14,15 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..events import read_events
-from ..runstore import compare, list_runs
+from ..measure.compare import speedup_text
+from ..runstore import compare, list_runs, load_config
+from ..trials.ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
+from .job import BackgroundJob
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
-FORMATS = {"samples_per_s": "{:,.0f}", "speedup": "{:.2f}x", "step_time_ms": "{:.2f}",
-           "peak_mem_gib": "{:.3f}", "final_loss": "{:.4f}", "eval_accuracy": "{:.1%}"}
+FORMATS = {"samples_per_s": "{:,.0f}", "step_time_ms": "{:.2f}", "peak_mem_gib": "{:.3f}",
+           "final_loss": "{:.4f}", "eval_accuracy": "{:.1%}", "other_cpu_cores": "{:.2f}"}
 
 
 def run_curves(run_dir: str | Path) -> pd.DataFrame:
@@ -37,6 +42,10 @@ def table_html(df: pd.DataFrame) -> str:
     if df.empty:
         return "<i>no runs to compare yet</i>"
     shown = df.copy()
+    shown["speedup"] = [speedup_text(r, lo, hi) for r, lo, hi in
+                        zip(df["speedup"], df["speedup_low"], df["speedup_high"])]
+    shown = shown.drop(columns=["speedup_low", "speedup_high"])
+    shown["busy"] = ["busy" if b is True else "" for b in df["busy"]]
     for col, fmt in FORMATS.items():
         if col in shown:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
@@ -46,8 +55,9 @@ def table_html(df: pd.DataFrame) -> str:
                    for row in shown.itertuples(index=False))
     return (f"<table class='wb-compare-table' style='border-collapse:collapse;font-size:12px'>"
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-            "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row; "
-            "peak memory: device peak on a GPU, RSS on a CPU</div>")
+            "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row, with its "
+            f"95 % interval; {html.escape(df.attrs.get('note', ''))}; other_cpu_cores: what other "
+            "programs used during each run; peak memory: device peak on a GPU, RSS on a CPU</div>")
 
 
 class CompareView:
@@ -62,7 +72,15 @@ class CompareView:
         self.picker = widgets.SelectMultiple(description="runs", rows=6,
                                              layout=widgets.Layout(width="880px"))
         self.picker.style.description_width = "40px"
-        parts = [widgets.HBox([self.loss_fig, self.speed_fig]), self.table]
+        self.measure_button = widgets.Button(description="Measure properly (A/B)", icon="balance-scale",
+                                             tooltip="run the first two runs' configs in alternating "
+                                                     "rounds and compare them with an interval")
+        self.ab_status = widgets.HTML()
+        self.ab_job = BackgroundJob(self.ab_status, [self.measure_button], "compare-ab")
+        self.ab_result = None
+        self.measure_button.on_click(lambda _: self.measure())
+        parts = [widgets.HBox([self.loss_fig, self.speed_fig]), self.table,
+                 widgets.HBox([self.measure_button, self.ab_status])]
         if picker:
             self._fill_picker()
             self.picker.observe(lambda ch: self.refresh(ch["new"]), names="value")
@@ -106,6 +124,24 @@ class CompareView:
                         trace.x, trace.y, trace.name = [], [], ""
             publish(fig)
         self.table.value = table_html(self.frame)
+
+    def measure(self, rounds: int | None = None, steps: int | None = None, wait: bool = False):
+        """The A/B test of the first two runs' configs (the first is A); wait=True blocks."""
+        if len(self.run_dirs) < 2:
+            self.ab_status.value = "pick two runs to compare"
+            return None
+        a, b = (load_config(p) for p in self.run_dirs[:2])
+        labels = (self.run_dirs[0].name, self.run_dirs[1].name)
+
+        def work():
+            self.ab_status.value = html.escape(f"running {labels[0]} and {labels[1]} in rounds...")
+            self.ab_result = ab_test(a, b, rounds, steps, labels)
+            self.ab_status.value = "<pre>" + html.escape(self.ab_result.text()) + "</pre>"
+            return self.ab_result
+
+        if self.ab_job.start(work) and wait:
+            self.ab_job.join()
+        return self.ab_job
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)

@@ -14,6 +14,7 @@ from typing import Callable
 import ipywidgets as widgets
 
 from ..events import RunTail
+from ..machine.contention import busy_sentence
 from .charts import LiveCharts
 from .series import RunSeries
 from .throttle import Throttle
@@ -101,8 +102,10 @@ class LiveDashboard:
         share = s.data_wait_share()
         if share is not None:
             parts.append(f"waited for data {share:.0%} of the time")
-        if s.mfu is not None:  # a fraction of the device's peak
-            parts.append(f"MFU {s.mfu:.1%}")
+        if s.mfu_over_peak:
+            parts.append(mfu_text(float("inf")))
+        elif s.mfu is not None:  # a fraction of the device's peak
+            parts.append(mfu_text(s.mfu))
         if s.amp:
             a = s.amp
             parts.append("AMP health: " + ", ".join(
@@ -111,6 +114,9 @@ class LiveDashboard:
                  f"non-finite losses {a.get('nonfinite_losses', 0):g}"]).lstrip(", "))
         elif s.ranks and s.status != "waiting":
             parts.append("non-finite losses 0")
+        busy = busy_sentence(s.contention)
+        if busy:
+            parts.append(f"<b style='color:#d62728'>machine busy: {html.escape(busy)}</b>")
         return "<span class='wb-readout'>" + " · ".join(parts) + "</span>"
 
     # --- the tailer thread ------------------------------------------------------------------
@@ -177,3 +183,12 @@ class LiveDashboard:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def mfu_text(mfu: float) -> str:
+    """MFU with three significant digits (a small model's 0.004% is not 0.0%); above 100 % it is
+    not a result: the peak it was divided by is wrong."""
+    if mfu > 1:
+        return ("MFU above 100 %: the peak it is measured against is wrong (measured under load?); "
+                "measure it again with `workbench hw --bench`")
+    return f"MFU {float(f'{mfu * 100:.3g}'):g}%"

@@ -19,6 +19,8 @@ from ..hardware.report import hardware_report
 from ..hardware.roofline import attainable
 from ..machine import peaks
 from ..runstore import read_summary
+from .curve import RollingMedian
+from .dashboard import mfu_text
 from .job import BackgroundJob
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
@@ -140,16 +142,26 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
 
 
 def mfu_figure(run_dir) -> go.FigureWidget:
-    """MFU per step of one run, from its events (a share of the peak the summary names)."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == "step" and "mfu" in r]
+    """MFU per step of one run, from its events: faint raw points under their rolling median (a
+    share of the peak the summary names); a run that passed its peak says the peak is wrong."""
+    steps = [r for r in read_events(run_dir) if r.get("event") == "step"]
     s = read_summary(run_dir)
+    points = [(r["step"], 100 * r["mfu"]) for r in steps if "mfu" in r]
+    median = RollingMedian(25)
     fig = go.FigureWidget()
     with fig.batch_update():
-        fig.add_scatter(x=[r["step"] for r in steps], y=[100 * r["mfu"] for r in steps], mode="lines",
-                        name="MFU")
-        fig.update_layout(title=f"MFU per step: {s.get('mfu', 0):.2%} at the median step, against the "
-                                f"{s.get('mfu_basis', '?')} peak of {s.get('peak_tflops', 0) * 1e3:.4g} GFLOP/s",
-                          xaxis_title="step", yaxis_title="% of peak", height=320)
+        fig.add_scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
+                        opacity=0.25, marker={"size": 3}, name="MFU per step")
+        fig.add_scatter(x=[p[0] for p in points], y=[median.push(p[1]) for p in points],
+                        mode="lines", name="median of 25 steps")
+        peak = (s.get("peak_tflops") or 0) * 1e3
+        if s.get("mfu") is not None:
+            title = (f"MFU per step: {mfu_text(s['mfu'])} at the median step, against the "
+                     f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s")
+        else:
+            title = f"MFU: {s.get('mfu_error', 'not measured')}"[:160]
+        fig.update_layout(title=title, xaxis_title="step", yaxis_title="% of peak", height=320,
+                          yaxis={"rangemode": "tozero"})
     return fig
 
 

@@ -14,6 +14,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from ..events import read_events
+from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
 from ..loading.sweep import run_sweep, summarize_sweep
 from .job import BackgroundJob
@@ -35,7 +36,7 @@ class LoaderLab:
         self.dataset, self.settings, self.step, self.nproc = dataset, settings, step, nproc
         self.rounds, self.max_batches = rounds, max_batches
         self.records: list[dict] = []
-        self.table = self.advice = None
+        self.table = self.advice = self.contention = None
         self._last_draw = 0.0
         labels = [s.label for s in settings]
         self.progress = widgets.IntProgress(value=0, min=0, max=len(settings) * rounds,
@@ -91,8 +92,10 @@ class LoaderLab:
                                                 f"{rec['samples_per_s']:.0f} samples/s")
                 if time.monotonic() - self._last_draw >= REDRAW_EVERY_S:
                     self._redraw()
-            elif rec["leftover_processes"]:
-                self.status.value = f"worker processes left running: {rec['leftover_processes']}"
+            else:
+                self.contention = rec.get("contention")
+                if rec["leftover_processes"]:
+                    self.status.value = f"worker processes left running: {rec['leftover_processes']}"
         self.table = summarize_sweep(self.records)
         self.advice = recommend(self.table, nproc=self.nproc)
         self._redraw()
@@ -123,9 +126,11 @@ class LoaderLab:
 
     def _show_advice(self) -> None:
         items = "".join(f"<li>{html.escape(r)}</li>" for r in self.advice["reasons"])
+        busy = busy_sentence(self.contention)
+        warn = f"<p style='color:#d62728'><b>machine busy:</b> {html.escape(busy)}</p>" if busy else ""
         self.advice_html.value = (f"<h4>Use {html.escape(self.advice['setting'])}: "
                                   f"{self.advice['speedup_vs_0_workers']:.2f}x the samples/s of 0 "
-                                  f"workers</h4><ul>{items}</ul>")
+                                  f"workers</h4>{warn}<ul>{items}</ul>")
         self.status.value = "done"
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ..config import RunConfig
 from ..distributed.launch import RunHandle
-from ..machine.capability import recommend_precision
+from ..hardware.lessons import precision_lesson
 from ..machine.monitor import SystemMonitor
 from .compare import CompareView
 from .controls import Controls
@@ -30,10 +30,12 @@ class RunPanel(RunControl):
         self.controls = Controls(cfg or RunConfig.default())
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="progress",
                                             layout=widgets.Layout(width="360px"))
-        dtype, reason = recommend_precision(torch.device(self.controls.device.value))
+        # Measured here (a second or two the first time on a machine, then remembered), before any
+        # run can start: a measurement beside a run would disturb the run's own figures.
+        self.lesson = precision_lesson(torch.device(self.controls.device.value))
         self.recommendation = widgets.HTML(
-            f"<span class='wb-recommendation'>Recommended here: <b>{dtype}</b> — "
-            f"{html.escape(reason)}</span>")
+            f"<span class='wb-recommendation'>Recommended here: <b>{self.lesson.recommend}</b> — "
+            f"{html.escape(self.lesson.text)}</span>")
         self.dashboard.on_update(self._on_update)
         self.monitor_view = MonitorView()
         self.monitor = SystemMonitor(self.monitor_view.update)

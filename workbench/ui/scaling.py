@@ -12,13 +12,13 @@ import plotly.graph_objects as go
 import pandas as pd
 
 from ..config import RunConfig
-from ..distributed.scaling import add_ideal, explain, study
+from ..trials.scaling import explain, study
 from .charts import COLORS
 from .job import BackgroundJob
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
-           "threads_per_process", "samples_per_s", "ideal_samples_per_s", "speedup", "efficiency",
-           "status"]
+           "threads_per_process", "total_threads", "rounds", "samples_per_s", "ideal_samples_per_s",
+           "speedup", "speedup_low", "speedup_high", "efficiency", "other_cpu_cores", "status"]
 
 
 def scaling_figure() -> go.FigureWidget:
@@ -46,8 +46,9 @@ def draw(fig: go.FigureWidget, rows: list[dict]) -> None:
 
 class ScalingView:
     def __init__(self, cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"),
-                 accumulate: bool = False):
+                 accumulate: bool = False, rounds: int = 1):
         self.cfg, self.processes, self.modes, self.accumulate = cfg, processes, modes, accumulate
+        self.rounds = rounds
         self.figure = scaling_figure()
         self.status = widgets.HTML("not started")
         self.table = widgets.HTML()
@@ -70,17 +71,17 @@ class ScalingView:
         """The study's table once done (its error raised)."""
         return self.job.wait(timeout)
 
-    def _on_result(self, row: dict) -> None:
-        self._rows.append(dict(row))
-        add_ideal(self._rows)
-        draw(self.figure, self._rows)
-        self.status.value = f"measured {row['mode']} scaling at {row['processes']} process(es)"
+    def _on_update(self, rows: list[dict]) -> None:
+        self._rows = rows
+        draw(self.figure, rows)
+        done = sum(r["rounds"] for r in rows)
+        self.status.value = f"{done} run(s) measured"
 
     def _work(self) -> pd.DataFrame:
         self.status.value = "running ..."
         self._rows = []
         self.frame = study(self.cfg, self.processes, self.modes, self.accumulate,
-                           on_result=self._on_result)
+                           on_update=self._on_update, rounds=self.rounds)
         draw(self.figure, self.frame.to_dict("records"))
         self.table.value = self.frame[COLUMNS].to_html(index=False, float_format="{:,.3g}".format)
         self.status.value = "<br>".join(html.escape(line) for line in explain(self.frame).split("\n"))

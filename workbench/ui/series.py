@@ -1,21 +1,28 @@
 """What a live dashboard knows about one run, built from its event records: per-rank curves, the
-total throughput, the run's status, AMP health, the data-wait share and MFU.
+total throughput (raw and as a rolling median), the run's status, AMP health, the data-wait
+share, MFU, and what other programs did to the machine meanwhile.
 
-Plain Python with no widgets, so it is cheap to feed from the tailer thread and easy to test:
+Plain Python with no widgets, so it is cheap to feed from the tailer thread and easy to test.
+Every curve is a `Curve` (workbench.ui.curve): appending is O(1) and drawing costs the same
+however long the run grows.
 
-    s = RunSeries(world_size=2); s.feed(records); s.ranks[0]["loss"], s.total["samples_per_s"]
+    s = RunSeries(world_size=2); s.feed(records); s.ranks[0]["loss"].xy(), s.total["samples_per_s"]
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
+from .curve import Curve, RollingMedian
+
 CURVES = ("loss", "samples_per_s", "step_time_ms")
 MEMORY_KEYS = ("rss_gib", "mem_reserved_gib", "mem_allocated_gib")
 AMP_KEYS = ("grad_scale", "skipped_steps", "nonfinite_losses")
+SMOOTH_STEPS = 25  # the rolling median of samples/s drawn over the raw points
 
 
 def _empty_rank() -> dict:
-    return {"step": [], **{k: [] for k in CURVES}, "mem_step": [], **{k: [] for k in MEMORY_KEYS}}
+    return {**{k: Curve() for k in CURVES + MEMORY_KEYS}, "samples_per_s_median": Curve(),
+            "_median": RollingMedian(SMOOTH_STEPS)}
 
 
 class RunSeries:
@@ -26,13 +33,17 @@ class RunSeries:
         self.world_size = world_size
         self.total_steps = total_steps
         self.ranks: dict[int, dict] = {}
-        self.total = {"step": [], "samples_per_s": []}  # summed over ranks, once all reported
+        self.total = {"samples_per_s": Curve(), "samples_per_s_median": Curve()}  # summed over ranks
+        self._total_median = RollingMedian(SMOOTH_STEPS)
         self._pending: dict[int, dict[int, float]] = defaultdict(dict)
         self.status = "waiting"  # waiting, starting, running, completed, stopped, failed
         self.message = ""
         self.last_step = 0
         self.amp: dict[str, float] = {}
         self.mfu: float | None = None
+        self.mfu_over_peak = False  # the latest step passed the peak: the peak is wrong
+        self._mfu_median = RollingMedian(SMOOTH_STEPS)
+        self.contention: dict | None = None  # the latest reading from rank 0's heartbeat
         self.wait_ms = self.step_ms = 0.0
         self.ended: dict[int, dict] = {}
         self._attempt: dict[int, int] = {}
@@ -60,6 +71,8 @@ class RunSeries:
             self.status = "running"
         elif event == "step":
             self._feed_step(rank, rec)
+        elif event == "heartbeat" and rec.get("contention"):
+            self.contention = rec["contention"]
         elif event in ("done", "error"):
             self.ended[rank] = rec
             self._update_end()
@@ -69,28 +82,27 @@ class RunSeries:
             self.status = "running"
         step = int(rec.get("step", 0))
         r = self.ranks.setdefault(rank, _empty_rank())
-        r["step"].append(step)
-        for k in CURVES:
-            r[k].append(rec.get(k))
-        if any(k in rec for k in MEMORY_KEYS):
-            r["mem_step"].append(step)
-            for k in MEMORY_KEYS:
-                r[k].append(rec.get(k))
+        for k in CURVES + MEMORY_KEYS:
+            r[k].append(step, rec.get(k))
+        if rec.get("samples_per_s") is not None:
+            r["samples_per_s_median"].append(step, r["_median"].push(rec["samples_per_s"]))
         self.last_step = max(self.last_step, step)
         self.wait_ms += rec.get("data_wait_ms") or 0.0
         self.step_ms += rec.get("step_time_ms") or 0.0
         for k in AMP_KEYS:
             if k in rec:
                 self.amp[k] = rec[k]
-        if rec.get("mfu") is not None:
-            self.mfu = rec["mfu"]
+        if rec.get("mfu") is not None:  # the readout shows the recent median, not one noisy step
+            self.mfu = self._mfu_median.push(rec["mfu"])
+        self.mfu_over_peak = bool(rec.get("mfu_over_peak"))
         sps = rec.get("samples_per_s")
         if sps is not None:  # total throughput: the sum over ranks once every rank did this step
             got = self._pending[step]
             got[rank] = sps
             if len(got) >= self.world_size:
-                self.total["step"].append(step)
-                self.total["samples_per_s"].append(sum(got.values()))
+                total = sum(got.values())
+                self.total["samples_per_s"].append(step, total)
+                self.total["samples_per_s_median"].append(step, self._total_median.push(total))
                 del self._pending[step]
 
     def _update_end(self) -> None:
@@ -127,14 +139,14 @@ class RunSeries:
     def latest(self, key: str, window: int = 10) -> float | None:
         """The median of the last `window` values (the total over ranks for samples/s)."""
         values: list = []
-        if key == "samples_per_s" and self.total["samples_per_s"]:
-            values = self.total["samples_per_s"][-window:]
+        if key == "samples_per_s" and len(self.total["samples_per_s"]):
+            values = list(self.total["samples_per_s"].recent)[-window:]
         else:
             for r in self.ranks.values():
-                if r[key]:
-                    values = r[key][-window:]
+                if len(r[key]):
+                    values = list(r[key].recent)[-window:]
                     break
-        values = sorted(v for v in values if v is not None)
+        values = sorted(values)
         return values[len(values) // 2] if values else None
 
 

@@ -18,7 +18,8 @@ from ..config import RunConfig
 from ..export import export
 from ..stacking.changes import CHANGES, as_change
 from ..stacking.plan import plan
-from ..stacking.study import COLUMNS, run_study
+from ..measure.compare import min_rounds, speedup_text
+from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
 from .job import BackgroundJob
 
@@ -70,11 +71,15 @@ def waterfall_figure(df=None, side=TRAINING_SIDE, title: str = "samples/s, step 
 
 
 def table_html(df) -> str:
-    """The study table, skipped and slower steps visible at a glance."""
-    shown = [c for c in df.columns if c != "run_dir"]
+    """The study table, skipped and slower steps visible at a glance; a gain is shown with its
+    interval."""
+    shown = [c for c in df.columns if c not in ("run_dir", "gain_low", "gain_high")]
     head = "".join(f"<th>{c}</th>" for c in shown)
     body = []
     for r in df.to_dict("records"):
+        if "gain_low" in r:
+            r["gain_vs_prev"] = speedup_text(number(r["gain_vs_prev"]), number(r["gain_low"]),
+                                             number(r["gain_high"]))
         cells = []
         for c in shown:
             v = r[c]
@@ -90,15 +95,16 @@ class StackingPanel(w.VBox):
     """Checkboxes for the changes, Run / Stop, the live waterfall, the table, and an Export button."""
 
     def __init__(self, baseline: RunConfig, selected=("bf16", "channels_last", "workers", "ddp"),
-                 choices=None, export_dir: str = "exported"):
+                 choices=None, export_dir: str = "exported", rounds: int | None = None):
         self.baseline = baseline
+        self.rounds = rounds or min_rounds()
         choices = [as_change(c) for c in (choices or CHANGES.values())]
         chosen = {as_change(c).key for c in selected}
         self.boxes = {c.key: w.Checkbox(value=c.key in chosen, description=c.label, tooltip=c.why,
                                         indent=False, layout=w.Layout(width="170px")) for c in choices}
         self.changes = {c.key: c for c in choices}
         self.run_button = w.Button(description="Run study", button_style="primary", icon="play")
-        self.stop_button = w.Button(description="Stop after this step", icon="stop", disabled=True)
+        self.stop_button = w.Button(description="Stop after this run", icon="stop", disabled=True)
         self.export_dir = w.Text(value=export_dir, description="export to", layout=w.Layout(width="320px"))
         self.export_button = w.Button(description="Export stacked config", icon="download", disabled=True)
         self.status = w.HTML("Pick the changes, then run. Each step is a real training run.")
@@ -128,28 +134,31 @@ class StackingPanel(w.VBox):
         return self.job.error
 
     def start(self) -> bool:
-        """Run the study on a thread; the chart and table fill in as each step ends."""
+        """Run the study on a thread; the chart and table fill in after every run."""
         if self.job.busy():
             return False
         changes = self.selected_changes()
-        n_runs = sum(1 for s in plan(self.baseline, changes) if s.reason is None)
+        n_runs = sum(1 for s in plan(self.baseline, changes) if s.reason is None) * self.rounds
         self.rows = []
         self._stop.clear()
         self.stop_button.disabled, self.export_button.disabled = False, True
-        self.status.value = f"running {n_runs} runs ({len(changes) + 1} steps)..."
-        return self.job.start(lambda: self._work(changes))
+        self.status.value = (f"running {n_runs} runs ({len(changes) + 1} steps, {self.rounds} "
+                             "rounds in alternating order)...")
+        return self.job.start(lambda: self._work(changes, n_runs))
 
-    def _work(self, changes):
-        import pandas as pd
+    def _work(self, changes, n_runs: int):
+        runs = [0]
 
-        def on_step(row):
-            self.rows.append(row)
-            df = pd.DataFrame(self.rows, columns=COLUMNS)
+        def on_update(df):
+            runs[0] += 1
+            self.rows = df.to_dict("records")
             self.waterfall.update(df)
             self.table.value = table_html(df)
-            self.status.value = f"step {len(self.rows)}/{len(changes) + 1}: {row['step']}: {row['status']}"
+            self.status.value = f"run {runs[0]}/{n_runs} done"
 
-        result = run_study(self.baseline, changes, on_step=on_step, stop=self._stop.is_set)
+        result = run_study(self.baseline, changes, rounds=self.rounds, on_update=on_update,
+                           stop=self._stop.is_set)
+        self.rows = result.to_dict("records")
         stopped = " (stopped early)" if self._stop.is_set() else ""
         done = [r for r in self.rows if number(r["samples_per_s"]) is not None]
         total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""

@@ -1,6 +1,6 @@
 """Scaling study: run one config at 1, 2, ... N processes and compare samples/s with ideal.
 
-    python -m workbench.distributed.scaling --nproc 1 2 --steps 60   # the table and the explanation
+    python -m workbench.trials.scaling --nproc 1 2 --steps 60   # the table and the explanation
 
 - strong scaling: the global batch stays fixed and is split across ranks (or, with
   `accumulate=True`, every rank keeps its micro-batch and gradient accumulation shrinks as ranks
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
-from .launch import run
+from ..measure.compare import min_rounds, paired_speed_ratio, speedup_text
+from .rounds import run_rounds
 
 
 def plan(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate: bool = False
@@ -63,46 +65,78 @@ def config_for(cfg: RunConfig, entry: dict) -> RunConfig:
 
 
 def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate: bool = False,
-          on_result: Callable[[dict], None] | None = None, timeout_s: float | None = None,
-          threads_per_process: int | None = 1):
-    """Run the plan (one run at a time, so ranks do not compete with another study's) and return a
-    DataFrame: measured and ideal samples/s, speedup and efficiency per mode and process count.
+          on_update: Callable[[list[dict]], None] | None = None, timeout_s: float | None = None,
+          threads_per_process: int | None = None, rounds: int = 1):
+    """Run the plan and return a DataFrame: measured and ideal samples/s, speedup (with its interval
+    over `rounds` alternating rounds) and efficiency per mode and process count.
 
-    Every process gets `threads_per_process` intra-op threads (torchrun's default for ranks is 1),
-    so 1 process and N ranks are compared like for like; None leaves a lone process all cores."""
+    Threads: by default (None) every process gets this node's usable cores shared by its ranks
+    (run.threads=0), so 1 process x 2 threads and 2 ranks x 1 thread use the same cores in total,
+    and the table says so; an integer gives every process that many. Runs go one at a time, so
+    ranks never compete with another run of the study; `on_update(rows)` after every run."""
     import pandas as pd
 
     entries = plan(cfg, processes, modes, accumulate)
-    results: dict[tuple, dict] = {}
-    rows = []
+    configs: dict[str, RunConfig] = {}
     for e in entries:
-        key = (e["processes"], e["batch_per_rank"], e["grad_accum_steps"])
-        if key not in results:
-            one = config_for(cfg, e).replace(**{"run.threads": threads_per_process or 0})
-            results[key] = run(one, timeout_s=timeout_s)
-        s = results[key]
-        row = {k: v for k, v in e.items() if k != "shared"}
-        row["threads_per_process"] = threads_per_process
-        row.update(samples_per_s=s.get("samples_per_s"), step_time_ms=s.get("step_time_ms_median"),
-                   status=s.get("status"), device=s.get("device"), run_dir=s.get("run_dir"))
-        rows.append(row)
-        add_ideal(rows)
-        if on_result:
-            on_result(rows[-1])
-    return pd.DataFrame(add_ideal(rows))
+        key = _key(e)
+        configs.setdefault(key, config_for(cfg, e).replace(
+            **{"run.threads": threads_per_process or 0}))
+    results: dict[str, list[dict]] = {k: [] for k in configs}
+
+    def rows() -> list[dict]:
+        out = []
+        for e in entries:
+            runs = [s for s in results[_key(e)] if s.get("status") == "completed"]
+            row = {k: v for k, v in e.items() if k != "shared"}
+            last = (results[_key(e)] or [{}])[-1]
+            threads = (runs or [last])[0].get("threads")
+            row.update(threads_per_process=threads,
+                       total_threads=threads * e["processes"] if threads else None,
+                       samples_per_s=statistics.median(s["samples_per_s"] for s in runs) if runs else None,
+                       step_time_ms=statistics.median(s["step_time_ms_median"] for s in runs) if runs else None,
+                       rounds=len(runs), status=last.get("status"), device=last.get("device"),
+                       run_dir=last.get("run_dir"),
+                       other_cpu_cores=max((s.get("contention") or {}).get("other_cpu_cores", 0.0)
+                                           for s in runs) if runs else None)
+            row["_rates"] = [s["samples_per_s"] for s in runs]
+            out.append(row)
+        return add_ideal(out)
+
+    def on_run(label, r, summary):
+        results[label].append(summary)
+        if on_update is not None:
+            on_update(rows())
+
+    run_rounds(configs, rounds, timeout_s=timeout_s or 900, speed_only=True, keep_going=True,
+               on_run=on_run)
+    return pd.DataFrame(rows()).drop(columns=["_rates"])
+
+
+def _key(entry: dict) -> str:
+    return f"{entry['processes']}p-b{entry['batch_per_rank']}-a{entry['grad_accum_steps']}"
 
 
 def add_ideal(rows: list[dict]) -> list[dict]:
-    """Ideal = the mode's 1-process (smallest count) rate times the process-count ratio."""
+    """Ideal = the mode's 1-process (smallest count) rate times the process-count ratio; the
+    speedup is paired over rounds when the rows carry their per-round rates (`_rates`)."""
     for row in rows:
         same = [r for r in rows if r["mode"] == row["mode"] and r.get("samples_per_s")]
         base = min(same, key=lambda r: r["processes"], default=None)
         if base is None or not row.get("samples_per_s"):
-            row.update(ideal_samples_per_s=None, speedup=None, efficiency=None)
+            row.update(ideal_samples_per_s=None, speedup=None, speedup_low=None, speedup_high=None,
+                       efficiency=None)
             continue
         ideal = base["samples_per_s"] * row["processes"] / base["processes"]
-        row.update(ideal_samples_per_s=round(ideal, 1),
-                   speedup=round(row["samples_per_s"] / base["samples_per_s"], 3),
+        a, b = base.get("_rates"), row.get("_rates")
+        if a and b:
+            n = min(len(a), len(b))
+            ratio = paired_speed_ratio(a[:n], b[:n])
+            speedup, low, high = ratio.ratio, ratio.low, ratio.high
+        else:
+            speedup, low, high = row["samples_per_s"] / base["samples_per_s"], None, None
+        row.update(ideal_samples_per_s=round(ideal, 1), speedup=round(speedup, 3),
+                   speedup_low=low, speedup_high=high,
                    efficiency=round(row["samples_per_s"] / ideal, 3))
     return rows
 
@@ -115,8 +149,13 @@ def explain(df, cores: int | None = None) -> str:
         top = part.sort_values("processes").iloc[-1]
         if top["efficiency"] is None or top["processes"] == part["processes"].min():
             continue
+        low, high = top.get("speedup_low"), top.get("speedup_high")
+        over = f" over {int(top['rounds'])} round(s)" if "rounds" in top else ""
         lines.append(f"{mode} scaling: {int(top['processes'])} processes reached "
-                     f"{top['speedup']:.2f}x the 1-process rate ({top['efficiency']:.0%} of ideal).")
+                     f"{speedup_text(top['speedup'], low, high)} the 1-process rate{over} "
+                     f"({top['efficiency']:.0%} of ideal)" +
+                     ("." if low == low and low is not None else
+                      f"; {min_rounds()} rounds would give it an interval."))
     if not lines:
         return "Run at least two process counts to see scaling."
     if (df["efficiency"].dropna() > 1.1).any():
@@ -125,10 +164,7 @@ def explain(df, cores: int | None = None) -> str:
                      "Rerun when the machine is quiet before reading the numbers.")
     on_gpu = "device" in df and df["device"].astype(str).str.startswith("cuda").any()
     if not on_gpu:
-        threads = df["threads_per_process"].iloc[0] if "threads_per_process" in df else None
-        how = (f"Every process ran {threads} thread(s), as torchrun gives each rank, so the "
-               "comparison is like for like. " if threads else
-               "A lone process used every core while each rank had one thread. ")
+        how = threads_sentence(df)
         lines.append(
             f"This machine has {cores} CPU core(s). {how}Each rank is a whole PyTorch process; "
             "with as many ranks as cores they compete for the same cores (and with everything "
@@ -141,18 +177,31 @@ def explain(df, cores: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def threads_sentence(df) -> str:
+    """What the study held equal: total threads, or threads per process."""
+    if "threads_per_process" not in df or df["threads_per_process"].isna().all():
+        return ""
+    parts = ", ".join(f"{int(r.processes)} x {int(r.threads_per_process)}"
+                      for r in df.drop_duplicates("processes").itertuples() if r.threads_per_process)
+    totals = set(df["total_threads"].dropna())
+    held = (f"the same {int(totals.pop())} thread(s) in total, so the comparison is of processes, "
+            "not of cores" if len(totals) == 1 else "a different number of threads in total")
+    return f"Processes x threads each: {parts}: {held}. "
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.distributed.scaling", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m workbench.trials.scaling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--modes", nargs="+", default=["strong", "weak"])
     p.add_argument("--accumulate", action="store_true")
+    p.add_argument("--rounds", type=int, default=1, help="alternating rounds (6 give an interval)")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.eval_batches": 0})
-    df = study(cfg, args.nproc, args.modes, args.accumulate,
-               on_result=lambda r: print(f"{r['mode']:>6} {r['processes']}p: "
-                                         f"{r['samples_per_s']} samples/s", flush=True))
+    df = study(cfg, args.nproc, args.modes, args.accumulate, rounds=args.rounds,
+               on_update=lambda rows: print(f"{sum(r['rounds'] for r in rows)} runs measured",
+                                            flush=True))
     print(df.drop(columns=["run_dir"]).to_string(index=False))
     print(explain(df))
     return 0

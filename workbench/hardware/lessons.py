@@ -1,0 +1,125 @@
+"""Lessons from measurement: what a precision does on the machine in front of the reader, computed
+from its instruction sets (the hardware report) and a measurement taken here, never written as
+prose that another machine would contradict.
+
+    lesson = precision_lesson("cpu"); print(lesson.text); lesson.recommend   # 'bf16'
+
+The measurement is an n x n matmul in fp32, bf16 and fp16, timed interleaved in rounds (the order
+alternating), so each 16-bit type gets a speed ratio over fp32 with its interval and the one
+verdict rule. It takes a second or two and is kept per device, thread count and torch version
+beside the ceiling cache; `refresh=True` measures again.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..machine.capability import recommend_precision
+from ..machine.cpu import cpu_flags
+from ..machine.peaks import cache_file, device_key
+from ..measure.compare import Ratio, paired_ratio
+from ..measure.timer import interleaved
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ROUNDS = 8
+# Which instruction sets say why a CPU does a 16-bit type fast (names as in /proc/cpuinfo).
+UNITS = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16")}
+
+
+@dataclass
+class Lesson:
+    recommend: str
+    ratios: dict = field(default_factory=dict)  # dtype -> Ratio of its speed over fp32
+    flags: list = field(default_factory=list)
+    source: str = ""  # how and when it was measured
+
+    @property
+    def sentences(self) -> list[str]:
+        out = []
+        for dtype in ("bf16", "fp16"):
+            r = self.ratios.get(dtype)
+            if r is None:
+                continue
+            units = [f for f in UNITS[dtype] if f in self.flags]
+            why = (f"this CPU has {', '.join(u.upper().replace('_', '-') for u in units)}" if units
+                   else "this CPU lists no instructions for it") if self.flags is not None else ""
+            out.append(f"{dtype} matmul against fp32: {r.label()}" + (f"; {why}" if why else ""))
+        out.append(f"so {self.recommend} is the precision to try first here ({self.source})")
+        return out
+
+    @property
+    def text(self) -> str:
+        return "Measured on this machine: " + "; ".join(self.sentences) + "."
+
+
+def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS) -> dict[str, Ratio]:
+    """dtype -> speed ratio over fp32 of an n x n matmul, fp32/bf16/fp16 interleaved."""
+    device = torch.device(device)
+    n = n or (4096 if device.type == "cuda" else 512)
+    g = torch.Generator().manual_seed(0)
+    mats = {k: [torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2)]
+            for k, dtype in DTYPES.items()}
+    times = interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in mats.items()},
+                        device=device, warmup=1, rounds=rounds)
+    base = times["fp32"].samples_ms
+    return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}
+
+
+def _cache_path():
+    return cache_file().parent / "lessons.json"
+
+
+def _key(device) -> str:
+    return f"{device_key(device)} torch {torch.__version__}"
+
+
+def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
+    """The precision lesson of this device: measured (or recalled from an earlier measurement on the
+    same device, threads and torch), with the instruction sets that explain it."""
+    device = torch.device(device)
+    flags = sorted(cpu_flags()) if device.type == "cpu" else None
+    cached = {} if refresh else _load().get(_key(device), {})
+    if cached:
+        ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
+        source = f"{ROUNDS} interleaved rounds of a matmul, measured {cached['measured_at']}"
+    else:
+        ratios = measure_precisions(device)
+        source = f"{ROUNDS} interleaved rounds of a matmul, measured just now"
+        _save(_key(device), {"measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                             "ratios": {k: r.__dict__ for k, r in ratios.items()}})
+    source += f", {torch.get_num_threads()} thread(s)"
+    return Lesson(pick(ratios, device), ratios, flags, source)
+
+
+def pick(ratios: dict[str, Ratio], device) -> str:
+    """The fastest 16-bit type the measurement calls faster than fp32; on a GPU the capability rule
+    decides between bf16 and fp16 where the GPU lacks one."""
+    if device.type == "cuda":
+        return recommend_precision(device)[0]
+    faster = [(r.ratio, k) for k, r in ratios.items() if r.verdict == "faster"]
+    return max(faster)[1] if faster else "fp32"
+
+
+def _load() -> dict:
+    try:
+        data = json.loads(_cache_path().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(key: str, entry: dict) -> None:
+    """Best effort: a lesson that cannot be cached is measured again next time."""
+    data = _load()
+    data[key] = entry
+    try:
+        path = _cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
