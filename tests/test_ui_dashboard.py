@@ -119,3 +119,21 @@ def test_thin_keeps_the_last_point():
     xs = list(range(10_001))
     tx, ty = thin(xs, xs, max_points=100)
     assert len(tx) <= 101 and tx[-1] == 10_000 and list(tx) == list(ty)
+
+
+def test_redraw_work_stays_flat_however_long_the_run():
+    """What one redraw converts and sends is bounded per trace: a 20,000-step run costs about what
+    a 1,000-step run does (work counted, not wall time)."""
+    from workbench.ui.charts import MAX_POINTS, LiveCharts
+    from workbench.ui.series import RunSeries
+
+    sent = {}
+    for steps in (1_000, 20_000):
+        series, charts = RunSeries(), LiveCharts()
+        series.feed(step_records(steps))
+        charts.redraw(series)
+        sent[steps] = charts.points_sent
+        traces = sum(len(f.data) for f in charts.figures.values())
+        assert sent[steps] <= traces * MAX_POINTS
+        assert len(charts.figures["loss"].data[0].x) < 2 * 750 + 1
+    assert sent[20_000] <= 2 * sent[1_000], sent

@@ -1,7 +1,11 @@
-"""Does watching a run slow it down? The same training run with the live dashboard attached (its
-tailer thread and throttled chart redraws in this process, as in a notebook) against no dashboard,
-alternating A B B A so drift on a shared machine hits both alike. Goal: at most 5 % fewer
-samples/s with the dashboard.
+"""Does watching a run slow it down, and does drawing stay cheap as the run grows?
+
+1. The same training run with the live dashboard attached (its tailer thread and throttled chart
+   redraws in this process, as in a notebook) against no dashboard, alternating A B B A so drift on
+   a shared machine hits both alike. Goal: at most 5 % fewer samples/s with the dashboard.
+2. One redraw of the live charts after 1,000 and after 1,000,000 steps (the same records the
+   worker writes, fed through the dashboard's own series), interleaved. Goal: the long run's
+   redraw costs at most 2x the short one's.
 
     python -m workbench.bench.dashboard [--rounds 3] [--steps 300]   # or: python -m workbench.bench dashboard
 """
@@ -43,11 +47,33 @@ def one_run(cfg: RunConfig, watched: bool) -> dict:
             "redraws": dash.redraws if dash else 0}
 
 
+def redraw_cost(lengths=(1_000, 1_000_000), rounds: int = 7) -> dict[int, float]:
+    """Milliseconds of one full redraw after `n` steps (median of interleaved rounds)."""
+    from ..measure.timer import interleaved
+    from ..ui.charts import LiveCharts
+    from ..ui.series import RunSeries
+
+    charts = {}
+    for n in lengths:
+        series = RunSeries()
+        for start in range(1, n + 1, 10_000):  # the tailer feeds batches, not one record at a time
+            series.feed([{"event": "step", "t": i * 0.01, "rank": 0, "attempt": 0, "step": i,
+                          "loss": 2.0 / i, "step_time_ms": 10.0, "data_wait_ms": 1.0,
+                          "samples_per_s": 100.0 + (i % 7), **({"rss_gib": 0.5} if i % 50 == 1 else {})}
+                         for i in range(start, min(start + 10_000, n + 1))])
+        charts[n] = (LiveCharts(), series)
+    times = interleaved({n: (lambda c=c, s=s: c.redraw(s)) for n, (c, s) in charts.items()},
+                        warmup=1, rounds=rounds)
+    return {n: t.median_ms for n, t in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.bench.dashboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=scaled(3, 1), help="A-B pairs (default 3)")
     parser.add_argument("--steps", type=int, default=scaled(300, 40), help="steps per run")
+    parser.add_argument("--long-run", type=int, default=scaled(1_000_000, 20_000),
+                        help="steps of the long history whose redraw is timed")
     args = parser.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.label": "bench-dashboard",
                                          "run.save_weights": False, "run.eval_batches": 0})
@@ -74,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "within" if ratio >= 0.95 else "OUTSIDE"
     print(f"samples/s change with the dashboard: {(ratio - 1) * 100:+.1f} % ({verdict} the goal of "
           "at most 5 % fewer)")
+    cost = redraw_cost((1_000, args.long_run))
+    short, long = cost[1_000], cost[args.long_run]
+    print(f"one redraw of the live charts: {short:.1f} ms after 1,000 steps, {long:.1f} ms after "
+          f"{args.long_run:,} steps: {long / short:.2f}x (goal <= 2x)")
     return 0
 
 

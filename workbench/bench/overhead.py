@@ -1,12 +1,12 @@
-"""What the workbench's instrumentation costs, and what bf16 buys on this machine.
+"""What the workbench's instrumentation costs.
 
     python -m workbench.bench overhead        (or: make bench)
 
 1. The worker's instrumented training loop against a bare PyTorch loop on the same model, data,
    optimizer and precision, interleaved in one process; per-step wall time from the first step
-   after warm-up to the last. Goal: at most 3 % overhead for the default CPU model.
-2. Training step time of the small transformer in fp32 and bf16, interleaved. (fp16 is left out:
-   CPUs without fp16 matrix units run it hundreds of times slower; notebook 01 shows it on an MLP.)
+   after warm-up to the last; paired rounds until the interval is narrow enough to decide the
+   goal. Goal: at most 3 % overhead for the default CPU model.
+2. The per-step bookkeeping alone (clock reads, the step record written, memory on a timer).
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
-from ..config import DataConfig, ModelConfig, RunConfig
+from ..config import RunConfig
 from ..events import EventWriter, read_events
+from ..machine.contention import ContentionMeter, busy_sentence
+from ..measure.compare import paired_ratio
 from ..train.data import build_data, make_loader
 from ..train.memory import sample
 from ..train.models import build_model, loss_fn
@@ -70,32 +72,47 @@ def _quiet(cfg: RunConfig) -> RunConfig:
     return cfg.replace(**{"run.eval_batches": 0, "run.save_weights": False, "run.device": "cpu"})
 
 
-def overhead(rounds: int = 8, threads: int = 1) -> None:
+def overhead(max_rounds: int = 40, threads: int = 1, goal_half_width: float = 0.01) -> None:
     """One thread by default: with two, rounds on this shared 2-core machine wander by +-20 %,
     far more than the few microseconds per step being measured."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _overhead(rounds)
+        _overhead(max_rounds, goal_half_width)
     finally:
         torch.set_num_threads(before)
 
 
-def _overhead(rounds: int) -> None:
+def _overhead(max_rounds: int, goal_half_width: float) -> None:
+    """Paired rounds (bare, workbench; then workbench, bare; ...) until the interval of the median
+    ratio is narrower than +-goal_half_width, or max_rounds."""
     cfg = _quiet(RunConfig.default())
     samples = {"bare": [], "workbench": []}
-    for r in range(rounds):
+    meter = ContentionMeter()
+    ratio = None
+    for r in range(max_rounds):
         order = ("bare", "workbench") if r % 2 == 0 else ("workbench", "bare")
         for name in order:
             samples[name].append(bare_step_s(cfg) if name == "bare" else instrumented_step_s(cfg))
+        ratio = paired_ratio(samples["workbench"], samples["bare"])  # workbench time / bare time
+        if ratio.low is not None and (ratio.high - ratio.low) / 2 < goal_half_width:
+            break
     bare, wb = statistics.median(samples["bare"]), statistics.median(samples["workbench"])
-    ratios = [w / b for w, b in zip(samples["workbench"], samples["bare"])]
     print(f"default model ({cfg.model.name} width {cfg.model.width}, batch {cfg.loader.batch_size}, "
-          f"{cfg.run.steps} steps, {rounds} interleaved rounds, {torch.get_num_threads()} threads)")
+          f"{cfg.run.steps} steps, {torch.get_num_threads()} thread(s), rounds until the interval "
+          f"is within +-{goal_half_width:.0%} or {max_rounds} rounds)")
     print(f"  bare loop       {bare * 1e3:8.3f} ms/step")
     print(f"  workbench loop  {wb * 1e3:8.3f} ms/step")
-    print(f"  overhead        {100 * (wb / bare - 1):+.1f} %   (paired rounds: "
-          f"{min(ratios) - 1:+.1%} .. {max(ratios) - 1:+.1%}; goal <= +3 %)")
+    low = f"{ratio.low - 1:+.1%}" if ratio.low is not None else "?"
+    high = f"{ratio.high - 1:+.1%}" if ratio.high is not None else "?"
+    decided = ("decided: within the goal" if ratio.high is not None and ratio.high <= 1.03 else
+               "decided: over the goal" if ratio.low is not None and ratio.low > 1.03 else
+               "not decided: the interval straddles the goal")
+    print(f"  overhead        {ratio.ratio - 1:+.1%} [{low}, {high}] over {ratio.rounds} paired "
+          f"rounds (goal <= +3 %; {decided})")
+    busy = busy_sentence(meter.read())
+    if busy:
+        print(f"  machine busy: {busy}")
     per_step = bookkeeping_us()
     print(f"  per-step bookkeeping measured alone: {per_step:.1f} us = "
           f"{per_step / (bare * 1e6) * 100:.2f} % of a bare step")
@@ -123,30 +140,8 @@ def bookkeeping_us(n: int = 20000) -> float:
     return elapsed / n * 1e6
 
 
-def transformer_precisions(rounds: int = 3) -> None:
-    base = _quiet(RunConfig(model=ModelConfig(name="transformer", width=256, depth=2, heads=4),
-                            data=DataConfig(name="text", seq_len=64, num_samples=2048)))
-    base = base.replace(**{"loader.batch_size": 64, "run.steps": 30})
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    for _ in range(rounds):
-        for dtype in times:
-            cfg = base.replace(**{"precision.dtype": dtype})
-            with tempfile.TemporaryDirectory() as tmp:
-                events = EventWriter(tmp)
-                summary = train(cfg, events, RankEnv(), Path(tmp))
-                events.close()
-            times[dtype].append(summary["step_time_ms_median"])
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"transformer d256 L2 seq64 batch 64, training step, {rounds} interleaved rounds")
-    for dtype, ms in med.items():
-        print(f"  {dtype}  {ms:8.2f} ms/step   speedup vs fp32 {med['fp32'] / ms:5.2f}x")
-    print("  (bf16 autocast runs on AMX tiles or AVX512-BF16 where the CPU has them; see workbench hw)")
-
-
 def main(argv=None) -> int:
     overhead()
-    print()
-    transformer_precisions()
     return 0
 
 

@@ -123,3 +123,21 @@ def _save(key: str, entry: dict) -> None:
         tmp.replace(path)
     except OSError:
         pass
+
+
+def ceilings_lesson(ceilings, flags: list[str] | None = None, device_type: str = "cpu") -> str:
+    """What the measured ceilings say about this device, in numbers: each dtype's matmul ceiling
+    against fp32's, and on a CPU the instruction sets behind the ratios."""
+    compute = {c.dtype: c for c in ceilings if c.kind == "compute" and c.value == c.value}
+    fp32 = compute.get("fp32")
+    if fp32 is None:
+        return "No fp32 matmul ceiling was measured, so there is nothing to compare with."
+    parts = [f"{d} {c.value / fp32.value:.2f}x ({c.value:,.4g} {c.unit} at {c.size})"
+             for d, c in compute.items() if d != "fp32"]
+    text = f"Measured here against fp32's {fp32.value:,.4g} {fp32.unit} ({fp32.size}): " + ", ".join(parts)
+    if device_type == "cpu":
+        flags = sorted(cpu_flags()) if flags is None else flags
+        listed = [f.upper().replace("_", "-") for f in flags if f.startswith(("amx", "avx512"))]
+        text += (f"; this CPU lists {', '.join(listed)}" if listed
+                 else "; this CPU lists no AVX-512 or AMX instructions")
+    return text + "."

@@ -1,0 +1,56 @@
+"""A/B tests of training configs with real runs: an A/A test under a CPU hog comes out within noise
+and flagged busy (the verdict rule's detection of real differences is tested on synthetic samples
+in test_measure.py); the alternating order; the CLI's one-line refusals."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main as cli
+from workbench.config import ConfigError
+from workbench.trials.ab import ab_test
+from workbench.trials.rounds import contention_of, run_rounds
+
+
+@pytest.fixture
+def cpu_hog():
+    """Two busy processes: both cores held by other work for as long as the test runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield hogs
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_a_under_a_cpu_hog_is_within_noise_and_flagged_busy(smoke, cpu_hog):
+    cfg = smoke.replace(**{"run.steps": 20, "run.device": "cpu"})
+    result = ab_test(cfg, cfg, rounds=6)
+    assert result.ratio.rounds == 6 and result.ratio.low is not None
+    assert result.ratio.verdict == "within noise", result.text()
+    assert result.busy and result.contention["other_cpu_cores_max"] >= 0.25
+    assert "the comparison is unreliable" in result.text()
+    assert all(h.poll() is None for h in cpu_hog)  # the hog held the cores the whole time
+
+
+def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
+    order = []
+    monkeypatch.setattr("workbench.trials.rounds.run",
+                        lambda cfg, timeout_s: order.append(cfg.run.label) or
+                        {"status": "completed", "samples_per_s": 1.0, "run_dir": "x"})
+    run_rounds({"a": smoke, "b": smoke}, 3)
+    assert order == ["a-r0", "b-r0", "b-r1", "a-r1", "a-r2", "b-r2"]
+    with pytest.raises(ConfigError, match="rounds must be an integer >= 1, got 0"):
+        run_rounds({"a": smoke}, 0)
+    assert contention_of([{}]) == {"busy": None, "runs": 0}
+
+
+def test_ab_cli_refuses_bad_settings_in_one_line(capsys):
+    assert cli(["ab", "--preset", "smoke", "--set", "loader.batch_size"]) == 2
+    assert "--set needs FIELD=VALUE" in capsys.readouterr().err
+    assert cli(["ab", "--preset", "smoke", "--vs", "loader.batch_size=0"]) == 2
+    assert "loader.batch_size must be >= 1, got 0" in capsys.readouterr().err
+    assert cli(["ab", "--preset", "smoke", "--rounds", "0"]) == 2

@@ -1,0 +1,40 @@
+"""What bf16 and fp16 buy over fp32 on this machine, for training: each an A/B test of real runs
+in alternating rounds (workbench.trials.ab), the median speed ratio with its interval and the
+verdict, beside the matmul lesson of the same machine (workbench.hardware.lessons).
+
+    python -m workbench.bench precision [--rounds 6] [--steps 40]     # or: make bench
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..config import RunConfig
+from ..hardware.lessons import precision_lesson
+from ..quick import scaled
+from ..trials.ab import ab_test
+
+MODELS = {
+    "default MLP (digits)": RunConfig.default(),
+    "transformer d256 L2 seq64": RunConfig.default().replace(**{
+        "model.name": "transformer", "model.width": 256, "model.depth": 2, "model.heads": 4,
+        "data.name": "text", "data.seq_len": 64, "data.num_samples": 2048, "loader.batch_size": 64}),
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.bench precision", description=__doc__)
+    p.add_argument("--rounds", type=int, default=scaled(6, 2))
+    p.add_argument("--steps", type=int, default=scaled(40, 8))
+    args = p.parse_args(argv)
+    print(precision_lesson("cpu", refresh=True).text)
+    for name, base in MODELS.items():
+        base = base.replace(**{"run.device": "cpu"})
+        for dtype in ("bf16", "fp16"):
+            result = ab_test(base, base.replace(**{"precision.dtype": dtype}), args.rounds,
+                             args.steps, labels=("fp32", dtype))
+            print(f"\n{name}: {result.text()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
