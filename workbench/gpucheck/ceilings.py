@@ -96,7 +96,7 @@ def run(ctx, rec) -> None:
 
     measured = run_benchmarks(ctx.device, progress=progress)
     rec.figures["ceilings_cached_to"] = str(save_ceilings(measured, ctx.device))
-    rows = beside_datasheet([c.as_dict() for c in measured], ctx.gpu.get("name", ""), gpu)
+    rows = beside_datasheet([c.as_dict() for c in measured], gpu.get("name", ""), gpu)
     for r in rows:
         failed = r["value"] is None or r["value"] != r["value"]  # nan: the benchmark could not run
         fields = {("op" if k == "name" else k): v for k, v in r.items()}

@@ -63,19 +63,26 @@ def hold_check(ctx, rec) -> None:
             proc.kill()
             proc.wait()
     freed = mem.back_to(before)
-    added = max(seen) - before
     pids = None if listed is None else [p["pid"] for p in listed]
+    fields = judge_hold(mib / 1024, before, seen, freed, pids, info.get("pid"))
+    rec.item(name, "failed" if fields.get("reason") else "ok",
+             holder_allocated_mib=info.get("allocated_mib"), **fields)
+
+
+def judge_hold(held_gib: float, before_gib: float, seen_gib: list, freed: dict, pids: list | None,
+               holder_pid: int | None) -> dict:
+    """Did NVML see another process's allocation of `held_gib`, and see it go? Figures and `reason`."""
+    added = max(seen_gib) - before_gib
     problems = []
-    if added < mib / 1024 * 0.98:
-        problems.append(f"NVML saw {added:.2f} GiB more in use, the other process holds {mib / 1024:.2f}")
+    if added < held_gib * 0.98:
+        problems.append(f"NVML saw {added:.2f} GiB more in use, the other process holds {held_gib:.2f}")
     if freed.get("freed") is False:
         problems.append("the memory did not come back after the process exited")
-    rec.item(name, "failed" if problems else "ok", held_gib=round(mib / 1024, 3),
-             nvml_added_gib=round(added, 3), context_and_cache_gib=round(added - mib / 1024, 3),
-             holder_allocated_mib=info.get("allocated_mib"), holder_pid=info.get("pid"),
-             nvml_pids=pids, pid_listed=None if pids is None else info.get("pid") in pids,
-             pid_note="NVML lists host pids: inside a container they differ from the process's own",
-             **freed, **({"reason": "; ".join(problems)} if problems else {}))
+    return {"held_gib": round(held_gib, 3), "nvml_added_gib": round(added, 3),
+            "context_and_cache_gib": round(added - held_gib, 3), "holder_pid": holder_pid,
+            "nvml_pids": pids, "pid_listed": None if pids is None else holder_pid in pids,
+            "pid_note": "NVML lists host pids: inside a container they differ from the process's own",
+            **freed, **({"reason": "; ".join(problems)} if problems else {})}
 
 
 def sampled_run(ctx, rec) -> None:
@@ -95,17 +102,21 @@ def sampled_run(ctx, rec) -> None:
             t1 = time.time()
         finally:
             handle.stop("sampled long enough")
-    window = sampler.window(t0, t1)
+    fields = judge_sampled(idle, sampler.window(t0, t1))
+    rec.item(name, "failed" if fields.get("reason") else "ok", sampled_s=round(t1 - t0, 2),
+             samples=[[round(t - t0, 2), round(u, 3), p] for t, u, p in sampler.samples
+                      if t0 <= t <= t1], run_dir=str(handle.run_dir), **fields)
+
+
+def judge_sampled(idle: dict, window: dict) -> dict:
+    """Did NVML see the run: utilization above 0 and more memory in use than when idle?"""
     problems = []
     if not window.get("util_max_pct"):
         problems.append("NVML reported 0 % utilization while the run was stepping")
     if window.get("nvml_peak_gib") is None or window["nvml_peak_gib"] <= idle["mem_used_gib"]:
         problems.append("NVML saw no more memory in use while the run went than before it")
-    rec.item(name, "failed" if problems else "ok", idle_used_gib=round(idle["mem_used_gib"], 3),
-             idle_util_pct=idle["util_pct"], sampled_s=round(t1 - t0, 2), **window,
-             samples=[[round(t - t0, 2), round(u, 3), p] for t, u, p in sampler.samples
-                      if t0 <= t <= t1], run_dir=str(handle.run_dir),
-             **({"reason": "; ".join(problems)} if problems else {}))
+    return {"idle_used_gib": round(idle["mem_used_gib"], 3), "idle_util_pct": idle["util_pct"],
+            **window, **({"reason": "; ".join(problems)} if problems else {})}
 
 
 def run(ctx, rec) -> None:

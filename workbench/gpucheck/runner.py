@@ -57,7 +57,7 @@ class PartRecord:
 @dataclass
 class Part:
     name: str
-    limit_s: float
+    limit_s: float  # math.inf: whatever is left of the budget when it starts
     what: str
     run: Callable[["Context", PartRecord], None]
 
@@ -87,7 +87,7 @@ def _on_wake(signum, frame) -> None:
     if _ARMED and not _ARMED[0].raised:
         dog = _ARMED[0]
         dog.raised = True
-        raise PartTimeout(f"ran past its {dog.limit_s:.0f} s limit")
+        raise PartTimeout(f"ran past its {round(dog.limit_s, 1):g} s limit")
 
 
 class Watchdog:
@@ -142,7 +142,8 @@ def run_parts(parts: list[Part], ctx: Context, on_progress: Callable[[list], Non
     """Run every part in order, each under its limit (cut to what is left of the whole budget), and
     return their records. A part that raises or times out is recorded and the next one starts;
     `on_progress(records)` runs after each part (write the report so far)."""
-    records = [PartRecord(p.name, p.limit_s, p.what) for p in parts]
+    records = [PartRecord(p.name, p.limit_s if math.isfinite(p.limit_s) else 0.0, p.what)
+               for p in parts]  # an unbounded part's limit is what is left when it starts
     for part, rec in zip(parts, records):
         left = ctx.deadline - time.monotonic()
         if left < MIN_PART_S:
@@ -163,7 +164,7 @@ def run_parts(parts: list[Part], ctx: Context, on_progress: Callable[[list], Non
             if failed and not rec.error:
                 rec.error = "failed: " + ", ".join(failed)
         except PartTimeout:
-            rec.status, rec.error = TIMED_OUT, f"stopped at its {limit:.0f} s limit"
+            rec.status, rec.error = TIMED_OUT, f"stopped at its {round(limit, 1):g} s limit"
         except KeyboardInterrupt:
             rec.status, rec.error = INTERRUPTED, "interrupted (Ctrl-C)"
             raise
