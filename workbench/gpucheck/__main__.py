@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from .check import DEFAULT_BUDGET_S, check_budget, run_check, select
-from .probe import no_gpu_reason, torch_reason
+from .probe import missing_required, no_gpu_reason, torch_reason
 from .report import format_table, skipped_report, write_report
 
 
@@ -46,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(rep))
         print(f"report: {path}")
         return 0
+    missing = missing_required()
+    if missing:
+        rep = skipped_report(f"cannot run: {', '.join(missing)} not installed for {sys.executable}; "
+                             "bring the wheels (README, GPU check) and pip install them", budget)
+        rep["status"] = "failed"
+        print(f"gpucheck: {rep['reason']}; report: {write_report(Path(args.out), rep)}",
+              file=sys.stderr)
+        return 1
     return run_check(Path(args.out), budget, specs)
 
 

@@ -5,11 +5,14 @@ is imported (importing torch alone takes seconds), then by torch itself. Stdlib 
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 from importlib import metadata
 from pathlib import Path
 
 # What the check uses besides torch, by distribution name: reported in every report, found or not.
 PACKAGES = ("torch", "numpy", "psutil", "nvidia-ml-py", "pillow", "torchao", "scikit-learn")
+REQUIRED = {"numpy": "numpy", "psutil": "psutil"}  # module -> distribution; torch is asked first
 
 
 def no_gpu_reason(dev: Path = Path("/dev"), driver: Path = Path("/proc/driver/nvidia")) -> str | None:
@@ -24,7 +27,10 @@ def no_gpu_reason(dev: Path = Path("/dev"), driver: Path = Path("/proc/driver/nv
 
 
 def torch_reason() -> str | None:
-    """Why torch cannot use a GPU here (a CPU-only build, a driver it cannot talk to), or None."""
+    """Why torch cannot use a GPU here (not installed, a CPU-only build, a driver it cannot talk
+    to), or None."""
+    if importlib.util.find_spec("torch") is None:
+        return f"torch is not installed for {sys.executable}"
     import torch
 
     if torch.cuda.is_available():
@@ -34,6 +40,11 @@ def torch_reason() -> str | None:
                 "install a CUDA build of torch to check the GPU")
     return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: "
             "torch.cuda.is_available() is False (driver too old for this CUDA, or no device visible)")
+
+
+def missing_required() -> list[str]:
+    """Distributions the check cannot run without (every part imports them), not installed here."""
+    return [dist for module, dist in REQUIRED.items() if importlib.util.find_spec(module) is None]
 
 
 def package_versions() -> dict:
