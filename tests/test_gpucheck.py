@@ -70,6 +70,18 @@ def test_bad_arguments_get_one_line(argv, words, capsys):
     assert words in err and len(err.splitlines()) == 1
 
 
+def test_a_gpu_machine_without_psutil_is_told_what_to_bring(monkeypatch, tmp_path, capsys):
+    from workbench.gpucheck import __main__ as cli
+
+    monkeypatch.setattr(cli, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(cli, "torch_reason", lambda: None)
+    monkeypatch.setattr(cli, "missing_required", lambda: ["psutil"])
+    assert cli.main(["--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot run: psutil not installed" in err and "README, GPU check" in err
+    assert report.read_report(tmp_path)["status"] == "failed"
+
+
 def test_the_plan_fits_eight_minutes_and_parts_are_chosen_by_name():
     assert check.DEFAULT_BUDGET_S <= 8 * 60 - 20  # start-up and the report come on top
     bounded = sum(p.limit_s for p in check.PLAN if p.limit_s != float("inf"))

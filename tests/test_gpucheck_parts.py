@@ -237,10 +237,18 @@ def test_compression_skips_what_the_gpu_or_the_wheels_cannot_do(monkeypatch, tmp
     assert items["int8 dynamic (torchao)"]["reason"] == "torchao is not installed (pip install torchao)"
 
 
-def test_the_loader_sweep_spans_the_machine_s_cores():
+def test_the_loader_sweep_spans_the_machine_s_cores_and_its_line_names_the_best():
     assert loading.worker_counts(1) == [0, 1]
     assert loading.worker_counts(2) == [0, 1, 2]
     assert loading.worker_counts(16) == [0, 4, 8, 16]
+    items = [{"name": "host-to-device copies", "status": "ok", "pinned_vs_pageable": "2.10x"},
+             {"name": "loader sweep", "status": "ok", "rows": [
+                 {"setting": "0w b64", "samples_per_s": 900.0},
+                 {"setting": "4w b64", "samples_per_s": 3100.0}]},
+             {"name": "non_blocking overlap", "status": "failed", "reason": "x"}]
+    line = loading.summary(items)
+    assert "pinned vs pageable 2.10x" in line and "loader best 4w b64 at 3,100 samples/s" in line
+    assert line.endswith("non_blocking overlap failed")
 
 
 # --- the whole check -----------------------------------------------------------------------------

@@ -129,4 +129,20 @@ def run(ctx, rec) -> None:
         except Exception as e:  # noqa: BLE001 - the other check still runs
             rec.item(name, "failed", reason=f"{type(e).__name__}: {e}"[:400])
         ctx.cleanup()
-    rec.summary = "; ".join(f"{i['name']} {i['status']}" for i in rec.items)
+    rec.summary = summary(rec.items)
+
+
+def summary(items: list[dict]) -> str:
+    """One line for the table: the copy ratios and the fastest loader setting."""
+    by = {i["name"]: i for i in items}
+    parts = []
+    if by.get("host-to-device copies", {}).get("pinned_vs_pageable"):
+        parts.append(f"pinned vs pageable {by['host-to-device copies']['pinned_vs_pageable']}")
+    if by.get("non_blocking overlap", {}).get("speedup_label"):
+        parts.append(f"non_blocking {by['non_blocking overlap']['speedup_label']}")
+    rows = by.get("loader sweep", {}).get("rows")
+    if rows:
+        best = max(rows, key=lambda r: r["samples_per_s"])
+        parts.append(f"loader best {best['setting']} at {best['samples_per_s']:,.0f} samples/s")
+    failed = [f"{i['name']} {i['status']}" for i in items if i["status"] != "ok"]
+    return "; ".join(parts + failed)
