@@ -2,12 +2,14 @@
 # make test  - the whole suite: unit tests, every notebook under nbval, the browser test
 # make bench - the benchmarks: ratios measured side by side in one run
 # make strip - clear notebook outputs and widget state before committing (nbstripout)
+# make gpu-check OUT=DIR - every GPU path in one command, under 8 minutes; DIR/gpucheck.json
 TORCH ?= 2.13.0
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+OUT   ?= gpucheck-out
 
-.PHONY: setup lab test bench strip clean
+.PHONY: setup lab test bench strip gpu-check clean
 
 setup: $(STAMP)
 
@@ -28,6 +30,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench
+
+# No setup first: a GPU machine may have torch but no network, no venv and no Jupyter. The venv's
+# python when there is one, else python3 with this checkout on PYTHONPATH. Skips at once without a GPU.
+gpu-check:
+	@py=$$(test -x $(PY) && echo $(PY) || echo python3); \
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $$py -m workbench.gpucheck --out "$(OUT)"
 
 strip: $(STAMP)
 	$(VENV)/bin/nbstripout --keep-id notebooks/*.ipynb

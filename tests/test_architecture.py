@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # Floors, top to bottom; a unit is a folder of the package or a module at its top.
 FLOORS = {
-    "faces": ["ui", "cli", "bench", "worker", "loopback", "__main__", "__init__"],
+    "faces": ["ui", "cli", "bench", "gpucheck", "worker", "loopback", "__main__", "__init__"],
     "labs": ["compress", "loading", "hardware", "stacking", "export", "trials"],
     "distributed": ["distributed"],
     "train": ["train"],
