@@ -101,13 +101,23 @@ def main(args) -> int:
 
 
 def format_summary(result: dict) -> str:
-    keys = ["status", "run_dir", "device", "precision", "world_size", "steps", "final_loss",
+    from ..machine.contention import busy_sentence
+
+    keys = ["status", "run_dir", "device", "precision", "world_size", "threads", "steps", "final_loss",
             "eval_loss", "eval_accuracy", "step_time_ms_median", "samples_per_s", "data_wait_frac",
-            "rss_gib", "mem_peak_gib", "wall_s"]
+            "mfu", "rss_gib", "mem_peak_gib", "wall_s"]
     width = max(map(len, keys))
     lines = []
     for k in keys:
         if k in result:
             v = result[k]
             lines.append(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    c = result.get("contention") or {}
+    if c:
+        lines.append(f"{'other_cpu_cores':<{width}}  {c.get('other_cpu_cores')}")
+    busy = busy_sentence(c)
+    if busy:
+        lines.append(f"machine busy: {busy}")
+    if result.get("mfu_error"):
+        lines.append(f"mfu: {result['mfu_error']}")
     return "\n".join(lines)
