@@ -147,7 +147,9 @@ def _helpers_code() -> str:
 
 def _step_code() -> str:
     """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
-    return _source(wb_step.make_optimizer, wb_step.cycle_batches, wb_step.train_step)
+    impls = f"OPTIMIZER_IMPLS = {wb_step.OPTIMIZER_IMPLS!r}"
+    return "\n\n\n".join([impls, _source(wb_step.make_optimizer, wb_step.cycle_batches,
+                                          wb_step.no_phase, wb_step.train_step)])
 
 
 def script_config(cfg: RunConfig, model_file: str | None = None) -> dict:
