@@ -15,7 +15,7 @@ from workbench.events import read_events
 from workbench.profile.breakdown import SUM_TOLERANCE, read_breakdown
 from workbench.profile.checkpoint import checkpoint_trade
 from workbench.profile.optimizers import compare_optimizers
-from workbench.profile.run import profile
+from workbench.profile.run import is_profile_of, profile
 from workbench.profile.verdict import bound_by, group_shares
 from workbench.train.trainer import warmup_steps
 
@@ -56,6 +56,8 @@ def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_r
     assert b.memory.estimate["parameters"] == mem["parameters"]  # the chooser's count agrees
     assert "bound by" in b.text() and "top operators" in b.text()
     assert read_breakdown(b.run_dir).as_dict()["phases_ms"] == d["phases_ms"]  # from the files alone
+    assert is_profile_of(b, small_transformer())
+    assert not is_profile_of(b, small_transformer().replace(**{"loader.batch_size": 8}))
 
 
 def test_checkpointing_the_blocks_lowers_activations_and_keeps_the_losses(runs_root):
@@ -87,7 +89,7 @@ def test_a_slow_loader_is_named(tmp_path, runs_root):
     b = profile(cfg, profile_steps=3, root=runs_root)
     assert b.verdict.bound_by == "data", b.verdict.text()
     assert "loader.num_workers" in b.verdict.try_next
-    assert b.verdict.changes == {"loader.num_workers": 2, "loader.persistent_workers": True}
+    assert b.verdict.changes["loader.num_workers"] >= 1 and b.verdict.changes["loader.persistent_workers"]
 
 
 def test_the_verdict_rule_and_its_thresholds():

@@ -191,3 +191,27 @@ def test_gpu_memory_figures_come_from_the_allocator_and_nvml(monkeypatch):
     assert "nvml_used_bytes" not in missing and "no device 1" in missing["nvml_note"]
     cpu = footprint.device_memory(CPU)
     assert set(cpu) == {"rss_bytes", "peak_rss_bytes"} and not math.isnan(cpu["rss_bytes"])
+
+
+def test_an_export_checkpoints_the_same_modules_and_keeps_the_impl(tmp_path):
+    import importlib.util
+    import sys
+
+    from workbench.export import export
+
+    cfg = tiny("transformer").replace(**{"train.checkpoint": ["blocks.layers.*"],
+                                         "optim.impl": "foreach"})
+    export(cfg, tmp_path)
+    spec = importlib.util.spec_from_file_location("exported_ckpt", tmp_path / "train.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+    s = script.settings(script.CONFIG)
+    model = script.build_model(s, script.build_data(s))
+    assert script.apply_checkpointing(model, s.train.checkpoint) == ["blocks.layers.0",
+                                                                      "blocks.layers.1"]
+    assert model.blocks.layers[0].forward.checkpointed
+    with pytest.raises(script.ConfigError, match="names no module of this model"):
+        script.apply_checkpointing(model, ["nope"])
+    assert script.make_optimizer(s, model).defaults["foreach"] is True
+    assert "apply_checkpointing(model, cfg.train.checkpoint)" in (tmp_path / "train.py").read_text()

@@ -2,7 +2,7 @@
 the optimizer implementations trade, measured side by side:
 
     python -m workbench.bench profile              # or: make bench
-    python -m workbench.bench profile --rounds 8
+    python -m workbench.bench.profile --rounds 8 --steps 30 --threads 1
 
 1. the profiled breakdown of the default transformer (d256, 2 layers, sequence 64, batch 64):
    phases, verdict, memory beside the chooser's estimate;

@@ -97,6 +97,15 @@ class Breakdown:
     def text(self, top: int = 10) -> str:
         return breakdown_text(self, top)
 
+    def ops_frame(self, top: int = 10, rank: int = 0):
+        """The top operators of one rank as a DataFrame (time per step, calls, shapes, phase)."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.ranks[rank].top_ops[:top])
+        first = [c for c in ("name", "phase", "device_ms_per_step", "self_ms_per_step",
+                             "calls_per_step", "input_shapes") if c in df.columns]
+        return df[first]
+
 
 def _rank_profile(run_dir: Path, path: Path, step_records: dict) -> RankProfile:
     data = json.loads(path.read_text())
@@ -130,6 +139,10 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
     notes = []
     if summary.get("contention", {}).get("busy"):
         notes.append("other programs kept this machine busy during the run: the times are unreliable")
+    err = max(r.sum_error() for r in ranks)
+    if err > SUM_TOLERANCE:
+        notes.append(f"a profiled step's phases missed its measured time by {err:.0%} (more than "
+                     f"{SUM_TOLERANCE:.0%}): this breakdown is unreliable")
     slow = [r.rank for r in ranks if r.step_ms > 1.25 * min(x.step_ms for x in ranks)]
     if slow:
         notes.append(f"rank(s) {slow} took over 1.25x the fastest rank's step")

@@ -17,7 +17,7 @@ from ..train.checkpointing import suggested
 from ..trials.ab import ABResult, ab_test
 from .breakdown import Breakdown
 from .memory import mib
-from .run import profile
+from .run import is_profile_of, profile
 
 LOSS_RTOL = 1e-4  # recompute replays the same arithmetic: the losses should agree to rounding
 
@@ -97,14 +97,16 @@ def trade_modules(cfg: RunConfig, modules: list[str] | None = None) -> list[str]
 
 def checkpoint_trade(cfg: RunConfig, modules: list[str] | None = None, *, rounds: int | None = None,
                      steps: int | None = None, profile_steps: int = 3, timed: bool = True,
-                     root=None, on_run=None) -> CheckpointTrade:
+                     root=None, on_run=None, baseline: Breakdown | None = None) -> CheckpointTrade:
     """Profile `cfg` with and without checkpointing `modules` (default: the config's own
     train.checkpoint, else the built-in model's suggestion) and, when `timed`, A/B test their speed
-    in `rounds` alternating rounds."""
+    in `rounds` alternating rounds. `baseline`, a profile of `cfg` without checkpointing already
+    made, stands for the profile without (a profile of another config is not used)."""
     modules = trade_modules(cfg, modules)
     base = cfg.replace(**{"train.checkpoint": [], "run.profile_steps": 0})
     ckpt = base.replace(**{"train.checkpoint": modules})
-    off = profile(base, profile_steps, root=root)
+    reuse = baseline is not None and is_profile_of(baseline, base)
+    off = baseline if reuse else profile(base, profile_steps, root=root)
     on = profile(ckpt, profile_steps, root=root)
     ab = None
     if timed:

@@ -11,8 +11,6 @@ cost shows beside the run's own step time; no evaluation and no saved weights.
 """
 from __future__ import annotations
 
-import torch
-
 from ..config import ConfigError, DataConfig, LoaderConfig, ModelConfig, RunConfig
 from ..distributed.launch import run
 from ..machine.capability import recommend_precision, resolve_device
@@ -55,6 +53,15 @@ def profile(cfg: RunConfig, profile_steps: int = PROFILE_STEPS, *, root=None,
     return read_breakdown(summary["run_dir"], recommended_dtype(pcfg))
 
 
+def is_profile_of(b: Breakdown, cfg: RunConfig) -> bool:
+    """Whether `b` is a profile of `cfg` (wherever its run folder was made)."""
+    def settings(config: dict) -> dict:
+        return {**config, "run": {k: v for k, v in config["run"].items() if k != "runs_dir"}}
+
+    mine = profile_config(cfg, b.config["run"]["profile_steps"]).to_dict()
+    return settings(b.config) == settings(mine)
+
+
 def recommended_dtype(cfg: RunConfig) -> str | None:
     """The dtype this machine recommends for the run's device (the capability rule's answer)."""
     try:
@@ -63,6 +70,3 @@ def recommended_dtype(cfg: RunConfig) -> str | None:
         return None
 
 
-def threads_note(b: Breakdown) -> str:
-    return (f"{b.ranks[0].threads} thread(s) per process, torch {torch.__version__}, "
-            f"{len(b.ranks)} rank(s) on {b.ranks[0].device}")

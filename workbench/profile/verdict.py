@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..machine.cpu import usable_cores
 from ..train.profiling import SMALL_OP_US
 
 GROUPS = ("data", "compute", "communication", "optimizer", "framework overhead")
@@ -90,6 +91,8 @@ def bound_by(shares: dict, spread: dict | None, cfg: dict, device: str = "cpu",
     else:
         reason = (f"forward and backward arithmetic take {_pct(share)} of the step, and no other "
                   f"group reaches its threshold")
+    if group == "framework overhead":
+        reason += f"; it counts the step outside its phases and operator calls under {SMALL_OP_US:g} us"
     borderline = limit is not None and lo < limit
     if limit is None:  # compute: borderline when another group came close in some step
         borderline = any(spread.get(g, (0, 0))[1] >= t for g, t in THRESHOLDS.items())
@@ -105,11 +108,13 @@ def advice(group: str, cfg: dict, device: str, recommended_dtype: str | None) ->
     gpu = device.startswith("cuda")
     if group == "data":
         if loader.get("num_workers", 0) == 0:
+            per_rank = usable_cores() // max(1, cfg.get("distributed", {}).get("nproc", 1))
+            workers = max(1, min(4, per_rank - 1))  # leave the training process a core
             return ("load batches in worker processes (loader.num_workers), so the next batch is "
                     "prepared while this one trains; notebook 05 and `workbench loader sweep` find how "
-                    "many this machine's cores can feed" + ("; pin_memory speeds the copy to the GPU"
-                                                            if gpu else ""),
-                    {"loader.num_workers": 2, "loader.persistent_workers": True})
+                    "many this machine's cores can feed" + ("; pin_memory lets the copy to the GPU "
+                                                            "overlap" if gpu else ""),
+                    {"loader.num_workers": workers, "loader.persistent_workers": True})
         return ("the workers do not keep up: cache decoded samples (workbench.loading.cache), make "
                 "each sample cheaper, or add workers if cores are free", {})
     if group == "communication":

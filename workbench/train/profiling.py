@@ -43,6 +43,7 @@ class StepProfiler:
         self.running = False
         self.grad_bytes = 0
         self.memory: dict = {}
+        self._model = None  # the step's (DDP-wrapped) model, whose gradients are counted
 
     @classmethod
     def for_run(cls, cfg, env, device, warmup: int) -> "StepProfiler":
@@ -74,24 +75,27 @@ class StepProfiler:
         self.running = False
 
     def _profiled_step(self, model, step_model, batches, opt, scaler, amp, lossf, device, **kw):
+        self._model = model
         with record_function(PREFIX + "step"):
-            return train_step(model, step_model, batches, opt, scaler, amp, self._watch(lossf, model),
+            return train_step(model, step_model, batches, opt, scaler, amp, self._watch(lossf),
                               device, phase=self._phase, **kw)
 
     @contextmanager
     def _phase(self, name: str):
+        if name == "optimizer":  # every gradient exists now (accumulated, all-reduced): count them
+            self.grad_bytes = max(self.grad_bytes, footprint.gradient_bytes(self._model))
         with record_function(PREFIX + name):
             yield
             if self.cuda:
                 torch.cuda.synchronize(self.device)
 
-    def _watch(self, lossf, model):
+    def _watch(self, lossf):
         """The loss function, with a hook that marks the moment backward has every gradient."""
         def grads_ready():
             if self.cuda:
                 torch.cuda.synchronize(self.device)
             with record_function(PREFIX + "grads_ready"):
-                self.grad_bytes = max(self.grad_bytes, footprint.gradient_bytes(model))
+                pass
 
         def started(grad):
             Variable._execution_engine.queue_callback(grads_ready)  # runs when backward is done

@@ -142,7 +142,8 @@ class ProfileLab:
                 show(self.status, f"A/B round {r + 1}: {label} {summary['samples_per_s']:,.0f} samples/s")
 
             show(self.status, "checkpointing trade: profiling with and without ...")
-            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, on_run=progress)
+            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, on_run=progress,
+                                 baseline=self.breakdown)  # reused when it profiled this config
             self.trade_result = t
             self.results.value = f"<pre>{html.escape(t.text())}</pre>"
             show(self.status, "done: checkpointing trade")
