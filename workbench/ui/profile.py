@@ -80,8 +80,11 @@ class ProfileLab:
     """Profile `cfg`; `.breakdown`, `.trade_result` and `.optimizer_result` hold what was measured."""
 
     def __init__(self, cfg: RunConfig, profile_steps: int = PROFILE_STEPS, rounds: int | None = None,
-                 checkpoint: list[str] | None = None):
-        self.cfg, self.profile_steps, self.rounds, self.checkpoint = cfg, profile_steps, rounds, checkpoint
+                 steps: int | None = None, checkpoint: list[str] | None = None):
+        """`rounds` and `steps`: of the checkpointing A/B test (default: the fewest rounds that carry
+        an interval); `checkpoint`: the modules it checkpoints (default: the model's suggestion)."""
+        self.cfg, self.profile_steps, self.checkpoint = cfg, profile_steps, checkpoint
+        self.rounds, self.steps = rounds, steps
         self.breakdown = self.trade_result = self.optimizer_result = None
         self.status = widgets.HTML("not started")
         self.profile_button = widgets.Button(description="Profile", button_style="primary")
@@ -142,7 +145,8 @@ class ProfileLab:
                 show(self.status, f"A/B round {r + 1}: {label} {summary['samples_per_s']:,.0f} samples/s")
 
             show(self.status, "checkpointing trade: profiling with and without ...")
-            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, on_run=progress,
+            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, steps=self.steps,
+                                 on_run=progress,
                                  baseline=self.breakdown)  # reused when it profiled this config
             self.trade_result = t
             self.results.value = f"<pre>{html.escape(t.text())}</pre>"
