@@ -111,6 +111,11 @@ def _check_type(path: str, value: Any, hint: Any) -> None:
     elif origin is dict or hint is dict:
         if not isinstance(value, dict):
             _fail(path, value, "a JSON object")
+    elif origin is list:  # list[str]: every item checked, the error names its index
+        if not isinstance(value, list):
+            _fail(path, value, f"a list of {args[0].__name__}")
+        for i, item in enumerate(value):
+            _check_type(f"{path}[{i}]", item, args[0])
 
 
 @dataclass
@@ -199,6 +204,9 @@ class OptimConfig(_Section):
     momentum: float = 0.9  # sgd only
     grad_accum_steps: int = 1
     grad_clip: Optional[float] = None
+    # How the optimizer loops over parameters: torch's choice, one kernel per tensor ("for-loop"),
+    # multi-tensor ("foreach"), or one fused kernel ("fused", refused where this device lacks it).
+    impl: Literal["auto", "for-loop", "foreach", "fused"] = "auto"
 
     def _check(self, p: str) -> None:
         if not self.lr > 0:
@@ -262,6 +270,20 @@ class CompileConfig(_Section):
 
 
 @dataclass
+class TrainSection(_Section):
+    _path: ClassVar[str] = "train"
+    # Activation checkpointing: module names (or patterns, one '*' per name part: "blocks.layers.*")
+    # whose activations are recomputed in backward instead of kept; [] is off.
+    checkpoint: list[str] = field(default_factory=list)
+
+    def _check(self, p: str) -> None:
+        for i, name in enumerate(self.checkpoint):
+            if not name or any(c.isspace() for c in name):
+                _fail(f"{p}checkpoint[{i}]", name, "a module name such as 'blocks.layers.0' or "
+                      "'blocks.layers.*' (no spaces)")
+
+
+@dataclass
 class RunSection(_Section):
     _path: ClassVar[str] = "run"
     steps: int = 300
@@ -273,9 +295,14 @@ class RunSection(_Section):
     mem_every_s: float = 0.5  # memory is sampled on a timer, not every step
     save_weights: bool = True
     threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
+    profile_steps: int = 0  # steps right after warm-up run under torch.profiler (marked, not timed)
 
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
+        _at_least(p + "profile_steps", self.profile_steps, 0)
+        if self.profile_steps > self.steps // 2:
+            _fail(p + "profile_steps", self.profile_steps, f"<= run.steps // 2 ({self.steps // 2}), so "
+                  "warm-up and unprofiled steps remain for the run's own figures")
         _at_least(p + "threads", self.threads, 0)
         _at_least(p + "seed", self.seed, 0)
         _at_least(p + "eval_batches", self.eval_batches, 0)
@@ -305,6 +332,7 @@ class RunConfig(_Section):
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
+    train: TrainSection = field(default_factory=TrainSection)
     run: RunSection = field(default_factory=RunSection)
 
     def _check(self, p: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..train import checkpointing as wb_checkpointing
 from ..train import data as wb_data
 from ..train import models as wb_models
 from ..train import precision as wb_precision
@@ -145,9 +146,30 @@ def _helpers_code() -> str:
         _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate)])
 
 
+CHECKPOINTING = '''import fnmatch
+
+from torch.utils.checkpoint import checkpoint
+
+
+class ConfigError(ValueError):
+    """A setting that does not fit the model."""
+
+
+SHOWN = {shown}'''
+
+
+def _checkpoint_code() -> str:
+    """train.checkpoint's own code, copied: the same modules are recomputed in the script."""
+    c = wb_checkpointing
+    return "\n\n\n".join([CHECKPOINTING.format(shown=c.SHOWN), _source(
+        c._matches, c.module_names, c._listing, c.resolve, c._checkpointed, c.apply_checkpointing)])
+
+
 def _step_code() -> str:
     """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
-    return _source(wb_step.make_optimizer, wb_step.cycle_batches, wb_step.train_step)
+    impls = f"OPTIMIZER_IMPLS = {wb_step.OPTIMIZER_IMPLS!r}"
+    return "\n\n\n".join([impls, _source(wb_step.make_optimizer, wb_step.cycle_batches,
+                                          wb_step.no_phase, wb_step.train_step)])
 
 
 def script_config(cfg: RunConfig, model_file: str | None = None) -> dict:
@@ -168,6 +190,8 @@ def script_source(cfg: RunConfig, model_file: str | None = None) -> str:
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
                 ("precision, loss and loading", _helpers_code()),
                 ("one training step (the workbench's own)", _step_code())]
+    if cfg.train.checkpoint:
+        sections.append(("activation checkpointing (train.checkpoint)", _checkpoint_code()))
     body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
     return header + body + MAIN
 

@@ -36,6 +36,8 @@ def train(cfg, args):
     model = build_model(cfg, data).to(device)
     if cfg.precision.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if cfg.train.checkpoint:
+        apply_checkpointing(model, cfg.train.checkpoint)
     if world_size > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model

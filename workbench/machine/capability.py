@@ -32,7 +32,8 @@ def gpu_has(dtype: str, device: torch.device) -> bool:
 
 
 def unsupported_reason(cfg: RunConfig, device: torch.device, option: str) -> str | None:
-    """Why `option` ('fp16', 'bf16', 'tf32', 'channels_last', 'compile') cannot run here, or None.
+    """Why `option` ('fp16', 'bf16', 'tf32', 'channels_last', 'fused_optimizer') cannot run here,
+    or None.
 
     The widgets grey out choices with it; the precision checks refuse a config with it."""
     if device.type == "cuda":
@@ -46,8 +47,25 @@ def unsupported_reason(cfg: RunConfig, device: torch.device, option: str) -> str
     elif device.type == "cpu":
         if option == "tf32":
             return "TF32 is a CUDA tensor-core mode (Ampere or newer); this run is on the CPU"
+    if option == "fused_optimizer":
+        return fused_optimizer_reason(cfg.optim.name, device)
     if option == "channels_last" and cfg.model.name not in ("cnn",) and ":" not in cfg.model.name:
         return "channels_last only changes image (4-D) tensors; this model has none"
+    return None
+
+
+def fused_optimizer_reason(optimizer: str, device: torch.device) -> str | None:
+    """Why torch has no fused `optimizer` step ('adamw', 'sgd') on this device, or None. Torch's own
+    list of devices with fused kernels is asked, not a tensor made (that would start CUDA here)."""
+    try:
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+        devices = _get_fused_kernels_supported_devices()
+    except ImportError:  # a torch without the list: let the optimizer itself refuse at setup
+        return None
+    if device.type not in devices:
+        return (f"torch {torch.__version__} has fused {optimizer} kernels only on "
+                f"{', '.join(devices)}, not on {device.type}; use optim.impl 'foreach' or 'for-loop'")
     return None
 
 

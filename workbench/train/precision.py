@@ -18,13 +18,14 @@ def check_supported(cfg: RunConfig, device: torch.device) -> None:
     """Raise ConfigError naming the field when the config asks for what the device cannot do."""
     checks = [("precision.dtype", cfg.precision.dtype, cfg.precision.dtype != "fp32"),
               ("precision.tf32", "tf32", cfg.precision.tf32),
-              ("precision.channels_last", "channels_last", cfg.precision.channels_last)]
+              ("precision.channels_last", "channels_last", cfg.precision.channels_last),
+              ("optim.impl", "fused_optimizer", cfg.optim.impl == "fused")]
     for field, option, asked in checks:
         if not asked:
             continue
         reason = unsupported_reason(cfg, device, option)
         if reason:
-            value = option if field == "precision.dtype" else True
+            value = {"precision.dtype": option, "optim.impl": "fused"}.get(field, True)
             raise ConfigError(f"{field} cannot be {value!r} on {device.type}: {reason}")
 
 

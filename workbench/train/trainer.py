@@ -20,10 +20,12 @@ from ..config import RunConfig
 from ..events import EventWriter
 from ..machine.contention import ContentionMeter, run_tree_pid
 from . import memory
+from .checkpointing import apply_checkpointing
 from .data import DataBundle, build_data, make_loader
 from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
+from .profiling import StepProfiler
 from .rank import RankEnv, join_group, pick_device, threads_for, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
@@ -58,6 +60,7 @@ class Steps:
     skipped: int = 0
     nonfinite: int = 0
     first_step_s: float | None = None
+    profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
 
 
@@ -108,6 +111,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
         model = model.to(memory_format=torch.channels_last)
     params = sum(p.numel() for p in model.parameters())
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
+    apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
     if env.world_size > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
@@ -122,7 +126,8 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
     return s
 
 
-def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> Steps:
+def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
+              profiler: StepProfiler | None = None) -> Steps:
     """The timed loop: one `step` record per optimizer step."""
     fp16 = cfg.precision.dtype == "fp16"
     out = Steps()
@@ -132,9 +137,10 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> St
     for step in range(1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
+        step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
         t0 = time.perf_counter()
         scale_before = s.scaler.get_scale() if fp16 else 1.0
-        loss_v, samples, wait = train_step(
+        loss_v, samples, wait = step_fn(
             s.model, s.step_model, s.batches, s.opt, s.scaler, s.amp, s.lossf, s.device,
             accum=cfg.optim.grad_accum_steps, world_size=env.world_size,
             channels_last=cfg.precision.channels_last, grad_clip=cfg.optim.grad_clip)
@@ -142,6 +148,9 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv) -> St
         rec = {"step": step, "loss": loss_v, "step_time_ms": round(dt * 1e3, 4),
                "data_wait_ms": round(wait * 1e3, 4), "samples_per_s": round(samples / dt, 2),
                **s.mfu.step(dt)}
+        if profiler and profiler.profiled(step):
+            rec["profiled"] = True
+            out.profiled.add(step)
         if not math.isfinite(loss_v):
             out.nonfinite += 1
             rec["nonfinite_losses"] = out.nonfinite
@@ -174,7 +183,8 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
                "threads": torch.get_num_threads()}
     if st.contention is not None:
         summary["contention"] = st.contention
-    summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size))
+    summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size,
+                              st.profiled))
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
         summary.update(skipped_steps=st.skipped, grad_scale=s.scaler.get_scale())
@@ -196,7 +206,10 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
 def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
     """Train per the config, writing events as it goes; returns the summary figures."""
     s = setup(cfg, events, env)
-    return finish(cfg, s, run_steps(cfg, s, events, env), env, run_dir)
+    profiler = StepProfiler.for_run(cfg, env, s.device, warmup_steps(cfg.run.steps))
+    steps = run_steps(cfg, s, events, env, profiler)
+    profiled = profiler.close(s, run_dir)  # trace and breakdown, before the group is torn down
+    return {**finish(cfg, s, steps, env, run_dir), **profiled}
 
 
 def param_sum(model: torch.nn.Module) -> float:
@@ -204,11 +217,14 @@ def param_sum(model: torch.nn.Module) -> float:
         return sum(p.detach().double().sum().item() for p in model.parameters())
 
 
-def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int) -> dict:
-    """Medians and spread after warm-up (the first steps pay for allocation and lazy init)."""
+def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int,
+               profiled: set = frozenset()) -> dict:
+    """Medians and spread after warm-up (the first steps pay for allocation and lazy init), leaving
+    out profiled steps (numbered from 1): the profiler slows them."""
     skip = warmup_steps(len(step_times))
-    times = step_times[skip:] or step_times
-    wait = waits[skip:] or waits
+    kept = [i for i in range(skip, len(step_times)) if i + 1 not in profiled]
+    times = [step_times[i] for i in kept] or step_times
+    wait = [waits[i] for i in kept] or waits
     med = statistics.median(times)
     q = statistics.quantiles(times, n=10) if len(times) >= 2 else [med] * 9
     return {"step_time_ms_median": round(med * 1e3, 4), "step_time_ms_p10": round(q[0] * 1e3, 4),

@@ -11,7 +11,7 @@ import html
 import ipywidgets as widgets
 import torch
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle
 from ..hardware.lessons import precision_lesson
 from ..machine.monitor import SystemMonitor
@@ -40,10 +40,11 @@ class RunPanel(RunControl):
         self.monitor_view = MonitorView()
         self.monitor = SystemMonitor(self.monitor_view.update)
         self.history = CompareView(picker=False)
+        self._init_profile()
         self.widget = widgets.VBox([
             self.controls.widget, self.recommendation,
-            widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status,
-            self.dashboard.widget, self.monitor_view.widget,
+            widgets.HBox([self.run_button, self.stop_button, self.progress, self.profile_button]),
+            self.status, self.profile_box, self.dashboard.widget, self.monitor_view.widget,
             widgets.HTML("<b>Runs from this panel</b>"), self.history.widget],
             layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
 
@@ -66,6 +67,29 @@ class RunPanel(RunControl):
 
     def _on_update(self, s: RunSeries) -> None:
         self.progress.value = min(s.last_step, self.progress.max)
+
+    # --- "profile this config": the profiling lab under the controls, made on first use ---------
+    def _init_profile(self) -> None:
+        self.profile_lab = None
+        self.profile_box = widgets.VBox([])
+        self.profile_button = widgets.Button(description="profile this config",
+                                             tooltip="where this config's step time and memory go")
+        self.profile_button.on_click(lambda _: self.profile())
+
+    def profile(self, wait: bool = False):
+        """The "profile this config" button: profile the controls' config in a worker."""
+        from .profile import ProfileLab
+
+        try:
+            cfg = self.config()
+        except ConfigError as e:
+            self.set_status(f"cannot profile: {e}", error=True)
+            return None
+        if self.profile_lab is None:
+            self.profile_lab = ProfileLab(cfg)
+            self.profile_box.children = (self.profile_lab.widget,)
+        self.profile_lab.start(cfg)
+        return self.profile_lab.wait() if wait else self.profile_lab
 
     def close(self) -> None:
         """Stop the run, the tailer and the monitor, and close the widgets."""

@@ -1,0 +1,102 @@
+"""The breakdown as text: what `workbench profile` prints and the notebook shows under its charts."""
+from __future__ import annotations
+
+from ..train.profiling import PHASES
+from .memory import mib
+
+LABELS = {"data": "data loading", "copy": "host-to-device copy", "forward": "forward (and loss)",
+          "backward": "backward", "all_reduce": "gradient all-reduce (waiting)",
+          "optimizer": "optimizer step", "rest": "the rest"}
+
+
+def _model(cfg: dict) -> str:
+    m = cfg["model"]
+    name = m["name"]
+    if name in ("mlp", "cnn", "transformer"):
+        return f"{name} (width {m['width']}, depth {m['depth']})"
+    return name
+
+
+def header(b) -> str:
+    cfg = b.config
+    r0 = b.ranks[0]
+    steps = [s["step"] for s in r0.steps]
+    accum = cfg["optim"]["grad_accum_steps"]
+    batch = f"batch {cfg['loader']['batch_size']}" + (f" x {accum} micro-batches" if accum > 1 else "")
+    return (f"profile of {_model(cfg)}, {batch}, {cfg['precision']['dtype']}, {len(b.ranks)} rank(s) "
+            f"on {r0.device}, {r0.threads} thread(s) per process; profiled steps {steps[0]}-{steps[-1]} "
+            "(after warm-up)")
+
+
+def phase_lines(b) -> list[str]:
+    phases = b.phases_ms
+    total = sum(phases.values()) or 1.0
+    lines = []
+    for p in PHASES:
+        if p == "all_reduce" and len(b.ranks) == 1:
+            continue
+        lines.append(f"  {LABELS[p]:<32} {phases[p]:10.3f} ms  {phases[p] / total:6.1%}")
+    lines.append(f"  {'phases (medians) add up to':<32} {sum(phases.values()):10.3f} ms; each profiled "
+                 f"step's phases are within {b.sum_error():.1%} of its measured time")
+    if len(b.ranks) > 1:
+        for r in b.ranks:
+            parts = ", ".join(f"{p} {v:.1f}" for p, v in r.phases_ms.items() if v >= 0.05)
+            lines.append(f"  rank {r.rank}: step {r.step_ms:.2f} ms ({parts})")
+    return lines
+
+
+def step_line(b) -> str:
+    line = f"step {b.step_ms:.3f} ms (median of the profiled steps, the trainer's clock)"
+    plain = b.unprofiled_step_ms
+    if plain:
+        line += (f"; the run's unprofiled steps: median {plain:.3f} ms, so profiling made a step "
+                 f"{b.step_ms / plain:.2f}x as long")
+    return line
+
+
+def memory_lines(b) -> list[str]:
+    m = b.memory
+    lines = [f"  {'':<18} {'measured':>14} {'estimate':>14}"]
+    for row in m.rows:
+        lines.append(f"  {row['part']:<18} {mib(row['measured_bytes']):>14} {mib(row['estimate_bytes']):>14}")
+    if m.context_bytes:
+        lines.append(f"  (the estimate also allows {mib(m.context_bytes)} for a CUDA context on a GPU)")
+    top = list(m.per_module.items())[:6]
+    if top:
+        lines.append("  activations by module: " + ", ".join(f"{k} {mib(v)}" for k, v in top))
+    acc = m.accumulation_sentence()
+    if acc:
+        lines.append("  " + acc)
+    d = m.device
+    if "peak_allocated_bytes" in d:
+        lines.append(f"  GPU allocator: peak {mib(d['peak_allocated_bytes'])} allocated, now "
+                     f"{mib(d['allocated_bytes'])} allocated of {mib(d['reserved_bytes'])} reserved; "
+                     f"NVML: {mib(d.get('nvml_used_bytes'))} used on the device "
+                     f"{d.get('nvml_note', '(all processes)')}")
+    elif "rss_bytes" in d:
+        lines.append(f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
+                     "(everything the process holds: torch, Python, data)")
+    lines += [f"  note: {n}" for n in m.notes]
+    return lines
+
+
+def op_lines(b, top: int) -> list[str]:
+    ops = b.ranks[0].top_ops[:top]
+    if not ops:
+        return []
+    device = "device_ms_per_step" in ops[0]
+    lines = [f"  {'operator':<44} {'phase':<10} {'self ms':>9} {'calls':>6}  input shapes"]
+    for o in ops:
+        t = o["device_ms_per_step"] if device else o["self_ms_per_step"]
+        lines.append(f"  {o['name'][:44]:<44} {o['phase'][:10]:<10} {t:9.3f} {o['calls_per_step']:6g}  "
+                     f"{o['input_shapes'][:60]}")
+    return lines
+
+
+def breakdown_text(b, top: int = 10) -> str:
+    clock = "device" if b.ranks[0].device.startswith("cuda") else "self"
+    lines = [header(b), step_line(b), *phase_lines(b), b.verdict.text(), "memory:",
+             *memory_lines(b), f"top operators per step (rank 0, by {clock} time):",
+             *op_lines(b, top), f"trace: {b.ranks[0].trace} (open it in https://ui.perfetto.dev)"]
+    lines += [f"note: {n}" for n in b.notes]
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""Widgets of the profiling lab: where a config's step time and memory go, in one screen. A stacked
+bar per rank (one colour per phase), the verdict and what to try next, the top operators, the memory
+beside the chooser's estimate; buttons that measure the checkpointing trade and the optimizer
+implementations. Every measurement runs on a BackgroundJob (the profile itself in a worker).
+
+    lab = ProfileLab(cfg); lab          # shows the controls; lab.start() profiles, lab.wait()
+    lab.trade(); lab.wait()             # checkpointing on vs off: memory saved, time paid
+    lab.optimizers(); lab.wait()        # for-loop / foreach / fused optimizer steps
+"""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from ..config import RunConfig
+from ..profile.report import LABELS
+from ..profile.checkpoint import checkpoint_trade
+from ..profile.memory import PARTS, mib
+from ..profile.optimizers import IMPLS, compare_optimizers
+from ..profile.run import PROFILE_STEPS, profile
+from ..train.profiling import PHASES
+from .job import BackgroundJob, show
+
+COLORS = {"data": "#ff7f0e", "copy": "#ffbb78", "forward": "#1f77b4", "backward": "#aec7e8",
+          "all_reduce": "#d62728", "optimizer": "#2ca02c", "rest": "#7f7f7f"}
+PART_COLORS = {"parameters": "#1f77b4", "gradients": "#aec7e8", "optimizer_state": "#2ca02c",
+               "activations": "#ff7f0e"}
+
+
+def phase_bars(fig: go.FigureWidget, b) -> None:
+    """One horizontal bar per rank, stacked by phase (ms, the median over the profiled steps)."""
+    ranks = [f"rank {r.rank}" for r in b.ranks]
+    with fig.batch_update():
+        for trace, phase in zip(fig.data, PHASES):
+            trace.y = ranks
+            trace.x = [r.phases_ms[phase] for r in b.ranks]
+        fig.layout.title = (f"where a step's {b.step_ms:.1f} ms go (median of "
+                            f"{len(b.ranks[0].steps)} profiled steps): bound by {b.verdict.bound_by}")
+
+
+def memory_bars(fig: go.FigureWidget, m) -> None:
+    """Measured and estimated bytes, stacked by part (MiB)."""
+    cols = ["measured", "estimate (chooser)"] if m.estimate else ["measured"]
+    with fig.batch_update():
+        for trace, part in zip(fig.data, PARTS):
+            trace.x = cols
+            trace.y = [m.bytes[part] / 2**20] + ([m.estimate[part] / 2**20] if m.estimate else [])
+        fig.layout.title = f"training state: {mib(m.total)} measured"
+
+
+def ops_table(b, top: int = 12) -> str:
+    ops = b.ranks[0].top_ops[:top]
+    device = bool(ops) and "device_ms_per_step" in ops[0]
+    head = "".join(f"<th>{h}</th>" for h in ("operator", "phase", "device ms" if device else "self ms",
+                                              "calls", "input shapes"))
+    rows = "".join(
+        f"<tr><td>{html.escape(o['name'])}</td><td>{html.escape(o['phase'])}</td>"
+        f"<td>{o['device_ms_per_step' if device else 'self_ms_per_step']:.3f}</td>"
+        f"<td>{o['calls_per_step']:g}</td><td>{html.escape(o['input_shapes'][:80])}</td></tr>"
+        for o in ops)
+    return (f"<b>Top operators per step</b> (rank 0)<table class='wb-ops'><tr>{head}</tr>{rows}"
+            "</table>")
+
+
+def verdict_html(b) -> str:
+    lines = b.verdict.text().splitlines()
+    plain = b.unprofiled_step_ms
+    cost = (f" (unprofiled steps: {plain:.1f} ms; profiling made a step {b.step_ms / plain:.2f}x as "
+            "long)") if plain else ""
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in b.notes + b.memory.notes)
+    return (f"<h4>{html.escape(lines[0])}</h4><p>{'<br>'.join(html.escape(x) for x in lines[1:])}</p>"
+            f"<p>phases add up to each profiled step's measured time within {b.sum_error():.1%}{cost}; "
+            f"trace: <code>{html.escape(str(b.ranks[0].trace))}</code> (open in ui.perfetto.dev)</p>"
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+class ProfileLab:
+    """Profile `cfg`; `.breakdown`, `.trade_result` and `.optimizer_result` hold what was measured."""
+
+    def __init__(self, cfg: RunConfig, profile_steps: int = PROFILE_STEPS, rounds: int | None = None,
+                 steps: int | None = None, checkpoint: list[str] | None = None):
+        """`rounds` and `steps`: of the checkpointing A/B test (default: the fewest rounds that carry
+        an interval); `checkpoint`: the modules it checkpoints (default: the model's suggestion)."""
+        self.cfg, self.profile_steps, self.checkpoint = cfg, profile_steps, checkpoint
+        self.rounds, self.steps = rounds, steps
+        self.breakdown = self.trade_result = self.optimizer_result = None
+        self.status = widgets.HTML("not started")
+        self.profile_button = widgets.Button(description="Profile", button_style="primary")
+        self.trade_button = widgets.Button(description="Checkpointing trade")
+        self.optim_button = widgets.Button(description="Optimizer implementations")
+        self.profile_button.on_click(lambda _: self.start())
+        self.trade_button.on_click(lambda _: self.trade())
+        self.optim_button.on_click(lambda _: self.optimizers())
+        buttons = [self.profile_button, self.trade_button, self.optim_button]
+        self.job = BackgroundJob(self.status, buttons, "profile")
+        self.phases = go.FigureWidget(
+            [go.Bar(name=LABELS[p], orientation="h", x=[], y=[], marker_color=COLORS[p],
+                    hovertemplate=f"{LABELS[p]}: %{{x:.2f}} ms<extra></extra>") for p in PHASES],
+            layout=dict(barmode="stack", height=260, xaxis_title="ms per step", title="not profiled yet",
+                        margin=dict(t=40, b=40, l=70, r=10), legend=dict(orientation="h", y=-0.35)))
+        self.memory = go.FigureWidget(
+            [go.Bar(name=p.replace("_", " "), x=[], y=[], marker_color=PART_COLORS[p]) for p in PARTS],
+            layout=dict(barmode="stack", height=300, yaxis_title="MiB", title="memory",
+                        margin=dict(t=40, b=40, l=60, r=10)))
+        self.verdict = widgets.HTML()
+        self.ops = widgets.HTML()
+        self.results = widgets.HTML()
+        self.widget = widgets.VBox([widgets.HBox([*buttons, self.status]), self.phases, self.verdict,
+                                    widgets.HBox([self.memory, self.ops]), self.results])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+    @property
+    def error(self):
+        return self.job.error
+
+    def wait(self, timeout: float | None = None):
+        return self.job.wait(timeout)
+
+    def start(self, cfg: RunConfig | None = None) -> bool:
+        """Profile `cfg` (or the lab's config) in a worker; the charts fill in when it is done."""
+        self.cfg = cfg or self.cfg
+        return self.job.start(self._profile)
+
+    def _profile(self):
+        show(self.status, "profiling: a short run in a worker ...")
+        b = profile(self.cfg, self.profile_steps)
+        self.breakdown = b
+        phase_bars(self.phases, b)
+        memory_bars(self.memory, b.memory)
+        self.verdict.value = verdict_html(b)
+        self.ops.value = ops_table(b)
+        show(self.status, f"done: bound by {b.verdict.bound_by}")
+        return b
+
+    def trade(self) -> bool:
+        """Checkpointing on vs off: two profiles and an A/B test of the two configs."""
+        def work():
+            def progress(label, r, summary):
+                show(self.status, f"A/B round {r + 1}: {label} {summary['samples_per_s']:,.0f} samples/s")
+
+            show(self.status, "checkpointing trade: profiling with and without ...")
+            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, steps=self.steps,
+                                 on_run=progress,
+                                 baseline=self.breakdown)  # reused when it profiled this config
+            self.trade_result = t
+            self.results.value = f"<pre>{html.escape(t.text())}</pre>"
+            show(self.status, "done: checkpointing trade")
+            return t
+
+        return self.job.start(work)
+
+    def optimizers(self) -> bool:
+        """The optimizer step as for-loop, foreach and fused, interleaved in this process."""
+        def work():
+            show(self.status, "timing optimizer implementations ...")
+            c = compare_optimizers(self.cfg, IMPLS, rounds=max(10, self.rounds or 10))
+            self.optimizer_result = c
+            self.results.value = f"<pre>{html.escape(c.text())}</pre>"
+            show(self.status, "done: optimizer implementations")
+            return c
+
+        return self.job.start(work)
