@@ -73,6 +73,6 @@ def coverage_note(cov: dict, action: str) -> str:
 
 
 def columns(cov: dict) -> dict:
-    """The flat fields a table row carries (the layer lists stay in --json and `details`)."""
+    """The flat fields a table row carries; the whole report (layer lists) goes in `details`."""
     return {"coverage": cov["coverage"], "layers_touched": len(cov["layers_touched"]),
             "layers_left": len(cov["layers_left"]), "partial": cov["partial"]}

@@ -42,7 +42,8 @@ def output_error(reference: nn.Module, model: nn.Module, x: torch.Tensor) -> flo
 
 def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64), rounds: int = 15,
               warmup: int = 3, threads: int | None = 1) -> dict[str, dict]:
-    """Per model and batch size: median/p10/p90 ms and, against the first model (the reference),
+    """Per model and batch size: median/p10/p90 ms, the per-round samples (`_rounds_ms`, paired
+    round by round across models) and, against the first model (the reference),
     the paired speedup with its interval, rounds and verdict; plus `timing_threads`, `contention`
     and `busy`. `threads=1` by default: on a shared CPU multi-threaded int8 kernels wait for busy
     cores and swing by 100x; one thread gives steady ratios. None keeps torch's setting."""
@@ -57,16 +58,32 @@ def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64
     return out
 
 
+def _field(rec: dict, key: str):
+    """A record's value, None when absent or NaN (a DataFrame row of another kind of variant)."""
+    v = rec.get(key)
+    return None if v is None or (isinstance(v, float) and v != v) else v
+
+
 def speedup_label(rec: dict, batch: int) -> str:
     """'1.31x [1.18, 1.44] over 15 rounds: faster' for one batch size of a latencies record."""
     key = f"speedup_b{batch}"
-    if rec.get(key) is None:
+    ratio, rounds = _field(rec, key), _field(rec, f"{key}_rounds")
+    if ratio is None:
         return "not measured"
-    if rec.get(f"{key}_rounds") is None:
-        return f"{rec[key]:.2f}x (the reference)"
-    low, high = rec.get(f"{key}_low"), rec.get(f"{key}_high")
+    if rounds is None:
+        return f"{ratio:.2f}x (the reference)"
+    low, high = _field(rec, f"{key}_low"), _field(rec, f"{key}_high")
     interval = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
-    return f"{rec[key]:.2f}x{interval} over {rec[f'{key}_rounds']} rounds: {rec[f'{key}_verdict']}"
+    return f"{ratio:.2f}x{interval} over {int(rounds)} rounds: {rec[f'{key}_verdict']}"
+
+
+def speedup_short(rec: dict, batch: int) -> str:
+    """'1.31x [1.18, 1.44], 15 rounds': a chart label's form of `speedup_label`."""
+    key = f"speedup_b{batch}"
+    ratio, low = _field(rec, key), _field(rec, f"{key}_low")
+    if ratio is None or low is None:
+        return f"{ratio:.2f}x" if ratio is not None else ""
+    return f"{ratio:.2f}x [{low:.2f}, {rec[f'{key}_high']:.2f}], {int(rec[f'{key}_rounds'])} rounds"
 
 
 def busy_note(rec: dict) -> str:
@@ -97,7 +114,8 @@ def _time_all(models, subject, batch_sizes, rounds, warmup, out) -> None:
             for i, (name, t) in enumerate(times.items()):
                 out[name].update({f"latency_b{batch}_ms": t.median_ms,
                                   f"latency_b{batch}_p10_ms": t.p10_ms,
-                                  f"latency_b{batch}_p90_ms": t.p90_ms})
+                                  f"latency_b{batch}_p90_ms": t.p90_ms,
+                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in t.samples_ms]})
                 if i == 0:
                     out[name][f"speedup_b{batch}"] = 1.0
                 else:  # round by round against the reference: drift hits both alike

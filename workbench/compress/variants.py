@@ -137,7 +137,7 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
                    model_sparsity=counts.get("model_sparsity"), size_bytes=size,
                    size_ratio=round(dense_size / size, 3))
         if cov:
-            row.update(columns(cov), details={k: cov[k] for k in ("layers_touched", "layers_left")})
+            row.update(columns(cov), details=cov)
         row.update(times[name])
         row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0), cov))
         table.append(row)
