@@ -83,6 +83,13 @@ def shared_groups(targets) -> list[list[tuple[str, nn.Module, str]]]:
     return list(groups.values())
 
 
+def holders(model: nn.Module, tensor: torch.Tensor) -> list[tuple[str, nn.Module, str]]:
+    """(name, module, parameter name) of every module holding `tensor`: a tied embedding and
+    head both hold one."""
+    return [(n, m, p.removesuffix("_orig")) for n, m in model.named_modules()
+            for p, v in m._parameters.items() if v is tensor]
+
+
 def unique_params(model: nn.Module) -> dict[int, tuple[str, torch.Tensor]]:
     """id -> (name, tensor) of every parameter, a tied one once (pruning's *_orig counted as the
     weight it stands for)."""

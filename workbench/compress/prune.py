@@ -22,8 +22,8 @@ from torch.nn.utils import prune as tprune
 
 from ..config import ConfigError
 from .coverage import coverage
-from .layers import (conv1d_to_linear, model_weights, parameterized_layers, shared_groups, tensor_of,
-                     weight_targets)
+from .layers import (conv1d_to_linear, holders, model_weights, parameterized_layers, shared_groups,
+                     tensor_of, weight_targets)
 
 METHODS = ("magnitude", "random")
 SCOPES = ("layer", "global")
@@ -123,9 +123,10 @@ def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: s
                 tprune.l1_unstructured(m, p, amount=amount)
             else:
                 tprune.random_unstructured(m, p, amount=amount)
-    for (_, first, p), *partners in groups:  # the same mask on every holder of a shared weight
-        for _, m, q in partners:
-            tprune.custom_from_mask(m, q, getattr(first, f"{p}_mask"))
+    for name, first, p in found:  # the same mask on every holder of a shared weight
+        for other, m, q in holders(model, tensor_of(first, p)):
+            if other != name:
+                tprune.custom_from_mask(m, q, getattr(first, f"{p}_mask"))
     refresh_masks(model)
     return model
 

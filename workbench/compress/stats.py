@@ -80,10 +80,12 @@ def speedup_label(rec: dict, batch: int) -> str:
 def speedup_short(rec: dict, batch: int) -> str:
     """'1.31x [1.18, 1.44], 15 rounds': a chart label's form of `speedup_label`."""
     key = f"speedup_b{batch}"
-    ratio, low = _field(rec, key), _field(rec, f"{key}_low")
-    if ratio is None or low is None:
+    ratio, low, rounds = _field(rec, key), _field(rec, f"{key}_low"), _field(rec, f"{key}_rounds")
+    if ratio is None or rounds is None:
         return f"{ratio:.2f}x" if ratio is not None else ""
-    return f"{ratio:.2f}x [{low:.2f}, {rec[f'{key}_high']:.2f}], {int(rec[f'{key}_rounds'])} rounds"
+    if low is None:
+        return f"{ratio:.2f}x, {int(rounds)} rounds (too few for an interval)"
+    return f"{ratio:.2f}x [{low:.2f}, {rec[f'{key}_high']:.2f}], {int(rounds)} rounds"
 
 
 def busy_note(rec: dict) -> str:
