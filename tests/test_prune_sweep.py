@@ -3,6 +3,7 @@ and the published check (pruning with a short fine-tune keeps accuracy near dens
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,6 +133,23 @@ def test_cli_prune_and_quant_json(capsys):
     out = json.loads(capsys.readouterr().out)
     r = out["results"][0]
     assert r["converted"] == 3 and r["backend"] == "torch.ao" and r["size_ratio"] > 1
+
+
+def test_cli_prunes_your_model_on_your_dataset_and_says_when_accuracy_means_nothing(capsys):
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    assert cli_main(["prune", "--json", "--model", f"{examples}/resnet.py:build", "--data", "dataset",
+                     "--data-factory", f"{examples}/strokes.py:build", "--set", 'model.kwargs={"width": 4}',
+                     "--set", 'data.kwargs={"size": 200}', "--amounts", "0,0.5", "--rounds", "6",
+                     "--batch-sizes", "1,8", "--train-epochs", "1", "--method", "structured"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = out["records"][1]
+    assert out["trained"] and out["accuracy_note"] is None and r["coverage"] == 1.0
+    assert r["details"]["layers_touched"] and r["speedup_b8_rounds"] == 6
+    assert cli_main(["quant", "--json", "--width", "32", "--method", "dynamic_int8", "--rounds", "6",
+                     "--batch-sizes", "1,8", "--train-epochs", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "accuracy is not meaningful" in out["accuracy_note"] and not out["trained"]
+    assert out["results"][0]["coverage"] > 0.95 and out["results"][0]["speedup_b8_low"] is not None
 
 
 @pytest.mark.parametrize("argv, message", [
