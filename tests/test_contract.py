@@ -160,3 +160,19 @@ def test_a_run_read_back_from_its_events_keeps_the_diverged_status(tmp_path):
         '{"event": "step", "rank": 0, "step": 1, "loss": NaN}\n'
         '{"event": "done", "rank": 0, "status": "diverged"}\n')
     assert read_summary(tmp_path)["status"] == "diverged"
+
+
+@pytest.mark.slow
+def test_a_real_run_whose_loss_goes_nan_is_diverged_everywhere(one_thread, runs_root, capsys):
+    from workbench.cli import main as cli_main
+    from workbench.runstore import compare
+
+    code = cli_main(["run", "--preset", "smoke", "--lr", "1e12", "--steps", "12", "--json"])
+    assert code == 3  # diverged: every step ran, the loss did not survive
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "diverged" and out["final_loss"] is None
+    assert "became nan" in out["message"]
+    run_dir = Path(out["run_dir"])
+    json.loads((run_dir / "summary.json").read_text(),
+               parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    assert compare([run_dir])["status"].tolist() == ["diverged"]
