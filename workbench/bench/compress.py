@@ -3,7 +3,7 @@
 95 % interval and the verdict, and the share of the model's weights each variant touched.
 
     python -m workbench.bench compress          # or: make bench
-    python -m workbench.bench compress --rounds 30 --only gpt2,resnet
+    python -m workbench.bench.compress --rounds 30 --only gpt2,resnet
 
 - the 3x1024 MLP: structured 50 % (neurons removed) and dynamic int8 (torch.ao), goal >= 2x at
   batch 64 each; masked 50 % (zeros in dense weights; the mask hooks still on) about 1x
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
@@ -95,7 +96,8 @@ def report(title: str, subject: Subject, variants: dict, cov: dict, batches, rou
     failures = []
     for name, model in variants.items():
         t = times[name]
-        share = f"{columns(cov[name])['coverage']:.0%}" if name in cov else ""
+        frac = columns(cov[name])["coverage"] if name in cov else None
+        share = "" if frac is None else f"{frac:.1%}" if frac < 0.1 else f"{frac:.0%}"
         cells = "  ".join(f"{speedup_label(t, b):44s}" for b in batches)
         print(f"{name:30s} {state_size_bytes(model) / 1e6:8.2f} {share:>8s}  {cells}")
         goal = GOALS.get(name) if title.startswith("MLP") else None
@@ -133,3 +135,7 @@ def main(argv=None) -> int:
     for f in failures:
         print(f"MISSED GOAL: {f} (a busy machine can cause this; rerun before concluding)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
