@@ -25,8 +25,8 @@ from ..machine.contention import busy_sentence
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT
 
-COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_vs_baseline", "gain_label",
-           "coverage", "size_mib", "accuracy", "latency_ms", "reason"]
+COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_low", "gain_high",
+           "gain_vs_baseline", "rounds", "coverage", "size_mib", "accuracy", "latency_ms", "reason"]
 
 
 def _variants(model, amount: float, method: str, example) -> tuple[dict, list, dict]:
@@ -75,12 +75,13 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
                "coverage": cov["coverage"] if cov else None,
                "reason": coverage_note(cov, "touched") if cov else busy_sentence(t["contention"])}
         if base is None:
-            row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0, gain_label="")
+            row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
             base = sps
         else:  # paired round by round with the step before: the one verdict on its interval
             gain = paired_ratio(prev_rounds, per_round, min_effect)
-            row.update(gain_vs_prev=round(gain.ratio, 3), gain_vs_baseline=round(sps / base, 3),
-                       gain_label=gain.label(), status=partial_verdict(gain.verdict, cov))
+            row.update(gain_vs_prev=round(gain.ratio, 3), gain_low=gain.low, gain_high=gain.high,
+                       rounds=gain.rounds, gain_vs_baseline=round(sps / base, 3),
+                       status=partial_verdict(gain.verdict, cov))
         prev, prev_rounds = sps, per_round
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)

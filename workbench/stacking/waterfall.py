@@ -30,9 +30,7 @@ def waterfall_records(df) -> dict:
         else:
             measure.append("relative")
             y.append(sps - prev)
-            label = row.get("gain_label")  # the paired interval, where the study measured one
-            text.append(label if isinstance(label, str) and label else
-                        f"x{row['gain_vs_prev']:.2f} ({row['status']})")
+            text.append(f"x{row['gain_vs_prev']:.2f} ({row['status']})")
         if sps is not None:
             prev = sps
     done = [r for r in df.to_dict("records") if number(r["samples_per_s"]) is not None]
