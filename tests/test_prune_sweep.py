@@ -3,6 +3,7 @@ and the published check (pruning with a short fine-tune keeps accuracy near dens
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +13,10 @@ from workbench.config import ConfigError, RunConfig
 from workbench.compress.subject import Subject
 from workbench.compress.sweep import SweepConfig, finetune, run_sweep
 from workbench.compress.reasons import judge as verdict
+from workbench.measure.compare import paired_ratio
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
-FAST = dict(batch_sizes=(1, 32), rounds=3)
+FAST = dict(batch_sizes=(1, 32), rounds=6)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -31,16 +33,37 @@ def test_sweep_config_errors(kwargs, match):
         SweepConfig(**kwargs)
 
 
-def test_verdicts_follow_the_measurement():
-    assert verdict("unstructured", {"speedup_b1": 1.0, "speedup_b64": 1.01}, 0.7)["verdict"] == "within noise"
-    v = verdict("masked", {"speedup_b1": 0.5, "speedup_b64": 0.6})
+def timed(**ratios) -> dict:
+    """A latencies record from synthetic paired rounds: batch -> (speedup, spread per round)."""
+    rec = {}
+    for key, (ratio, spread) in ratios.items():
+        dense = [10.0 + 0.1 * i for i in range(15)]
+        variant = [d / ratio * (1 + spread * ((-1) ** i) * (i % 5) / 4) for i, d in enumerate(dense)]
+        rec.update(paired_ratio(dense, variant).as_dict(f"speedup_{key}"))
+    return rec
+
+
+def test_verdicts_follow_the_interval_not_the_median():
+    assert verdict("unstructured", timed(b1=(1.0, 0.02), b64=(1.01, 0.02)), 0.7)["verdict"] == \
+        "within noise"
+    v = verdict("masked", timed(b1=(0.5, 0.02), b64=(0.6, 0.02)))
     assert v["verdict"] == "slower" and "hook" in v["why"]
-    v = verdict("structured", {"speedup_b1": 1.3, "speedup_b64": 2.5})
-    assert v["verdict"] == "faster" and "2.50x at batch 64" in v["why"]
-    v = verdict("dynamic_int8", {"speedup_b1": 0.5, "speedup_b64": 1.5})
+    v = verdict("structured", timed(b1=(1.3, 0.02), b64=(2.5, 0.02)))
+    assert v["verdict"] == "faster" and "2.50x [" in v["why"] and "over 15 rounds" in v["why"]
+    # a median of 1.4x whose rounds swing from 0.7x to 2.8x is not a speedup
+    assert verdict("structured", timed(b64=(1.4, 0.8)))["verdict"] == "within noise"
+    v = verdict("dynamic_int8", timed(b1=(0.5, 0.02), b64=(1.5, 0.02)))
     assert "memory-bound" in v["why"] and "slower at batch 1" in v["why"]
-    assert verdict("sparse_csr", {"speedup_b64": 0.8}, 0.5)["why"].endswith(
-        "at 50% their index overhead outweighs the skipped zeros")
+    assert "at 50% their index overhead outweighs the skipped zeros" in verdict(
+        "sparse_csr", timed(b64=(0.8, 0.02)), 0.5)["why"]
+
+
+def test_a_result_touching_under_half_the_weights_says_so():
+    cov = {"coverage": 0.015, "partial": True, "layers_touched": ["lm_head"], "layers_left": [],
+           "touched_weights": 1664, "model_weights": 109952}
+    v = verdict("unstructured", timed(b64=(1.0, 0.02)), 0.9, cov)
+    assert v["verdict"] == "within noise, partial: 1.5% of the weights"
+    assert "partial: pruned 1 layer holding 1.5% of the model's weights (1,664 of 109,952)" in v["why"]
 
 
 def test_magnitude_sweep_records(tmp_path):
@@ -49,6 +72,10 @@ def test_magnitude_sweep_records(tmp_path):
     assert list(df["amount"]) == [0.0, 0.5, 0.9]
     assert df["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.9], abs=0.01)
     assert df["verdict"].iloc[0] == "reference" and "noise floor" in df["why"].iloc[0]
+    assert "over 6 rounds" in df["why"].iloc[0]  # the floor is itself an interval
+    assert df["coverage"].iloc[1] > 0.95 and df["timing_threads"].iloc[1] == 1
+    assert df["model_sparsity"].iloc[1] == pytest.approx(0.5 * df["coverage"].iloc[1], abs=0.01)
+    assert {"speedup_b32_low", "speedup_b32_high", "speedup_b32_rounds"} <= set(df.columns)
     for col in ["accuracy", "accuracy_finetuned", "latency_b1_ms", "latency_b32_p90_ms",
                 "speedup_b32", "nonzero_weights", "size_bytes", "verdict", "why"]:
         assert df[col].notna().all(), col
@@ -108,10 +135,29 @@ def test_cli_prune_and_quant_json(capsys):
     assert r["converted"] == 3 and r["backend"] == "torch.ao" and r["size_ratio"] > 1
 
 
+def test_cli_prunes_your_model_on_your_dataset_and_says_when_accuracy_means_nothing(capsys):
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    assert cli_main(["prune", "--json", "--model", f"{examples}/resnet.py:build", "--data", "dataset",
+                     "--data-factory", f"{examples}/strokes.py:build", "--set", 'model.kwargs={"width": 4}',
+                     "--set", 'data.kwargs={"size": 200}', "--amounts", "0,0.5", "--rounds", "6",
+                     "--batch-sizes", "1,8", "--train-epochs", "1", "--method", "structured"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = out["records"][1]
+    assert out["trained"] and out["accuracy_note"] is None and r["coverage"] == 1.0
+    assert r["details"]["layers_touched"] and r["speedup_b8_rounds"] == 6
+    assert cli_main(["quant", "--json", "--width", "32", "--method", "dynamic_int8", "--rounds", "6",
+                     "--batch-sizes", "1,8", "--train-epochs", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "accuracy is not meaningful" in out["accuracy_note"] and not out["trained"]
+    assert out["results"][0]["coverage"] > 0.95 and out["results"][0]["speedup_b8_low"] is not None
+
+
 @pytest.mark.parametrize("argv, message", [
     (["prune", "--amounts", "0,2"], "sweep.amounts entries must be fractions"),
     (["prune", "--amounts", "a,b"], "--amounts must be comma-separated float"),
-    (["prune", "--method", "structured", "--model", "transformer", "--data", "text"], "has its own forward"),
+    (["prune", "--model", "mine.py:build"], "is your own model, which does not say what data it "
+                                            "takes: add --data (digits"),
+    (["prune", "--data", "dataset"], "--data dataset needs --data-factory FILE:build"),
     (["quant", "--method", "semi_structured_2_4"], "this is a CPU"),
     (["quant", "--method", "fp4"], "--method must be one of"),
 ])

@@ -12,11 +12,14 @@ def test_lab_sweeps_compares_and_draws():
     lab.points.value, lab.max_amount.value, lab.method.value = 3, 0.9, "structured"
     assert lab.sweep_config().amounts == [0.0, 0.45, 0.9]
     lab.sweep(wait=True)
-    assert lab.status.value == "sweep done (structured)" and lab.progress.value == 3
+    assert lab.status.value.startswith("sweep done (structured)") and lab.progress.value == 3
+    assert "reaches 100% of the weights" in lab.acc_fig.layout.title.text
     assert len(lab.acc_fig.data) == 1 and len(lab.lat_fig.data) == 4
     assert list(lab.lat_fig.data[0].x) == [0.0, 0.45, 0.9]
     lab.compare(wait=True)
     assert len(lab.pareto_fig.data) == 2 and "verdict" in lab.table.value
+    assert "coverage" in lab.table.value and "rounds:" in lab.table.value  # speedups with intervals
+    assert any("rounds" in t for t in lab.pareto_fig.data[1].text)
     assert not lab.sweep_button.disabled
     check_variants_table(lab.variants)
 
@@ -34,14 +37,21 @@ def check_variants_table(df):
     assert pareto_front(measured, "latency_b16_ms")
 
 
+RESHAPES_BY_ATTRIBUTE = (
+    "from torch import nn\nclass R(nn.Module):\n    def __init__(self):\n"
+    "        super().__init__(); self.width = 32\n"
+    "        self.a = nn.Linear(64, 32); self.b = nn.Linear(32, 10)\n"
+    "    def forward(self, x):\n"
+    "        h = self.a(x.flatten(1)).relu()\n"
+    "        return self.b(h.reshape(x.shape[0], self.width))  # a width the trace cannot see\n"
+    "def build():\n    return R()\n")
+
+
 def test_lab_reports_a_refused_model_in_its_status_line(tmp_path):
-    (tmp_path / "res.py").write_text(
-        "from torch import nn\nclass R(nn.Module):\n    def __init__(self):\n"
-        "        super().__init__(); self.a = nn.Linear(64, 10)\n"
-        "    def forward(self, x):\n        return self.a(x.flatten(1))\n"
-        "def build():\n    return R()\n")
+    (tmp_path / "res.py").write_text(RESHAPES_BY_ATTRIBUTE)
     cfg = RunConfig.smoke().replace(**{"model.name": f"{tmp_path}/res.py:build"})
     lab = CompressLab(Subject.from_config(cfg), big_batch=8, rounds=3)
     lab.method.value = "structured"
     lab.sweep(wait=True)
-    assert lab.status.value.startswith("error: structured pruning rebuilds nn.Sequential chains")
+    assert lab.status.value.startswith("error: structured pruning of R: the pruned model no "
+                                       "longer runs")

@@ -12,6 +12,8 @@ from workbench.runstore import create_run_dir
 from workbench.stacking.waterfall import waterfall_records
 from workbench.stacking.inference import inference_study
 
+from test_prune_ui import RESHAPES_BY_ATTRIBUTE
+
 
 def saved_run(cfg: RunConfig):
     """A run folder holding a config and weights (freshly initialised: timing does not need training)."""
@@ -26,6 +28,7 @@ def test_mlp_is_pruned_then_quantized():
     assert list(df["step"]) == ["trained model (fp32)", "+ structured pruning 50%", "+ dynamic int8"]
     assert df["status"][0] == "baseline"
     assert set(df["status"][1:]) <= {"faster", "slower", "within noise"}
+    assert df["rounds"][1] == 3 and df["coverage"][1] == 1.0  # paired rounds, and all of it
     assert (df["samples_per_s"] > 0).all() and df["size_mib"][2] < df["size_mib"][1] < df["size_mib"][0]
     assert df["gain_vs_baseline"][2] == pytest.approx(df["samples_per_s"][2] / df["samples_per_s"][0],
                                                       rel=1e-2)
@@ -33,15 +36,10 @@ def test_mlp_is_pruned_then_quantized():
 
 
 def test_a_model_structured_pruning_cannot_rebuild_is_skipped(tmp_path, monkeypatch):
-    (tmp_path / "custom.py").write_text(
-        "import torch\nclass Net(torch.nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        self.a = torch.nn.Linear(64, 32)\n        self.b = torch.nn.Linear(32, 10)\n"
-        "    def forward(self, x):\n        return self.b(torch.relu(self.a(x.flatten(1))))\n"
-        "def build():\n    return Net()\n")
+    (tmp_path / "custom.py").write_text(RESHAPES_BY_ATTRIBUTE)
     monkeypatch.chdir(tmp_path)
     cfg = RunConfig.smoke().replace(**{"model.name": "custom.py:build"})
     df = inference_study(saved_run(cfg), rounds=3)
     assert list(df["status"][:2]) == ["baseline", "skipped"]
-    assert "structured pruning rebuilds nn.Sequential" in df["reason"][1]
+    assert "the pruned model no longer runs" in df["reason"][1]
     assert df["status"][2] != "skipped" and df["samples_per_s"][2] > 0  # int8 of the unpruned model

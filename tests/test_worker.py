@@ -62,7 +62,10 @@ def test_a_failing_model_ends_with_an_error_record_and_traceback(tmp_path):
     cfg = RunConfig.smoke().replace(**{"model.name": f"{model_file}:build"})
     result = run(cfg, timeout_s=120)
     assert result["status"] == "failed" and result["returncode"] != 0
-    assert result["error_type"] == "ValueError" and "shape trouble" in result["message"]
+    # The contract check on one batch meets it first and says where: not "at step 1".
+    assert result["error_type"] == "ContractError"
+    assert "while checking the model on one batch" in result["message"]
+    assert "ValueError: shape trouble" in result["message"] and "(2, 1, 8, 8) float32" in result["message"]
     last = read_events(result["run_dir"])[-1]
     assert last["event"] == "error" and "shape trouble in forward" in last["traceback"]
     assert "shape trouble" in (tmp_path.parent / result["run_dir"] / "rank0.traceback.txt").read_text()

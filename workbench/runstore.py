@@ -6,6 +6,7 @@ Everything here reads from disk, so runs can be listed and compared after a kern
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -50,9 +51,21 @@ def create_run_dir(cfg: RunConfig, root: str | Path | None = None) -> Path:
     return path
 
 
+def json_safe(value):
+    """`value` with NaN and infinities as None: json.dumps would write them as NaN/Infinity,
+    which is not JSON (a diverged run's final loss is NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False))
     tmp.replace(path)
 
 
@@ -69,7 +82,7 @@ def read_summary(run_dir: str | Path) -> dict:
     status = "running"
     if ends:
         last = ends[-1]
-        status = "completed" if last["event"] == "done" else last.get("status", "failed")
+        status = last.get("status", "completed" if last["event"] == "done" else "failed")
     elif not records:
         status = "empty"
     return {"status": status, "steps": steps[-1]["step"] if steps else 0,

@@ -1,15 +1,18 @@
-"""`workbench quant`: int8 quantization of Linear layers with measured latency, size, accuracy and
-output error against the float model, how many modules were converted, and a verdict.
+"""`workbench quant`: int8 quantization of Linear layers (and Hugging Face Conv1D) with measured
+latency, size, accuracy and output error against the float model, its coverage (which layers were
+converted, which stayed float and why, the share of the weights that became int8), and a verdict
+from the paired speedup's interval.
 
     workbench quant --json --width 1024 --train-epochs 5
     workbench quant --method weight_only_int8 --backend torchao --run-dir runs/..._mlp-fp32
+    workbench quant --model examples/gpt2.py:build --data text --method dynamic_int8
 """
 from __future__ import annotations
 
 import json
 
 from ..config import ConfigError
-from .prune import add_subject_args, parse_list, subject_from_args
+from .prune import accuracy_note, add_subject_args, parse_list, subject_from_args, timing_header
 
 CHOICES = ("all", "dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 
@@ -28,6 +31,7 @@ def add_parser(sub):
 def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int) -> dict:
     from ..compress.quantize import quantize, unsupported_reason
     from ..compress.reasons import judge
+    from ..compress.coverage import columns
     from ..compress.stats import latencies, output_error, state_size_bytes
 
     dense = subject.model.to(device)
@@ -46,10 +50,14 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
                      **times["float"]}, "results": [], "skipped": skipped}
     for method, info in rows.items():
         size = state_size_bytes(models[method])
-        out["results"].append({**info, "accuracy": subject.evaluate(models[method]),
+        cov = info["coverage"]
+        fields = {k: v for k, v in info.items() if k != "coverage"}
+        out["results"].append({**fields, **columns(cov), "details": cov,
+                               "accuracy": subject.evaluate(models[method]),
                                "output_error": output_error(dense, models[method], x),
                                "size_bytes": size, "size_ratio": round(float_size / size, 3),
-                               **times[method], **judge(method, times[method])})
+                               **times[method], **judge(method, times[method],
+                                                        coverage=cov)})
     return out
 
 
@@ -64,18 +72,26 @@ def main(args) -> int:
         raise ConfigError(f"--batch-sizes must be integers >= 1, got {args.batch_sizes!r}")
     subject = subject_from_args(args)
     report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds)
-    report.update(model=subject.name, torch=torch.__version__, timing_threads=1)
+    note = accuracy_note(subject)
+    report.update(model=subject.name, torch=torch.__version__,
+                  timing_threads=report["float"]["timing_threads"], trained=subject.trained,
+                  accuracy_note=note or None)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
+    from ..compress.stats import speedup_label
+
     f = report["float"]
     print(f"float: accuracy {f['accuracy']}, {f['size_bytes'] / 1e6:.2f} MB")
+    print(timing_header(report["results"]))
     for r in report["results"]:
-        print(f"{r['method']} ({r['backend']}, {r['converted']}/{r['linear_layers']} Linear "
-              f"converted): accuracy {r['accuracy']}, {r['size_ratio']}x smaller, "
-              f"{r['verdict']}: {r['why']}")
-        for note in r["notes"]:
-            print(f"  note: {note}")
+        speed = "; ".join(f"b{b} {speedup_label(r, b)}" for b in batch_sizes)
+        print(f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']}x "
+              f"smaller; {speed}\n  {r['verdict']}: {r['why']}")
+        for n in r["notes"]:
+            print(f"  note: {n}")
     for s in report["skipped"]:
         print(f"{s['method']}: skipped: {s['why']}")
+    if note:
+        print(note)
     return 0

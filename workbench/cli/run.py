@@ -3,7 +3,8 @@
     workbench run --precision bf16 --json
     workbench run --nproc 2 --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29400   # on each node
 
-Ctrl-C stops every rank (the run is marked stopped, its events kept) and exits 130.
+Ctrl-C stops every rank (the run is marked stopped, its events kept) and exits 130. A failed run
+exits 1; a diverged one (every step ran, the loss ended NaN or infinite) exits 3.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import sys
 
 from ..config import ConfigError, RunConfig
+
+EXIT_DIVERGED = 3
 
 FLAGS = {  # flag -> dotted config field
     "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
@@ -92,6 +95,10 @@ def main(args) -> int:
         print(format_summary(result))
     if result.get("traceback"):
         print(result["traceback"].rstrip(), file=sys.stderr)
+    if status == "diverged":  # every step ran, but the loss is NaN or infinite
+        print(f"workbench run: diverged: {result.get('message')} (see {result['run_dir']})",
+              file=sys.stderr)
+        return EXIT_DIVERGED
     if status != "completed":
         reason = result.get("message") or f"worker exited with code {result.get('returncode')}"
         print(f"workbench run: {status}: {result.get('error_type', '')}: {reason} "

@@ -4,7 +4,9 @@ shares, and the "make it real" step that removes the masks.
     from workbench.compress.prune import magnitude_prune, make_real, sparsity
     magnitude_prune(model, 0.7, scope="global"); make_real(model); print(sparsity(model))
 
-Masks alone never make a model faster: the weight is still a dense tensor (now with zeros) and a
+Every matmul weight is a target (Linear, convolutions, Hugging Face's Conv1D, attention's fused
+in_proj_weight); a weight tied between layers (an embedding and its output head) is pruned once
+and stays tied. Masks alone never make a model faster: the weight is still a dense tensor (now with zeros) and a
 forward pre-hook recomputes `weight = weight_orig * mask` on every call. `make_real` drops the
 hooks; `to_sparse` stores Linear weights as CSR, which pays off only at high sparsity.
 """
@@ -19,8 +21,10 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from ..config import ConfigError
+from .coverage import coverage
+from .layers import (conv1d_to_linear, holders, model_weights, parameterized_layers, shared_groups,
+                     tensor_of, weight_targets)
 
-PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 METHODS = ("magnitude", "random")
 SCOPES = ("layer", "global")
 
@@ -62,31 +66,31 @@ def check_amount(amount, n_units: int, field: str = "amount", unit: str = "param
 
 
 def prunable_layers(model: nn.Module, names: Iterable[str] | None = None, param: str = "weight"
-                    ) -> list[tuple[str, nn.Module]]:
-    """(name, module) of the layers to prune: every Linear/Conv, or those named. Unknown names and
-    a model without any such layer are errors that list what exists."""
+                    ) -> list[tuple[str, nn.Module, str]]:
+    """(name, module, parameter name) of the weights to prune: every matmul weight (Linear,
+    convolutions, Hugging Face's Conv1D, attention's fused in_proj_weight), or those of the
+    layers named. Unknown names and a model without any are errors that list what exists."""
     modules = dict(model.named_modules())
     if names is None:
-        found = [(n, m) for n, m in modules.items() if isinstance(m, PRUNABLE)]
+        found = weight_targets(model)
         if not found:
-            raise ConfigError(f"model {type(model).__name__} has no prunable layer (Linear or Conv); "
-                              "nothing to prune")
-    else:
-        names = [names] if isinstance(names, str) else list(names)
-        if not names:
-            raise ConfigError("layers must name at least one module, got an empty list")
-        found = []
-        for n in names:
-            if n not in modules:
-                have = [k for k, m in modules.items() if isinstance(m, PRUNABLE)]
-                raise ConfigError(f"layers: no module named {n!r} in {type(model).__name__}; "
-                                  f"prunable modules: {', '.join(have) or 'none'}")
-            found.append((n, modules[n]))
-    for n, m in found:
-        has = param in m._parameters or f"{param}_orig" in m._parameters
-        if not has:
+            raise ConfigError(f"model {type(model).__name__} has no prunable layer (Linear, Conv or "
+                              "Hugging Face Conv1D); nothing to prune")
+        return found
+    names = [names] if isinstance(names, str) else list(names)
+    if not names:
+        raise ConfigError("layers must name at least one module, got an empty list")
+    found = []
+    for n in names:
+        if n not in modules:
+            have = [k for k, _, _ in weight_targets(model)]
+            raise ConfigError(f"layers: no module named {n!r} in {type(model).__name__}; "
+                              f"prunable modules: {', '.join(have) or 'none'}")
+        m = modules[n]
+        if tensor_of(m, param) is None:
             raise ConfigError(f"param: module {n!r} ({type(m).__name__}) has no parameter "
                               f"{param!r}; it has: {', '.join(m._parameters) or 'none'}")
+        found.append((n, m, param))
     return found
 
 
@@ -96,30 +100,59 @@ def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: s
     """Mask the smallest-|w| (or random, a control) weights, per layer or globally, in place.
 
     `amount`: fraction in [0, 1] or a whole count of weights (per layer for scope="layer", over
-    all chosen layers for scope="global")."""
+    all chosen layers for scope="global"). A weight shared by several layers (a tied embedding
+    and head) is pruned once, and every layer holding it applies the same mask."""
     check_not_quantized(model, "prune")
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if scope not in SCOPES:
         raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-    found = prunable_layers(model, layers, param)
-    sizes = [getattr(m, param).numel() for _, m in found]
+    groups = shared_groups(prunable_layers(model, layers, param))
+    found = [g[0] for g in groups]
+    sizes = [tensor_of(m, p).numel() for _, m, p in found]
     torch.manual_seed(seed)
     if scope == "global":
         frac = check_amount(amount, sum(sizes))
         count = amount if isinstance(amount, int) else round(frac * sum(sizes))
         method_cls = tprune.L1Unstructured if method == "magnitude" else tprune.RandomUnstructured
-        tprune.global_unstructured([(m, param) for _, m in found], method_cls, amount=int(count))
-        refresh_masks(model)
-        return model
-    check_amount(amount, min(sizes), unit="parameters in the smallest chosen layer")
-    for _, m in found:
-        if method == "magnitude":
-            tprune.l1_unstructured(m, param, amount=amount)
-        else:
-            tprune.random_unstructured(m, param, amount=amount)
+        tprune.global_unstructured([(m, p) for _, m, p in found], method_cls, amount=int(count))
+    else:
+        check_amount(amount, min(sizes), unit="parameters in the smallest chosen layer")
+        for _, m, p in found:
+            if method == "magnitude":
+                tprune.l1_unstructured(m, p, amount=amount)
+            else:
+                tprune.random_unstructured(m, p, amount=amount)
+    for name, first, p in found:  # the same mask on every holder of a shared weight
+        for other, m, q in holders(model, tensor_of(first, p)):
+            if other != name:
+                tprune.custom_from_mask(m, q, getattr(first, f"{p}_mask"))
     refresh_masks(model)
     return model
+
+
+def pruning_coverage(model: nn.Module, layers: Iterable[str] | None = None,
+                     param: str = "weight") -> dict:
+    """What `magnitude_prune(model, ..., layers=layers)` touches: the weights it masks, a shared
+    weight once (a tied embedding is pruned with its head), and every layer it leaves, with why."""
+    touched = {}
+    for (name, m, p), *_ in shared_groups(prunable_layers(model, layers, param)):
+        touched[name] = tensor_of(m, p).numel()
+    held = {id(tensor_of(model.get_submodule(n), p)) for n, _, p in prunable_layers(model, layers, param)}
+    for name, m, own in parameterized_layers(model):
+        if name not in touched and any(id(tensor_of(m, q)) in held for q in own):
+            touched[name] = 0  # holds a pruned weight: pruned with it, counted there
+    return coverage(model, touched)
+
+
+def pruned_targets(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """(name, module, parameter name) of every weight that carries a pruning mask now."""
+    out = []
+    for name, m in model.named_modules():
+        for hook in m._forward_pre_hooks.values():
+            if isinstance(hook, tprune.BasePruningMethod):
+                out.append((name, m, hook._tensor_name))
+    return out
 
 
 @torch.no_grad()
@@ -144,29 +177,37 @@ def has_masks(model: nn.Module) -> bool:
 
 def make_real(model: nn.Module) -> nn.Module:
     """Remove every pruning mask and hook, in place: the zeros become plain weights."""
-    removed = 0
-    for m in model.modules():
-        for hook in list(m._forward_pre_hooks.values()):
-            if isinstance(hook, tprune.BasePruningMethod):
-                tprune.remove(m, hook._tensor_name)
-                removed += 1
-    if not removed:
+    groups = shared_groups(pruned_targets(model))
+    if not groups:
         raise ConfigError("make_real: the model carries no pruning masks; prune it first")
+    for group in groups:
+        for _, m, p in group:
+            tprune.remove(m, p)
+        _, first, p = group[0]
+        for _, m, q in group[1:]:  # removing gave each holder its own copy: tie them again
+            setattr(m, q, getattr(first, p))
     return model
 
 
 def sparsity(model: nn.Module) -> dict:
-    """Nonzero and total weights of the prunable layers (masked values count as zero), and all
-    parameters."""
+    """Zeros in the prunable weights (masked values count as zero, a shared weight once), over
+    those weights (`sparsity`) and over every parameter of the model (`model_sparsity`)."""
     nonzero = total = 0
-    for m in model.modules():
-        if isinstance(m, PRUNABLE) or isinstance(m, SparseLinear):
-            w = m.weight.to_dense() if m.weight.layout != torch.strided else m.weight
-            nonzero += int((w != 0).sum())
-            total += w.numel()
-    all_params = sum(p.numel() for n, p in model.named_parameters() if not n.endswith("_mask"))
+    seen: set[int] = set()
+    for _, m, p in weight_targets(model) + [(n, m, "weight") for n, m in model.named_modules()
+                                            if isinstance(m, SparseLinear)]:
+        key = id(tensor_of(m, p))
+        if key in seen:
+            continue
+        seen.add(key)
+        w = getattr(m, p)
+        w = w.to_dense() if w.layout != torch.strided else w
+        nonzero += int((w != 0).sum())
+        total += w.numel()
+    all_params = model_weights(model)
     return {"nonzero_weights": nonzero, "total_weights": total, "params": all_params,
-            "sparsity": round(1 - nonzero / total, 4) if total else 0.0}
+            "sparsity": round(1 - nonzero / total, 4) if total else 0.0,
+            "model_sparsity": round((total - nonzero) / all_params, 4) if all_params else 0.0}
 
 
 class SparseLinear(nn.Module):
@@ -191,6 +232,7 @@ def to_sparse(model: nn.Module) -> nn.Module:
     """Swap every unmasked Linear for a CSR SparseLinear, in place (inference only)."""
     if has_masks(model):
         raise ConfigError("to_sparse: remove the masks first with make_real(model)")
+    conv1d_to_linear(model)  # Hugging Face's Conv1D is a Linear stored transposed
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

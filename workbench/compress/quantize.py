@@ -1,11 +1,14 @@
-"""Post-training quantization of Linear layers: dynamic int8 (int8 weights, activations quantized
+"""Post-training quantization of Linear layers (and Hugging Face's Conv1D, converted as the Linear
+it is): dynamic int8 (int8 weights, activations quantized
 per batch) and weight-only int8, through torchao or `torch.ao.quantization`; 2:4 semi-structured
 sparsity on a GPU that has sparse tensor cores.
 
     from workbench.compress.quantize import quantize
     qmodel, info = quantize(model, "dynamic_int8")   # info: backend, converted, skipped, notes
 
-A conversion that touches no module is an error, never a silent no-op. Backend "auto": on a CPU,
+A conversion that touches no module is an error, never a silent no-op; `info["coverage"]` says
+which layers were converted, which stayed float and why (convolutions, embeddings, attention's
+fused projections), and the share of the model's weights that became int8. Backend "auto": on a CPU,
 dynamic int8 uses `torch.ao` (its fbgemm/oneDNN kernels were measured 2-3x faster than fp32 here,
 torchao's eager int8 path slower than fp32 at batch 1); on a GPU torchao. Weight-only int8 needs
 torchao and is refused with that reason without it. `torch.ao.quantization` is deprecated and says
@@ -21,6 +24,8 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
+from .coverage import coverage
+from .layers import conv1d_to_linear, kind_of, shared_groups, tensor_of
 from .prune import check_not_quantized, has_masks
 
 METHODS = ("dynamic_int8", "weight_only_int8", "semi_structured_2_4")
@@ -70,7 +75,33 @@ def pick_backend(method: str, device: torch.device, backend: str) -> str:
 
 
 def _linears(model: nn.Module) -> list[str]:
-    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    """Layers int8 kernels can take: Linear, and Hugging Face's Conv1D (a transposed Linear)."""
+    return [n for n, m in model.named_modules() if kind_of(m) in ("linear", "hf_conv1d")]
+
+
+def _left_reasons(model: nn.Module, backend: str, converted: list[str]) -> dict[str, str]:
+    """Why each layer that int8 could concern stayed float."""
+    reasons = {}
+    modules = dict(model.named_modules())
+    held = {id(tensor_of(modules[n], "weight")): n for n in converted}
+    for name, m in modules.items():
+        kind = kind_of(m)
+        tied = held.get(id(m._parameters.get("weight")))
+        if tied and tied != name:
+            reasons[name] = f"shares its weight with {tied}, which is int8 now: this layer keeps the float copy"
+        elif kind == "conv":
+            reasons[name] = ("a convolution: dynamic and weight-only int8 convert Linear layers; "
+                             "int8 convolutions need static quantization with calibration data, "
+                             "which this lab does not do")
+        elif kind == "attention":
+            reasons[name] = ("q, k and v fused in one bare parameter of nn.MultiheadAttention: "
+                             "int8 kernels take Linear layers")
+        elif kind in ("linear", "hf_conv1d") and name not in converted:
+            special = type(m).__name__ == "NonDynamicallyQuantizableLinear"
+            reasons[name] = ("attention's output projection (NonDynamicallyQuantizableLinear): "
+                             f"{backend} keeps it in float" if special
+                             else f"{backend} left this layer in float")
+    return reasons
 
 
 def _converted(model: nn.Module) -> list[str]:
@@ -100,10 +131,14 @@ def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "
     before = _linears(model)
     if not before:
         raise ConfigError(f"model {type(model).__name__} has no nn.Linear layer; nothing to "
-                          "quantize (these methods convert Linear layers only)")
+                          "quantize (these methods convert Linear and Hugging Face Conv1D layers)")
     chosen = pick_backend(method, device, backend)
     q = copy.deepcopy(model).eval().to(device)
     notes: list[str] = []
+    as_linear = conv1d_to_linear(q)
+    if as_linear:
+        notes.append(f"{len(as_linear)} Hugging Face Conv1D layers converted as the nn.Linear they "
+                     "are (weight transposed)")
     if any(isinstance(m, nn.MultiheadAttention) for m in q.modules()):
         # The quantized encoder crashes on attention's fused fast path; this flag is global.
         torch.backends.mha.set_fastpath_enabled(False)
@@ -137,6 +172,12 @@ def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "
         notes.append(f"left in float: {', '.join(skipped[:6])}" + (" ..." if len(skipped) > 6
                                                                     else ""))
     q._workbench_quantized = True
+    modules = dict(model.named_modules())
+    touched = {}
+    for group in shared_groups([(n, modules[n], "weight") for n in converted]):
+        touched[group[0][0]] = tensor_of(modules[group[0][0]], "weight").numel()
+    cov = coverage(model, touched, _left_reasons(model, chosen, converted))
     info = {"method": method, "backend": chosen, "converted": len(converted),
-            "linear_layers": len(before), "skipped": skipped, "notes": notes}
+            "linear_layers": len(before), "conv1d_as_linear": len(as_linear), "skipped": skipped,
+            "notes": notes, "coverage": cov}
     return q, info

@@ -1,13 +1,17 @@
-"""An honest answer to "does it speed up?" for each compressed variant: the measured speedups
-(interleaved with the dense model) judged by the one verdict rule (workbench.measure.verdict),
-and the reason that holds for that kind of compression.
+"""An honest answer to "does it speed up?" for each compressed variant: the verdict of the paired
+speedup's interval at the largest batch (`workbench.measure.compare`: faster or slower only when
+the interval excludes 1 by more than the minimum effect, else within noise), the reason that
+holds for that kind of compression, and what the measurement leaves out: a result that touched
+under half of the model's weights says so in its verdict, one timed on a busy machine in its why.
 
     from workbench.compress.reasons import judge
-    judge("unstructured", {"speedup_b1": 1.01, "speedup_b64": 0.99}, sparsity=0.7)
+    judge("unstructured", latencies(...)["pruned"], sparsity=0.7, coverage=cov)
 """
 from __future__ import annotations
 
-from ..measure.verdict import verdict
+from .coverage import coverage_note
+from .stats import busy_note, speedup_label
+
 
 KINDS = ("dense", "masked", "unstructured", "sparse_csr", "structured", "dynamic_int8",
          "weight_only_int8", "semi_structured_2_4")
@@ -44,31 +48,48 @@ REASONS = {
 }
 
 
-def label(speedup: float | None) -> str:
-    return verdict(speedup) or "not measured"
+def label(rec: dict, batch: int) -> str:
+    """The verdict the interval gave at one batch size ('not measured' without one)."""
+    return rec.get(f"speedup_b{batch}_verdict") or "not measured"
 
 
-def judge(kind: str, speedups: dict, sparsity: float = 0.0) -> dict:
-    """{'verdict': 'faster'|'within noise'|'slower', 'why': ...} judged at the largest batch
-    measured; every batch size's speedup is quoted in `why`."""
+def partial_verdict(verdict: str, cov: dict | None) -> str:
+    """'faster' -> 'faster, partial: 0.8 % of the weights' when the result touched under half."""
+    if not cov or not cov.get("partial"):
+        return verdict
+    share = cov["coverage"]
+    return f"{verdict}, partial: {share:.1%} of the weights" if share < 0.1 else \
+        f"{verdict}, partial: {share:.0%} of the weights"
+
+
+def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None = None) -> dict:
+    """{'verdict': ..., 'why': ...}: the verdict at the largest batch measured, every batch
+    size's speedup quoted with its interval and rounds, the reason, coverage and contention."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    keys = sorted((k for k in speedups if k.startswith("speedup_b") and speedups[k] is not None),
-                  key=lambda k: int(k[len("speedup_b"):]))
+    batches = sorted(int(k[len("speedup_b"):]) for k in timing
+                     if k.startswith("speedup_b") and k[len("speedup_b"):].isdigit()
+                     and timing[k] is not None)
     if kind == "dense":
         return {"verdict": "reference", "why": REASONS[("dense", "*")]}
-    if not keys:
+    if not batches:
         return {"verdict": "not measured", "why": "no latency was measured"}
-    lab = label(speedups[keys[-1]])
+    lab = label(timing, batches[-1])
     text = REASONS.get((kind, lab), REASONS[(kind, "*")]).format(sparsity=sparsity)
-    measured = ", ".join(f"{speedups[k]:.2f}x at batch {k[len('speedup_b'):]}" for k in keys)
-    small, large = speedups[keys[0]], speedups[keys[-1]]
-    if kind in ("dynamic_int8", "weight_only_int8") and len(keys) > 1:
+    measured = "; ".join(f"{speedup_label(timing, b)} at batch {b}" for b in batches)
+    small = label(timing, batches[0])
+    if kind in ("dynamic_int8", "weight_only_int8") and len(batches) > 1:
         text += ("; memory-bound vs compute-bound: at batch 1 a layer whose weights do not fit in "
                  "cache is memory-bound (int8 reads 4x fewer bytes), at a large batch the matmul "
                  "is compute-bound (int8 kernels do more work per cycle)")
-        if label(small) != label(large):
-            text += (f"; here it is {label(small)} at batch 1 and {label(large)} at the large "
-                     "batch: these layers are small enough that per-call work (quantizing the "
-                     "activations, dispatch) decides at batch 1")
-    return {"verdict": lab, "why": f"{measured}: {text}"}
+        if small != lab:
+            text += (f"; here it is {small} at batch {batches[0]} and {lab} at the large batch: "
+                     "these layers are small enough that per-call work (quantizing the "
+                     "activations, dispatch) decides at small batches")
+    why = f"{measured}: {text}"
+    if coverage:
+        why += f"; {coverage_note(coverage, 'converted' if 'int8' in kind else 'pruned')}"
+    busy = busy_note(timing)
+    if busy:
+        why += f"; {busy}"
+    return {"verdict": partial_verdict(lab, coverage), "why": why}

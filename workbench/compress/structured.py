@@ -1,13 +1,17 @@
-"""Structured pruning that physically rebuilds smaller layers: whole neurons (Linear rows) or
-channels (Conv filters) with the smallest L2 norm are removed, and every dependent layer follows
-(the next layer's inputs, BatchNorm statistics, a Flatten into a Linear).
+"""Structured pruning: whole neurons (Linear rows) or channels (Conv filters) with the smallest L2
+norm are removed, and every dependent layer follows (the next layer's inputs, BatchNorm
+statistics, a Flatten into a Linear, a skip connection), giving a physically smaller model.
 
-    from workbench.compress.structured import structured_prune
-    small = structured_prune(model, 0.5)   # a new, smaller model; the input model is untouched
+    from workbench.compress.structured import structured_prune, structured_coverage
+    small = structured_prune(model, 0.5, example=subject.example(2))  # the input is untouched
+    structured_coverage(model, small)     # which layers shrank, which were left and why
 
-It handles plain feed-forward chains: an nn.Sequential (nested ones too) and the built-in MLP and
-SmallCNN, whose forward is exactly their chain. Any other model is refused with the reason, rather
-than rebuilt wrongly (a custom forward may add, concatenate or reuse layers).
+Two tools, one entry point. Plain feed-forward chains (an nn.Sequential, nested ones too, and the
+built-in MLP and SmallCNN, whose forward is exactly their chain) are rebuilt here, without a
+trace: every hidden layer loses exactly `amount` of its units (a fraction, or a whole number per
+layer) and the output layer keeps its size. Every other model (residual blocks, attention,
+Hugging Face layers) goes through torch-pruning's dependency graph (`graph_prune`), which needs
+example inputs to trace and refuses, with the reason, a model it cannot prune so that it still runs.
 """
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ from torch import nn
 
 from ..config import ConfigError
 from ..train.models import MLP, SmallCNN
+from .coverage import coverage
+from .graph_prune import graph_prune
+from .layers import model_weights, parameterized_layers
 from .prune import check_amount, check_not_quantized, has_masks
 
 PASS_THROUGH = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.Dropout,
@@ -37,11 +44,10 @@ def _chain(model: nn.Module) -> list[tuple[nn.Sequential, int, nn.Module]]:
         roots = [model]
     else:
         raise ConfigError(
-            f"structured pruning rebuilds nn.Sequential chains and the built-in MLP and SmallCNN; "
+            f"the chain pruner rebuilds nn.Sequential chains and the built-in MLP and SmallCNN; "
             f"{type(model).__name__} has its own forward, whose layer dependencies (residuals, "
-            "concatenation, reuse) cannot be read safely. Use unstructured pruning "
-            "(workbench.compress.prune.magnitude_prune), wrap its layers in an nn.Sequential, or use a "
-            "dependency-tracing library such as torch-pruning")
+            "concatenation, reuse) it cannot read: give example inputs, and torch-pruning's "
+            "dependency graph prunes it")
     out: list = []
 
     def walk(seq: nn.Sequential):
@@ -112,12 +118,34 @@ def _slice_norm(m: nn.Module, keep: torch.Tensor) -> nn.Module:
     return new
 
 
-def structured_prune(model: nn.Module, amount) -> nn.Module:
-    """A copy of `model` with `amount` of every hidden layer's neurons/channels removed (fraction
-    in [0, 1], or a whole number of units per layer). The output layer keeps its size."""
+def is_chain(model: nn.Module) -> bool:
+    """A model the chain pruner rebuilds: a Sequential (or built-in MLP/SmallCNN) of layers it
+    knows, with at least a hidden layer."""
+    try:
+        chain = _chain(model)
+    except ConfigError:
+        return False
+    return sum(isinstance(m, PRODUCERS) for _, _, m in chain) >= 2
+
+
+def structured_prune(model: nn.Module, amount, example: torch.Tensor | None = None,
+                     tool: str = "auto") -> nn.Module:
+    """A copy of `model` with `amount` of its neurons/channels removed. `tool`: "chain" (this
+    module's rebuild of a plain chain), "torch-pruning" (the dependency graph; needs `example`),
+    or "auto": the chain pruner for a chain, torch-pruning for every other model."""
     check_not_quantized(model, "prune")
     if has_masks(model):
         raise ConfigError("structured pruning needs a model without masks; call make_real first")
+    if tool not in ("auto", "chain", "torch-pruning"):
+        raise ConfigError(f"tool must be one of auto, chain, torch-pruning, got {tool!r}")
+    if tool == "chain" or (tool == "auto" and (is_chain(model) or example is None)):
+        return chain_prune(model, amount)
+    return graph_prune(model, amount, example)
+
+
+def chain_prune(model: nn.Module, amount) -> nn.Module:
+    """The chain pruner: `amount` of every hidden layer's neurons/channels removed (fraction in
+    [0, 1], or a whole number of units per layer). The output layer keeps its size."""
     model = copy.deepcopy(model)
     chain = _chain(model)
     producers = [k for k, (_, _, m) in enumerate(chain) if isinstance(m, PRODUCERS)]
@@ -138,7 +166,23 @@ def structured_prune(model: nn.Module, amount) -> nn.Module:
         nparent, nidx, nxt = chain[b]
         nparent[nidx] = _slice_in(nxt, keep, units)
         chain[b] = (nparent, nidx, nparent[nidx])  # the next step slices this one's outputs
+    head = {m: n for n, m in model.named_modules()}[chain[producers[-1]][2]]
+    model.workbench_structure = {"tool": "chain", "notes": [],
+                                 "left": {head: "the output layer: it keeps the model's output size"}}
     return model
+
+
+def structured_coverage(dense: nn.Module, small: nn.Module) -> dict:
+    """Which layers structured pruning shrank (their weights counted at the dense size), which it
+    left as they were and why, and the share of the dense model's weights in the shrunk layers."""
+    def sizes(model):  # element counts: a Conv1D run as Linear holds its weight transposed
+        return {n: sum(m._parameters[p].numel() for p in own if p in m._parameters)
+                for n, m, own in parameterized_layers(model)}
+    before, after = sizes(dense), sizes(small)
+    touched = {n: before[n] for n in after if n in before and after[n] != before[n]}
+    info = getattr(small, "workbench_structure", {})
+    cov = coverage(small, touched, info.get("left", {}), total=model_weights(dense))
+    return {**cov, "tool": info.get("tool"), "notes": info.get("notes", [])}
 
 
 def layer_widths(model: nn.Module) -> list[int]:

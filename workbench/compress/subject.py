@@ -1,8 +1,12 @@
-"""The model to compress and how to judge it: its input shape and task (for random inputs), its
-data, and a score (accuracy on the held-out split, or the user's own evaluation function).
+"""The model to compress and how to judge it: its input shape, dtype and task (for random inputs),
+its data, and a score (accuracy on the held-out split, or the user's own evaluation function).
 
     from workbench.compress.subject import Subject
     subject = Subject.from_config(RunConfig.smoke()); subject.evaluate(model)
+
+Any data a run can train on works here, a user's Dataset too: the held-out split is read batch by
+batch (`workbench.train.data.iter_batches`). The model's output goes through the contract's
+adapter (a tuple's first element, a Hugging Face output's .logits), fitted on one example batch.
 """
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from torch import nn
 
 from ..config import ConfigError, RunConfig
 from ..runstore import load_config
-from ..train.data import DataBundle, build_data
+from ..train.contract import fit_output
+from ..train.data import DataBundle, build_data, iter_batches, sample_batch
 from ..train.factory import load_factory
 from ..train.models import build_model
 from ..train.restore import load_model
@@ -33,6 +38,11 @@ class Subject:
     data: Optional[DataBundle] = None
     eval_fn: Optional[Callable[[nn.Module], float]] = None
     name: str = "model"
+    input_dtype: torch.dtype = torch.float32
+    trained: bool = True  # False: a fresh model nobody trained, whose accuracy means nothing
+
+    def __post_init__(self):
+        fit_output(self.model, self.example(2))  # the model returns its logits from now on
 
     @classmethod
     def from_config(cls, cfg: RunConfig, model: nn.Module | None = None,
@@ -43,9 +53,10 @@ class Subject:
         if model is None:
             model = build_model(cfg, data)
         if isinstance(eval_fn, str):
-            eval_fn = load_factory(eval_fn)
+            eval_fn = load_factory(eval_fn, field="--eval")
+        x, _ = sample_batch(data.train, 1)
         return cls(model.eval(), tuple(data.input_shape), data.task, data.num_classes, data, eval_fn,
-                   cfg.model.name.rsplit(":", 1)[-1])
+                   cfg.model.name.rsplit(":", 1)[-1], x.dtype)
 
     @classmethod
     def from_run(cls, run_dir: str | Path, eval_fn: Callable | str | None = None) -> "Subject":
@@ -55,9 +66,10 @@ class Subject:
     def example(self, batch: int, seed: int = 0) -> torch.Tensor:
         """Random inputs (never zeros: some kernels skip work on zeros)."""
         g = torch.Generator().manual_seed(seed)
-        if self.task == "lm":
-            return torch.randint(0, self.vocab, (batch, *self.input_shape), generator=g)
-        return torch.rand(batch, *self.input_shape, generator=g)
+        if self.task == "lm" or not self.input_dtype.is_floating_point:
+            return torch.randint(0, max(self.vocab, 2), (batch, *self.input_shape), generator=g,
+                                 dtype=self.input_dtype if self.task != "lm" else torch.long)
+        return torch.rand(batch, *self.input_shape, generator=g, dtype=self.input_dtype)
 
     def evaluate(self, model: nn.Module) -> float | None:
         if self.eval_fn is not None:
@@ -74,9 +86,8 @@ class Subject:
 def accuracy(model: nn.Module, data: DataBundle, batch: int = 512) -> float:
     """Top-1 accuracy on the held-out split (per token for a language model)."""
     model.eval()
-    x_all, y_all = data.test.x, data.test.y
-    correct = 0
-    for i in range(0, len(x_all), batch):
-        pred = model(x_all[i:i + batch]).argmax(-1)
-        correct += (pred == y_all[i:i + batch]).sum().item()
-    return correct / y_all.numel()
+    correct = count = 0
+    for x, y in iter_batches(data.test, batch):
+        correct += (model(x).argmax(-1) == y).sum().item()
+        count += y.numel()
+    return correct / count if count else 0.0

@@ -8,15 +8,16 @@ speedups are fair, and each gets a verdict.
 """
 from __future__ import annotations
 
-
 from torch import nn
 
 from ..config import ConfigError
-from .prune import check_amount, copy_model, magnitude_prune, make_real, sparsity, to_sparse
+from .coverage import columns, coverage
+from .prune import (SparseLinear, check_amount, copy_model, magnitude_prune, make_real,
+                    pruning_coverage, sparsity, to_sparse)
 from .quantize import quantize, torchao_available, unsupported_reason
 from .reasons import judge
 from .stats import latencies, output_error, state_size_bytes
-from .structured import structured_prune
+from .structured import structured_coverage, structured_prune
 from .subject import Subject
 from .sweep import finetune
 
@@ -24,40 +25,48 @@ from .sweep import finetune
 def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
                    sparse_amount: float = 0.9, device: str = "cpu",
                    structured: bool = True) -> tuple[dict, dict, list]:
-    """name -> model, name -> row fields, and the skipped variants (name, reason)."""
+    """name -> model, name -> row fields (kind, amount, coverage...), and the skipped variants
+    (name, reason)."""
     check_amount(amount, 1, "amount")
     check_amount(sparse_amount, 1, "sparse_amount")
     dense = subject.model.eval()
     models: dict[str, nn.Module] = {"dense": dense}
     rows: dict[str, dict] = {"dense": {"kind": "dense", "amount": 0.0}}
     skipped: list[tuple[str, str]] = []
+    masked_cov = pruning_coverage(dense)
 
     masked = magnitude_prune(copy_model(dense), amount, scope="global")
     if finetune_epochs:
         finetune(masked, subject, finetune_epochs)
-    models[f"masked {amount:.0%} (hooks on)"] = masked
-    models[f"unstructured {amount:.0%}"] = make_real(copy_model(masked))
-    rows[f"masked {amount:.0%} (hooks on)"] = {"kind": "masked", "amount": amount}
-    rows[f"unstructured {amount:.0%}"] = {"kind": "unstructured", "amount": amount}
+    for name, kind, model in ((f"masked {amount:.0%} (hooks on)", "masked", masked),
+                              (f"unstructured {amount:.0%}", "unstructured",
+                               make_real(copy_model(masked)))):
+        models[name] = model
+        rows[name] = {"kind": kind, "amount": amount, "_coverage": masked_cov}
 
     csr = magnitude_prune(copy_model(dense), sparse_amount, scope="global")
     if finetune_epochs:
         finetune(csr, subject, finetune_epochs)
+    name = f"sparse CSR {sparse_amount:.0%}"
     try:
-        models[f"sparse CSR {sparse_amount:.0%}"] = to_sparse(make_real(csr))
-        rows[f"sparse CSR {sparse_amount:.0%}"] = {"kind": "sparse_csr", "amount": sparse_amount}
+        models[name] = to_sparse(make_real(csr))
+        rows[name] = {"kind": "sparse_csr", "amount": sparse_amount,
+                      "_coverage": _csr_coverage(dense, models[name], masked_cov)}
     except ConfigError as e:
-        skipped.append((f"sparse CSR {sparse_amount:.0%}", str(e)))
+        skipped.append((name, str(e)))
 
+    key = f"structured {amount:.0%}"
     if structured:
         try:
-            small = structured_prune(dense, amount)
+            small = structured_prune(dense, amount, example=subject.example(2))
             if finetune_epochs:
                 finetune(small, subject, finetune_epochs)
-            models[f"structured {amount:.0%}"] = small
-            rows[f"structured {amount:.0%}"] = {"kind": "structured", "amount": amount}
+            models[key] = small
+            cov = structured_coverage(dense, small)
+            rows[key] = {"kind": "structured", "amount": amount, "tool": cov["tool"],
+                         "_coverage": cov}
         except ConfigError as e:
-            skipped.append((f"structured {amount:.0%}", str(e)))
+            skipped.append((key, str(e)))
 
     quant = [("dynamic_int8", "auto"), ("weight_only_int8", "auto"), ("semi_structured_2_4", "auto")]
     if torchao_available() and device == "cpu":
@@ -73,30 +82,41 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
         except ConfigError as e:
             skipped.append((name, str(e)))
             continue
-        models[f"{name}"] = q
-        rows[name] = {"kind": method, "amount": 0.0, "backend": info["backend"],
-                      "converted": f"{info['converted']}/{info['linear_layers']}",
-                      "notes": "; ".join(info["notes"])}
-    key = f"structured {amount:.0%}"
+        models[name] = q
+        rows[name] = _quant_row(method, 0.0, info)
     if key in models:
         try:
             q, info = quantize(models[key], "dynamic_int8", device=device)
             models[f"{key} + dynamic_int8"] = q
-            rows[f"{key} + dynamic_int8"] = {"kind": "dynamic_int8", "amount": amount,
-                                              "backend": info["backend"],
-                                              "converted": f"{info['converted']}/"
-                                                           f"{info['linear_layers']}"}
+            rows[f"{key} + dynamic_int8"] = _quant_row("dynamic_int8", amount, info)
         except ConfigError as e:
             skipped.append((f"{key} + dynamic_int8", str(e)))
     return models, rows, skipped
+
+
+def _quant_row(method: str, amount: float, info: dict) -> dict:
+    return {"kind": method, "amount": amount, "backend": info["backend"],
+            "converted": f"{info['converted']}/{info['linear_layers']}",
+            "notes": "; ".join(info["notes"]), "_coverage": info["coverage"]}
+
+
+def _csr_coverage(dense: nn.Module, sparse: nn.Module, masked_cov: dict) -> dict:
+    """CSR storage reaches the Linear layers only: the pruned weights it did not convert stay
+    dense tensors with zeros."""
+    converted = {n: m.weight.to_dense().numel() for n, m in sparse.named_modules()
+                 if isinstance(m, SparseLinear)}
+    left = {n: "pruned, but CSR storage converts Linear layers only: kept as a dense tensor with "
+               "zeros" for n in masked_cov["layers_touched"] if n not in converted}
+    return coverage(dense, converted, left)
 
 
 def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
                      sparse_amount: float = 0.9, batch_sizes=(1, 64), rounds: int = 15,
                      device: str = "cpu"):
     """One row per variant (pandas DataFrame): accuracy, output error vs dense, parameters, size,
-    latency at each batch size with speedup vs dense, verdict and why. Skipped variants appear
-    with their reason."""
+    coverage (share of the weights it touched, layers touched and left), latency at each batch
+    size with the paired speedup vs dense and its interval, verdict and why. Skipped variants
+    appear with their reason; `details` holds each variant's layer lists."""
     import pandas as pd
 
     models, rows, skipped = build_variants(subject, amount, finetune_epochs, sparse_amount, device)
@@ -106,15 +126,20 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
     x = subject.example(max(batch_sizes), seed=1)
     table = []
     for name, model in models.items():
-        row = {"variant": name, **rows[name]}
+        fields = dict(rows[name])
+        cov = fields.pop("_coverage", None)
+        row = {"variant": name, **fields}
         counts = sparsity(model) if not getattr(model, "_workbench_quantized", False) else {}
         size = state_size_bytes(model)
         row.update(accuracy=subject.evaluate(model), output_error=round(output_error(dense, model, x), 5),
                    params=counts.get("params", sparsity(dense)["params"]),
-                   nonzero_weights=counts.get("nonzero_weights"), size_bytes=size,
+                   nonzero_weights=counts.get("nonzero_weights"),
+                   model_sparsity=counts.get("model_sparsity"), size_bytes=size,
                    size_ratio=round(dense_size / size, 3))
+        if cov:
+            row.update(columns(cov), details=cov)
         row.update(times[name])
-        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0)))
+        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0), cov))
         table.append(row)
     for name, reason in skipped:
         table.append({"variant": name, "verdict": "skipped", "why": reason})

@@ -2,7 +2,7 @@
 summary that names the rank at fault, so a crash on rank 1 is not shown as rank 0's knock-on
 "Connection closed by peer". Called by the supervisor when a run ends; stdlib only.
 
-    status: completed | failed | stopped
+    status: completed | diverged | failed | stopped
     cause:  raised | killed | stalled | start_timeout | rendezvous | exited | stopped
 """
 from __future__ import annotations
@@ -47,6 +47,14 @@ def _last_step(recs: list[dict]) -> int:
     return max((r["step"] for r in recs if r.get("event") == "step"), default=0)
 
 
+def _when(error: dict, recs: list[dict]) -> str:
+    """'while building the model' for an error before the loop, 'at step N' inside it."""
+    phase = error.get("phase")
+    if phase and not phase.startswith("step "):
+        return f"while {phase}"
+    return f"at step {_last_step(recs) + 1}"
+
+
 def torchrun_exit_codes(log_text: str) -> dict[int, int]:
     """Per-rank exit codes from torchrun's failure report in the launcher log."""
     return {int(rank): int(code) for rank, code in _TORCHRUN_FAILURE.findall(log_text)}
@@ -86,8 +94,8 @@ def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
         r = own[0]
         rank = int(r["rank"])
         return {"cause": "raised", "failed_rank": rank, "error_type": r.get("error_type"),
-                "message": f"rank {rank} raised {r.get('error_type')} at step "
-                           f"{_last_step(by_rank[rank]) + 1}: {r.get('message')}",
+                "message": f"rank {rank} raised {r.get('error_type')} "
+                           f"{_when(r, by_rank[rank])}: {r.get('message')}",
                 "traceback": traceback_of(run_dir, rank, r), "attempt": attempt}
     codes = torchrun_exit_codes(log_text)
     if returncode is not None and returncode < 0 and len(by_rank) <= 1:
@@ -136,7 +144,7 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop_r
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. Returns it."""
     summary = read_summary(run_dir)
-    if returncode == 0 and summary.get("status") == "completed" and not failure:
+    if returncode == 0 and summary.get("status") in ("completed", "diverged") and not failure:
         return summary
     log = run_dir / "launcher.log"
     log_text = log.read_text(errors="replace") if log.is_file() else ""

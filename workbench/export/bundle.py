@@ -1,5 +1,6 @@
 """Write an export folder: the config as JSON, a standalone `train.py` (torch only), `commands.md`
-and `run.sh` with the exact single- and multi-node torchrun commands, and `job.slurm`.
+and `run.sh` with the exact single- and multi-node torchrun commands, and `job.slurm`; a user's
+model and Dataset factories travel with it, with the local modules they import.
 
     from workbench.export import export
     export(run_dir_or_config, "exported/")        # or: workbench export --run RUN_DIR --to exported/
@@ -14,7 +15,8 @@ from pathlib import Path
 from ..config import ConfigError, RunConfig
 from ..distributed.slurm import shell_word
 from . import commands
-from .script import DATA_FILE, copy_model_file, save_digits, script_source
+from .script import DATA_FILE, save_digits, script_source
+from .user_code import copy_user_code
 
 FILES = ("config.json", "train.py", "commands.md", "run.sh", "job.slurm")
 
@@ -27,11 +29,14 @@ class Export:
     files: list[Path] = field(default_factory=list)
     single_node: list[str] = field(default_factory=list)
     multi_node: list[str] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)  # packages your code imports besides torch
 
     def __str__(self) -> str:
-        names = ", ".join(p.name for p in self.files)
+        names = ", ".join(str(p.relative_to(self.dir)) for p in self.files)
+        needs = f"\n  your code also imports: {', '.join(self.needs)} (install them where it runs)" \
+            if self.needs else ""
         return (f"exported to {self.dir}: {names}\n  one node:   {shlex.join(self.single_node)}\n"
-                f"  multi-node: {shlex.join(self.multi_node)}")
+                f"  multi-node: {shlex.join(self.multi_node)}{needs}")
 
 
 def resolve_config(source) -> RunConfig:
@@ -88,14 +93,13 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
 
     result = Export(to_dir, single_node=commands.single_node(cfg, port=port),
                     multi_node=commands.multi_node(cfg, nodes, port=port))
-    model_file = copy_model_file(cfg, to_dir)
-    if model_file:
-        result.files.append(to_dir / model_file)
+    specs, carried, result.needs = copy_user_code(cfg, to_dir)  # your code and its local modules
+    result.files += carried
     if cfg.data.name == "digits":
         save_digits(cfg, to_dir / DATA_FILE)
         result.files.append(to_dir / DATA_FILE)
     cfg.save(to_dir / "config.json")
-    texts = {"train.py": script_source(cfg, model_file),
+    texts = {"train.py": script_source(cfg, specs),
              "commands.md": commands.commands_markdown(cfg, nodes, port),
              "run.sh": _run_sh(cfg, nodes, port),
              "job.slurm": commands.slurm_job(cfg, nodes, port)}

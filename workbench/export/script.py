@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import pprint
-import shutil
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from ..train import rank as wb_rank
 from ..train import step as wb_step
 from ..train import trainer as wb_trainer
 from .template import MAIN
+from .user_code import BUILD_USER_MODEL, dataset_code, user_code, uses_user_code
 
 DATA_FILE = "data.pt"
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -48,6 +49,7 @@ import random
 import sys
 import time
 from contextlib import nullcontext
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -58,6 +60,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 HERE = Path(__file__).resolve().parent
@@ -71,33 +74,18 @@ def settings(config):
     return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
 '''
 
-USER_MODEL = '''
-
-def load_factory(spec):
-    """Resolve "package.module:factory" or "file.py:factory" (a file is looked up next to this
-    script first, then from the current folder)."""
-    target, _, attr = spec.rpartition(":")
-    if target.endswith(".py"):
-        path = HERE / target if (HERE / target).is_file() else Path(target).resolve()
-        mod_spec = importlib.util.spec_from_file_location(f"user_model_{path.stem}", path)
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[mod_spec.name] = module
-        mod_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    return getattr(module, attr)
-'''
-
 BUILD_MODEL = {
     "mlp": "return MLP(math.prod(data.input_shape), data.num_classes, m.width, m.depth)",
     "cnn": "c, h, _ = data.input_shape\n    return SmallCNN(c, data.num_classes, m.width, m.depth, "
            "image_size=h)",
     "transformer": "return TinyTransformerLM(data.num_classes, data.input_shape[0], m.width, m.depth, "
                    "m.heads)",
-    "user": "return load_factory(m.name)(**m.kwargs)",
+    "user": BUILD_USER_MODEL,
 }
 MODEL_CLASSES = {"mlp": [wb_models.MLP], "cnn": [wb_models.SmallCNN],
                  "transformer": [wb_models.TinyTransformerLM], "user": []}
+
+BUILDER_NAMES = {"dataset": "user_dataset"}
 
 DIGITS = '''
 
@@ -120,11 +108,17 @@ def _data_code(cfg: RunConfig) -> str:
         parts.append(DIGITS.format(data_file=DATA_FILE).strip())
     elif name == "synthetic_images":
         parts.append(_source(wb_data._split, wb_data.synthetic_images))
-    else:  # text: a corpus from a small grammar, made with the stdlib's random
+    elif name == "text":  # a corpus from a small grammar, made with the stdlib's random
         consts = "\n".join(f"{n} = {getattr(wb_data, n)!r}" for n in
                            ("_SUBJECTS", "_VERBS", "_OBJECTS", "_ENDS"))
         parts.append(consts + "\n\n\n" + _source(wb_data.synthetic_corpus, wb_data._split, wb_data.text))
-    parts.append(f"def build_data(cfg):\n    return {name}(cfg)")
+    elif name == "dataset":
+        parts.append(dataset_code())
+    else:
+        raise ConfigError(f"data.name {name!r} cannot be exported")
+    builder = BUILDER_NAMES.get(name, name)
+    parts.append(f"def build_data(cfg):\n    bundle = {builder}(cfg)\n    bundle.name = {name!r}\n"
+                 "    return bundle")
     return "\n\n\n".join(parts)
 
 
@@ -134,7 +128,9 @@ def model_kind(cfg: RunConfig) -> str:
 
 def _model_code(cfg: RunConfig) -> str:
     kind = model_kind(cfg)
-    parts = [_source(*MODEL_CLASSES[kind])] if MODEL_CLASSES[kind] else [USER_MODEL.strip()]
+    parts = [_source(*MODEL_CLASSES[kind])] if MODEL_CLASSES[kind] else []
+    if uses_user_code(cfg):
+        parts.append(user_code(cfg))
     parts.append(f"def build_model(cfg, data):\n    m = cfg.model\n    {BUILD_MODEL[kind]}")
     return "\n\n\n".join(parts)
 
@@ -172,21 +168,22 @@ def _step_code() -> str:
                                           wb_step.no_phase, wb_step.train_step)])
 
 
-def script_config(cfg: RunConfig, model_file: str | None = None) -> dict:
-    """The settings embedded in the script; a user's model file is named by its copy's file name."""
+def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
+    """The settings embedded in the script; the user's code is named as the export carries it."""
     config = cfg.to_dict()
-    if model_file:
-        config["model"]["name"] = f"{model_file}:{cfg.model.name.rpartition(':')[2]}"
+    for field, spec in (specs or {}).items():
+        section, key = field.split(".")
+        config[section][key] = spec
     return config
 
 
-def script_source(cfg: RunConfig, model_file: str | None = None) -> str:
+def script_source(cfg: RunConfig, specs: dict | None = None) -> str:
     """The whole train.py for this config, as text."""
     kind = model_kind(cfg)
-    extra = "" if kind != "user" else f" and your model ({cfg.model.name})"
+    extra = "" if not uses_user_code(cfg) else " and your code (copied next to it)"
     header = HEADER.format(label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
                            extra_dep=extra,
-                           config=pprint.pformat(script_config(cfg, model_file), indent=1, width=100))
+                           config=pprint.pformat(script_config(cfg, specs), indent=1, width=100))
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
                 ("precision, loss and loading", _helpers_code()),
                 ("one training step (the workbench's own)", _step_code())]
@@ -203,14 +200,3 @@ def save_digits(cfg: RunConfig, path: Path) -> None:
                 "test_x": bundle.test.x.contiguous(), "test_y": bundle.test.y.contiguous()}, path)
 
 
-def copy_model_file(cfg: RunConfig, to_dir: Path) -> str | None:
-    """A model named by 'path/file.py:factory' travels with the script; returns the copy's name."""
-    target = cfg.model.name.rpartition(":")[0]
-    if model_kind(cfg) != "user" or not target.endswith(".py"):
-        return None
-    src = Path(target).resolve()
-    if not src.is_file():
-        raise ConfigError(f"model.name {cfg.model.name!r}: file {str(src)!r} does not exist, so it "
-                          "cannot be exported with the script")
-    shutil.copy2(src, to_dir / src.name)
-    return src.name

@@ -56,6 +56,24 @@ class DataBundle:
     task: str  # "classify" or "lm"
     input_shape: tuple  # one sample, without the batch dimension
     num_classes: int  # classes, or vocabulary size for "lm"
+    name: str = ""  # data.name, for messages
+
+
+def sample_batch(dataset: Dataset, n: int = 2):
+    """The first `n` samples as one batch (x, y), from any split: what the contract check runs."""
+    idx = list(range(min(n, len(dataset))))
+    return dataset[idx] if isinstance(dataset, TensorBatches) else SampleBatches(dataset)[idx]
+
+
+def iter_batches(dataset: Dataset, batch_size: int, order=None, drop_last: bool = False):
+    """(x, y) batches of any split in `order` (default: as stored), in this process: in-process
+    work (scoring, a short fine-tune) reads a user's Dataset the way it reads the built-in data."""
+    order = list(range(len(dataset))) if order is None else [int(i) for i in order]
+    if not isinstance(dataset, TensorBatches):
+        dataset = SampleBatches(dataset)
+    stop = len(order) - batch_size + 1 if drop_last else len(order)
+    for i in range(0, max(stop, 0), batch_size):
+        yield dataset[order[i:i + batch_size]]
 
 
 def _split(x: torch.Tensor, y: torch.Tensor, test_fraction: float, seed: int):
@@ -131,7 +149,9 @@ def image_folder(cfg: RunConfig) -> DataBundle:
 
 def user_dataset(cfg: RunConfig) -> DataBundle:
     """A user's Dataset from data.factory(**data.kwargs): one Dataset (split by data.test_fraction)
-    or a (train, test) pair, yielding (x, label) samples."""
+    or a (train, test) pair, yielding (x, label) samples. Its `classes` (a list or a count) say how
+    many classes there are, else data.num_classes. Samples of token ids whose label is shaped like
+    x (the next ids) make it a language model's data, with `vocab_size` from the Dataset."""
     d = cfg.data
     factory = load_factory(d.factory, field="data.factory")
     try:
@@ -149,13 +169,17 @@ def user_dataset(cfg: RunConfig) -> DataBundle:
         raise ConfigError(f"data.factory {d.factory!r} must return a torch Dataset or a (train, test) "
                           f"pair, got {type(made).__name__}")
     try:
-        x, _ = train[0]
+        x, y = train[0]
     except Exception as e:
         raise ConfigError(f"data.factory {d.factory!r}: reading sample 0 failed: "
                           f"{type(e).__name__}: {e}; a sample must be an (input tensor, label) pair") from e
-    classes = getattr(made if isinstance(made, Dataset) else train, "classes", None)
-    return DataBundle(train, test, "classify", tuple(torch.as_tensor(x).shape),
-                      len(classes) if classes is not None else d.num_classes)
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    source = made if isinstance(made, Dataset) else train
+    # Token ids with a label per position (y shaped like x): a language model's data.
+    lm = y.dim() >= 1 and y.shape == x.shape and not x.is_floating_point()
+    classes = getattr(source, "vocab_size" if lm else "classes", None)
+    count = classes if isinstance(classes, int) else len(classes) if classes is not None else None
+    return DataBundle(train, test, "lm" if lm else "classify", tuple(x.shape), count or d.num_classes)
 
 
 BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text,
@@ -163,7 +187,9 @@ BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text
 
 
 def build_data(cfg: RunConfig) -> DataBundle:
-    return BUILDERS[cfg.data.name](cfg)
+    bundle = BUILDERS[cfg.data.name](cfg)
+    bundle.name = cfg.data.name
+    return bundle
 
 
 def check_data_paths(cfg: RunConfig) -> None:

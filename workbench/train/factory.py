@@ -28,6 +28,8 @@ def load_factory(spec: str, field: str = "model.name"):
             mod_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[name] = module  # pickling and dataclasses look modules up here
+            if str(path.parent) not in sys.path:  # its own local modules import, as in a script
+                sys.path.insert(0, str(path.parent))
             mod_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(target)

@@ -1,5 +1,10 @@
 """Built-in models (an MLP, a small CNN, a small transformer language model) and a user's own model
 named by import path: "package.module:factory" or "path/to/file.py:factory".
+
+What a model receives and must return, and what its factory is given, is the contract in
+`workbench.train.contract` (the README's "Your own model" says the same): the factory gets
+`model.kwargs` plus the data facts it names as parameters (num_classes, vocab_size, in_channels,
+seq_len, input_shape), and the model's output goes through the adapter chosen on one batch.
 """
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError, RunConfig
+from .contract import check_model, data_facts, factory_kwargs
 from .data import DataBundle
 from .factory import load_factory
 
@@ -73,7 +79,10 @@ class TinyTransformerLM(nn.Module):
         return self.head(self.norm(h))
 
 
-def build_model(cfg: RunConfig, data: DataBundle) -> nn.Module:
+def build_model(cfg: RunConfig, data: DataBundle, check: bool = True) -> nn.Module:
+    """The config's model for this data. A user's model is checked against the contract on one
+    batch (and its output adapter attached) unless `check` is False: the trainer runs that check
+    itself, as a phase of its own."""
     m = cfg.model
     if m.name == "mlp":
         return MLP(math.prod(data.input_shape), data.num_classes, m.width, m.depth)
@@ -83,14 +92,18 @@ def build_model(cfg: RunConfig, data: DataBundle) -> nn.Module:
     if m.name == "transformer":
         return TinyTransformerLM(data.num_classes, data.input_shape[0], m.width, m.depth, m.heads)
     factory = load_factory(m.name)
+    kwargs = factory_kwargs(factory, m.kwargs, data_facts(data))
     try:
-        model = factory(**m.kwargs)
+        model = factory(**kwargs)
     except Exception as e:
-        raise ConfigError(f"model.name {m.name!r}: calling the factory with model.kwargs={m.kwargs!r} "
-                          f"failed: {type(e).__name__}: {e}") from e
+        raise ConfigError(f"model.name {m.name!r}: calling the factory with {kwargs!r} "
+                          f"(model.kwargs and the data facts it names) failed: "
+                          f"{type(e).__name__}: {e}") from e
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.name {m.name!r}: the factory must return a torch.nn.Module, "
                           f"got {type(model).__name__}")
+    if check:
+        check_model(model, data)
     return model
 
 

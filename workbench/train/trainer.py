@@ -1,6 +1,8 @@
 """The instrumented training loop every run uses, one process per rank, in three parts: `setup`
-(device, process group, data, model, optimizer), `run_steps` (the timed loop, one event a step)
-and `finish` (summary figures, evaluation, saved weights).
+(device, process group, data, model, the contract check on one batch, optimizer), `run_steps`
+(the timed loop, one event a step) and `finish` (summary figures, evaluation, saved weights).
+`Phase` says which of these a rank is in, so an error names it ("building the model", "step 3").
+A run whose final loss is not finite has diverged (`outcome`).
 
 Per step it costs two perf_counter reads, the `loss.item()` any loop makes, and one short JSON line;
 memory is read on a timer (run.mem_every_s), never per step.
@@ -21,6 +23,7 @@ from ..events import EventWriter
 from ..machine.contention import ContentionMeter, run_tree_pid
 from . import memory
 from .checkpointing import apply_checkpointing
+from .contract import check_model
 from .data import DataBundle, build_data, make_loader
 from .mfu import MfuMeter
 from .models import build_model, loss_fn
@@ -30,6 +33,13 @@ from .rank import RankEnv, join_group, pick_device, threads_for, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
 WEIGHTS = "model.pt"
+
+
+@dataclass
+class Phase:
+    """What this rank is doing now; the worker's error record names it."""
+
+    name: str = "starting"
 
 
 @dataclass
@@ -48,6 +58,7 @@ class Setup:
     mfu: MfuMeter
     params: int
     t_launch: float
+    contract: dict = field(default_factory=dict)  # what the check on one batch found
 
 
 @dataclass
@@ -59,6 +70,7 @@ class Steps:
     losses: list = field(default_factory=list)
     skipped: int = 0
     nonfinite: int = 0
+    first_nonfinite: int | None = None  # the step whose loss was first NaN or infinite
     first_step_s: float | None = None
     profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
@@ -90,9 +102,11 @@ def evaluate(model, loader, cfg, device, task, max_batches: int) -> dict:
     return {"eval_loss": total_loss / count, "eval_accuracy": correct / count}
 
 
-def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
-    """Device, process group, data, model, FLOP count, DDP, compile, optimizer and loader, in the
-    order the exported script repeats (so the same seed gives the same random draws)."""
+def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None = None) -> Setup:
+    """Device, process group, data, model, contract check, FLOP count, DDP, compile, optimizer and
+    loader, in the order the exported script repeats (so the same seed gives the same draws)."""
+    phase = phase or Phase()
+    phase.name = "setting up the device and the process group"
     t_launch = time.time()
     torch.set_num_threads(threads_for(cfg))  # fixed and recorded: every figure says its threads
     events.write("init", torch=torch.__version__, precision=cfg.precision.dtype,
@@ -105,13 +119,19 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
     join_group(cfg, env, device)
     init_pg_s = round(time.time() - t_pg, 3)  # the process group's rendezvous
 
+    phase.name = f"building the data ({cfg.data.name})"
     data = build_data(cfg)
-    model = build_model(cfg, data).to(device)
+    phase.name = "building the model"
+    model = build_model(cfg, data, check=False).to(device)
     if cfg.precision.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    phase.name = "checking the model on one batch"
+    contract = check_model(model, data, device)  # its output adapter, or what does not fit
     params = sum(p.numel() for p in model.parameters())
+    phase.name = "counting the FLOPs of a step"
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
+    phase.name = "wrapping the model (DDP, compile) and the optimizer"
     if env.world_size > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
@@ -119,16 +139,17 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv) -> Setup:
     loader = make_loader(data.train, cfg, train=True, rank=env.rank, world_size=env.world_size,
                          seed=cfg.run.seed)
     s = Setup(device, data, model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
-              loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch)
+              loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch, contract)
     events.write("ready", device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
-                 init_pg_s=init_pg_s, **memory.sample(device))
+                 init_pg_s=init_pg_s, **contract, **memory.sample(device))
     return s
 
 
 def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
-              profiler: StepProfiler | None = None) -> Steps:
+              profiler: StepProfiler | None = None, phase: Phase | None = None) -> Steps:
     """The timed loop: one `step` record per optimizer step."""
+    phase = phase or Phase()
     fp16 = cfg.precision.dtype == "fp16"
     out = Steps()
     next_mem = 0.0
@@ -138,6 +159,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
+        phase.name = f"step {step}"
         t0 = time.perf_counter()
         scale_before = s.scaler.get_scale() if fp16 else 1.0
         loss_v, samples, wait = step_fn(
@@ -153,6 +175,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
             out.profiled.add(step)
         if not math.isfinite(loss_v):
             out.nonfinite += 1
+            out.first_nonfinite = out.first_nonfinite or step
             rec["nonfinite_losses"] = out.nonfinite
         if fp16:
             scale = s.scaler.get_scale()
@@ -180,7 +203,9 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
                "device": str(s.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
                "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
-               "threads": torch.get_num_threads()}
+               "threads": torch.get_num_threads(), **s.contract}
+    if st.first_nonfinite is not None:
+        summary["first_nonfinite_step"] = st.first_nonfinite
     if st.contention is not None:
         summary["contention"] = st.contention
     summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size,
@@ -203,13 +228,30 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     return summary
 
 
-def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir) -> dict:
+def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Phase | None = None
+          ) -> dict:
     """Train per the config, writing events as it goes; returns the summary figures."""
-    s = setup(cfg, events, env)
+    phase = phase or Phase()
+    s = setup(cfg, events, env, phase)
     profiler = StepProfiler.for_run(cfg, env, s.device, warmup_steps(cfg.run.steps))
-    steps = run_steps(cfg, s, events, env, profiler)
+    st = run_steps(cfg, s, events, env, profiler, phase)
+    phase.name = "evaluating and saving the weights"
     profiled = profiler.close(s, run_dir)  # trace and breakdown, before the group is torn down
-    return {**finish(cfg, s, steps, env, run_dir), **profiled}
+    return {**finish(cfg, s, st, env, run_dir), **profiled}
+
+
+def outcome(summary: dict) -> dict:
+    """How a run that ran every step ended: completed, or diverged when its final loss is NaN or
+    infinite (the weights are then NaN too), with the message that says so."""
+    loss = summary.get("final_loss")
+    if loss is None or math.isfinite(loss):
+        return {"status": "completed"}
+    first = summary.get("first_nonfinite_step")
+    return {"status": "diverged",
+            "message": f"the loss became {loss} at step {first} and ended {loss} "
+                       f"({summary.get('nonfinite_losses')} of {summary.get('steps')} steps "
+                       "non-finite); lower optim.lr, clip gradients (optim.grad_clip) or use bf16 "
+                       "instead of fp16"}
 
 
 def param_sum(model: torch.nn.Module) -> float:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from .rank import RankEnv  # imports torch: after the cheap checks
-    from .trainer import train
+    from .trainer import Phase, outcome, train
 
     env = RankEnv.from_environ()
     events = LockedWriter(run_dir, env.rank, env.attempt)
@@ -68,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg = None
     heartbeat = Heartbeat(events, contention=ContentionMeter(run_tree_pid()) if env.rank == 0 else None)
     heartbeat.start()
+    phase = Phase("reading the config")
     try:
         cfg = RunConfig.load(config_path)
-        summary = train(cfg, events, env, run_dir)
-        events.write("done", **summary)
-        _record(run_dir, env, "completed", summary)
+        summary = train(cfg, events, env, run_dir, phase)
+        ended = outcome(summary)  # completed, or diverged: the loss went NaN
+        events.write("done", **ended, **summary)
+        _record(run_dir, env, ended["status"], {**summary, **ended})
         return 0
     except (RunStopped, KeyboardInterrupt) as e:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the record
@@ -84,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.format_exc()
         (run_dir / f"rank{env.rank}.traceback.txt").write_text(tb)
         events.write("error", status="failed", error_type=type(e).__name__, message=str(e),
-                     traceback=tb, wall_s=round(time.time() - t0, 3))
-        _record(run_dir, env, "failed",
-                {"error_type": type(e).__name__, "message": str(e), "rank": env.rank})
+                     phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
+        _record(run_dir, env, "failed", {"error_type": type(e).__name__, "message": str(e),
+                                         "rank": env.rank, "phase": phase.name})
         raise
     finally:
         heartbeat.stop()

@@ -4,8 +4,10 @@
     lab = CompressLab(subject); lab            # display it, press Sweep / Compare variants
     lab.sweep(wait=True); lab.compare(wait=True)   # the same from code (used by the notebook)
 
-Charts: accuracy vs sparsity, latency vs sparsity (median with the p10-p90 spread), and an
-accuracy-latency Pareto plot of the sweep points and every variant; a table with the verdicts.
+Charts: accuracy vs sparsity (its title says the share of the model's weights the pruning
+reaches), latency vs sparsity (median with the p10-p90 spread), and an accuracy-latency Pareto
+plot of the sweep points and every variant, each labelled with its paired speedup, interval and
+rounds; a table with coverage, the speedups with their intervals and the verdicts.
 Work runs on a background thread; charts redraw inside `fig.batch_update()` once per point.
 """
 from __future__ import annotations
@@ -15,13 +17,14 @@ import threading
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from ..compress.stats import busy_note, speedup_label, speedup_short
 from ..compress.subject import Subject
 from ..compress.sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
 from .job import BackgroundJob
 
-TABLE_COLUMNS = ["variant", "backend", "converted", "accuracy", "params", "size_ratio",
-                 "speedup_b1", "speedup_b64", "verdict", "why"]
+TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "params", "size_ratio",
+                 "speedup b1", "speedup b{big}", "verdict", "why"]
 
 
 def _figure(title: str, x: str, y: str) -> go.FigureWidget:
@@ -110,7 +113,9 @@ class CompressLab:
             self.progress.value = len(self.records)
             self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
             self.redraw()
-        self.status.value = "stopped" if self._stop.is_set() else f"sweep done ({scfg.method})"
+        busy = next((busy_note(r) for r in self.records if r.get("busy")), "")
+        self.status.value = ("stopped" if self._stop.is_set() else
+                             f"sweep done ({scfg.method})" + (f"; {busy}" if busy else ""))
         return self.records
 
     def _compare(self, amount: float):
@@ -128,6 +133,9 @@ class CompressLab:
         x = [r["amount"] for r in recs]
         with self.acc_fig.batch_update():
             self.acc_fig.data = []
+            if recs:  # how much of the model the amounts are about
+                self.acc_fig.layout.title = (f"Accuracy vs amount ({recs[-1]['method']} reaches "
+                                             f"{recs[-1]['coverage']:.0%} of the weights)")
             self.acc_fig.add_scatter(x=x, y=[r["accuracy"] for r in recs], name="after pruning")
             if recs and "accuracy_finetuned" in recs[0]:
                 self.acc_fig.add_scatter(x=x, y=[r["accuracy_finetuned"] for r in recs],
@@ -155,15 +163,27 @@ class CompressLab:
                 self.pareto_fig.add_scatter(
                     x=[r[f"latency_b{big}_ms"] for r in recs], y=[r[acc] for r in recs],
                     mode="markers+text", name=f"sweep ({recs[0]['method']})",
-                    text=[f"{r['amount']:.0%}" for r in recs], textposition="top center")
+                    text=[f"{r['amount']:.0%}" for r in recs], textposition="top center",
+                    hovertext=[f"{r['amount']:.0%}, coverage {r['coverage']:.0%}: "
+                               f"{speedup_label(r, big)}" for r in recs])
             df = self.variants
             if df is not None:
                 m = df[df["verdict"] != "skipped"]
                 front = set(pareto_front(m, f"latency_b{big}_ms"))
                 self.pareto_fig.add_scatter(
                     x=m[f"latency_b{big}_ms"], y=m["accuracy"], mode="markers+text",
-                    name="variants", text=m["variant"], textposition="bottom center",
+                    name="variants", textposition="bottom center",
+                    text=[f"{r['variant']}: {speedup_short(r, big)}" if r["variant"] != "dense"
+                          else "dense" for r in m.to_dict("records")],
                     marker=dict(size=[12 if v in front else 7 for v in m["variant"]]))
-                cols = [c for c in TABLE_COLUMNS if c in df.columns]
-                self.table.value = df[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}",
-                                                    na_rep="")
+                self.table.value = self.table_html(df)
+
+    def table_html(self, df) -> str:
+        """The variants table: coverage, each speedup with its interval and rounds, verdicts."""
+        shown = df.copy()
+        for b in (1, self.big):
+            shown[f"speedup b{b}"] = [speedup_label(r, b) if r.get("verdict") != "skipped" else ""
+                                      for r in df.to_dict("records")]
+        cols = [c.format(big=self.big) for c in TABLE_COLUMNS]
+        cols = [c for c in cols if c in shown.columns]
+        return shown[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="")

@@ -19,7 +19,8 @@ from .charts import LiveCharts
 from .series import RunSeries
 from .throttle import Throttle
 
-STATUS_COLORS = {"completed": "#2ca02c", "stopped": "#d62728", "failed": "#d62728"}
+STATUS_COLORS = {"completed": "#2ca02c", "diverged": "#d62728", "stopped": "#d62728",
+                 "failed": "#d62728"}
 
 
 class LiveDashboard:

@@ -10,6 +10,7 @@ however long the run grows.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from .curve import Curve, RollingMedian
@@ -36,7 +37,8 @@ class RunSeries:
         self.total = {"samples_per_s": Curve(), "samples_per_s_median": Curve()}  # summed over ranks
         self._total_median = RollingMedian(SMOOTH_STEPS)
         self._pending: dict[int, dict[int, float]] = defaultdict(dict)
-        self.status = "waiting"  # waiting, starting, running, completed, stopped, failed
+        self.status = "waiting"  # waiting, starting, running, completed, diverged, stopped, failed
+        self.first_nonfinite: int | None = None  # the first step whose loss was NaN or infinite
         self.message = ""
         self.last_step = 0
         self.amp: dict[str, float] = {}
@@ -89,6 +91,10 @@ class RunSeries:
         self.last_step = max(self.last_step, step)
         self.wait_ms += rec.get("data_wait_ms") or 0.0
         self.step_ms += rec.get("step_time_ms") or 0.0
+        loss = rec.get("loss")
+        if self.first_nonfinite is None and isinstance(loss, float) and not math.isfinite(loss):
+            self.first_nonfinite = step  # the chart's loss line stops here: say why
+            self.message = f"loss non-finite ({loss}) since step {step}"
         for k in AMP_KEYS:
             if k in rec:
                 self.amp[k] = rec[k]
@@ -115,9 +121,9 @@ class RunSeries:
                 self.message = f"rank {first.get('rank', 0)}: {first.get('error_type', 'error')}: " \
                                f"{self.message}"
         elif len(self.ended) >= self.world_size:
-            self.status = "completed"
             done = self.ended.get(0) or next(iter(self.ended.values()))
-            self.message = _done_message(done)
+            self.status = done.get("status", "completed")  # or diverged: the loss went NaN
+            self.message = done["message"] if self.status == "diverged" else _done_message(done)
 
     def mark_exited(self, returncode: int | None) -> None:
         """The worker process is gone without a final record (killed hard): say so."""
@@ -130,7 +136,7 @@ class RunSeries:
     # --- reading --------------------------------------------------------------------------
     @property
     def finished(self) -> bool:
-        return self.status in ("completed", "stopped", "failed")
+        return self.status in ("completed", "diverged", "stopped", "failed")
 
     def data_wait_share(self) -> float | None:
         """The fraction of step time spent waiting for the next batch (all ranks, all steps)."""
