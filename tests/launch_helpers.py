@@ -12,6 +12,7 @@ from workbench.events import read_events
 FAULTY_MODEL = '''
 import os, signal, time
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 
 class Faulty(nn.Module):
@@ -23,10 +24,11 @@ class Faulty(nn.Module):
         self.mode, self.rank, self.step, self.attempt, self.calls = mode, rank, step, attempt, 0
 
     def forward(self, x):
-        if self.training:
+        # Training forwards only: the FLOP count (under a dispatch mode, and only when the count is
+        # not remembered yet) and the contract check (eval mode) are not steps.
+        if self.training and _get_current_dispatch_mode() is None:
             self.calls += 1
-            # The worker counts FLOPs with one forward before training: step N is call N + 1.
-            here = int(os.environ.get("RANK", 0)) == self.rank and self.calls == self.step + 1
+            here = int(os.environ.get("RANK", 0)) == self.rank and self.calls == self.step
             now = self.attempt < 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == self.attempt
             if here and now:
                 if self.mode == "raise":

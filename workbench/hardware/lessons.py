@@ -11,7 +11,6 @@ beside the ceiling cache; `refresh=True` measures again.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -19,7 +18,8 @@ import torch
 
 from ..machine.capability import recommend_precision
 from ..machine.cpu import cpu_flags
-from ..machine.peaks import cache_file, device_key
+from ..cache import read_json, write_json
+from ..machine.peaks import device_key
 from ..measure.compare import Ratio, paired_ratio
 from ..measure.timer import interleaved
 
@@ -68,8 +68,7 @@ def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS)
     return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}
 
 
-def _cache_path():
-    return cache_file().parent / "lessons.json"
+LESSONS = "lessons.json"
 
 
 def _key(device) -> str:
@@ -81,15 +80,17 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
     same device, threads and torch), with the instruction sets that explain it."""
     device = torch.device(device)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
-    cached = {} if refresh else _load().get(_key(device), {})
+    cached = {} if refresh else read_json(LESSONS).get(_key(device), {})
     if cached:
         ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
         source = f"{ROUNDS} interleaved rounds of a matmul, measured {cached['measured_at']}"
     else:
         ratios = measure_precisions(device)
         source = f"{ROUNDS} interleaved rounds of a matmul, measured just now"
-        _save(_key(device), {"measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                             "ratios": {k: r.__dict__ for k, r in ratios.items()}})
+        remembered = read_json(LESSONS)
+        remembered[_key(device)] = {"measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                                    "ratios": {k: r.__dict__ for k, r in ratios.items()}}
+        write_json(LESSONS, remembered)  # best effort: unwritable means measured again next time
     source += f", {torch.get_num_threads()} thread(s)"
     return Lesson(pick(ratios, device), ratios, flags, source)
 
@@ -101,28 +102,6 @@ def pick(ratios: dict[str, Ratio], device) -> str:
         return recommend_precision(device)[0]
     faster = [(r.ratio, k) for k, r in ratios.items() if r.verdict == "faster"]
     return max(faster)[1] if faster else "fp32"
-
-
-def _load() -> dict:
-    try:
-        data = json.loads(_cache_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _save(key: str, entry: dict) -> None:
-    """Best effort: a lesson that cannot be cached is measured again next time."""
-    data = _load()
-    data[key] = entry
-    try:
-        path = _cache_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass
 
 
 def ceilings_lesson(ceilings, flags: list[str] | None = None, device_type: str = "cpu") -> str:

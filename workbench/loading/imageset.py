@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
+from ..train.digits import load_digits
 
 MANIFEST = "imageset.json"
 
@@ -21,17 +22,17 @@ def _digit_images(count: int, size: int, seed: int):
     """Digits from scikit-learn's bundled set, upscaled, tinted and noised so PNGs do not compress
     to nothing (decoding must cost what it costs for photos of that size)."""
     from PIL import Image
-    from sklearn.datasets import load_digits
 
-    raw = load_digits()
+    images, targets = load_digits()
+    images = images.numpy().astype(np.float64)
     rng = np.random.default_rng(seed)
     for i in range(count):
-        k = i % len(raw.images)
-        small = Image.fromarray((raw.images[k] * 15.9).astype(np.uint8), "L")
+        k = i % len(images)
+        small = Image.fromarray((images[k] * 15.9).astype(np.uint8), "L")
         ink_map = np.asarray(small.resize((size, size), Image.BILINEAR), dtype=np.float32) / 255
         ink, paper = rng.uniform(0.5, 1.0, 3), rng.uniform(0.0, 0.35, 3)
         rgb = paper + (ink - paper) * ink_map[..., None] + rng.normal(0, 0.06, (size, size, 3))
-        yield rgb, f"digit_{int(raw.target[k])}"
+        yield rgb, f"digit_{int(targets[k])}"
 
 
 def _synthetic_images(count: int, size: int, seed: int, classes: int = 4):

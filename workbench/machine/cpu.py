@@ -9,8 +9,6 @@ import os
 import platform
 from pathlib import Path
 
-import torch
-
 GIB = 2**30
 # Instruction sets that decide matmul speed on x86 CPUs (names as in /proc/cpuinfo).
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
@@ -47,6 +45,8 @@ def usable_cores() -> int:
 
 
 def cpu_info(cpuinfo_path: str | Path = "/proc/cpuinfo") -> dict:
+    import torch  # here, not at the top: the supervisor and a worker's first checks read the cores
+
     path = Path(cpuinfo_path)
     info = parse_cpuinfo(path.read_text(errors="replace")) if path.is_file() else parse_cpuinfo("")
     info["logical_cpus"] = info["logical_cpus"] or os.cpu_count()

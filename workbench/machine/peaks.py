@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 
+from ..cache import cache_dir
 from .cpu import cpu_info
 from .gpus import find_gpu
 
@@ -28,8 +28,7 @@ _CPU_RATES = {
 
 
 def cache_file() -> Path:
-    root = os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench"
-    return Path(root) / "ceilings.json"
+    return cache_dir() / "ceilings.json"
 
 
 def device_key(device) -> str:

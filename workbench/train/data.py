@@ -17,6 +17,7 @@ from torch.utils.data import default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 from ..config import ConfigError, RunConfig
+from .digits import load_digits
 from .factory import load_factory
 from .images import ImageFolder, list_images
 
@@ -86,11 +87,8 @@ def _split(x: torch.Tensor, y: torch.Tensor, test_fraction: float, seed: int):
 
 def digits(cfg: RunConfig) -> DataBundle:
     """1,797 real 8x8 handwritten digits shipped inside scikit-learn, scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    raw = load_digits()
-    x = torch.tensor(raw.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(raw.target, dtype=torch.long)
+    images, y = load_digits()
+    x = images.to(torch.float32).unsqueeze(1) / 16.0
     train, test = _split(x, y, cfg.data.test_fraction, seed=0)  # fixed split across runs
     return DataBundle(train, test, "classify", (1, 8, 8), 10)
 

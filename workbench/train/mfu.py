@@ -11,8 +11,11 @@ the peak it was divided by is wrong, so it is never written as `mfu`; the record
 """
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
+from ..cache import read_json, write_json
 from ..machine.peaks import peak_for
 from .flops import step_cost
 
@@ -23,6 +26,23 @@ def run_dtype(cfg, device) -> str:
     if dtype == "fp32" and cfg.precision.tf32 and torch.device(device).type == "cuda":
         return "tf32"
     return dtype
+
+
+COUNTS = "flops.json"
+
+
+def count_key(cfg, model, data, device) -> str:
+    """What a step's FLOPs depend on: the model's modules and parameter shapes, the batch and its
+    accumulation, the precision and memory format, the device type and the torch version."""
+    h = hashlib.sha1()
+    for name, m in model.named_modules():
+        h.update(f"{name}:{type(m).__module__}.{type(m).__qualname__};".encode())
+    for name, p in model.named_parameters():
+        h.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())
+    h.update(repr((tuple(data.input_shape), min(cfg.loader.batch_size, len(data.train)),
+                   cfg.optim.grad_accum_steps, cfg.precision.dtype, cfg.precision.channels_last,
+                   data.task, torch.device(device).type, torch.__version__)).encode())
+    return h.hexdigest()
 
 
 def _sig(x: float, digits: int = 4) -> float:
@@ -40,13 +60,21 @@ class MfuMeter:
 
     @classmethod
     def for_run(cls, cfg, model, data, device) -> "MfuMeter":
-        """Count one step's FLOPs on the real (unwrapped, uncompiled) model. Never fails a run: a
-        model FlopCounterMode cannot count gets a meter that reports nothing and says why."""
+        """Count one step's FLOPs on the real (unwrapped, uncompiled) model, or recall the count of
+        the same model and shapes (counting costs a forward and a backward under the counter, on
+        the path to the first step). Never fails a run: a model FlopCounterMode cannot count gets
+        a meter that reports nothing and says why."""
         dtype = run_dtype(cfg, device)
-        try:
-            flops = step_cost(cfg, model, data, device).flops
-        except Exception as e:  # a user's model with an op the counter cannot trace
-            return cls(None, None, dtype, f"{type(e).__name__}: {e}"[:200])
+        key = count_key(cfg, model, data, device)
+        counts = read_json(COUNTS)
+        flops = counts.get(key)
+        if flops is None:
+            try:
+                flops = step_cost(cfg, model, data, device).flops
+            except Exception as e:  # a user's model with an op the counter cannot trace
+                return cls(None, None, dtype, f"{type(e).__name__}: {e}"[:200])
+            counts[key] = flops
+            write_json(COUNTS, dict(list(counts.items())[-500:]))  # best effort, bounded
         return cls(flops, peak_for(device, dtype), dtype)
 
     def step(self, dt_s: float) -> dict:

@@ -1,0 +1,37 @@
+"""The workbench's cache folder, shared by every process of this user on this machine:
+$WORKBENCH_CACHE, else ~/.cache/workbench. It holds what is measured or built once and reused
+(ceilings, lessons, FLOP counts per model and shape, the digits as tensors); deleting it only
+costs the time to make them again.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench")
+
+
+def read_json(name: str) -> dict:
+    """A JSON object from the cache, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads((cache_dir() / name).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_json(name: str, data: dict) -> bool:
+    """Write atomically (a reader never sees half a file); False when the cache cannot be written,
+    which only means the thing is made again next time."""
+    path = cache_dir() / name
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        tmp.replace(path)
+        return True
+    except OSError:
+        return False
