@@ -51,15 +51,35 @@ def test_the_trained_model_beats_chance_on_digits():
     assert result["eval_accuracy"] > 0.8
 
 
+BAD_MODEL = """import torch
+class Bad(torch.nn.Module):
+    def __init__(self, after):
+        super().__init__(); self.l = torch.nn.Linear(64, 10); self.after, self.calls = after, 0
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > self.after:
+            raise ValueError('shape trouble in forward')
+        return self.l(x.flatten(1))
+def build(after=0):
+    return Bad(after)
+"""
+
+
+def test_a_model_that_fails_at_once_is_refused_before_launch(tmp_path, runs_root):
+    (tmp_path / "bad.py").write_text(BAD_MODEL)
+    cfg = RunConfig.smoke().replace(**{"model.name": f"{tmp_path / 'bad.py'}:build"})
+    with pytest.raises(ConfigError, match=r"model.name .*bad.py:build'.* forward and backward pass on "
+                                          r"4 sample\(s\) of data.name 'digits' failed before launch: "
+                                          r"ValueError: shape trouble in forward"):
+        start_run(cfg)
+    assert not runs_root.exists() or not any(runs_root.iterdir())
+
+
 def test_a_failing_model_ends_with_an_error_record_and_traceback(tmp_path):
     model_file = tmp_path / "bad.py"
-    model_file.write_text(
-        "import torch\n"
-        "class Bad(torch.nn.Module):\n"
-        "    def __init__(self):\n        super().__init__(); self.l = torch.nn.Linear(64, 10)\n"
-        "    def forward(self, x):\n        raise ValueError('shape trouble in forward')\n"
-        "def build():\n    return Bad()\n")
-    cfg = RunConfig.smoke().replace(**{"model.name": f"{model_file}:build"})
+    model_file.write_text(BAD_MODEL)
+    # Call 1 is the worker's FLOP count and call 2 its first step: it fails at the second step.
+    cfg = RunConfig.smoke().replace(**{"model.name": f"{model_file}:build", "model.kwargs": {"after": 2}})
     result = run(cfg, timeout_s=120)
     assert result["status"] == "failed" and result["returncode"] != 0
     assert result["error_type"] == "ValueError" and "shape trouble" in result["message"]

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
+from .disk import write_atomic
+
 Precision = Literal["fp32", "bf16", "fp16"]
 BUILTIN_MODELS = ("mlp", "cnn", "transformer")
 BUILTIN_DATA = ("digits", "synthetic_images", "text", "image_folder", "dataset")
@@ -111,6 +113,28 @@ def _check_type(path: str, value: Any, hint: Any) -> None:
     elif origin is dict or hint is dict:
         if not isinstance(value, dict):
             _fail(path, value, "a JSON object")
+        _check_plain(path, value)
+
+
+def _check_plain(path: str, value: Any) -> None:
+    """Data, never code: strings, numbers, booleans, null, lists and objects with string keys."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            _fail(path, value, "a finite number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_plain(f"{path}[{i}]", v)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                _fail(path, k, "an object with string keys")
+            _check_plain(f"{path}.{k}", v)
+        return
+    _fail(path, value, "plain JSON data (strings, numbers, booleans, null, lists, objects)")
 
 
 @dataclass
@@ -273,6 +297,7 @@ class RunSection(_Section):
     mem_every_s: float = 0.5  # memory is sampled on a timer, not every step
     save_weights: bool = True
     threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
+    oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
 
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
@@ -348,11 +373,8 @@ class RunConfig(_Section):
         return cls.from_json(path.read_text())
 
     def save(self, path: str | Path) -> None:
-        """Write atomically, so a reader never sees half a config."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        """Write atomically, so a reader never sees half a config (workbench.disk.write_atomic)."""
+        write_atomic(path, self.to_json())
 
     def with_model(self, name: str) -> "RunConfig":
         """A copy with another model and the data it needs (see `matching_data`)."""
