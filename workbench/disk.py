@@ -65,14 +65,16 @@ def write_json_atomic(path: str | Path, data: dict) -> None:
 
 
 def free_bytes(path: str | Path) -> int | None:
-    """Free bytes on the file system holding `path` (or its nearest existing parent)."""
+    """Free bytes on the file system holding `path` (or its nearest existing parent); None where
+    that is no disk (/proc, /sys: writing there fails for another reason, said when it is tried)."""
     path = Path(path)
     while not path.exists() and path != path.parent:
         path = path.parent
     try:
-        return shutil.disk_usage(path).free
+        usage = shutil.disk_usage(path)
     except OSError:
         return None
+    return usage.free if usage.total else None
 
 
 def mib(n: float) -> str:

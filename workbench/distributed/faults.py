@@ -5,6 +5,7 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
     status: completed | failed | stopped
     cause:  raised | killed | stalled | start_timeout | rendezvous | exited | disk_full
             | agent_killed (the torchrun agent died by a signal; its ranks died with it)
+            | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
             | supervisor_killed (written by the launching process when the supervisor was killed)
             | stopped (the Stop button, Ctrl-C) | supervisor_signalled (a signal from elsewhere)
             | launcher_exited (the kernel or CLI that started the run died)
@@ -28,6 +29,7 @@ from ..runstore import read_summary
 # Errors a rank raises because another rank died or hung, not because of its own code.
 KNOCK_ON = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
             "distbackenderror", "communicator was aborted", "socket", "recv", "peer")
+_AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -120,6 +122,14 @@ def diagnose(run_dir: Path, returncode: int | None, log_text: str = "", attempt:
                            f"{step}, and its ranks ended with it; no rank failed by itself"
                            + (" (SIGKILL: the kernel's OOM killer, or another program)"
                               if returncode == -signal.SIGKILL else ""), "attempt": attempt}
+    signalled = {int(pid): int(sig) for pid, sig in _AGENT_SIGNAL.findall(log_text)}
+    if agent_pid is not None and agent_pid in signalled:  # torchrun stopped its ranks and exited
+        how = signal_name(-signalled[agent_pid])
+        step = max((_last_step(recs) for recs in by_rank.values()), default=0)
+        return {"status": "stopped", "cause": "agent_signalled", "error_type": "AgentSignalled",
+                "signal": how, "message": f"the torchrun agent (pid {agent_pid}) got {how} from another "
+                                          f"program and stopped every rank after step {step}",
+                "attempt": attempt}
     codes = torchrun_exit_codes(log_text)
     if returncode is not None and returncode < 0 and len(by_rank) <= 1:
         codes.setdefault(next(iter(by_rank), 0), returncode)  # one process: the supervisor's child
@@ -224,6 +234,14 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
         summary.update(restarts=again, attempts=len(again) + 1)
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def ended_by_supervisor(run_dir: Path) -> bool:
+    """Whether summary.json is the supervisor's final word (rank 0 writes one of its own too)."""
+    try:
+        return "returncode" in json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> dict:

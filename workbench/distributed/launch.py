@@ -33,7 +33,7 @@ from ..train.factory import refuse_stdlib
 from ..train.precision import check_supported
 from ..train.rank import backend_for
 from ..train.trust import named_code
-from .faults import record_supervisor_death
+from .faults import ended_by_supervisor, record_supervisor_death
 from .limits import check_limits
 from .torchrun import RESTART_ENV, WORKER, loopback_env, loopback_runner, torchrun_args
 
@@ -49,6 +49,10 @@ def check_launch(cfg: RunConfig, folder: str | Path | None = None) -> list[str]:
     the device, the data paths, factories that name the standard library, the GPUs for nccl, then
     the machine's limits (workbench.distributed.limits: cores, memory, the batch, the disk) with the
     config's data and model built once in a child process. Returns notes to show the user."""
+    return _check_launch(cfg, folder)[0]
+
+
+def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str], dict]:
     if not isinstance(cfg, RunConfig):
         raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from a "
                           f"dict), got {type(cfg).__name__}")
@@ -119,7 +123,7 @@ class RunHandle:
 
     def _ended(self, code: int) -> None:
         _release(self.proc.pid)
-        if code < 0 and not (self.run_dir / "summary.json").is_file():
+        if code < 0 and not ended_by_supervisor(self.run_dir):
             record_supervisor_death(self.run_dir, self.proc.pid, code)
 
     def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
@@ -158,7 +162,7 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
     """Validate, check the machine, claim the run folder, and start the worker(s) under a
     supervisor. Returns at once. `env` adds environment variables for the ranks (OMP_NUM_THREADS)."""
     target = Path(run_dir) if run_dir is not None else Path(root) if root is not None else None
-    notes = check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written yet
+    notes, need = _check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written
     run_dir = create_run_dir(cfg, root, path=run_dir)  # atomic: a second start here is refused
     command = worker_command(cfg, run_dir)
     try:
@@ -181,7 +185,7 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
         write_json_atomic(run_dir / LAUNCH, {
             "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
             "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
-            "launcher_created": created_time(), "notes": notes})
+            "launcher_created": created_time(), "notes": notes, "precheck": need})
     except OSError as e:
         handle.stop("the run folder could not be written")
         raise ConfigError(disk_message(run_dir / LAUNCH, e, "writing")) from None

@@ -183,8 +183,9 @@ def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
                           "left on device; free some space or choose another folder (run.runs_dir, --run-dir)")
 
 
-def check_limits(cfg: RunConfig, device_type: str, folder: Path) -> list[str]:
-    """Every check against this machine; returns notes (what was overridden, what was not measured)."""
+def check_limits(cfg: RunConfig, device_type: str, folder: Path) -> tuple[list[str], dict]:
+    """Every check against this machine; returns notes (what was overridden, what was not
+    measured) and what the precheck measured."""
     notes = check_cores(cfg)
     need = precheck(cfg)
     if not need.get("timed_out"):
@@ -192,4 +193,4 @@ def check_limits(cfg: RunConfig, device_type: str, folder: Path) -> list[str]:
         check_disk(cfg, need, folder)
     else:
         notes.append(need["note"])
-    return notes
+    return notes, need

@@ -57,19 +57,28 @@ def _build(cfg: RunConfig, data, meta: bool):
         return build_model(cfg, data)
 
 
+def _model(cfg: RunConfig, data) -> tuple:
+    """(the model, built on the meta device?): meta first; a factory that cannot build there is
+    built for real (a user's model needs no data to be built)."""
+    try:
+        return _build(cfg, data, meta=True), True
+    except ConfigError:
+        return _build(cfg, data, meta=False), False
+
+
 def measure(cfg: RunConfig) -> dict:
     torch.set_num_threads(1)
     out = {"torch_import_s": round(time.time() - T0, 3), "base_rss_gib": round(rss_gib(), 4)}
-    if ":" in cfg.model.name:
-        load_factory(cfg.model.name)  # a missing file or a syntax error: said before the data is built
+    own = ":" in cfg.model.name
+    if own:  # a missing file, a syntax error, a failing call, the wrong type: said before the data
+        load_factory(cfg.model.name)
+        model, on_meta = _model(cfg, None)
     rss = rss_gib()
     data = build_data(cfg)
     out.update(data_rss_gib=round(max(0.0, rss_gib() - rss), 4), train_samples=len(data.train),
                task=data.task)
-    try:
-        model, on_meta = _build(cfg, data, meta=True), True
-    except ConfigError:  # a factory that cannot build on the meta device: build it for real
-        model, on_meta = _build(cfg, data, meta=False), False
+    if not own:
+        model, on_meta = _model(cfg, data)
     params = sum(p.numel() for p in model.parameters())
     out.update(params=params, param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     if params > REAL_BUILD_MAX_PARAMS:
