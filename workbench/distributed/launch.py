@@ -29,7 +29,7 @@ from ..net import LOOPBACK, free_port, is_loopback
 from ..procs import created_time
 from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
-from ..train.factory import refuse_stdlib
+from ..train.factory import check_spec
 from ..train.precision import check_supported
 from ..train.rank import backend_for
 from ..train.trust import named_code
@@ -61,7 +61,7 @@ def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str],
     check_supported(cfg, device)
     check_data_paths(cfg)
     for field, spec, _ in named_code(cfg):
-        refuse_stdlib(spec, field)
+        check_spec(spec, field)
     d = cfg.distributed
     if resolve_backend(cfg) == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

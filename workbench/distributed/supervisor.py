@@ -37,7 +37,10 @@ GRACE_S = 2.0  # SIGTERM -> SIGKILL: every rank is gone well within 5 s of a sto
 
 
 def _log(msg: str) -> None:
-    print(f"[workbench.supervisor] {msg}", flush=True)
+    try:
+        print(f"[workbench.supervisor] {msg}", flush=True)
+    except OSError:  # launcher.log is on a full disk: the summary still says how the run ended
+        pass
 
 
 def _descendants() -> list:

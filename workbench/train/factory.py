@@ -87,18 +87,25 @@ def _refuse_stdlib_object(obj, spec: str, field: str) -> None:
                           "wrote")
 
 
-def load_factory(spec: str, field: str = "model.name"):
-    """Resolve `spec` to a callable; every error names `field`."""
+def check_spec(spec: str, field: str = "model.name") -> None:
+    """Everything that can be said about an import path without importing it: its form, that it
+    is not the standard library, and that a file it names exists."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr.isidentifier():
         raise ConfigError(f"{field} must be 'package.module:factory' or 'path/to/file.py:factory', "
                           f"got {spec!r}")
     refuse_stdlib(spec, field)
+    if target.endswith(".py") and not Path(target).resolve().is_file():
+        raise ConfigError(f"{field} {spec!r}: file {str(Path(target).resolve())!r} does not exist")
+
+
+def load_factory(spec: str, field: str = "model.name"):
+    """Resolve `spec` to a callable; every error names `field`."""
+    check_spec(spec, field)
+    target, _, attr = spec.rpartition(":")
     try:
         if target.endswith(".py"):
             path = Path(target).resolve()
-            if not path.is_file():
-                raise ConfigError(f"{field} {spec!r}: file {str(path)!r} does not exist")
             name = f"workbench_user_{path.stem}_{abs(hash(str(path)))}"
             mod_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(mod_spec)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig
 from ..runstore import created_here
-from .factory import refuse_stdlib
+from .factory import check_spec
 
 
 def named_code(cfg: RunConfig) -> list[tuple[str, str, dict]]:
@@ -42,7 +42,7 @@ def check_trust(run_dir: str | Path, cfg: RunConfig, trust_code: bool = False) -
     if not code:
         return ""
     for field, spec, _ in code:
-        refuse_stdlib(spec, field)
+        check_spec(spec, field)
     text = describe(code)
     if trust_code or created_here(run_dir):
         return f"will run {text}"

@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
                      host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
     except OSError as e:
-        print(f"workbench.worker rank {env.rank}: {disk_message(run_dir, e, 'writing the run folder')}",
-              file=sys.stderr, flush=True)
+        _try(print, f"workbench.worker rank {env.rank}: "
+             f"{disk_message(run_dir, e, 'writing the run folder')}", file=sys.stderr, flush=True)
         return EXIT_DISK_FULL
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_disk_full(e):  # nothing more fits: one line, no half-written files, no traceback
             message = disk_message(run_dir, e, "writing the run folder")
             _try(events.write, "error", status="failed", error_type="DiskFull", message=message)
-            print(f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
+            _try(print, f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
             return EXIT_DISK_FULL
         _try(write_atomic, run_dir / f"rank{env.rank}.traceback.txt", tb)
         _try(events.write, "error", status="failed", error_type=type(e).__name__, message=str(e),
