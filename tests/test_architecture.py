@@ -16,7 +16,7 @@ FLOORS = {
     "distributed": ["distributed"],
     "train": ["train"],
     "machine": ["machine"],
-    "base": ["config", "disk", "events", "runstore", "measure", "net", "procs", "quick"],
+    "base": ["config", "disk", "events", "provenance", "runstore", "measure", "net", "procs", "quick"],
 }
 LEVEL = {unit: len(FLOORS) - i for i, units in enumerate(FLOORS.values()) for unit in units}
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -103,7 +104,9 @@ def test_a_disk_that_fills_during_a_run_is_named_in_the_summary(disk, smoke, tmp
     wait_for_steps(handle.run_dir, ranks=2)
     pids = run_pids(handle.proc.pid, handle.run_dir)
     fill(where)  # another program fills the disk
+    t0 = time.monotonic()
     handle.wait(120)
+    print(f"disk full during a run -> disk_full in {time.monotonic() - t0:.2f} s")
     s = json.loads((handle.run_dir / "summary.json").read_text())
     assert (s["status"], s["cause"]) == ("failed", "disk_full"), s
     assert "No space left on device" in s["message"] and str(where) in s["message"]

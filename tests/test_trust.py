@@ -14,7 +14,8 @@ import torch
 from workbench.cli import main as cli
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventWriter
-from workbench.runstore import compare, create_run_dir, created_here, list_runs, read_summary
+from workbench.provenance import created_here
+from workbench.runstore import compare, create_run_dir, list_runs, read_summary
 from workbench.train.factory import load_factory
 from workbench.train.restore import load_model
 

@@ -64,6 +64,11 @@ def write_json_atomic(path: str | Path, data: dict) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+def cache_dir() -> Path:
+    """This user's workbench cache: $WORKBENCH_CACHE, else ~/.cache/workbench."""
+    return Path(os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench")
+
+
 def free_bytes(path: str | Path) -> int | None:
     """Free bytes on the file system holding `path` (or its nearest existing parent); None where
     that is no disk (/proc, /sys: writing there fails for another reason, said when it is tried)."""

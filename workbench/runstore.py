@@ -3,28 +3,24 @@ time and a short label, holding config.json, rank*.jsonl, summary.json and the t
 
 Everything here reads from disk, so runs can be listed and compared after a kernel restart, and
 nothing here imports what a config names. A run folder is claimed atomically when it is made (the
-RUN_ID file, created with O_EXCL), and this user's cache notes which folders its workbench made
-(`created_here`), the one fact the trust rule (workbench.train.trust) stands on. A run that wrote
+RUN_ID file, created with O_EXCL), and recorded as made here (workbench.provenance), the one fact
+the trust rule (workbench.train.trust) stands on. A run that wrote
 no final record is shown as running only while its processes live (launch.json names them).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import re
 import secrets
-import socket
 import time
 from pathlib import Path
 
 from .config import ConfigError, RunConfig
-from .disk import disk_message, write_json_atomic
+from .disk import disk_message, write_json_atomic  # noqa: F401 - write_json_atomic for callers
 from .events import read_events
 from .procs import same_process
-
-RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed
+from .provenance import RUN_ID, record_created
 LAUNCH = "launch.json"  # the command and the supervisor's pid and start time
 
 
@@ -130,44 +126,6 @@ def _unclaim(path: Path, made: bool) -> None:
             path.rmdir()
         except OSError:
             pass
-
-
-# --- which folders this user's workbench created on this machine -------------------------------
-def cache_dir() -> Path:
-    """This user's workbench cache: $WORKBENCH_CACHE, else ~/.cache/workbench."""
-    return Path(os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench")
-
-
-def _record_path(run_dir: Path) -> Path:
-    key = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:32]
-    return cache_dir() / "created-runs" / f"{key}.json"
-
-
-def _fingerprint(run_dir: Path) -> dict:
-    return {"path": str(run_dir.resolve()), "host": socket.gethostname(),
-            "id": (run_dir / RUN_ID).read_text().strip(),
-            "config_sha256": hashlib.sha256((run_dir / "config.json").read_bytes()).hexdigest()}
-
-
-def record_created(run_dir: str | Path) -> None:
-    """Note, outside the folder, that this workbench made `run_dir` here: its real path, the random
-    id written into it and its config's hash. A copy, a move, a forged id or an edited config no
-    longer matches."""
-    path = _record_path(Path(run_dir))
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_json_atomic(path, _fingerprint(Path(run_dir)))
-
-
-def created_here(run_dir: str | Path) -> bool:
-    """True when this user's workbench created `run_dir` on this machine and its config is unchanged."""
-    run_dir = Path(run_dir)
-    try:
-        record = json.loads(_record_path(run_dir).read_text())
-        now = _fingerprint(run_dir)
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and all(
-        hmac.compare_digest(str(record.get(k, "")), v) for k, v in now.items())
 
 
 # --- reading ------------------------------------------------------------------------------------

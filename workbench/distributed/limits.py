@@ -9,20 +9,25 @@ What cannot work is refused (ConfigError, one line with the numbers). What would
 (`workbench run --oversubscribe`); then it runs, and the note says what was overridden.
 
 The need comes from workbench.train.precheck, run once per config in a short-lived child process
-(the user's factory never runs in the kernel), and is kept for the life of this process for configs
-that name no code or name a file that has not changed since.
+(the user's factory never runs in the kernel), and is kept (in this process and in the user's cache,
+prechecks/) for configs that name no code or name a file that has not changed since; what it is
+compared with (free memory, free disk, cores) is read anew at every launch.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from ..config import ConfigError, RunConfig
-from ..disk import Reserve, free_bytes, mib
+from ..disk import Reserve, cache_dir, free_bytes, mib, write_json_atomic
 from ..machine.cpu import memory_info, usable_cores
 from ..machine.gpu import gpu_free_gib
 from ..train.flops import StepCost, memory_need_gib
@@ -53,14 +58,25 @@ def _cache_key(cfg: RunConfig) -> str | None:
             return None
         files.append([str(Path(target).resolve()), st.st_mtime_ns, st.st_size])
     key = {k: d[k] for k in ("model", "data", "precision")}
-    key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files)
+    key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files,
+               python=sys.executable, torch=torch.__version__, host=socket.gethostname())
     return json.dumps(key, sort_keys=True)
+
+
+def _stored(key: str) -> Path:
+    """Where a measured answer is kept between processes (a repeated CLI launch skips the child)."""
+    return cache_dir() / "prechecks" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
 def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
     """Build the config's data and model in a child process and return what it measured; a config
     whose model or data cannot be built is a ConfigError with the child's one line."""
     key = _cache_key(cfg)
+    if key is not None and key not in _CACHE:
+        try:
+            _CACHE[key] = json.loads(_stored(key).read_text())
+        except (OSError, ValueError):
+            pass
     if key is not None and key in _CACHE:
         return _CACHE[key]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -85,6 +101,11 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
         raise ConfigError(result["error"])
     if key is not None:
         _CACHE[key] = result
+        try:
+            _stored(key).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(_stored(key), result)
+        except OSError:
+            pass  # not kept: measured again next time
     return result
 
 

@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 
 from ..config import ConfigError
-from ..disk import disk_message, write_json_atomic
+from ..disk import cache_dir, disk_message, write_json_atomic
 from .cpu import cpu_info
 from .gpus import find_gpu
 
@@ -30,8 +29,7 @@ _CPU_RATES = {
 
 
 def cache_file() -> Path:
-    root = os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench"
-    return Path(root) / "ceilings.json"
+    return cache_dir() / "ceilings.json"
 
 
 def device_key(device) -> str:

@@ -22,6 +22,7 @@ T0 = time.time()
 import torch  # noqa: E402 - the cost every rank pays, measured below
 
 from ..config import ConfigError, RunConfig  # noqa: E402
+from ..machine.capability import resolve_device  # noqa: E402
 from .data import build_data  # noqa: E402
 from .factory import load_factory  # noqa: E402
 from .flops import first_batch  # noqa: E402
@@ -93,9 +94,12 @@ def measure(cfg: RunConfig) -> dict:
     try:
         saved = _saved_bytes(model.train(), x, y, loss_fn(data.task), autocast(cfg, torch.device("cpu")))
     except Exception as e:  # noqa: BLE001 - the model and the data do not fit together
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if resolve_device(cfg.run.device).type == "cuda":  # it may need the GPU it will run on
+            out["activations_note"] = f"activations not measured: a forward pass on the CPU failed: {why}"
+            return out
         raise ConfigError(f"model.name {cfg.model.name!r}: a forward and backward pass on {n} "
-                          f"sample(s) of data.name {cfg.data.name!r} failed before launch: "
-                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+                          f"sample(s) of data.name {cfg.data.name!r} failed before launch: {why}") from None
     out["activation_bytes_per_sample"] = saved / len(x)
     return out
 

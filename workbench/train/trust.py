@@ -3,7 +3,7 @@
 Reading a run folder (listing, comparing, attaching, exporting) never imports anything. Loading its
 model or data (load_model, `workbench prune/quant --run-dir`, the inference study) would call the
 factories its config names, so it runs them only when the folder is trusted: this user's workbench
-created it on this machine and its config is unchanged (workbench.runstore.created_here), or the
+created it on this machine and its config is unchanged (workbench.provenance.created_here), or the
 user says so with trust_code=True (`--trust-code`), as with Hugging Face's trust_remote_code.
 Built-in models and data name no code and need no trust; stdlib factories are refused always
 (workbench.train.factory).
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig
-from ..runstore import created_here
+from ..provenance import created_here
 from .factory import check_spec
 
 
