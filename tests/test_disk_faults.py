@@ -89,10 +89,29 @@ def test_a_run_too_big_for_the_disk_is_refused_before_launch(disk, runs_root):
     assert not any(where.iterdir())
 
 
-def test_a_read_only_disk_is_one_line(disk, smoke):
+def test_a_read_only_disk_is_one_line(disk, smoke, capsys):
+    from workbench.cli import main as cli
+
     where = disk("2m", ro=True)
     with pytest.raises(ConfigError, match=r"making the run folder .* failed: Read-only file system"):
         start_run(smoke, where / "run")
+    config = where.parent / "config.json"
+    smoke.save(config)
+    for argv in (["run", "--preset", "smoke", "--run-dir", str(where / "run")],
+                 ["export", "--config", str(config), "--to", str(where / "export")],
+                 ["loader", "make-images", str(where / "images"), "--count", "2"]):
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "Read-only file system" in err and str(where) in err, err
+
+
+def test_an_unwritable_folder_is_one_line(tmp_path, smoke):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into any folder whatever its mode")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(ConfigError, match=r"failed: Permission denied; you may not write there"):
+        start_run(smoke, locked / "run")
 
 
 @pytest.mark.slow
