@@ -243,7 +243,8 @@ def test_a_run_whose_whole_tree_died_is_shown_ended(smoke, tmp_path, runs_root, 
     assert_all_gone(pids, within=10)
     last = max(steps_seen(run_dir).values())
     s = read_summary(run_dir)
-    print(f"whole tree killed -> ended without a record, shown {time.monotonic() - t0:.2f} s after")
+    with capsys.disabled():
+        print(f"whole tree killed -> ended without a record, shown {time.monotonic() - t0:.2f} s after")
     assert (s["status"], s["cause"], s["steps"]) == ("failed", "vanished", last), s
     assert s["message"].startswith(f"ended without a record after step {last}")
     assert not (run_dir / "summary.json").exists()

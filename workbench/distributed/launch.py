@@ -8,7 +8,10 @@ under `torchrun` (one node on 127.0.0.1 with a free port, or several nodes at a 
 endpoint). Either way a supervisor process (workbench.distributed.supervisor) sits between this
 process and the run: it sweeps every rank when the run is stopped, fails, stalls, or when this
 process dies, and writes how the run ended into summary.json. The kernel (or CLI) never trains
-in-process.
+in-process. Before anything is written, `check_launch` refuses what this machine cannot run
+(workbench.distributed.limits, with the model and data built once in a child process); the run
+folder is then claimed atomically, and launch.json records the supervisor's pid and start time so
+readers can tell a live run from a dead one.
 """
 from __future__ import annotations
 
