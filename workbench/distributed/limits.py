@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,7 +73,8 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
     """Build the config's data and model in a child process and return what it measured; a config
     whose model or data cannot be built is a ConfigError with the child's one line."""
     key = _cache_key(cfg)
-    if key is not None and key not in _CACHE:
+    keep = key is not None and cfg.data.name != "image_folder"  # a folder of files may change unseen
+    if keep and key not in _CACHE:
         try:
             _CACHE[key] = json.loads(_stored(key).read_text())
         except (OSError, ValueError):
@@ -90,9 +92,10 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
                         "stopped; memory was not checked"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode < 0:
-        raise ConfigError(f"building the data and the model before launch was killed by signal "
-                          f"{-proc.returncode} (SIGKILL: most likely out of memory); make data.num_samples,"
-                          " data.image_size or the model smaller")
+        how = signal.Signals(-proc.returncode).name
+        oom = (" (most likely out of memory); make data.num_samples, data.image_size or the model "
+               "smaller") if how == "SIGKILL" else ""
+        raise ConfigError(f"building the data and the model before launch was killed by {how}{oom}")
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"the pre-launch check of model.name {cfg.model.name!r} failed: {tail}")
@@ -101,6 +104,7 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
         raise ConfigError(result["error"])
     if key is not None:
         _CACHE[key] = result
+    if keep:
         try:
             _stored(key).parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(_stored(key), result)
