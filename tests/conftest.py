@@ -9,8 +9,10 @@ from workbench.config import RunConfig
 
 @pytest.fixture(autouse=True)
 def runs_root(tmp_path, monkeypatch):
+    """Its own run store, and its own cache (the record of which run folders this workbench made)."""
     root = tmp_path / "runs"
     monkeypatch.setenv("WORKBENCH_RUNS", str(root))
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     return root
 
 

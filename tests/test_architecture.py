@@ -16,7 +16,8 @@ FLOORS = {
     "distributed": ["distributed"],
     "train": ["train"],
     "machine": ["machine"],
-    "base": ["config", "events", "runstore", "measure", "net", "procs", "quick", "cache"],
+    "base": ["config", "cache", "disk", "events", "provenance", "runstore", "measure", "net", "procs",
+             "quick"],
 }
 LEVEL = {unit: len(FLOORS) - i for i, units in enumerate(FLOORS.values()) for unit in units}
 

@@ -30,13 +30,24 @@ def test_bad_flag_value_gives_one_line_reason_and_no_run(runs_root):
     assert proc.returncode == 2 and "did you mean 'loader.num_workers'" in proc.stderr
 
 
-def test_failed_run_exits_nonzero_with_reason(tmp_path):
+def test_failed_run_exits_nonzero_with_reason(tmp_path, runs_root):
     bad = tmp_path / "m.py"
     bad.write_text("def build():\n    return 'not a module'\n")
     proc = workbench("run", "--preset", "smoke", "--model", f"{bad}:build")
+    assert proc.returncode == 2  # found before launch, by building the model once in a child
+    assert proc.stderr.strip().count("\n") == 0 and "must return a torch.nn.Module" in proc.stderr
+    assert not runs_root.exists() or not any(runs_root.iterdir())
+    late = tmp_path / "late.py"  # builds, then fails at its second training step
+    late.write_text("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__(); self.l, self.n = torch.nn.Linear(64, 10), 0\n"
+                    "    def forward(self, x):\n        self.n += 1\n"
+                    "        if self.n > 2:\n            raise ValueError('late trouble')\n"
+                    "        return self.l(x.flatten(1))\ndef build():\n    return M()\n")
+    proc = workbench("run", "--preset", "smoke", "--model", f"{late}:build")
     assert proc.returncode == 1
     reason = proc.stderr.strip().splitlines()[-1]  # the failing rank's traceback comes above it
-    assert reason.startswith("workbench run: failed:") and "must return a torch.nn.Module" in reason
+    assert reason.startswith("workbench run: failed (raised): rank 0 raised ValueError") and \
+        "late trouble" in reason
 
 
 def test_runs_on_an_empty_store(runs_root):

@@ -92,6 +92,10 @@ def test_max_restarts_brings_the_group_back(smoke, tmp_path):
     assert {(r["attempt"], r["rank"]) for r in steps} >= {(0, 0), (1, 0), (1, 1)}
     last = {(r["attempt"], r["rank"]): r["step"] for r in steps}
     assert last[(1, 0)] == last[(1, 1)] == 6  # the second attempt trained to the end
+    assert s["attempts"] == 2 and len(s["restarts"]) == 1, s  # the failed attempt is kept
+    failed = s["restarts"][0]
+    assert (failed["attempt"], failed["cause"], failed["failed_rank"]) == (0, "raised", 1), failed
+    assert "injected fault on rank 1" in failed["message"]
     assert_all_gone(pids, within=5)
 
 
@@ -152,4 +156,101 @@ def test_killing_the_launching_process_ends_the_run(smoke, tmp_path, runs_root):
     print(f"every process gone {took:.2f} s after the parent was killed")
     wait_for(lambda: (run_dir / "summary.json").is_file() and json.loads(
         (run_dir / "summary.json").read_text()).get("status") == "stopped", 5, "summary")
-    assert "exited" in json.loads((run_dir / "summary.json").read_text())["message"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["cause"] == "launcher_exited" and "exited" in summary["message"], summary
+
+
+def _pids_of(handle) -> dict:
+    """The supervisor, its torchrun agent and each rank, by role."""
+    import psutil
+
+    ranks = {r["rank"]: r["pid"] for r in read_events(handle.run_dir) if r["event"] == "start"}
+    return {"supervisor": handle.proc.pid, "agent": psutil.Process(handle.proc.pid).children()[0].pid,
+            "ranks": ranks}
+
+
+def test_a_frozen_rank_is_stalled_within_the_timeout(smoke, tmp_path):
+    """SIGSTOP on a rank: the watchdog says stalled and frozen (not SIGKILL, not out of memory)
+    within distributed.timeout_s plus a few seconds, and the stopped process is not left behind."""
+    cfg = _cfg(smoke, tmp_path, mode="slow").replace(**{"distributed.timeout_s": 5.0})
+    handle = start_run(cfg)
+    wait_for_steps(handle.run_dir, ranks=2, step=3)
+    pids = run_pids(handle.proc.pid, handle.run_dir)
+    frozen = _pids_of(handle)["ranks"][1]
+    t0 = time.monotonic()
+    os.kill(frozen, signal.SIGSTOP)
+    handle.wait(120)
+    took = time.monotonic() - t0
+    print(f"SIGSTOP -> stalled in {took:.1f} s (distributed.timeout_s=5)")
+    s = handle.summary()
+    assert (s["status"], s["cause"], s["failed_rank"]) == ("failed", "stalled", 1), s
+    assert f"pid {frozen}) is stopped" in s["message"] and "SIGKILL" not in s["message"]
+    assert took < 5.0 + 15  # the timeout plus a few seconds (generous on a busy 2-core machine)
+    assert_all_gone(pids, within=5)
+
+
+FAULTS = {  # what is done to which process -> (status, cause, words of the message)
+    "agent SIGKILL": ("agent", signal.SIGKILL, "failed", "agent_killed", "torchrun agent"),
+    "agent SIGTERM": ("agent", signal.SIGTERM, "stopped", "agent_signalled", "got SIGTERM"),
+    "supervisor SIGTERM": ("supervisor", signal.SIGTERM, "stopped", "supervisor_signalled", "not from"),
+    "supervisor SIGKILL": ("supervisor", signal.SIGKILL, "failed", "supervisor_killed", "was killed by"),
+}
+
+
+def test_killed_agent_and_supervisor_each_get_their_own_cause(smoke, tmp_path):
+    handles = {name: start_run(_cfg(smoke, tmp_path, mode="slow")) for name in FAULTS}
+    pids, took = {}, {}
+    for name, h in handles.items():
+        wait_for_steps(h.run_dir, ranks=2)
+    for name, h in handles.items():
+        pids[name] = run_pids(h.proc.pid, h.run_dir)
+        role, sig = FAULTS[name][:2]
+        t0 = time.monotonic()
+        os.kill(_pids_of(h)[role], sig)
+        h.wait(60)
+        took[name] = time.monotonic() - t0
+    for name, h in handles.items():
+        status, cause, words = FAULTS[name][2:]
+        s = h.summary()
+        print(f"{name} -> {cause} in {took[name]:.2f} s")
+        assert (s["status"], s["cause"]) == (status, cause), (name, s)
+        assert words in s["message"] and "out of memory" not in s["message"], (name, s)
+        assert "after step" in s["message"], (name, s)
+        assert_all_gone(pids[name], within=10)
+
+
+def test_a_run_whose_whole_tree_died_is_shown_ended(smoke, tmp_path, runs_root, capsys):
+    """Everything killed at once (kernel, supervisor, torchrun, ranks): nothing writes a record,
+    and every reader says it ended, with its last step, because its processes are gone."""
+    from workbench.cli import main as cli
+    from workbench.runstore import compare, list_runs, read_summary
+    from workbench.ui import attach
+
+    cfg_path, run_dir = tmp_path / "cfg.json", runs_root / "whole-tree"
+    cfg_path.write_text(_cfg(smoke, tmp_path, mode="slow").to_json())
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(cfg_path), str(run_dir)],
+                              stdout=subprocess.PIPE, text=True)
+    supervisor = int(parent.stdout.readline())
+    wait_for_steps(run_dir, ranks=2)
+    pids = run_pids(supervisor, run_dir) | {parent.pid}
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    parent.wait()
+    t0 = time.monotonic()
+    assert_all_gone(pids, within=10)
+    last = max(steps_seen(run_dir).values())
+    s = read_summary(run_dir)
+    with capsys.disabled():
+        print(f"whole tree killed -> ended without a record, shown {time.monotonic() - t0:.2f} s after")
+    assert (s["status"], s["cause"], s["steps"]) == ("failed", "vanished", last), s
+    assert s["message"].startswith(f"ended without a record after step {last}")
+    assert not (run_dir / "summary.json").exists()
+    assert list_runs().set_index("run").loc["whole-tree", "status"] == "failed"
+    assert list(compare([run_dir])["status"]) == ["failed"]
+    assert cli(["runs"]) == 0 and "running" not in capsys.readouterr().out
+    dash = attach(run_dir)
+    assert dash.wait(30) and dash.series.status == "failed"
+    dash.stop()

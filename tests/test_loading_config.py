@@ -110,14 +110,17 @@ def test_training_run_names_a_corrupt_image(tmp_path):
     from workbench.distributed.launch import run
 
     root = generate_image_set(tmp_path / "bad", count=16, size=12, source="synthetic")
-    for f in (root / "class_2").iterdir():
-        f.write_bytes(b"not a png at all")
     cfg = RunConfig.smoke().replace(**{
         "data.name": "image_folder", "data.path": str(root), "data.image_size": 12,
         "loader.batch_size": 4, "run.steps": 6, "run.eval_batches": 0})
+    check_launch(cfg)  # the pre-launch check reads a few good images (and remembers this config)
+    for f in (root / "class_2").iterdir():
+        f.write_bytes(b"not a png at all")  # spoiled after the check: the rank finds them
     failed = run(cfg, timeout_s=180)
     assert failed["status"] == "failed"
     assert "CorruptImageError" in failed["error_type"] + failed["message"]
     assert "class_2" in failed["message"] and ".png" in failed["message"]
     skipped = run(cfg.replace(**{"data.on_error": "skip"}), timeout_s=180)
     assert skipped["status"] == "completed", skipped
+    with pytest.raises(ConfigError, match=r"cannot decode image file .*class_2.* on_error='skip'"):
+        run(cfg.replace(**{"run.seed": 1, "loader.batch_size": 8}))  # unchecked: refused before launch

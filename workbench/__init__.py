@@ -7,7 +7,7 @@ Folders follow the process that runs their code, and imports point down this lis
   distributed/                         what owns the ranks: launcher, supervisor, torchrun, SLURM
   train/                               what runs inside a rank: worker, trainer, models, data
   machine/                             what this machine is and can do
-  config, events, runstore, measure/, net, procs, quick    the shared base
+  config, disk, events, provenance, runstore, measure/, net, procs, quick    the shared base
 """
 from .config import ConfigError, RunConfig
 

@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+from .disk import write_json_atomic
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "workbench")
@@ -29,9 +31,7 @@ def write_json(name: str, data: dict) -> bool:
     path = cache_dir() / name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        tmp.replace(path)
+        write_json_atomic(path, data)
         return True
     except OSError:
         return False

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
+from .disk import write_atomic
+
 Precision = Literal["fp32", "bf16", "fp16"]
 BUILTIN_MODELS = ("mlp", "cnn", "transformer")
 BUILTIN_DATA = ("digits", "synthetic_images", "text", "image_folder", "dataset")
@@ -111,11 +113,33 @@ def _check_type(path: str, value: Any, hint: Any) -> None:
     elif origin is dict or hint is dict:
         if not isinstance(value, dict):
             _fail(path, value, "a JSON object")
+        _check_plain(path, value)
     elif origin is list:  # list[str]: every item checked, the error names its index
         if not isinstance(value, list):
             _fail(path, value, f"a list of {args[0].__name__}")
         for i, item in enumerate(value):
             _check_type(f"{path}[{i}]", item, args[0])
+
+
+def _check_plain(path: str, value: Any) -> None:
+    """Data, never code: strings, numbers, booleans, null, lists and objects with string keys."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            _fail(path, value, "a finite number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_plain(f"{path}[{i}]", v)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                _fail(path, k, "an object with string keys")
+            _check_plain(f"{path}.{k}", v)
+        return
+    _fail(path, value, "plain JSON data (strings, numbers, booleans, null, lists, objects)")
 
 
 @dataclass
@@ -296,6 +320,7 @@ class RunSection(_Section):
     save_weights: bool = True
     threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
     profile_steps: int = 0  # steps right after warm-up run under torch.profiler (marked, not timed)
+    oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
 
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
@@ -376,11 +401,8 @@ class RunConfig(_Section):
         return cls.from_json(path.read_text())
 
     def save(self, path: str | Path) -> None:
-        """Write atomically, so a reader never sees half a config."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        """Write atomically, so a reader never sees half a config (workbench.disk.write_atomic)."""
+        write_atomic(path, self.to_json())
 
     def with_model(self, name: str) -> "RunConfig":
         """A copy with another model and the data it needs (see `matching_data`)."""

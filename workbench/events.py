@@ -6,8 +6,10 @@ line until its newline arrives.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -22,12 +24,19 @@ def _clean(value):
 
 
 class EventWriter:
-    """Appends records for one rank. Every record gets the event name, wall time, rank and attempt."""
+    """Appends records for one rank. Every record gets the event name, wall time, rank and attempt.
+    A record is one write(2) to a file opened for appending; a write the disk cannot take whole (a
+    full disk) is cut back off the file, so no torn line is left, and the OSError is raised."""
 
     def __init__(self, run_dir: str | Path, rank: int = 0, attempt: int = 0):
         self.path = Path(run_dir) / f"rank{rank}.jsonl"
         self.rank, self.attempt = rank, attempt
-        self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
 
     def write(self, event: str, **fields) -> None:
         record = {"event": event, "t": round(time.time(), 4), "rank": self.rank,
@@ -36,7 +45,24 @@ class EventWriter:
         line = json.dumps(record, separators=(",", ":"))
         if len(line) > MAX_LINE:
             line = self._shorten(record)
-        self._file.write(line + "\n")  # line-buffered: one write(2) per record
+        data = (line + "\n").encode()
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            self._cut()
+            raise
+        if written < len(data):
+            self._cut()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        self._size += written
+
+    def _cut(self) -> None:
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            pass
 
     @staticmethod
     def _shorten(record: dict) -> str:
@@ -53,7 +79,9 @@ class EventWriter:
             record[key] = "..." + record[key][excess + 3:]
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _parse(line: str) -> dict | None:

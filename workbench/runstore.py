@@ -1,20 +1,29 @@
 """The run store: one folder per run under `runs/` (run.runs_dir, or $WORKBENCH_RUNS), named by
 time and a short label, holding config.json, rank*.jsonl, summary.json and the trained weights.
 
-Everything here reads from disk, so runs can be listed and compared after a kernel restart.
+Everything here reads from disk, so runs can be listed and compared after a kernel restart, and
+nothing here imports what a config names. A run folder is claimed atomically when it is made (the
+RUN_ID file, created with O_EXCL), and recorded as made here (workbench.provenance), the one fact
+the trust rule (workbench.train.trust) stands on. A run that wrote
+no final record is shown as running only while its processes live (launch.json names them).
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
+import secrets
 import time
 from pathlib import Path
 
-from .config import RunConfig
+from .config import ConfigError, RunConfig
+from .disk import disk_message, write_json_atomic  # noqa: F401 - write_json_atomic for callers
 from .events import read_events
 from .measure.compare import unpaired_ratio
+from .procs import same_process
+from .provenance import RUN_ID, record_created
+LAUNCH = "launch.json"  # the command and the supervisor's pid and start time
+
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
     env = os.environ.get("WORKBENCH_RUNS")
@@ -30,78 +39,185 @@ def default_label(cfg: RunConfig) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-")[:60] or "run"
 
 
-def create_run_dir(cfg: RunConfig, root: str | Path | None = None) -> Path:
-    """Make the run folder and write its config atomically. The config is validated first, so a bad
-    config leaves nothing behind."""
+def create_run_dir(cfg: RunConfig, root: str | Path | None = None, *,
+                   path: str | Path | None = None) -> Path:
+    """Make the run folder (a fresh one under `root`, or exactly `path`), claim it and write its
+    config. The config is validated first, so a bad config leaves nothing behind; the claim is atomic,
+    so of two starts in one folder (threads or processes) exactly one gets it and the other a
+    ConfigError; a disk error is one line naming the path and leaves nothing half-made."""
+    if not isinstance(cfg, RunConfig):
+        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from "
+                          f"a dict), got {type(cfg).__name__}")
     cfg.validate()
-    root = Path(root) if root is not None else runs_root(cfg)
-    root.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"{stamp}_{default_label(cfg)}"
-    for n in range(1000):
-        path = root / (base if n == 0 else f"{base}_{n}")
-        try:
-            path.mkdir()
-            break
-        except FileExistsError:
-            continue
+    if path is not None:
+        path = Path(path)
+        made = _claim(path)
     else:
-        raise RuntimeError(f"could not make a fresh run folder under {root}")
-    cfg.save(path / "config.json")
+        path, made = _fresh(Path(root) if root is not None else runs_root(cfg), cfg)
+    try:
+        cfg.save(path / "config.json")
+        record_created(path)
+    except OSError as e:
+        _unclaim(path, made)
+        raise ConfigError(disk_message(path / "config.json", e, "writing the run's config")) from None
     return path
 
 
-def json_safe(value):
-    """`value` with NaN and infinities as None: json.dumps would write them as NaN/Infinity,
-    which is not JSON (a diverged run's final loss is NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
+def _fresh(root: Path, cfg: RunConfig) -> tuple[Path, bool]:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(disk_message(root, e, "making the run store")) from None
+    if not root.is_dir():
+        raise ConfigError(f"run store {str(root)!r} is a file, not a folder; set run.runs_dir "
+                          "(or $WORKBENCH_RUNS) to a folder")
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}_{default_label(cfg)}"
+    for n in range(1000):
+        path = root / (base if n == 0 else f"{base}_{n}")
+        try:
+            path.mkdir()  # atomic: of two starts, one makes it and the other tries the next name
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise ConfigError(disk_message(path, e, "making the run folder")) from None
+        return path, _claim(path, made=True)
+    raise ConfigError(f"could not make a fresh run folder under {str(root)!r}: 1000 names taken")
+
+
+def _claim(path: Path, made: bool = False) -> bool:
+    """Create RUN_ID in `path` with O_EXCL, the one atomic step of a claim. Returns whether this
+    call made the folder, so a start that fails later removes exactly what it made."""
+    if not made:
+        try:
+            path.mkdir(parents=True)
+            made = True
+        except FileExistsError:
+            if not path.is_dir():
+                raise ConfigError(f"run dir {str(path)!r} is a file; choose a new folder") from None
+        except OSError as e:
+            raise ConfigError(disk_message(path, e, "making the run folder")) from None
+    if (path / "config.json").exists():
+        raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
+    try:
+        fd = os.open(path / RUN_ID, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise ConfigError(f"run dir {str(path)!r} already holds a run (or another start claimed "
+                          "it at the same moment); choose a new folder") from None
+    except OSError as e:
+        _unclaim(path, made)
+        raise ConfigError(disk_message(path, e, "claiming the run folder")) from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16))
+    except OSError as e:
+        _unclaim(path, made)
+        raise ConfigError(disk_message(path / RUN_ID, e, "claiming the run folder")) from None
+    return made
+
+
+def _unclaim(path: Path, made: bool) -> None:
+    """Undo a claim that could not be completed: nothing half-made stays behind."""
+    for name in ("config.json", RUN_ID):
+        try:
+            (path / name).unlink()
+        except OSError:
+            pass
+    if made:
+        try:
+            path.rmdir()
+        except OSError:
+            pass
+
+
+# --- reading ------------------------------------------------------------------------------------
+def read_json(path: Path) -> dict:
+    """A JSON object from a run folder, or a one-line ConfigError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise ConfigError(f"{str(path)!r} is not valid JSON ({e}); the folder is damaged") from None
+    except OSError as e:
+        raise ConfigError(disk_message(path, e, "reading")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; "
+                          "the folder is damaged")
+    return data
+
+
+def processes_alive(run_dir: str | Path) -> bool | None:
+    """Whether any process of the run still lives: its supervisor (launch.json) or a rank (the pids
+    its `start` records hold), each checked against its start time so a reused pid does not count.
+    None when the folder names no process (never launched, or made before pids were recorded)."""
+    run_dir = Path(run_dir)
+    procs = []
+    launch = run_dir / LAUNCH
+    if launch.is_file():
+        try:
+            info = json.loads(launch.read_text())
+            if info.get("supervisor_pid"):
+                procs.append((info["supervisor_pid"], info.get("supervisor_created")))
+        except (OSError, ValueError, AttributeError):
+            pass
+    if not procs:
         return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False))
-    tmp.replace(path)
+    procs += [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
+              if r.get("event") == "start" and r.get("pid")]
+    return any(same_process(pid, created) for pid, created in procs)
 
 
 def read_summary(run_dir: str | Path) -> dict:
-    """The run's summary.json, or one rebuilt from its events when the run never wrote it
-    (killed, still going)."""
+    """The run's summary.json, or one rebuilt from its events when the run never wrote it: still
+    running while its processes live, else ended without a record (killed with its supervisor)."""
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if path.is_file():
-        return json.loads(path.read_text())
+        return read_json(path)
     records = read_events(run_dir)
     steps = [r for r in records if r.get("event") == "step"]
     ends = [r for r in records if r.get("event") in ("done", "error")]
-    status = "running"
+    last = steps[-1]["step"] if steps else 0
+    out = {"status": "running", "steps": last,
+           "final_loss": steps[-1].get("loss") if steps else None}
     if ends:
-        last = ends[-1]
-        status = last.get("status", "completed" if last["event"] == "done" else "failed")
+        end = ends[-1]
+        out["status"] = end.get("status", "completed" if end["event"] == "done" else "failed")
+    elif processes_alive(run_dir) is False:
+        out.update(status="failed", cause="vanished", error_type="Vanished",
+                   message=f"ended without a record after step {last}: every process of the run is "
+                           "gone (killed together with its supervisor, or the machine restarted)")
     elif not records:
-        status = "empty"
-    return {"status": status, "steps": steps[-1]["step"] if steps else 0,
-            "final_loss": steps[-1].get("loss") if steps else None}
+        out["status"] = "empty"
+    return out
+
+
+def _config_of(run_dir: Path) -> dict:
+    cfg = read_json(run_dir / "config.json")
+    try:
+        return {"model": cfg["model"]["name"], "precision": cfg["precision"]["dtype"],
+                "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
+                "batch_size": cfg["loader"]["batch_size"]}
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{str(run_dir / 'config.json')!r} lacks {e}; the folder is damaged") from None
 
 
 def list_runs(root: str | Path | None = None):
-    """A pandas DataFrame, one row a run (newest last): folder, label, status and summary figures."""
+    """A pandas DataFrame, one row a run (newest last): folder, label, status and summary figures.
+    A damaged folder does not break the listing: its row says status 'broken' and why."""
     import pandas as pd
 
     root = Path(root) if root is not None else runs_root()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"run store {str(root)!r} is a file, not a folder of runs; give the folder "
+                          "that holds the run folders (default ./runs or $WORKBENCH_RUNS)")
     rows = []
     for run_dir in sorted(p for p in root.glob("*") if (p / "config.json").is_file()):
-        cfg = json.loads((run_dir / "config.json").read_text())
-        row = {"run": run_dir.name, "path": str(run_dir), "model": cfg["model"]["name"],
-               "precision": cfg["precision"]["dtype"], "ranks": cfg["distributed"]["nproc"] *
-               cfg["distributed"]["nnodes"], "batch_size": cfg["loader"]["batch_size"]}
-        summary = read_summary(run_dir)
-        row.update({k: v for k, v in summary.items() if not isinstance(v, (dict, list))})
+        row = {"run": run_dir.name, "path": str(run_dir)}
+        try:
+            row.update(_config_of(run_dir))
+            summary = read_summary(run_dir)
+            row.update({k: v for k, v in summary.items() if not isinstance(v, (dict, list))})
+        except ConfigError as e:
+            row.update(status="broken", problem=str(e))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -146,16 +262,14 @@ def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
     rows, base_times = [], None
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
-        cfg = json.loads((run_dir / "config.json").read_text())
+        cfg = _config_of(run_dir)
         s = read_summary(run_dir)
-        d = cfg["distributed"]
-        world = d["nproc"] * d["nnodes"]
         times = time_per_sample_ms(run_dir)
         base_times = times if base_times is None else base_times
         ratio = unpaired_ratio(base_times, times) if times and base_times else None
         c = s.get("contention") or {}
         rows.append({"run": run_dir.name, "status": s.get("status"),
-                     "precision": cfg["precision"]["dtype"], "ranks": world,
+                     "precision": cfg["precision"], "ranks": cfg["ranks"],
                      "threads": s.get("threads"), "samples_per_s": s.get("samples_per_s"),
                      "speedup": ratio.ratio if ratio else None,
                      "speedup_low": ratio.low if ratio else None,

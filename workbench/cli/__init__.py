@@ -15,6 +15,14 @@ def commands() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
+def one_line(text: str) -> str:
+    """An error re-raised from a loader worker carries the worker's traceback: keep its last line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and any("Traceback" in ln for ln in lines):
+        return lines[-1]
+    return " ".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workbench", description="PyTorch optimization workbench")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -23,11 +31,15 @@ def main(argv: list[str] | None = None) -> int:
         module.add_parser(sub).set_defaults(_main=module.main)
     args = parser.parse_args(argv)
     from ..config import ConfigError
+    from ..disk import disk_message
 
     try:
         return args._main(args)
     except ConfigError as e:
-        print(f"workbench {args.command}: {e}", file=sys.stderr)
+        print(f"workbench {args.command}: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or folder that cannot be made, read or written: path and cause
+        print(f"workbench {args.command}: {disk_message(e.filename or '?', e, 'using')}", file=sys.stderr)
         return 2
 
 

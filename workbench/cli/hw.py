@@ -48,6 +48,21 @@ def _device(requested: str):
     return torch.device(requested)
 
 
+def _save_elsewhere(ceilings, device, save) -> str:
+    """The current folder, else the temporary folder: somewhere the minute of measuring survives."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    name = f"workbench-ceilings-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            return save(ceilings, device, folder / name)
+        except ConfigError:
+            continue
+    return "nowhere (no writable folder): the figures are printed above"
+
+
 def format_ceilings(ceilings, peaks: dict) -> str:
     """A table: measured value, spread, torch.utils.benchmark's figure, and the spec/estimate."""
     rows = [f"{'benchmark':<18}{'measured':>12}  {'unit':<8}{'spread':>7}{'size':>18}"
@@ -110,7 +125,14 @@ def main(args) -> int:
                 peaks[c.dtype] = {"spec_tflops": spec, "spec_basis": basis, "spec_source": source}
         out.update(ceilings=[c.as_dict() for c in ceilings], peaks=peaks)
         if not args.no_save:
-            out["cached_to"] = str(save_ceilings(ceilings, device))
+            try:
+                out["cached_to"] = str(save_ceilings(ceilings, device))
+            except ConfigError as e:  # the measurements are not lost: saved beside us instead
+                out["cache_error"] = str(e)
+                out["saved_to"] = str(_save_elsewhere(ceilings, device, save_ceilings))
+                print(f"workbench hw: {e}; the measured ceilings are saved to {out['saved_to']} "
+                      "instead (MFU uses only the cache: set WORKBENCH_CACHE to a writable folder)",
+                      file=sys.stderr, flush=True)
         if not args.json:
             print(f"\nCeilings on {device} (median of repeats; spread = p10-p90 / median):")
             print(format_ceilings(ceilings, peaks))

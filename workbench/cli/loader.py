@@ -40,10 +40,15 @@ def main(args) -> int:
         root = generate_image_set(args.root, count=args.count, size=args.size, source=args.source)
         print(f"{args.count} images of {args.size}x{args.size} under {root}")
         return 0
+    from ..config import ConfigError
     from ..loading.advice import recommend
     from ..machine.contention import busy_sentence
     from ..loading.sweep import grid, run_sweep, summarize_sweep, train_step
 
+    for flag, value, low in (("--rounds", args.rounds, 1), ("--batches", args.batches, 2),
+                             ("--nproc", args.nproc, 1)):
+        if value < low:
+            raise ConfigError(f"{flag} must be >= {low}, got {value}")
     data = ImageFolder(args.root)
     settings = grid(num_workers=args.workers, batch_size=args.batch_size,
                     prefetch_factor=[None, *args.prefetch], pin_memory=[False, True] if args.pin else [False],

@@ -26,6 +26,9 @@ DATA_FLAGS = ("digits | synthetic_images | text | image_folder --data-path DIR |
 def add_subject_args(p) -> None:
     """Which model: a built-in or an import path, fresh or from a run folder, and how to score."""
     p.add_argument("--run-dir", help="use the trained weights saved in this run folder")
+    p.add_argument("--trust-code", action="store_true",
+                   help="run the model/data factory a --run-dir names even though this workbench "
+                        "did not create that folder here (read its code first)")
     p.add_argument("--config", help="a RunConfig JSON file (default: the digits MLP 64-256-256-10)")
     p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
     p.add_argument("--width", type=int, help="built-in model width")
@@ -89,7 +92,13 @@ def subject_from_args(args):
         if given:
             raise ConfigError(f"--run-dir uses the run's own model and data; drop --"
                               f"{given[0].replace('_', '-')}")
-        return Subject.from_run(args.run_dir, args.eval)
+        from ..runstore import load_config
+        from ..train.trust import check_trust
+
+        what = check_trust(args.run_dir, load_config(args.run_dir), args.trust_code)
+        if what:
+            print(f"workbench: loading {args.run_dir}: {what}", file=sys.stderr, flush=True)
+        return Subject.from_run(args.run_dir, args.eval, trust_code=args.trust_code)
     epochs = TRAIN_EPOCHS if args.train_epochs is None else args.train_epochs
     if epochs < 0:
         raise ConfigError(f"--train-epochs must be >= 0, got {epochs}")

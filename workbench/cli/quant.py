@@ -66,6 +66,11 @@ def main(args) -> int:
 
     if args.method not in CHOICES:
         raise ConfigError(f"--method must be one of {', '.join(CHOICES)}, got {args.method!r}")
+    if args.device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device must be cpu on this machine, got 'cuda': torch sees no CUDA GPU "
+                          "(torch.cuda.is_available() is False)")
     methods = list(CHOICES[1:]) if args.method == "all" else [args.method]
     batch_sizes = parse_list(args.batch_sizes, int, "--batch-sizes")
     if not batch_sizes or min(batch_sizes) < 1:

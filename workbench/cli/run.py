@@ -21,7 +21,7 @@ FLAGS = {  # flag -> dotted config field
     "device": "run.device", "seed": "run.seed", "label": "run.label",
     "nnodes": "distributed.nnodes", "node_rank": "distributed.node_rank",
     "rdzv_endpoint": "distributed.rdzv_endpoint", "backend": "distributed.backend",
-    "max_restarts": "distributed.max_restarts",
+    "max_restarts": "distributed.max_restarts", "oversubscribe": "run.oversubscribe",
 }
 
 
@@ -44,6 +44,9 @@ def add_parser(sub):
     p.add_argument("--device", help="auto | cpu | cuda")
     p.add_argument("--seed", type=int)
     p.add_argument("--label")
+    p.add_argument("--oversubscribe", action="store_true", default=None,
+                   help="run even when ranks x threads or loader workers outnumber this machine's "
+                        "cores (run.oversubscribe; slow, but allowed)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="any config field, e.g. --set loader.num_workers=2 (repeatable)")
     p.add_argument("--run-dir", help="folder for this run (default: a new one under runs/)")
@@ -81,6 +84,8 @@ def main(args) -> int:
     cfg = build_config(args)
     handle = start_run(cfg, args.run_dir)
     print(f"workbench run: {handle.run_dir}\n  {handle.shell_command}", file=sys.stderr, flush=True)
+    for note in handle.notes:
+        print(f"workbench run: note: {note}", file=sys.stderr, flush=True)
     try:
         handle.wait()
     except KeyboardInterrupt:
@@ -100,9 +105,9 @@ def main(args) -> int:
               file=sys.stderr)
         return EXIT_DIVERGED
     if status != "completed":
-        reason = result.get("message") or f"worker exited with code {result.get('returncode')}"
-        print(f"workbench run: {status}: {result.get('error_type', '')}: {reason} "
-              f"(see {result['run_dir']})", file=sys.stderr)
+        reason = result.get("message") or f"the run exited with code {result.get('returncode')}"
+        cause = f" ({result['cause']})" if result.get("cause") else ""
+        print(f"workbench run: {status}{cause}: {reason} (see {result['run_dir']})", file=sys.stderr)
         return 1
     return 0
 

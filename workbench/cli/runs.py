@@ -15,13 +15,21 @@ def add_parser(sub):
 
 
 def main(args) -> int:
-    from ..runstore import list_runs
+    import sys
+
+    from ..runstore import list_runs, runs_root
 
     df = list_runs(args.dir)
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
-    elif df.empty:
-        print("no runs yet")
-    else:
-        print(df[[c for c in COLUMNS if c in df.columns]].to_string(index=False))
+        return 0
+    if df.empty:
+        print(f"no runs yet in {args.dir or runs_root()}")
+        return 0
+    broken = df[df["status"] == "broken"] if "problem" in df.columns else df.iloc[0:0]
+    good = df.drop(broken.index)
+    if not good.empty:
+        print(good[[c for c in COLUMNS if c in good.columns]].to_string(index=False))
+    for _, row in broken.iterrows():  # listed, not fatal: one damaged folder hides nothing else
+        print(f"workbench runs: skipped {row['run']}: {row['problem']}", file=sys.stderr)
     return 0

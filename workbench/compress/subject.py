@@ -59,9 +59,11 @@ class Subject:
                    cfg.model.name.rsplit(":", 1)[-1], x.dtype)
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, eval_fn: Callable | str | None = None) -> "Subject":
-        """The trained weights saved in a run folder."""
-        return cls.from_config(load_config(run_dir), load_model(run_dir), eval_fn)
+    def from_run(cls, run_dir: str | Path, eval_fn: Callable | str | None = None,
+                 trust_code: bool = False) -> "Subject":
+        """The trained weights saved in a run folder (its own factories run only when the folder
+        is trusted or `trust_code`: workbench.train.trust)."""
+        return cls.from_config(load_config(run_dir), load_model(run_dir, trust_code), eval_fn)
 
     def example(self, batch: int, seed: int = 0) -> torch.Tensor:
         """Random inputs (never zeros: some kernels skip work on zeros)."""

@@ -3,22 +3,33 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
 "Connection closed by peer". Called by the supervisor when a run ends; stdlib only.
 
     status: completed | diverged | failed | stopped
-    cause:  raised | killed | stalled | start_timeout | rendezvous | exited | stopped
+    cause:  raised | killed | stalled | start_timeout | rendezvous | exited | disk_full
+            | agent_killed (the torchrun agent died by a signal; its ranks died with it)
+            | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
+            | supervisor_killed (written by the launching process when the supervisor was killed)
+            | stopped (the Stop button, Ctrl-C) | supervisor_signalled (a signal from elsewhere)
+            | launcher_exited (the kernel or CLI that started the run died)
+A restart under distributed.max_restarts keeps each failed attempt's diagnosis in `restarts`.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import time
 from pathlib import Path
 
 from ..config import RunConfig
+from ..disk import DISK_FULL, Reserve, disk_message, write_json_atomic
 from ..events import read_events
-from ..runstore import read_summary, write_json_atomic
+from ..procs import same_process
+from ..runstore import read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
 KNOCK_ON = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
             "distbackenderror", "communicator was aborted", "socket", "recv", "peer")
+_AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -34,8 +45,9 @@ def signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def _latest(records: list[dict]) -> tuple[int, dict[int, list[dict]]]:
-    attempt = max((int(r.get("attempt", 0)) for r in records), default=0)
+def _latest(records: list[dict], attempt: int | None = None) -> tuple[int, dict[int, list[dict]]]:
+    if attempt is None:
+        attempt = max((int(r.get("attempt", 0)) for r in records), default=0)
     by_rank: dict[int, list[dict]] = {}
     for r in records:
         if int(r.get("attempt", 0)) == attempt:
@@ -81,15 +93,28 @@ def _multi_rank(run_dir: Path) -> bool:
         return True
 
 
-def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
-    """Name the rank at fault in a failed run and say what happened to it."""
+def last_step(run_dir: Path) -> int:
+    """The last step any rank of the latest attempt recorded."""
+    _, by_rank = _latest([r for r in read_events(run_dir) if r.get("event") == "step"])
+    return max((_last_step(recs) for recs in by_rank.values()), default=0)
+
+
+def diagnose(run_dir: Path, returncode: int | None, log_text: str = "", attempt: int | None = None,
+             agent_pid: int | None = None) -> dict:
+    """Name the rank at fault in a failed run (or in one failed attempt) and say what happened to
+    it. `agent_pid`: the torchrun agent the supervisor started, whose exit is `returncode`."""
     records = [r for r in read_events(run_dir) if r.get("event") != "heartbeat"]
-    attempt, by_rank = _latest(records)
+    attempt, by_rank = _latest(records, attempt)
     ends = {rank: next((r for r in reversed(recs) if r.get("event") in ("done", "error")), None)
             for rank, recs in by_rank.items()}
     failed = sorted((r for r in ends.values() if r and r.get("status") == "failed"),
                     key=lambda r: r.get("t", 0))
     own = [r for r in failed if not is_knock_on(r)]
+    if own and own[0].get("error_type") == "DiskFull":
+        r = own[0]
+        return {"cause": "disk_full", "failed_rank": int(r["rank"]), "error_type": "DiskFull",
+                "message": f"rank {r['rank']} stopped after step {_last_step(by_rank[int(r['rank'])])}: "
+                           f"{r.get('message')}", "attempt": attempt}
     if own:  # a rank raised by itself: its traceback, not the others' reactions
         r = own[0]
         rank = int(r["rank"])
@@ -97,6 +122,22 @@ def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
                 "message": f"rank {rank} raised {r.get('error_type')} "
                            f"{_when(r, by_rank[rank])}: {r.get('message')}",
                 "traceback": traceback_of(run_dir, rank, r), "attempt": attempt}
+    if agent_pid is not None and returncode is not None and returncode < 0:
+        how = signal_name(returncode)
+        step = max((_last_step(recs) for recs in by_rank.values()), default=0)
+        return {"cause": "agent_killed", "error_type": "AgentKilled", "signal": how,
+                "message": f"the torchrun agent (pid {agent_pid}) was killed by {how} after step "
+                           f"{step}, and its ranks ended with it; no rank failed by itself"
+                           + (" (SIGKILL: the kernel's OOM killer, or another program)"
+                              if returncode == -signal.SIGKILL else ""), "attempt": attempt}
+    signalled = {int(pid): int(sig) for pid, sig in _AGENT_SIGNAL.findall(log_text)}
+    if agent_pid is not None and agent_pid in signalled:  # torchrun stopped its ranks and exited
+        how = signal_name(-signalled[agent_pid])
+        step = max((_last_step(recs) for recs in by_rank.values()), default=0)
+        return {"status": "stopped", "cause": "agent_signalled", "error_type": "AgentSignalled",
+                "signal": how, "message": f"the torchrun agent (pid {agent_pid}) got {how} from another "
+                                          f"program and stopped every rank after step {step}",
+                "attempt": attempt}
     codes = torchrun_exit_codes(log_text)
     if returncode is not None and returncode < 0 and len(by_rank) <= 1:
         codes.setdefault(next(iter(by_rank), 0), returncode)  # one process: the supervisor's child
@@ -139,27 +180,110 @@ def diagnose(run_dir: Path, returncode: int | None, log_text: str = "") -> dict:
                        "error; see launcher.log", "attempt": attempt}
 
 
-def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop_reason: str | None = None,
-                   failure: dict | None = None) -> dict:
+def disk_is_full(run_dir: Path) -> str | None:
+    """Probe the run folder's disk with a small write (before the reserve is given back): the
+    message to show when it fails for lack of space, else None."""
+    probe = run_dir / ".space-probe"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 8192)
+            f.flush()
+    except OSError as e:
+        if e.errno in DISK_FULL:
+            return disk_message(run_dir, e, "writing the run folder")
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    return None
+
+
+def restarts(run_dir: Path, log_text: str) -> list[dict]:
+    """The diagnosis of every attempt torchrun restarted after (distributed.max_restarts)."""
+    attempts = sorted({int(r.get("attempt", 0)) for r in read_events(run_dir)})
+    out = []
+    for a in attempts[:-1]:
+        d = diagnose(run_dir, None, log_text, attempt=a)
+        out.append({k: d[k] for k in ("attempt", "cause", "failed_rank", "message") if k in d})
+    return out
+
+
+def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: dict | None = None,
+                   failure: dict | None = None, agent_pid: int | None = None) -> dict:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
-    happened and which rank was at fault. Returns it."""
+    happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
+    purpose; `failure`: the watchdog's diagnosis, which wins over what the processes did after.
+    Returns it."""
+    disk = disk_is_full(run_dir)
+    Reserve(run_dir).release()  # the room for this summary, even on a full disk
     summary = read_summary(run_dir)
-    if returncode == 0 and summary.get("status") in ("completed", "diverged") and not failure:
-        return summary
     log = run_dir / "launcher.log"
     log_text = log.read_text(errors="replace") if log.is_file() else ""
-    if failure:
+    again = restarts(run_dir, log_text)
+    if returncode == 0 and summary.get("status") in ("completed", "diverged") and not failure:
+        info = {}
+    elif failure:
         info = {"status": "failed", "cause": failure["cause"], "failed_ranks": failure["ranks"],
                 "error_type": {"stalled": "Stalled", "start_timeout": "StartTimeout"}[failure["cause"]],
                 "message": failure["message"]}
         if failure["ranks"]:
             info["failed_rank"] = failure["ranks"][0]
-    elif stop_reason:
-        info = {"status": "stopped", "cause": "stopped", "error_type": "RunStopped",
-                "message": stop_reason}
+    elif stop:
+        info = {"status": "stopped", "error_type": "RunStopped", **stop}
+    elif disk:
+        info = {"status": "failed", "cause": "disk_full", "error_type": "DiskFull",
+                "message": f"{disk} (the run stopped after step {last_step(run_dir)})"}
     else:
-        info = {"status": "failed", **diagnose(run_dir, returncode, log_text)}
+        info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
     summary = {k: v for k, v in summary.items() if k not in ("traceback", "rank")}
     summary.update(info, returncode=returncode, world_size=cfg.distributed.world_size)
+    if again:
+        summary.update(restarts=again, attempts=len(again) + 1)
     write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def ended_by_supervisor(run_dir: Path) -> bool:
+    """Whether summary.json is the supervisor's final word (rank 0 writes one of its own too)."""
+    try:
+        return "returncode" in json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> dict:
+    """The supervisor itself died by a signal, so no one wrote how the run ended: end what is left of
+    it (its ranks die with their parents; wait for that, then kill stragglers) and write the summary.
+    Called by the launching process."""
+    ranks = [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
+             if r.get("event") == "start" and r.get("pid")]
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(same_process(*p) for p in ranks):
+        time.sleep(0.1)
+    for p, created in ranks:
+        if same_process(p, created):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+    step = last_step(run_dir)
+    reason = run_dir / "stop_reason.txt"
+    how = signal_name(returncode)
+    if reason.is_file():
+        info = {"status": "stopped", "cause": "stopped", "error_type": "RunStopped",
+                "message": f"{reason.read_text().strip()} (the supervisor did not stop in time and was "
+                           f"killed by {how})"}
+    else:
+        info = {"status": "failed", "cause": "supervisor_killed", "error_type": "SupervisorKilled",
+                "signal": how,
+                "message": f"the supervisor (pid {pid}) was killed by {how} after step {step}, so its "
+                           "ranks were ended with it; nothing in the run itself failed"}
+    summary = {k: v for k, v in read_summary(run_dir).items() if k in ("steps", "final_loss")}
+    summary.update(info, returncode=returncode)
+    Reserve(run_dir).release()
+    try:
+        write_json_atomic(run_dir / "summary.json", summary)
+    except OSError:
+        pass
     return summary

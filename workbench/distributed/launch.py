@@ -8,7 +8,10 @@ under `torchrun` (one node on 127.0.0.1 with a free port, or several nodes at a 
 endpoint). Either way a supervisor process (workbench.distributed.supervisor) sits between this
 process and the run: it sweeps every rank when the run is stopped, fails, stalls, or when this
 process dies, and writes how the run ended into summary.json. The kernel (or CLI) never trains
-in-process.
+in-process. Before anything is written, `check_launch` refuses what this machine cannot run
+(workbench.distributed.limits, with the model and data built once in a child process); the run
+folder is then claimed atomically, and launch.json records the supervisor's pid and start time so
+readers can tell a live run from a dead one.
 """
 from __future__ import annotations
 
@@ -23,12 +26,18 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
 from ..machine.capability import resolve_device
 from ..net import LOOPBACK, free_port, is_loopback
-from ..runstore import create_run_dir, read_summary, write_json_atomic
+from ..procs import created_time
+from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
+from ..train.factory import check_spec
 from ..train.precision import check_supported
 from ..train.rank import backend_for
+from ..train.trust import named_code
+from .faults import ended_by_supervisor, record_supervisor_death
+from .limits import check_limits
 from .torchrun import RESTART_ENV, WORKER, loopback_env, loopback_runner, torchrun_args
 
 _OWNED: dict[int, int] = {}  # supervisor pid -> write end of its lifeline pipe
@@ -38,12 +47,24 @@ def resolve_backend(cfg: RunConfig) -> str:
     return backend_for(cfg, resolve_device(cfg.run.device))
 
 
-def check_launch(cfg: RunConfig) -> None:
-    """Refuse a run this machine cannot start, before anything is written or spawned."""
+def check_launch(cfg: RunConfig, folder: str | Path | None = None) -> list[str]:
+    """Refuse a run this machine cannot start, before anything is written or spawned: the config,
+    the device, the data paths, factories that name the standard library, the GPUs for nccl, then
+    the machine's limits (workbench.distributed.limits: cores, memory, the batch, the disk) with the
+    config's data and model built once in a child process. Returns notes to show the user."""
+    return _check_launch(cfg, folder)[0]
+
+
+def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str], dict]:
+    if not isinstance(cfg, RunConfig):
+        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from a "
+                          f"dict), got {type(cfg).__name__}")
     cfg.validate()
     device = resolve_device(cfg.run.device)
     check_supported(cfg, device)
     check_data_paths(cfg)
+    for field, spec, _ in named_code(cfg):
+        check_spec(spec, field)
     d = cfg.distributed
     if resolve_backend(cfg) == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -53,6 +74,7 @@ def check_launch(cfg: RunConfig) -> None:
         if d.nproc > gpus:
             raise ConfigError(f"distributed.nproc must be <= {gpus} (the GPUs on this node) with "
                               f"backend nccl, got {d.nproc}; use fewer processes or backend 'gloo'")
+    return check_limits(cfg, device.type, Path(folder) if folder is not None else runs_root(cfg))
 
 
 def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
@@ -73,10 +95,13 @@ def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
 
 
 class RunHandle:
-    """A started run: poll it, wait for it, stop it. Its events stay in `run_dir` whatever happens."""
+    """A started run: poll it, wait for it, stop it. Its events stay in `run_dir` whatever happens.
+    `notes` says what the pre-launch check could not measure or was told to override."""
 
-    def __init__(self, run_dir: Path, config: RunConfig, proc: subprocess.Popen, command: list[str]):
+    def __init__(self, run_dir: Path, config: RunConfig, proc: subprocess.Popen, command: list[str],
+                 notes: list[str] | None = None):
         self.run_dir, self.config, self.proc, self.command = run_dir, config, proc, command
+        self.notes = notes or []
         self.started = time.time()
         self.stopped = False
 
@@ -84,7 +109,7 @@ class RunHandle:
     def returncode(self) -> int | None:
         code = self.proc.poll()
         if code is not None:
-            _release(self.proc.pid)
+            self._ended(code)
         return code
 
     @property
@@ -96,14 +121,22 @@ class RunHandle:
 
     def wait(self, timeout: float | None = None) -> int:
         code = self.proc.wait(timeout)
-        _release(self.proc.pid)
+        self._ended(code)
         return code
+
+    def _ended(self, code: int) -> None:
+        _release(self.proc.pid)
+        if code < 0 and not ended_by_supervisor(self.run_dir):
+            record_supervisor_death(self.run_dir, self.proc.pid, code)
 
     def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
         """Stop every rank (SIGTERM, SIGKILL after 2 s); the run is marked stopped, events kept."""
         self.stopped = True
         if self.running():
-            (self.run_dir / "stop_reason.txt").write_text(reason)
+            try:
+                write_atomic(self.run_dir / "stop_reason.txt", reason)
+            except OSError:
+                pass  # a full disk: the supervisor still stops the run, with a plainer reason
             try:
                 self.proc.send_signal(signal.SIGTERM)
                 return self.wait(timeout_s)
@@ -129,30 +162,37 @@ def _release(pid: int) -> None:
 
 def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
               *, env: dict[str, str] | None = None) -> RunHandle:
-    """Validate, make the run folder, and start the worker(s) under a supervisor. Returns at once.
-    `env` adds environment variables for the ranks (OMP_NUM_THREADS, say)."""
-    check_launch(cfg)  # refuse before anything is written
-    if run_dir is None:
-        run_dir = create_run_dir(cfg, root)
-    else:
-        run_dir = Path(run_dir)
-        if (run_dir / "config.json").exists():
-            raise ConfigError(f"run dir {str(run_dir)!r} already holds a run; choose a new folder")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save(run_dir / "config.json")
+    """Validate, check the machine, claim the run folder, and start the worker(s) under a
+    supervisor. Returns at once. `env` adds environment variables for the ranks (OMP_NUM_THREADS)."""
+    target = Path(run_dir) if run_dir is not None else Path(root) if root is not None else None
+    notes, need = _check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written
+    run_dir = create_run_dir(cfg, root, path=run_dir)  # atomic: a second start here is refused
     command = worker_command(cfg, run_dir)
+    try:
+        Reserve(run_dir).hold()  # room for summary.json even if the run fills the disk
+        log = open(run_dir / "launcher.log", "ab")
+    except OSError as e:
+        raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
     read_fd, write_fd = os.pipe()  # the lifeline: end-of-file tells the supervisor we died
-    write_json_atomic(run_dir / "launch.json", {"t": round(time.time(), 4), "command": command})
     supervisor = [sys.executable, "-m", "workbench.distributed.supervisor", "--run-dir", str(run_dir),
                   "--parent-fd", str(read_fd), "--", *command]
     env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
-    with open(run_dir / "launcher.log", "ab") as log:
+    with log:
         proc = subprocess.Popen(supervisor, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
                                 start_new_session=True)  # Ctrl-C in a terminal reaches us only
     os.close(read_fd)
     _OWNED[proc.pid] = write_fd
-    return RunHandle(run_dir, cfg, proc, command)
+    handle = RunHandle(run_dir, cfg, proc, command, notes)
+    try:  # who to look for: a reader tells a dead run from a live one by these pids
+        write_json_atomic(run_dir / LAUNCH, {
+            "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
+            "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
+            "launcher_created": created_time(), "notes": notes, "precheck": need})
+    except OSError as e:
+        handle.stop("the run folder could not be written")
+        raise ConfigError(disk_message(run_dir / LAUNCH, e, "writing")) from None
+    return handle
 
 
 def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,

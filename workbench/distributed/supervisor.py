@@ -28,15 +28,19 @@ from pathlib import Path
 import psutil
 
 from ..config import RunConfig
+from ..disk import disk_message
 from ..procs import become_subreaper, set_pdeathsig
-from .faults import finish_summary
+from .faults import finish_summary, last_step
 from .watchdog import Watchdog
 
 GRACE_S = 2.0  # SIGTERM -> SIGKILL: every rank is gone well within 5 s of a stop
 
 
 def _log(msg: str) -> None:
-    print(f"[workbench.supervisor] {msg}", flush=True)
+    try:
+        print(f"[workbench.supervisor] {msg}", flush=True)
+    except OSError:  # launcher.log is on a full disk: the summary still says how the run ended
+        pass
 
 
 def _descendants() -> list:
@@ -78,6 +82,7 @@ def sweep(main_pid: int, grace_s: float = GRACE_S) -> int:
         for p in group:
             try:
                 p.send_signal(signal.SIGTERM)
+                p.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) process handles it only once continued
             except psutil.Error:
                 pass
     deadline = time.monotonic() + grace_s
@@ -100,11 +105,11 @@ class Supervisor:
         self.run_dir, self.command, self.parent_fd = run_dir, command, parent_fd
         self.cfg = RunConfig.load(run_dir / "config.json")
         self.watchdog = Watchdog(run_dir, self.cfg)
-        self.stop_reason: str | None = None
+        self.stop: dict | None = None  # {cause, message}: the run was ended on purpose
         self.failure: dict | None = None
 
     def _on_term(self, signum, frame) -> None:
-        self.stop_reason = self.stop_reason or _stop_reason(self.run_dir, signum)
+        self.stop = self.stop or _stop_reason(self.run_dir, signum)
 
     def _parent_gone(self) -> bool:
         if self.parent_fd is None:
@@ -120,6 +125,7 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, self._on_term)
         become_subreaper()
         env = dict(os.environ, WORKBENCH_TREE_PID=str(os.getpid()))  # the run's tree, for its noise guard
         child = subprocess.Popen(self.command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env)
@@ -130,12 +136,14 @@ class Supervisor:
             returncode = _EXITED.get(child.pid)
             if returncode is not None:
                 break
-            if self.stop_reason is None and self._parent_gone():
-                self.stop_reason = "the process that started this run (kernel or CLI) exited"
-            if self.stop_reason is None:
+            if self.stop is None and self._parent_gone():
+                self.stop = {"cause": "launcher_exited",
+                             "message": f"the process that started this run (the kernel or CLI) exited, "
+                                        f"so every rank was stopped after step {last_step(self.run_dir)}"}
+            if self.stop is None:
                 self.failure = self.watchdog.check()
-            if self.stop_reason or self.failure:
-                what = self.stop_reason or self.failure["message"]
+            if self.stop or self.failure:
+                what = (self.stop or self.failure)["message"]
                 _log(f"ending the run: {what}")
                 sweep(child.pid)
                 returncode = _EXITED.get(child.pid, -signal.SIGKILL)
@@ -144,20 +152,31 @@ class Supervisor:
                 select.select([self.parent_fd], [], [], 0.2)
             else:
                 time.sleep(0.2)
+        if returncode != 0 and not (self.stop or self.failure):
+            self.failure = self.watchdog.frozen()  # a stopped rank, then torchrun gave up on it
         left = sweep(child.pid, grace_s=0.5)  # ranks torchrun left behind, if any
         if left:
             _log(f"killed {left} process(es) left behind after the run ended")
-        summary = finish_summary(self.run_dir, self.cfg, returncode, stop_reason=self.stop_reason,
-                                 failure=self.failure)
-        _log(f"run ended: {summary.get('status')}: {summary.get('message', '')}".rstrip(": "))
+        agent = child.pid if self.cfg.distributed.world_size > 1 else None
+        try:
+            summary = finish_summary(self.run_dir, self.cfg, returncode, stop=self.stop,
+                                     failure=self.failure, agent_pid=agent)
+            _log(f"run ended: {summary.get('status')}: {summary.get('message', '')}".rstrip(": "))
+        except OSError as e:  # even the reserve did not make room: say it where it can be seen
+            _log(f"run ended, but its summary could not be written: "
+                 f"{disk_message(self.run_dir / 'summary.json', e, 'writing')}")
         return returncode if returncode >= 0 else 128 - returncode
 
 
-def _stop_reason(run_dir: Path, signum: int) -> str:
+def _stop_reason(run_dir: Path, signum: int) -> dict:
+    """Stop pressed in the workbench (it writes stop_reason.txt first), or a signal from elsewhere."""
     path = run_dir / "stop_reason.txt"
     if path.is_file():
-        return path.read_text().strip() or "stopped"
-    return f"stopped by {signal.Signals(signum).name}"
+        return {"cause": "stopped", "message": path.read_text().strip() or "stopped"}
+    return {"cause": "supervisor_signalled",
+            "message": f"the supervisor (pid {os.getpid()}) got {signal.Signals(signum).name} from "
+                       f"another program, not from the workbench's Stop, so every rank was stopped "
+                       f"after step {last_step(run_dir)}"}
 
 
 def main(argv: list[str] | None = None) -> int:

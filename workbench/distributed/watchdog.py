@@ -1,9 +1,12 @@
 """Watch a running run's events and say when it must be failed: ranks not ready in time, or a rank
-that stopped making progress. Used by the supervisor every few hundred milliseconds; stdlib only.
+that stopped making progress. Used by the supervisor every few hundred milliseconds; stdlib and psutil, no torch.
 
 Progress is a `ready` or `step` record. Each rank also writes a `heartbeat` record every second from
 a thread (workbench.train.heartbeat) with the last step it finished and where its main thread is, so a
-stalled rank is named, and said to be alive (stuck somewhere) or frozen.
+stalled rank is named, and said to be alive (stuck somewhere) or frozen. The watchdog also looks at
+each rank's process (the pid of its `start` record): a process stopped by SIGSTOP (or a debugger)
+is frozen, and once the other ranks' collectives time out waiting for a frozen or stuck rank, the
+diagnosis is made at once, before torchrun's teardown kills that rank and hides why.
 """
 from __future__ import annotations
 
@@ -11,8 +14,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from ..config import RunConfig
 from ..events import RunTail
+from ..procs import same_process
+from .faults import is_knock_on
+
+STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def stall_after_s(timeout_s: float) -> float:
@@ -29,6 +38,11 @@ class RankState:
     ended: str | None = None  # done | failed | stopped
     beat_t: float | None = None
     where: str = ""
+    pid: int | None = None
+    created_t: float | None = None
+    ended_t: float | None = None
+    own_error: bool = False  # ended by an error of its own, not a reaction to another rank
+    frozen_since: float | None = None  # when its process was first seen stopped (state T)
 
 
 @dataclass
@@ -47,7 +61,7 @@ class Watchdog:
             s = self.ranks.setdefault(key, RankState())
             ev, t = r.get("event"), float(r.get("t", 0))
             if ev == "start":
-                s.started_t = t
+                s.started_t, s.pid, s.created_t = t, r.get("pid"), r.get("created_t")
             elif ev == "ready":
                 s.ready_t = s.progress_t = t
             elif ev == "step":
@@ -55,9 +69,21 @@ class Watchdog:
             elif ev == "heartbeat":
                 s.beat_t, s.where = t, r.get("where", "")
             elif ev == "done":
-                s.ended = "done"
+                s.ended, s.ended_t = "done", t
             elif ev == "error":
-                s.ended = r.get("status", "failed")
+                s.ended, s.ended_t = r.get("status", "failed"), t
+                s.own_error = s.ended == "failed" and not is_knock_on(r)
+
+    def observe(self, now: float) -> None:
+        """Note which ranks' processes are stopped (SIGSTOP, SIGTSTP, a debugger)."""
+        for s in self.current().values():
+            if s.ended or not s.pid:
+                continue
+            try:
+                stopped = psutil.Process(s.pid).status() in STOPPED
+            except psutil.Error:
+                stopped = False
+            s.frozen_since = (s.frozen_since or now) if stopped else None
 
     def attempt(self) -> int:
         return max((a for a, _ in self.ranks), default=0)
@@ -72,8 +98,12 @@ class Watchdog:
         now = time.time() if now is None else now
         d = self.cfg.distributed
         ranks = self.current()
-        if any(s.ended for s in ranks.values()):
-            return None  # a rank ended: torchrun tears the group down, the diagnosis follows
+        self.observe(now)
+        ended = [s for s in ranks.values() if s.ended]
+        if ended:
+            if any(s.own_error for s in ended):
+                return None  # a rank raised by itself: the diagnosis names it from its record
+            return self._straggler(ranks, min(s.ended_t for s in ended), now)
         starts = [s.started_t for s in ranks.values() if s.started_t]
         window_start = self.t0 if self.attempt() == 0 or not starts else min(starts)
         ready = [r for r, s in ranks.items() if s.ready_t]
@@ -88,13 +118,33 @@ class Watchdog:
             if s.step >= self.cfg.run.steps:
                 continue  # evaluating and saving after the last step
             limit = stall_s if s.step else max(stall_s, d.start_timeout_s)  # first step may compile
+            if s.frozen_since is not None:
+                limit = d.timeout_s  # stopped, not slow: no need to give it longer
             if now - s.progress_t > limit:
                 stalled.append(rank)
+        return self._stalled(ranks, stalled, now)
+
+    def _straggler(self, ranks: dict[int, RankState], end_t: float, now: float) -> dict | None:
+        """Ranks ended with knock-on errors (a collective timed out): the rank they waited for is
+        one still running whose last progress came well before, or whose process is stopped."""
+        half = 0.5 * self.cfg.distributed.timeout_s
+        behind = [r for r, s in ranks.items() if not s.ended and s.pid
+                  and same_process(s.pid, s.created_t)
+                  and (s.frozen_since is not None or (s.progress_t or s.started_t or now) <= end_t - half)]
+        return self._stalled(ranks, behind, now)
+
+    def frozen(self, now: float | None = None) -> dict | None:
+        """After the run's processes exited: a rank whose process was seen stopped is the cause."""
+        now = time.time() if now is None else now
+        ranks = self.current()
+        return self._stalled(ranks, [r for r, s in ranks.items() if s.frozen_since is not None], now)
+
+    def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> dict | None:
         if not stalled:
             return None
         parts = [self._stall_text(r, ranks[r], now) for r in sorted(stalled)]
         return {"cause": "stalled", "ranks": sorted(stalled),
-                "message": "; ".join(parts) + f" (distributed.timeout_s={d.timeout_s:g})"}
+                "message": "; ".join(parts) + f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g})"}
 
     def _start_message(self, ranks: dict[int, RankState], ready: list[int]) -> str:
         d = self.cfg.distributed
@@ -111,8 +161,12 @@ class Watchdog:
 
     @staticmethod
     def _stall_text(rank: int, s: RankState, now: float) -> str:
-        text = f"rank {rank} stalled after step {s.step}: no progress for {now - s.progress_t:.0f} s"
-        if s.beat_t and now - s.beat_t < 3.0:
+        since = s.progress_t or s.started_t or now
+        text = f"rank {rank} stalled after step {s.step}: no progress for {now - since:.0f} s"
+        if s.frozen_since is not None:
+            text += (f", frozen: its process (pid {s.pid}) is stopped (SIGSTOP or a debugger)"
+                     f"{f', last in {s.where}' if s.where else ''}")
+        elif s.beat_t and now - s.beat_t < 3.0:
             text += f", still alive, in {s.where}" if s.where else ", still alive"
         elif s.beat_t:
             text += f", no heartbeat for {now - s.beat_t:.0f} s (frozen), last in {s.where}"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
+from ..disk import disk_message
+from ..runstore import read_summary
 from ..distributed.slurm import shell_word
 from . import commands
 from .script import DATA_FILE, save_digits, script_source
@@ -30,13 +32,15 @@ class Export:
     single_node: list[str] = field(default_factory=list)
     multi_node: list[str] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)  # packages your code imports besides torch
+    warnings: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         names = ", ".join(str(p.relative_to(self.dir)) for p in self.files)
         needs = f"\n  your code also imports: {', '.join(self.needs)} (install them where it runs)" \
             if self.needs else ""
+        notes = "".join(f"\n  warning: {w}" for w in self.warnings)
         return (f"exported to {self.dir}: {names}\n  one node:   {shlex.join(self.single_node)}\n"
-                f"  multi-node: {shlex.join(self.multi_node)}{needs}")
+                f"  multi-node: {shlex.join(self.multi_node)}{needs}{notes}")
 
 
 def resolve_config(source) -> RunConfig:
@@ -72,9 +76,28 @@ fi
 """
 
 
+def run_warnings(source) -> list[str]:
+    """A run folder that did not complete is still exported (its config is what matters), but says so."""
+    if isinstance(source, RunConfig) or not Path(source).is_dir():
+        return []
+    s = read_summary(source)
+    if s.get("status") == "completed":
+        return []
+    why = f": {s['message']}" if s.get("message") else ""
+    return [f"run {str(source)!r} has status {s.get('status')!r}, not completed{why}; the export "
+            "holds its config, not a finished run"]
+
+
 def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEFAULT_PORT,
            overwrite: bool = False) -> Export:
     """Write the export files for `source` (RunConfig, run folder or config file) into `to_dir`."""
+    try:
+        return _export(source, Path(to_dir), nodes, port, overwrite)
+    except OSError as e:
+        raise ConfigError(disk_message(to_dir, e, "writing the export")) from None
+
+
+def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool) -> Export:
     cfg = resolve_config(source)
     cfg.validate()
     nodes = nodes if nodes is not None else commands.default_nodes(cfg)
@@ -82,7 +105,6 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
         raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")
     if not 0 < port < 65536:
         raise ConfigError(f"port must be in 1..65535, got {port}")
-    to_dir = Path(to_dir)
     if to_dir.exists() and not to_dir.is_dir():
         raise ConfigError(f"--to {str(to_dir)!r} is a file; give a folder")
     clash = [n for n in FILES if (to_dir / n).exists()]
@@ -92,7 +114,7 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
     to_dir.mkdir(parents=True, exist_ok=True)
 
     result = Export(to_dir, single_node=commands.single_node(cfg, port=port),
-                    multi_node=commands.multi_node(cfg, nodes, port=port))
+                    multi_node=commands.multi_node(cfg, nodes, port=port), warnings=run_warnings(source))
     specs, carried, result.needs = copy_user_code(cfg, to_dir)  # your code and its local modules
     result.files += carried
     if cfg.data.name == "digits":

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..config import ConfigError
 from ..machine.gpus import GPUS, GPUSpec
-from ..train.flops import OPTIMIZER_STATE_BYTES, StepCost
+from ..train.flops import StepCost
+from ..train.flops import memory_need_gib as training_memory_gib
 
 GIB = 2**30
 # What a run would use instead when a GPU lacks the dtype (bf16 on a V100: fp16 with a scaler).
@@ -41,14 +42,9 @@ class Assumptions:
 
 
 def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, a: Assumptions = Assumptions()) -> dict:
-    """GiB for weights, gradients, optimizer state and activations (activations grow with batch)."""
-    weights = cost.params * 4 / GIB
-    grads = cost.params * 4 / GIB
-    state = cost.params * OPTIMIZER_STATE_BYTES.get(cost.optimizer, 8) / GIB
-    acts = cost.activation_bytes * batch_scale / GIB
-    total = weights + grads + state + acts + a.context_gib
-    return {"weights_gib": weights, "grads_gib": grads, "optimizer_gib": state,
-            "activations_gib": acts, "total_gib": total}
+    """GiB for weights, gradients, optimizer state and activations (activations grow with batch),
+    plus the CUDA context allowance: the pre-launch check's rule (workbench.train.flops)."""
+    return training_memory_gib(cost, batch_scale, a.context_gib)
 
 
 def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: float = 1.0,

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from ..config import ConfigError
 from ..machine.cpu import usable_cores
 from .sweep import vs_zero_workers
 
@@ -33,6 +34,9 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     Workers per process are capped at the cores each training process gets (`cores // nproc`):
     more workers than cores only take turns. A faster setting wins only if the verdict rule calls it
     faster than the simplest one (0 workers, same batch size), round by round with its interval."""
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ConfigError(f"nproc (training processes sharing the cores) must be an integer >= 1, "
+                          f"got {nproc!r}")
     cores = cores or usable_cores()
     cuda = torch.cuda.is_available() if cuda is None else cuda
     per_proc = max(1, cores // max(1, nproc))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
+from ..disk import disk_message, write_atomic
 from ..train.digits import load_digits
 
 MANIFEST = "imageset.json"
@@ -66,11 +67,19 @@ def generate_image_set(root: str | Path, count: int = 2000, size: int = 64, sour
             return root
         raise ConfigError(f"{str(root)!r} already holds a different image set "
                           f"({mpath.read_text().strip()}); choose another folder or pass overwrite=True")
-    root.mkdir(parents=True, exist_ok=True)
-    for i, (rgb, cls) in enumerate(makers[source](count, size, seed)):
-        folder = root / cls
-        folder.mkdir(exist_ok=True)
-        pixels = (np.clip(rgb, 0, 1) * 255).round().astype(np.uint8)  # H x W x 3
-        Image.fromarray(pixels, "RGB").save(folder / f"{i:06d}.png", compress_level=1)  # fast to write
-    mpath.write_text(json.dumps(manifest))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for i, (rgb, cls) in enumerate(makers[source](count, size, seed)):
+            folder = root / cls
+            folder.mkdir(exist_ok=True)
+            pixels = (np.clip(rgb, 0, 1) * 255).round().astype(np.uint8)  # H x W x 3
+            path = folder / f"{i:06d}.png"
+            try:
+                Image.fromarray(pixels, "RGB").save(path, compress_level=1)  # fast to write
+            except OSError:
+                path.unlink(missing_ok=True)  # no half-written image is left to look like data
+                raise
+        write_atomic(mpath, json.dumps(manifest))
+    except OSError as e:
+        raise ConfigError(disk_message(root, e, "writing the image set")) from None
     return root

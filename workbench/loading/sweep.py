@@ -135,6 +135,11 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
     descheduled pool thread, which makes 0 workers look far worse than it is."""
     import psutil
 
+    for name, value, low in (("rounds", rounds, 1), ("max_batches", max_batches, 2), ("epochs", epochs, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"sweep {name} must be an integer >= {low}, got {value!r}")
+    if not settings:
+        raise ConfigError("the sweep needs at least one loader setting")
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     total = rounds * len(settings)

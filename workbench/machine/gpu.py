@@ -74,6 +74,20 @@ def gpu_info() -> dict:
             "links": [link(i, j, nv, handles) for i in range(count) for j in range(i + 1, count)]}
 
 
+def gpu_free_gib() -> list[float] | None:
+    """Free memory of every GPU now, from NVML (no CUDA context is made), or None without NVML."""
+    if not torch.cuda.is_available():
+        return None
+    nv = nvml()
+    if nv is None:
+        return None
+    try:
+        return [nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).free / GIB
+                for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - a driver that does not answer: not checked
+        return None
+
+
 def link(i: int, j: int, nv, handles) -> dict:
     """How GPUs i and j talk: NVLink or the PCIe path between them, and whether peer access works."""
     out = {"a": i, "b": j, "peer_access": bool(safe(lambda: torch.cuda.can_device_access_peer(i, j), False)),

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from ..cache import cache_dir
+from ..config import ConfigError
+from ..disk import disk_message, write_json_atomic
 from .cpu import cpu_info
 from .gpus import find_gpu
 
@@ -39,12 +41,12 @@ def device_key(device) -> str:
     return f"cpu {cpu_info()['model']} x{torch.get_num_threads()} threads"
 
 
-def save_ceilings(ceilings, device) -> Path:
+def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
     """Remember measured ceilings (workbench.hardware.microbench.Ceiling) for this device. Keeps the
-    highest figure seen for each: load from other processes only ever lowers a ceiling."""
-    path = cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = load_all()
+    highest figure seen for each: load from other processes only ever lowers a ceiling. A cache that
+    cannot be written is a ConfigError naming the path and the cause."""
+    path = path or cache_file()
+    data = load_all() if path == cache_file() else {}
     key = device_key(device)
     old = data.get(key) if (data.get(key) or {}).get("torch") == torch.__version__ else None
     entry = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
@@ -57,9 +59,11 @@ def save_ceilings(ceilings, device) -> Path:
                        else ("bandwidth_gbs", c.name))
         entry[table][name] = max(c.value, entry[table].get(name, 0.0))
     data[key] = entry
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, data)
+    except OSError as e:
+        raise ConfigError(disk_message(path, e, "writing the ceiling cache")) from None
     return path
 
 

@@ -51,11 +51,12 @@ def _variants(model, amount: float, method: str, example) -> tuple[dict, list, d
 
 
 def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", batch: int = 64,
-                    rounds: int = 15, min_effect: float = MIN_EFFECT):
-    """A DataFrame, one row a step: the trained fp32 model, + structured pruning, + int8."""
+                    rounds: int = 15, min_effect: float = MIN_EFFECT, trust_code: bool = False):
+    """A DataFrame, one row a step: the trained fp32 model, + structured pruning, + int8. A model
+    factory the run names runs only when its folder is trusted, or with `trust_code`."""
     import pandas as pd
 
-    subject = Subject.from_run(run_dir)
+    subject = Subject.from_run(run_dir, trust_code=trust_code)
     models, skipped, covered = _variants(subject.model, amount, method, subject.example(2))
     times = latencies(models, subject, batch_sizes=(batch,), rounds=rounds)
     rows, prev, base, prev_rounds = [], None, None, None

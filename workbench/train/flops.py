@@ -22,6 +22,7 @@ from .precision import autocast
 # Optimizer traffic per parameter in bytes (fp32): reads of param, grad and state, writes back.
 OPTIMIZER_BYTES = {"adamw": 28, "sgd": 20}
 OPTIMIZER_STATE_BYTES = {"adamw": 8, "sgd": 4}
+GIB = 2**30
 
 
 @dataclass
@@ -51,6 +52,19 @@ class StepCost:
         d = asdict(self)
         d.update(bytes_moved=self.bytes_moved, intensity=round(self.intensity, 3))
         return d
+
+
+def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, context_gib: float = 0.0) -> dict:
+    """GiB a training step holds: fp32 weights and gradients (autocast keeps fp32 master weights),
+    optimizer state and saved activations (they grow with the batch), plus a fixed allowance
+    (the CUDA context on a GPU). The GPU chooser and the pre-launch check both ask this."""
+    weights = cost.params * 4 / GIB
+    grads = cost.params * 4 / GIB
+    state = cost.params * OPTIMIZER_STATE_BYTES.get(cost.optimizer, 8) / GIB
+    acts = cost.activation_bytes * batch_scale / GIB
+    total = weights + grads + state + acts + context_gib
+    return {"weights_gib": weights, "grads_gib": grads, "optimizer_gib": state,
+            "activations_gib": acts, "total_gib": total}
 
 
 class _OpCounter(TorchDispatchMode):

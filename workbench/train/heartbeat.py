@@ -31,7 +31,7 @@ class LockedWriter(EventWriter):
         with self._lock:
             if event == "step":
                 self.last_step = fields.get("step", self.last_step)
-            if not self._file.closed:
+            if not self.closed:
                 super().write(event, **fields)
 
     def close(self) -> None:

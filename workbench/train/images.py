@@ -15,8 +15,9 @@ from torch.utils.data import Dataset
 from ..config import IMAGE_EXTENSIONS, ConfigError
 
 
-class CorruptImageError(ValueError):
-    """An image file cannot be read or decoded; the message names the file."""
+class CorruptImageError(ConfigError):
+    """An image file cannot be read or decoded; the message names the file (a ConfigError, so
+    every face shows it as one line)."""
 
 
 def list_images(root: str | Path) -> tuple[list[Path], list[int], list[str]]:

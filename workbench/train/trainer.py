@@ -9,6 +9,7 @@ memory is read on a timer (run.mem_every_s), never per step.
 """
 from __future__ import annotations
 
+import io
 import math
 import statistics
 import time
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RunConfig
+from ..disk import write_atomic
 from ..events import EventWriter
 from ..machine.contention import ContentionMeter, run_tree_pid
 from . import memory
@@ -222,7 +224,9 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
     if cfg.run.save_weights and env.rank == 0:
         state = {k: v.detach().cpu() for k, v in plain.state_dict().items()}
-        torch.save(state, run_dir / WEIGHTS)
+        buffer = io.BytesIO()  # serialised first, so a full disk is an OSError, not a torn file
+        torch.save(state, buffer)
+        write_atomic(run_dir / WEIGHTS, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
     return summary

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
+from ..disk import disk_message, is_disk_full, write_atomic, write_json_atomic
 from ..procs import set_pdeathsig
-from ..runstore import write_json_atomic
 from .heartbeat import Heartbeat, LockedWriter
 
 EXIT_STOPPED = 143
+EXIT_DISK_FULL = 75  # the run folder's disk is full (EX_TEMPFAIL: free space, then run again)
 T_MAIN = time.time()  # the interpreter is up and this module imported, before torch is
 
 
@@ -41,6 +42,14 @@ def _stop(signum, frame):
 def _record(run_dir: Path, env, status: str, summary: dict) -> None:
     if env.rank == 0:
         write_json_atomic(run_dir / "summary.json", {"status": status, **summary})
+
+
+def _try(write, *args, **kwargs) -> None:
+    """Write what can still be written after a failure; a full disk must not hide the first error."""
+    try:
+        write(*args, **kwargs)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,9 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     from .trainer import Phase, outcome, train
 
     env = RankEnv.from_environ()
-    events = LockedWriter(run_dir, env.rank, env.attempt)
-    events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
-                 host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
+    try:
+        events = LockedWriter(run_dir, env.rank, env.attempt)
+        events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
+                     host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
+    except OSError as e:
+        _try(print, f"workbench.worker rank {env.rank}: "
+             f"{disk_message(run_dir, e, 'writing the run folder')}", file=sys.stderr, flush=True)
+        return EXIT_DISK_FULL
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     t0 = time.time()
@@ -78,17 +92,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (RunStopped, KeyboardInterrupt) as e:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the record
-        events.write("error", status="stopped", error_type="RunStopped", message=str(e) or "stopped",
-                     wall_s=round(time.time() - t0, 3))
-        _record(run_dir, env, "stopped", {"message": str(e)})
+        _try(events.write, "error", status="stopped", error_type="RunStopped",
+             message=str(e) or "stopped", wall_s=round(time.time() - t0, 3))
+        _try(_record, run_dir, env, "stopped", {"message": str(e)})
         return EXIT_STOPPED
     except BaseException as e:
         tb = traceback.format_exc()
-        (run_dir / f"rank{env.rank}.traceback.txt").write_text(tb)
-        events.write("error", status="failed", error_type=type(e).__name__, message=str(e),
-                     phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
-        _record(run_dir, env, "failed", {"error_type": type(e).__name__, "message": str(e),
-                                         "rank": env.rank, "phase": phase.name})
+        if is_disk_full(e):  # nothing more fits: one line, no half-written files, no traceback
+            message = disk_message(run_dir, e, "writing the run folder")
+            _try(events.write, "error", status="failed", error_type="DiskFull", message=message,
+                 phase=phase.name)
+            _try(print, f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
+            return EXIT_DISK_FULL
+        _try(write_atomic, run_dir / f"rank{env.rank}.traceback.txt", tb)
+        _try(events.write, "error", status="failed", error_type=type(e).__name__, message=str(e),
+             phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
+        _try(_record, run_dir, env, "failed",
+             {"error_type": type(e).__name__, "message": str(e), "rank": env.rank,
+              "phase": phase.name})
         raise
     finally:
         heartbeat.stop()

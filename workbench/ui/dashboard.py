@@ -28,7 +28,8 @@ class LiveDashboard:
 
     def __init__(self, run_dir: str | Path | None = None, world_size: int = 1,
                  total_steps: int | None = None, max_redraws_per_s: float = 4.0,
-                 poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic):
+                 poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                 alive: Callable[[], bool] | None = None):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.poll_s, self.max_redraws_per_s, self.clock = poll_s, max_redraws_per_s, clock
         self.charts = LiveCharts()
@@ -40,7 +41,7 @@ class LiveDashboard:
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._alive: Callable[[], bool] | None = None
+        self._alive = alive  # whether the run's processes still live: a killed run is not waited on
         self._reset(world_size, total_steps)
         self.redraw()
 

@@ -76,7 +76,8 @@ class RunControl:
         self.handle, self.result = handle, None
         self._finished.clear()
         self.run_button.disabled, self.stop_button.disabled = True, False
-        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s)")
+        notes = "".join(f"; note: {n}" for n in handle.notes)  # what the pre-launch check overrode
+        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s){notes}")
         self.started(cfg, handle)
         self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.steps,
                              alive=handle.running)

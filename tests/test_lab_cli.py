@@ -1,0 +1,61 @@
+"""`workbench lab`: with the asked port busy, the printed URL names the port the server really
+listens on; the token is not on any command line; the server listens on 127.0.0.1 only."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workbench.net import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", free_port()))
+    busy.listen(1)
+    asked = busy.getsockname()[1]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("JUPYTER_TOKEN", None)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR", "JUPYTERLAB_SETTINGS_DIR",
+                 "JUPYTERLAB_WORKSPACES_DIR"):
+        env[name] = str(tmp_path / name.lower())
+    lab = subprocess.Popen([sys.executable, "-m", "workbench", "lab", "--dir", str(REPO / "notebooks"),
+                            "--port", str(asked)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, env=env, start_new_session=True)
+    try:
+        line = lab.stdout.readline()
+        found = re.match(r"JupyterLab: http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]{32})", line)
+        assert found, line
+        port, token = int(found.group(1)), found.group(2)
+        assert port != asked and f"port {asked} was busy" in line
+        with urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}),
+                timeout=20) as r:
+            assert "started" in json.loads(r.read())
+        family = [psutil.Process(lab.pid)] + psutil.Process(lab.pid).children(recursive=True)
+        for p in family:
+            assert token not in " ".join(p.cmdline()), p.cmdline()
+        listening = {(c.laddr.ip, c.laddr.port) for p in family for c in p.net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN}
+        assert ("127.0.0.1", port) in listening
+        assert all(ip == "127.0.0.1" for ip, _ in listening), listening
+    finally:
+        busy.close()
+        os.killpg(lab.pid, signal.SIGTERM)
+        try:
+            lab.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(lab.pid, signal.SIGKILL)

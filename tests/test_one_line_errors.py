@@ -1,0 +1,143 @@
+"""Every bad input a new user tried gets one line naming the field or path, the value and what to
+do, never a traceback: the command line, run in-process (an uncaught exception fails the test)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from workbench.cli import main as cli
+from workbench.config import ConfigError, RunConfig
+from workbench.loading.imageset import generate_image_set
+from workbench.runstore import create_run_dir
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=16, size=16,
+                              source="synthetic")
+
+
+@pytest.fixture(scope="module")
+def corrupt(tmp_path_factory):
+    root = generate_image_set(tmp_path_factory.mktemp("bad") / "set", count=16, size=16,
+                              source="synthetic")
+    (root / "class_1" / "000005.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    return root
+
+
+def one_line(capsys, code, expect_code=2) -> str:
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == expect_code, (code, captured.out, err)
+    assert "Traceback" not in captured.err + captured.out
+    assert err.count("\n") == 0 and err, err
+    return err
+
+
+USER_MODELS = {
+    "missing.py": None,
+    "syntax.py": "def build(:\n    pass\n",
+    "wrong_type.py": "def build():\n    return 42\n",
+    "raises.py": "def build():\n    raise RuntimeError('no GPU here')\n",
+}
+
+
+@pytest.mark.parametrize("name, words", [
+    ("missing.py", "does not exist"), ("syntax.py", "SyntaxError"),
+    ("wrong_type.py", "must return a torch.nn.Module, got int"), ("raises.py", "no GPU here")])
+def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, runs_root, capsys):
+    if USER_MODELS[name] is not None:
+        (tmp_path / name).write_text(USER_MODELS[name])
+    t0 = time.monotonic()
+    err = one_line(capsys, cli(["run", "--preset", "smoke", "--model", f"{tmp_path / name}:build"]))
+    took = time.monotonic() - t0
+    print(f"{name}: refused in {took:.1f} s")
+    assert err.startswith("workbench run: model.name") and words in err and name in err
+    assert not runs_root.exists() or not any(runs_root.iterdir())  # nothing was launched
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--preset", "smoke", "--run-dir", "/proc/workbench-run"], "'/proc/workbench-run"),
+    (["run", "--preset", "smoke", "--run-dir", "FILE/run"], "Not a directory"),
+    (["export", "--config", "CONFIG", "--to", "/proc/workbench-export"], "/proc/workbench-export"),
+    (["export", "--config", "CONFIG", "--to", "FILE/export"], "Not a directory"),
+    (["loader", "make-images", "/proc/workbench-images", "--count", "2"], "/proc/workbench-images"),
+    (["loader", "make-images", "FILE/images", "--count", "2"], "Not a directory"),
+    (["runs", "--dir", "FILE"], "is a file, not a folder of runs"),
+    (["loader", "sweep", "IMAGES", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["loader", "sweep", "IMAGES", "--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["loader", "sweep", "CORRUPT", "--workers", "0", "--rounds", "1"], "000005.png"),
+    (["loader", "sweep", "CORRUPT", "--workers", "1", "--rounds", "1"], "000005.png"),
+    (["prune", "--eval", "missing.py:score", "--rounds", "3"], "--eval 'missing.py:score'"),
+    (["run", "--preset", "smoke", "--set", "loader.num_workers=1000"], "loader.num_workers=1000"),
+    (["run", "--preset", "smoke", "--nproc", "64"], "distributed.nproc=64"),
+    (["run", "--preset", "smoke", "--batch-size", "1000000000000"], "loader.batch_size must be <= 1402"),
+    (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
+    (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrupt, capsys):
+    afile = tmp_path / "a_file"
+    afile.write_text("not a folder")
+    config = tmp_path / "config.json"
+    RunConfig.smoke().save(config)
+    subs = {"FILE": str(afile), "CONFIG": str(config), "IMAGES": str(images), "CORRUPT": str(corrupt)}
+    argv = [subs.get(a, a.replace("FILE/", f"{afile}/")) for a in argv]
+    err = one_line(capsys, cli(argv))
+    assert words in err, err
+
+
+def test_quant_on_cuda_without_a_gpu_is_one_line(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    err = one_line(capsys, cli(["quant", "--device", "cuda", "--rounds", "3"]))
+    assert "--device must be cpu on this machine, got 'cuda'" in err
+
+
+def test_broken_json_breaks_neither_runs_nor_compare(runs_root, capsys):
+    good = create_run_dir(RunConfig.smoke())
+    bad_config = create_run_dir(RunConfig.smoke().replace(**{"run.label": "bad-config"}))
+    (bad_config / "config.json").write_text("{ not json")
+    bad_summary = create_run_dir(RunConfig.smoke().replace(**{"run.label": "bad-summary"}))
+    (bad_summary / "summary.json").write_text('{"status": "compl')
+    assert cli(["runs"]) == 0
+    captured = capsys.readouterr()
+    assert good.name in captured.out and bad_config.name not in captured.out
+    skipped = captured.err.strip().splitlines()
+    assert len(skipped) == 2 and all("skipped" in ln and "not valid JSON" in ln for ln in skipped)
+    err = one_line(capsys, cli(["compare", str(good), str(bad_summary)]))
+    assert "summary.json" in err and "not valid JSON" in err
+
+
+def test_start_run_given_a_dict_says_what_to_pass():
+    from workbench.distributed.launch import start_run
+
+    with pytest.raises(ConfigError, match=r"must be a RunConfig \(RunConfig.from_dict\(d\) builds one"):
+        start_run(RunConfig.smoke().to_dict())
+
+
+def test_exporting_a_run_that_did_not_complete_warns(runs_root, tmp_path, capsys):
+    run_dir = create_run_dir(RunConfig.smoke())
+    (run_dir / "rank0.jsonl").write_text(json.dumps({"event": "step", "step": 3, "rank": 0}) + "\n")
+    assert cli(["export", "--run", str(run_dir), "--to", str(tmp_path / "out")]) == 0
+    assert "warning: run" in capsys.readouterr().out
+
+
+def test_hw_bench_saves_its_figures_when_the_cache_cannot_be_written(tmp_path, monkeypatch, capsys):
+    from workbench.hardware import microbench
+
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    monkeypatch.setenv("WORKBENCH_CACHE", str(blocker / "cache"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(microbench, "plan", lambda d, q, r: [
+        ("copy", lambda: microbench.copy_bandwidth(d, mib=8, repeats=3))])
+    assert cli(["hw", "--bench", "--quick", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "Not a directory" in out["cache_error"] and out["ceilings"][0]["value"] > 0
+    saved = json.loads(open(out["saved_to"]).read())
+    assert next(iter(saved.values()))["bandwidth_gbs"]["copy"] > 0
+    assert captured.err.strip().splitlines()[-1].startswith("workbench hw: writing the ceiling cache")

@@ -1,0 +1,222 @@
+"""What a run needs against what this machine has, checked before launch: the ranks' threads and
+the loader workers against the usable cores, the memory a rank holds against free RAM (or free GPU
+memory), the batch against the data, and the disk the run will write against the free space there.
+
+    notes = check_limits(cfg, device, need, folder)   # need: precheck(cfg)
+
+What cannot work is refused (ConfigError, one line with the numbers). What would only be slow
+(more busy threads or workers than cores) is refused too unless the user says run.oversubscribe=true
+(`workbench run --oversubscribe`); then it runs, and the note says what was overridden.
+
+The need comes from workbench.train.precheck, run once per config in a short-lived child process
+(the user's factory never runs in the kernel), and is kept (in this process and in the user's cache,
+prechecks/) for configs that name no code or name a file that has not changed since; what it is
+compared with (free memory, free disk, cores) is read anew at every launch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from ..config import ConfigError, RunConfig
+from ..cache import cache_dir
+from ..disk import Reserve, free_bytes, mib, write_json_atomic
+from ..machine.cpu import memory_info, usable_cores
+from ..machine.gpu import gpu_free_gib
+from ..train.flops import StepCost, memory_need_gib
+from ..train.rank import threads_for
+
+GIB = 2**30
+PRECHECK_TIMEOUT_S = 120.0
+EVENT_BYTES = 400  # one step record, with room for memory fields
+CUDA_CONTEXT_GIB = 1.0
+_CACHE: dict[str, dict] = {}
+
+
+def _cache_key(cfg: RunConfig) -> str | None:
+    """What the precheck's answer depends on; None when it names code that may change unseen
+    (a package module: looking at its file would mean importing its package here)."""
+    d = cfg.to_dict()
+    files = []
+    for spec in (cfg.model.name if ":" in cfg.model.name else "",
+                 cfg.data.factory if cfg.data.name == "dataset" else ""):
+        target = spec.rpartition(":")[0]
+        if not target:
+            continue
+        if not target.endswith(".py"):
+            return None
+        try:
+            st = Path(target).resolve().stat()
+        except OSError:
+            return None
+        files.append([str(Path(target).resolve()), st.st_mtime_ns, st.st_size])
+    key = {k: d[k] for k in ("model", "data", "precision")}
+    key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files,
+               python=sys.executable, torch=torch.__version__, host=socket.gethostname())
+    return json.dumps(key, sort_keys=True)
+
+
+def _stored(key: str) -> Path:
+    """Where a measured answer is kept between processes (a repeated CLI launch skips the child)."""
+    return cache_dir() / "prechecks" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
+    """Build the config's data and model in a child process and return what it measured; a config
+    whose model or data cannot be built is a ConfigError with the child's one line."""
+    key = _cache_key(cfg)
+    keep = key is not None and cfg.data.name != "image_folder"  # a folder of files may change unseen
+    if keep and key not in _CACHE:
+        try:
+            _CACHE[key] = json.loads(_stored(key).read_text())
+        except (OSError, ValueError):
+            pass
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "workbench.train.precheck", "-"]
+    try:
+        proc = subprocess.run(cmd, input=cfg.to_json(), capture_output=True, text=True, env=env,
+                              timeout=timeout_s, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"ok": True, "timed_out": True,
+                "note": f"the pre-launch check of the model and data took over {timeout_s:g} s and was "
+                        "stopped; memory was not checked"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode < 0:
+        how = signal.Signals(-proc.returncode).name
+        oom = (" (most likely out of memory); make data.num_samples, data.image_size or the model "
+               "smaller") if how == "SIGKILL" else ""
+        raise ConfigError(f"building the data and the model before launch was killed by {how}{oom}")
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"the pre-launch check of model.name {cfg.model.name!r} failed: {tail}")
+    result = json.loads(lines[-1])
+    if not result.get("ok"):
+        raise ConfigError(result["error"])
+    if key is not None:
+        _CACHE[key] = result
+    if keep:
+        try:
+            _stored(key).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(_stored(key), result)
+        except OSError:
+            pass  # not kept: measured again next time
+    return result
+
+
+def per_rank_batch(cfg: RunConfig, train_samples: int) -> int:
+    """The batch each rank trains on, refused when the data cannot fill it (the loader would
+    otherwise shrink it silently)."""
+    ranks = cfg.distributed.world_size
+    share = train_samples // ranks
+    if cfg.loader.batch_size > share:
+        raise ConfigError(f"loader.batch_size must be <= {share}, the training samples each of the "
+                          f"{ranks} rank(s) gets from data.name {cfg.data.name!r} ({train_samples} in "
+                          f"all), got {cfg.loader.batch_size}; use a smaller batch or more data")
+    return cfg.loader.batch_size
+
+
+def memory_need(cfg: RunConfig, need: dict, device_type: str) -> dict:
+    """GiB one rank holds: on the host (torch itself, the data, and on a CPU the training state)
+    and on its GPU (the training state and the CUDA context)."""
+    batch = per_rank_batch(cfg, need["train_samples"])
+    cost = StepCost(flops=0, ops=0, params=need["params"], param_bytes=need["param_bytes"],
+                    activation_bytes=int(need.get("activation_bytes_per_sample", 0) * batch),
+                    batch_size=batch, optimizer=cfg.optim.name, accum=cfg.optim.grad_accum_steps)
+    on_gpu = device_type == "cuda"
+    state = memory_need_gib(cost, context_gib=CUDA_CONTEXT_GIB if on_gpu else 0.0)
+    ddp = need["params"] * 4 / GIB if cfg.distributed.world_size > 1 else 0.0  # gradient buckets
+    host = need["base_rss_gib"] + need["data_rss_gib"] + (0.0 if on_gpu else state["total_gib"] + ddp)
+    return {"host_gib": host, "gpu_gib": state["total_gib"] + ddp if on_gpu else 0.0, **state}
+
+
+def _slow(cfg: RunConfig, text: str) -> str:
+    if cfg.run.oversubscribe:
+        return f"run.oversubscribe=true: running anyway: {text}"
+    raise ConfigError(f"{text}; set run.oversubscribe=true (workbench run --oversubscribe) to run it "
+                      "anyway")
+
+
+def check_cores(cfg: RunConfig) -> list[str]:
+    d, cores = cfg.distributed, usable_cores()
+    notes = []
+    threads = threads_for(cfg)
+    busy = d.nproc * threads
+    if busy > cores:
+        notes.append(_slow(cfg, f"distributed.nproc={d.nproc} rank(s) x {threads} thread(s) "
+                                f"(run.threads) = {busy} busy threads on {cores} usable core(s) of this "
+                                f"machine: they would take turns and run slower than {cores} would; use "
+                                f"distributed.nproc x run.threads <= {cores}"))
+    workers = d.nproc * cfg.loader.num_workers
+    if workers > cores:
+        notes.append(_slow(cfg, f"loader.num_workers={cfg.loader.num_workers} x {d.nproc} rank(s) = "
+                                f"{workers} loader processes on {cores} usable core(s): more workers than "
+                                f"cores only take turns; use loader.num_workers <= "
+                                f"{max(1, cores // d.nproc)}"))
+    return notes
+
+
+def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:
+    m = memory_need(cfg, need, device_type)
+    nproc = cfg.distributed.nproc
+    parts = (f"torch {need['base_rss_gib']:.2f} + data {need['data_rss_gib']:.2f}"
+             + ("" if device_type == "cuda" else
+                f" + weights, gradients and optimizer state {m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
+                f" + activations {m['activations_gib']:.3g}"))
+    available = memory_info().get("available_gib")
+    if available is not None and nproc * m["host_gib"] > available:
+        raise ConfigError(f"this run needs about {nproc * m['host_gib']:.3g} GiB of RAM ({nproc} rank(s) x "
+                          f"({parts}) GiB) and this machine has {available:.3g} GiB available; use "
+                          "fewer ranks (distributed.nproc), a smaller model or a smaller batch")
+    notes = []
+    if device_type == "cuda":
+        free = gpu_free_gib()
+        if free:
+            per_gpu = math.ceil(nproc / len(free))
+            worst = min(free)
+            if per_gpu * m["gpu_gib"] > worst:
+                raise ConfigError(f"each rank needs about {m['gpu_gib']:.3g} GiB of GPU memory (weights, "
+                                  f"gradients, optimizer state, activations and {CUDA_CONTEXT_GIB:g} GiB of "
+                                  f"CUDA context) x {per_gpu} rank(s) per GPU, and the fullest GPU has "
+                                  f"{worst:.3g} GiB free; use a smaller model or batch, or more GPUs")
+    if "activations_note" in need:
+        notes.append(need["activations_note"])
+    return notes
+
+
+def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
+    """The events, the weights and the summary's reserve must fit on the run folder's disk."""
+    free = free_bytes(folder)
+    if free is None:
+        return
+    events = cfg.run.steps * cfg.distributed.nproc * EVENT_BYTES
+    weights = need.get("param_bytes", 0) if cfg.run.save_weights else 0
+    total = events + weights + Reserve.SIZE + 64 * 1024
+    if total > free:
+        raise ConfigError(f"the run folder {str(folder)!r} has {mib(free)} free and this run writes about "
+                          f"{mib(total)} (events of {cfg.run.steps} steps x {cfg.distributed.nproc} rank(s) "
+                          f"{mib(events)}, weights {mib(weights)}, a {mib(Reserve.SIZE)} reserve): No space "
+                          "left on device; free some space or choose another folder (run.runs_dir, --run-dir)")
+
+
+def check_limits(cfg: RunConfig, device_type: str, folder: Path) -> tuple[list[str], dict]:
+    """Every check against this machine; returns notes (what was overridden, what was not
+    measured) and what the precheck measured."""
+    notes = check_cores(cfg)
+    need = precheck(cfg)
+    if not need.get("timed_out"):
+        notes += check_memory(cfg, need, device_type)
+        check_disk(cfg, need, folder)
+    else:
+        notes.append(need["note"])
+    return notes, need
