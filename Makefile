@@ -26,7 +26,7 @@ lab: $(STAMP)
 
 # WORKBENCH_QUICK=1 shrinks the notebooks' work; their defaults are for people.
 test: $(STAMP)
-	WORKBENCH_QUICK=1 $(PY) -m pytest -q tests --nbval-lax notebooks --timeout=900 -p no:cacheprovider
+	WORKBENCH_QUICK=1 $(PY) -m pytest -q tests --nbval-lax notebooks --timeout=900 -p no:cacheprovider --durations=30
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench
