@@ -117,11 +117,19 @@ def test_ctrl_c_in_the_cli_stops_every_rank(smoke, tmp_path, runs_root):
     cmd = [sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--nproc", "2",
            "--model", faulty_model(tmp_path), "--set", 'model.kwargs={"mode": "slow"}',
            "--steps", "100000", "--run-dir", str(run_dir)]
-    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_steps(run_dir, ranks=2)
-    pids = run_pids(cli.pid, run_dir)
-    cli.send_signal(signal.SIGINT)
-    out, err = cli.communicate(timeout=30)
+    # a shell that starts the suite in the background hands its children SIGINT ignored: a
+    # person's terminal does not, so the CLI starts with the default handler, as there
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for_steps(run_dir, ranks=2)
+        pids = run_pids(cli.pid, run_dir)
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:  # a failed check leaves no run spinning behind
+            cli.kill()
+            cli.wait()
     assert cli.returncode == 130, err
     assert "stopped by Ctrl-C" in err
     assert_all_gone(pids, within=5)
