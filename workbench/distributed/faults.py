@@ -232,6 +232,9 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     elif stop:
         info = {"status": "stopped", "error_type": "RunStopped", **stop}
     elif disk:
+        for err in run_dir.glob("torchrun_logs/**/error.json"):
+            if err.stat().st_size == 0:  # a rank's knock-on error, cut to nothing by the full disk
+                err.unlink()
         info = {"status": "failed", "cause": "disk_full", "error_type": "DiskFull",
                 "message": f"{disk} (the run stopped after step {last_step(run_dir)})"}
     else:
