@@ -15,12 +15,20 @@ from workbench.gpucheck import ceilings, check, compression, ddp, gpumem, loadin
 from workbench.gpucheck import runner, training
 from workbench.hardware.ceiling import Ceiling
 from workbench.trials import rounds
+from workbench.distributed import limits
+
+PRECHECK = {"ok": True, "torch_import_s": 1.64, "base_rss_gib": 0.2161, "data_rss_gib": 0.0068,
+            "train_samples": 1402, "task": "classify", "params": 8970, "param_bytes": 35880,
+            "activation_bytes_per_sample": 817.0, "seconds": 1.657}
 
 
 @pytest.fixture
 def launcher(monkeypatch):
     """The fake launcher behind the training part's single runs and its interleaved rounds."""
     fake = FakeLauncher()
+    # the pre-launch check's child (tested in test_limits) builds each config's model on the CPU,
+    # seconds apiece: what it measured for the smoke config stands in
+    monkeypatch.setattr(limits, "precheck", lambda cfg, timeout_s=None: dict(PRECHECK))
     monkeypatch.setattr(training, "launch_run", fake)
     monkeypatch.setattr(ddp, "launch_run", fake)
     monkeypatch.setattr(rounds, "run", fake)
