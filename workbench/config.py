@@ -321,6 +321,7 @@ class RunSection(_Section):
     threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
     profile_steps: int = 0  # steps right after warm-up run under torch.profiler (marked, not timed)
     oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
+    warm_worker: bool = True  # hand the run to a spare, pre-imported worker when one is ready
 
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)

@@ -235,6 +235,20 @@ def load_events(run_dirs, event: str = "step"):
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def run_to_first_step(run_dir: str | Path) -> dict:
+    """From the launcher's start (launch.json) to rank 0's first step, and whether a warm worker
+    took the run (and had warmed up by then)."""
+    run_dir = Path(run_dir)
+    launch = read_json(run_dir / LAUNCH)
+    step = next((r for r in read_events(run_dir) if r.get("event") == "step" and r.get("rank") == 0),
+                None)
+    spare = launch.get("warm")
+    return {"run": run_dir.name,
+            "seconds": round(step["t"] - launch["t"], 3) if step and "t" in launch else None,
+            "warm_worker": spare is not None,
+            "warmed_up_when_taken": spare.get("ready_when_taken") if spare else None}
+
+
 def load_config(run_dir: str | Path) -> RunConfig:
     return RunConfig.load(Path(run_dir) / "config.json")
 

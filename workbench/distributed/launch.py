@@ -8,7 +8,8 @@ under `torchrun` (one node on 127.0.0.1 with a free port, or several nodes at a 
 endpoint). Either way a supervisor process (workbench.distributed.supervisor) sits between this
 process and the run: it sweeps every rank when the run is stopped, fails, stalls, or when this
 process dies, and writes how the run ended into summary.json. The kernel (or CLI) never trains
-in-process. Before anything is written, `check_launch` refuses what this machine cannot run
+in-process. Where a spare that fits the run is ready (workbench.distributed.warm: a run panel keeps
+one), the run is handed to it instead and skips Python's and torch's start-up. Before anything is written, `check_launch` refuses what this machine cannot run
 (workbench.distributed.limits, with the model and data built once in a child process); the run
 folder is then claimed atomically, and launch.json records the supervisor's pid and start time so
 readers can tell a live run from a dead one.
@@ -19,7 +20,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +28,6 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
 from ..machine.capability import resolve_device
-from ..net import LOOPBACK, free_port, is_loopback
 from ..procs import created_time
 from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
@@ -37,10 +36,10 @@ from ..train.precision import check_supported
 from ..train.rank import backend_for
 from ..train.trust import named_code
 from .faults import ended_by_supervisor, record_supervisor_death
+from . import warm
 from .limits import check_limits
-from .torchrun import RESTART_ENV, WORKER, loopback_env, loopback_runner, torchrun_args
-
-_OWNED: dict[int, int] = {}  # supervisor pid -> write end of its lifeline pipe
+from .owned import release, start_supervisor
+from .torchrun import WORKER, rank_command
 
 
 def resolve_backend(cfg: RunConfig) -> str:
@@ -80,18 +79,8 @@ def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str],
 def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
     """The exact command that runs this config: copy it to a terminal or a cluster job."""
     run_dir = Path(run_dir)
-    program = [*WORKER, "--config", str(run_dir / "config.json")]
-    d = cfg.distributed
-    if d.world_size == 1:
-        return [sys.executable, *program]
-    endpoint = f"{LOOPBACK}:{free_port()}" if d.nnodes == 1 else d.rdzv_endpoint
-    local = is_loopback(endpoint.rpartition(":")[0])  # one node, or nodes simulated on this machine
-    env = loopback_env() if local else dict(RESTART_ENV)
-    runner = loopback_runner() if local else [sys.executable, "-m", "torch.distributed.run"]
-    return ["env", *(f"{k}={v}" for k, v in env.items()),
-            *torchrun_args(program, nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
-                           endpoint=endpoint, max_restarts=d.max_restarts,
-                           log_dir=str(run_dir / "torchrun_logs"), runner=runner)]
+    return rank_command(cfg.distributed, [*WORKER, "--config", str(run_dir / "config.json")],
+                        str(run_dir / "torchrun_logs"))
 
 
 class RunHandle:
@@ -104,6 +93,7 @@ class RunHandle:
         self.notes = notes or []
         self.started = time.time()
         self.stopped = False
+        self._over = False
 
     @property
     def returncode(self) -> int | None:
@@ -125,9 +115,13 @@ class RunHandle:
         return code
 
     def _ended(self, code: int) -> None:
-        _release(self.proc.pid)
+        if self._over:
+            return
+        self._over = True
+        release(self.proc.pid)
         if code < 0 and not ended_by_supervisor(self.run_dir):
             record_supervisor_death(self.run_dir, self.proc.pid, code)
+        warm.ended(self.config)  # between runs: the next spare may start now
 
     def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
         """Stop every rank (SIGTERM, SIGKILL after 2 s); the run is marked stopped, events kept."""
@@ -142,7 +136,7 @@ class RunHandle:
                 return self.wait(timeout_s)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-            _release(self.proc.pid)  # a wedged supervisor: its lifeline closes, and it is killed
+            release(self.proc.pid)  # a wedged supervisor: its lifeline closes, and it is killed
             self.proc.kill()
         return self.wait()
 
@@ -154,16 +148,11 @@ class RunHandle:
         return path.read_text(errors="replace")[-n_chars:] if path.is_file() else ""
 
 
-def _release(pid: int) -> None:
-    fd = _OWNED.pop(pid, None)
-    if fd is not None:
-        os.close(fd)
-
-
 def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
               *, env: dict[str, str] | None = None) -> RunHandle:
     """Validate, check the machine, claim the run folder, and start the worker(s) under a
-    supervisor. Returns at once. `env` adds environment variables for the ranks (OMP_NUM_THREADS)."""
+    supervisor, or hand the run to a spare that fits it (workbench.distributed.warm). Returns at
+    once. `env` adds environment variables for the ranks (OMP_NUM_THREADS)."""
     target = Path(run_dir) if run_dir is not None else Path(root) if root is not None else None
     notes, need = _check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written
     run_dir = create_run_dir(cfg, root, path=run_dir)  # atomic: a second start here is refused
@@ -173,22 +162,24 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
         log = open(run_dir / "launcher.log", "ab")
     except OSError as e:
         raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
-    read_fd, write_fd = os.pipe()  # the lifeline: end-of-file tells the supervisor we died
-    supervisor = [sys.executable, "-m", "workbench.distributed.supervisor", "--run-dir", str(run_dir),
-                  "--parent-fd", str(read_fd), "--", *command]
-    env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1")
-    with log:
-        proc = subprocess.Popen(supervisor, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
-                                start_new_session=True)  # Ctrl-C in a terminal reaches us only
-    os.close(read_fd)
-    _OWNED[proc.pid] = write_fd
+    supervisor_env = warm.supervisor_env(env)
+    spare = warm.take(cfg, supervisor_env)  # from here the run counts as going
+    try:
+        with log:
+            if spare is not None and spare.hand_over(run_dir):
+                proc, how = spare.proc, {"warm": spare.record()}
+            else:
+                proc, how = start_supervisor(["--run-dir", str(run_dir)], command, log,
+                                             supervisor_env), {}
+    except BaseException:
+        warm.ended(cfg)
+        raise
     handle = RunHandle(run_dir, cfg, proc, command, notes)
     try:  # who to look for: a reader tells a dead run from a live one by these pids
         write_json_atomic(run_dir / LAUNCH, {
             "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
             "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
-            "launcher_created": created_time(), "notes": notes, "precheck": need})
+            "launcher_created": created_time(), "notes": notes, "precheck": need, **how})
     except OSError as e:
         handle.stop("the run folder could not be written")
         raise ConfigError(disk_message(run_dir / LAUNCH, e, "writing")) from None

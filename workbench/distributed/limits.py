@@ -9,7 +9,8 @@ What cannot work is refused (ConfigError, one line with the numbers). What would
 (`workbench run --oversubscribe`); then it runs, and the note says what was overridden.
 
 The need comes from workbench.train.precheck, run once per config in a short-lived child process
-(the user's factory never runs in the kernel), and is kept (in this process and in the user's cache,
+(the user's factory never runs in the kernel; a spare one, past its imports, where a run panel keeps
+spares: workbench.distributed.warm), and is kept (in this process and in the user's cache,
 prechecks/) for configs that name no code or name a file that has not changed since; what it is
 compared with (free memory, free disk, cores) is read anew at every launch.
 """
@@ -34,6 +35,7 @@ from ..machine.cpu import memory_info, usable_cores
 from ..machine.gpu import gpu_free_gib
 from ..train.flops import StepCost, memory_need_gib
 from ..train.rank import threads_for
+from .warm import check_process
 
 GIB = 2**30
 PRECHECK_TIMEOUT_S = 120.0
@@ -82,23 +84,23 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
             pass
     if key is not None and key in _CACHE:
         return _CACHE[key]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "workbench.train.precheck", "-"]
+    proc = check_process()  # torch already imported in it when a run panel keeps a spare
     try:
-        proc = subprocess.run(cmd, input=cfg.to_json(), capture_output=True, text=True, env=env,
-                              timeout=timeout_s, start_new_session=True)
+        stdout, stderr = proc.communicate(cfg.to_json(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return {"ok": True, "timed_out": True,
                 "note": f"the pre-launch check of the model and data took over {timeout_s:g} s and was "
                         "stopped; memory was not checked"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if proc.returncode < 0:
         how = signal.Signals(-proc.returncode).name
         oom = (" (most likely out of memory); make data.num_samples, data.image_size or the model "
                "smaller") if how == "SIGKILL" else ""
         raise ConfigError(f"building the data and the model before launch was killed by {how}{oom}")
     if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"the pre-launch check of model.name {cfg.model.name!r} failed: {tail}")
     result = json.loads(lines[-1])
     if not result.get("ok"):

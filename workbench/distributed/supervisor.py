@@ -1,7 +1,8 @@
 """The supervisor: a small process between the launcher and torchrun that owns every process of a run.
 
     python -m workbench.distributed.supervisor --run-dir RUN_DIR --parent-fd FD -- torchrun ...
-    (started by workbench.distributed.launch, not by hand)
+    python -m workbench.distributed.supervisor --warm SPARE_DIR --parent-fd FD -- ... --warm SPARE_DIR
+    (started by workbench.distributed.launch and workbench.distributed.warm, not by hand)
 
 torchrun starts each rank in its own session, so signalling torchrun's process group misses the
 ranks, and a killed torchrun leaves them training. The supervisor therefore
@@ -12,6 +13,12 @@ ranks, and a killed torchrun leaves them training. The supervisor therefore
   SIGTERM to the ranks, then torchrun, SIGKILL to whatever is left after a short grace;
 - writes the diagnosis of how the run ended into summary.json (workbench.distributed.faults).
 It imports no torch, so it adds tens of milliseconds to a launch.
+
+A spare (--warm) starts its warm worker or warm torchrun at once and waits, owning them all the
+while, for the launcher to name the run: one line on the lifeline pipe. It then points its output
+at RUN_DIR/launcher.log (the workers' output passes through it), writes SPARE_DIR/job.json for the
+waiting ranks, and supervises the run like any other; torchrun's logs move into the run folder at
+the end and the spare folder goes. A lifeline that closes before a job sweeps the spare.
 """
 from __future__ import annotations
 
@@ -19,19 +26,24 @@ import argparse
 import errno
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 
 from ..config import RunConfig
-from ..disk import disk_message
+from ..disk import disk_message, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
+from ..train.warm import JOB
 from .faults import finish_summary, last_step
 from .watchdog import Watchdog
+
+SPARE_LOG = "spare.log"  # a spare's output until it has a run
 
 GRACE_S = 2.0  # SIGTERM -> SIGKILL: every rank is gone well within 5 s of a stop
 
@@ -100,6 +112,46 @@ def sweep(main_pid: int, grace_s: float = GRACE_S) -> int:
     return len(left)
 
 
+def _handle_signals(handler) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def _start(command: list[str], relay: bool = False) -> subprocess.Popen:
+    """Start the run's command as our child; with `relay`, its output (and its children's) goes
+    through us to whatever our stdout is then, so a spare's output can follow it into the run."""
+    become_subreaper()
+    env = dict(os.environ, WORKBENCH_TREE_PID=str(os.getpid()))  # the run's tree, for its noise guard
+    out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if relay else {}
+    child = subprocess.Popen(command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env,
+                             stdin=subprocess.DEVNULL, **out)
+    if relay:
+        threading.Thread(target=_copy_out, args=(child.stdout.fileno(),), daemon=True).start()
+    _log(f"pid {os.getpid()} started pid {child.pid}: {' '.join(command)}")
+    return child
+
+
+def _copy_out(fd: int) -> None:
+    while chunk := os.read(fd, 65536):
+        try:
+            os.write(1, chunk)
+        except OSError:  # a full disk: the run goes on, its events say what happened
+            pass
+
+
+def _parent_gone(parent_fd: int | None) -> bool:
+    """The lifeline closed: the launching process exited."""
+    if parent_fd is None:
+        return False
+    ready, _, _ = select.select([parent_fd], [], [], 0)
+    if not ready:
+        return False
+    try:
+        return os.read(parent_fd, 4096) == b""
+    except OSError as e:
+        return e.errno != errno.EAGAIN
+
+
 class Supervisor:
     def __init__(self, run_dir: Path, command: list[str], parent_fd: int | None):
         self.run_dir, self.command, self.parent_fd = run_dir, command, parent_fd
@@ -107,36 +159,24 @@ class Supervisor:
         self.watchdog = Watchdog(run_dir, self.cfg)
         self.stop: dict | None = None  # {cause, message}: the run was ended on purpose
         self.failure: dict | None = None
+        self.torchrun_logs: Path | None = None  # a spare's torchrun logs, moved into the run at the end
 
     def _on_term(self, signum, frame) -> None:
         self.stop = self.stop or _stop_reason(self.run_dir, signum)
 
-    def _parent_gone(self) -> bool:
-        if self.parent_fd is None:
-            return False
-        ready, _, _ = select.select([self.parent_fd], [], [], 0)
-        if not ready:
-            return False
-        try:
-            return os.read(self.parent_fd, 64) == b""
-        except OSError as e:
-            return e.errno != errno.EAGAIN
-
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
-        signal.signal(signal.SIGHUP, self._on_term)
-        become_subreaper()
-        env = dict(os.environ, WORKBENCH_TREE_PID=str(os.getpid()))  # the run's tree, for its noise guard
-        child = subprocess.Popen(self.command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env)
-        _log(f"pid {os.getpid()} started pid {child.pid}: {' '.join(self.command)}")
+        _handle_signals(self._on_term)
+        return self.watch(_start(self.command))
+
+    def watch(self, child: subprocess.Popen) -> int:
+        """Supervise the started run until it ends; returns the exit code to leave with."""
         returncode = None
         while returncode is None:
             _reap()
             returncode = _EXITED.get(child.pid)
             if returncode is not None:
                 break
-            if self.stop is None and self._parent_gone():
+            if self.stop is None and _parent_gone(self.parent_fd):
                 self.stop = {"cause": "launcher_exited",
                              "message": f"the process that started this run (the kernel or CLI) exited, "
                                         f"so every rank was stopped after step {last_step(self.run_dir)}"}
@@ -157,6 +197,11 @@ class Supervisor:
         left = sweep(child.pid, grace_s=0.5)  # ranks torchrun left behind, if any
         if left:
             _log(f"killed {left} process(es) left behind after the run ended")
+        if self.torchrun_logs is not None and self.torchrun_logs.is_dir():
+            try:  # where a cold run keeps them, so the diagnosis finds torchrun's error files
+                shutil.move(str(self.torchrun_logs), str(self.run_dir / "torchrun_logs"))
+            except OSError as e:
+                _log(f"torchrun's logs stay in {self.torchrun_logs}: {e}")
         agent = child.pid if self.cfg.distributed.world_size > 1 else None
         try:
             summary = finish_summary(self.run_dir, self.cfg, returncode, stop=self.stop,
@@ -179,13 +224,76 @@ def _stop_reason(run_dir: Path, signum: int) -> dict:
                        f"after step {last_step(run_dir)}"}
 
 
+def _wait_for_job(parent_fd: int, child: subprocess.Popen, signalled: list) -> Path | None:
+    """The run folder the launcher names on the lifeline, or None: the lifeline closed, we were
+    signalled, or the warm worker died before it had a job."""
+    line = b""
+    while not signalled:
+        _reap()
+        if child.pid in _EXITED:
+            _log(f"the warm worker exited ({_EXITED[child.pid]}) before it had a run")
+            return None
+        ready, _, _ = select.select([parent_fd], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(parent_fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        line += chunk
+        if line.endswith(b"\n"):
+            return Path(line.decode().strip())
+    return None
+
+
+def serve_spare(spare_dir: Path, command: list[str], parent_fd: int) -> int:
+    """A spare: start the warm command now, supervise the run the launcher hands it later."""
+    signalled: list[int] = []
+    _handle_signals(lambda signum, frame: signalled.append(signum))
+    child = _start(command, relay=True)
+    run_dir = _wait_for_job(parent_fd, child, signalled)
+    if run_dir is None:
+        sweep(child.pid, grace_s=0.5)
+        shutil.rmtree(spare_dir, ignore_errors=True)
+        return 0
+    before = (spare_dir / SPARE_LOG).read_bytes() if (spare_dir / SPARE_LOG).is_file() else b""
+    _point_output_at(run_dir / "launcher.log")
+    os.write(1, before)  # what the spare said while it waited
+    supervisor = Supervisor(run_dir, command, parent_fd)
+    supervisor.torchrun_logs = spare_dir / "torchrun_logs"
+    _handle_signals(supervisor._on_term)
+    write_json_atomic(spare_dir / JOB, {"config": str(run_dir / "config.json"), "t": time.time()})
+    _log(f"spare {spare_dir.name} took the run {run_dir.name}")
+    try:
+        return supervisor.watch(child)
+    finally:
+        shutil.rmtree(spare_dir, ignore_errors=True)
+
+
+def _point_output_at(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.distributed.supervisor")
-    parser.add_argument("--run-dir", required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-dir")
+    which.add_argument("--warm", metavar="SPARE_DIR", help="a spare: wait for the run on the lifeline")
     parser.add_argument("--parent-fd", type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.warm:
+        if args.parent_fd is None:
+            parser.error("--warm needs --parent-fd: the run is named on the lifeline")
+        return serve_spare(Path(args.warm), command, args.parent_fd)
     return Supervisor(Path(args.run_dir), command, args.parent_fd).run()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from ..net import LOOPBACK, is_loopback, loopback_ifname
+from ..net import LOOPBACK, free_port, is_loopback, loopback_ifname
 
 # Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -46,6 +46,22 @@ def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int 
     if log_dir is not None:
         args.append(f"--log-dir={log_dir}")
     return args + list(program)
+
+
+def rank_command(d, program: list[str], log_dir: str) -> list[str]:
+    """How the ranks of a run with distributed settings `d` start: this interpreter running
+    `program` for one process; else torchrun (the loopback agent when every node is on this
+    machine, on a free port for one node) with torchrun's logs in `log_dir`."""
+    if d.world_size == 1:
+        return [sys.executable, *program]
+    endpoint = f"{LOOPBACK}:{free_port()}" if d.nnodes == 1 else d.rdzv_endpoint
+    local = is_loopback(endpoint.rpartition(":")[0])  # one node, or nodes simulated on this machine
+    env = loopback_env() if local else dict(RESTART_ENV)
+    runner = loopback_runner() if local else [sys.executable, "-m", "torch.distributed.run"]
+    return ["env", *(f"{k}={v}" for k, v in env.items()),
+            *torchrun_args(program, nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
+                           endpoint=endpoint, max_restarts=d.max_restarts, log_dir=log_dir,
+                           runner=runner)]
 
 
 def loopback_env() -> dict[str, str]:

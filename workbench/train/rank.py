@@ -65,18 +65,41 @@ def backend_for(cfg, device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def process_group_store(rank: int, world_size: int, timeout_s: float):
-    """A store for init_process_group bound to loopback, or None when the run is not on loopback
-    (several machines) or torchrun shares its own store with the ranks. torch's TCPStore server
-    listens on every interface; adopting a socket that listens on 127.0.0.1 keeps it local."""
+def _loopback_store_address() -> tuple[str, int] | None:
+    """Where rank 0 serves the process-group store itself, on loopback; None when the run is not
+    on loopback (several machines) or torchrun shares its own store with the ranks."""
     host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
     if not port or not is_loopback(host) or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
+    return host, int(port)
+
+
+_HELD_FDS: dict[tuple[str, int], int] = {}  # store ports bound ahead by a warm rank 0
+
+
+def hold_store_port(rank: int) -> None:
+    """A warm rank 0 may wait minutes for its run: bind the port torchrun gave its store now, so
+    no other program takes it meanwhile (process_group_store adopts the socket)."""
+    address = _loopback_store_address()
+    if rank == 0 and address and address not in _HELD_FDS:
+        _HELD_FDS[address] = listen_fd(*address)
+
+
+def process_group_store(rank: int, world_size: int, timeout_s: float):
+    """A store for init_process_group bound to loopback, or None (see _loopback_store_address).
+    torch's TCPStore server listens on every interface; adopting a socket that listens on
+    127.0.0.1 keeps it local."""
+    address = _loopback_store_address()
+    if address is None:
+        return None
+    host, port = address
     timeout = timedelta(seconds=timeout_s)
     if rank == 0:
-        return dist.TCPStore(host, int(port), world_size, is_master=True, timeout=timeout,
-                             master_listen_fd=listen_fd(host, int(port)), wait_for_workers=False)
-    return dist.TCPStore(host, int(port), world_size, is_master=False, timeout=timeout)
+        fd = _HELD_FDS.pop(address, None)
+        return dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout,
+                             master_listen_fd=fd if fd is not None else listen_fd(host, port),
+                             wait_for_workers=False)
+    return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
 
 
 def join_group(cfg, env: RankEnv, device: torch.device) -> None:

@@ -198,6 +198,13 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     return out
 
 
+# A rank never frees its DDP reducer, and with it the gloo process group: that teardown joins the
+# group's threads holding the GIL, while a thread still dropping a finished all-reduce (which keeps
+# the backward pass's Python context) waits for the GIL; seen as a rank that hung after its last
+# step. Under several ranks the worker leaves with os._exit (worker._exit), so the OS reclaims them.
+_NEVER_FREED: list = []
+
+
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
@@ -228,6 +235,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
         torch.save(state, buffer)
         write_atomic(run_dir / WEIGHTS, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
+        _NEVER_FREED.append(s.model)
         dist.destroy_process_group()
     return summary
 

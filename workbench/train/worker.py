@@ -2,6 +2,8 @@
 
     python -m workbench.worker --config RUN_DIR/config.json
     torchrun --nproc-per-node 2 -m workbench.worker --config RUN_DIR/config.json
+    python -m workbench.worker --warm SPARE_DIR     # a spare: warms up, then waits for its run
+
 
 It reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT),
 appends events to RUN_DIR/rank{R}.jsonl and always ends them with a `done` or `error` record.
@@ -55,13 +57,23 @@ def _try(write, *args, **kwargs) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="RUN_DIR/config.json")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--config", help="RUN_DIR/config.json")
+    which.add_argument("--warm", metavar="SPARE_DIR", help="warm up, then take the run named in "
+                       "SPARE_DIR/job.json (workbench.train.warm)")
     args = parser.parse_args(argv)
     set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
-    config_path = Path(args.config)
+    main_t, warm = T_MAIN, {}
+    if args.warm:
+        from .warm import take_job
+
+        config_path, warm = take_job(Path(args.warm), int(os.environ.get("RANK", 0)))
+        main_t = warm["job_t"]  # where a cold rank would be now: its run known, nothing loaded
+    else:
+        config_path = Path(args.config)
     run_dir = config_path.parent
     if not config_path.is_file():
-        print(f"workbench.worker: --config {args.config!r} does not exist", file=sys.stderr)
+        print(f"workbench.worker: --config {str(config_path)!r} does not exist", file=sys.stderr)
         return 2
 
     from .rank import RankEnv  # imports torch: after the cheap checks
@@ -70,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     env = RankEnv.from_environ()
     try:
         events = LockedWriter(run_dir, env.rank, env.attempt)
-        events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(T_MAIN, 4),
-                     host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank)
+        events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
+                     host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
+                     **({"warm": warm} if warm else {}))
     except OSError as e:
         _try(print, f"workbench.worker rank {env.rank}: "
              f"{disk_message(run_dir, e, 'writing the run folder')}", file=sys.stderr, flush=True)

@@ -3,6 +3,9 @@ one goes says so), Stop ends every rank within seconds (events kept), the live d
 run, and when it ends the status line shows the supervisor's diagnosis from summary.json (the rank
 at fault and its own error, not another rank's knock-on error), with that rank's traceback.
 
+A panel keeps a spare, pre-imported worker ready from when it is shown (workbench.distributed.warm),
+so that Run reaches its first step in about a second; `run.warm_worker = false` starts cold.
+
 Subclasses say what to run (`config`), how settings map to widgets (`apply`), and what else to do
 when a run starts or ends (`started`, `ended`).
 """
@@ -15,6 +18,7 @@ import ipywidgets as widgets
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle, start_run
+from ..distributed.warm import keep_warm
 from .dashboard import LiveDashboard
 from .series import RunSeries
 
@@ -69,6 +73,7 @@ class RunControl:
             return
         try:
             cfg = self.config()
+            keep_warm()  # the next run after this one starts warm
             handle = start_run(cfg)
         except ConfigError as e:
             self.set_status(f"cannot run: {e}", error=True)
@@ -117,4 +122,8 @@ class RunControl:
                              f"{html.escape(text)}</span>{extra}")
 
     def _repr_mimebundle_(self, **kwargs):
+        try:  # shown: a person is about to press Run, so have a spare ready for it
+            keep_warm(self.config())
+        except ConfigError:
+            pass
         return self.widget._repr_mimebundle_(**kwargs)

@@ -1,0 +1,205 @@
+"""Processes kept ready so that Run does not wait for Python and torch to start: one spare run (a
+supervisor in --warm mode with its warm worker, or its torchrun agent and warm ranks) shaped like
+the last run, and one spare pre-launch check for the next config not measured yet.
+
+    keep_warm(cfg)              # a run panel asks for this when it is shown
+    wait_ready(30)              # optional: until the spare has warmed up
+    spare = take(cfg, env)      # start_run: a spare that fits this run exactly, or None (cold)
+    check = check_process()     # the pre-launch check: the spare one, or a new one
+
+Spares exist only in a process that asked for them (keep_warm), and are started only between
+runs (when a run panel is shown and when a run ends), never while one goes, so their start-up
+never shares the cores with a run's timed steps. A spare run is taken only by a run it fits: one
+node, the same nproc and max_restarts, the same environment, working folder and interpreter; a
+spare that does not fit the run being started is ended at once. Each spare is used once, and
+`run.warm_worker = false` starts cold.
+
+Several ranks keep torchrun as the engine: the spare is the ordinary torchrun command with the
+warm worker as its program, so torchrun starts, rendezvouses and watches the ranks as always.
+Every spare is owned like a run: its supervisor holds a lifeline from this process (closed when
+this process dies: the spare sweeps its processes and removes its folder), and the spare check
+reads its config on stdin (end-of-file when this process dies: it exits).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import RunConfig
+from ..train.warm import ready_marker
+from .owned import release, send, start_supervisor
+from .supervisor import SPARE_LOG
+from .torchrun import WORKER, rank_command
+
+PRECHECK = ["-m", "workbench.train.precheck", "-"]
+
+
+def supervisor_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a run's supervisor (and so its ranks) starts with."""
+    return dict(os.environ, **(extra or {}), PYTHONUNBUFFERED="1")
+
+
+def precheck_env() -> dict[str, str]:
+    """The pre-launch check's: one thread, like the measure it makes of a rank's base memory."""
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def _fit(cfg: RunConfig, env: dict[str, str]) -> tuple | None:
+    """What a spare must share with a run to take it; None: this run never takes one."""
+    d = cfg.distributed
+    if not cfg.run.warm_worker or d.nnodes != 1:
+        return None
+    return d.nproc, d.max_restarts, sys.executable, os.getcwd(), tuple(sorted(env.items()))
+
+
+@dataclass
+class Spare:
+    """A started spare run, waiting for the launcher to name its run folder."""
+
+    key: tuple
+    folder: Path
+    proc: subprocess.Popen  # its supervisor
+    command: list[str]  # what the supervisor runs: the warm worker, or torchrun with warm ranks
+    nproc: int
+    started_t: float = field(default_factory=time.time)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ready(self) -> bool:
+        """Every rank has warmed up and waits for its job."""
+        return all(ready_marker(self.folder, r).is_file() for r in range(self.nproc))
+
+    def hand_over(self, run_dir: Path) -> bool:
+        """Name the run on the lifeline; False when the spare has gone meanwhile."""
+        return self.alive() and send(self.proc.pid, f"{Path(run_dir).resolve()}\n")
+
+    def end(self) -> None:
+        release(self.proc.pid)  # its supervisor sweeps its processes and removes its folder
+
+    def record(self) -> dict:
+        return {"spare_pid": self.proc.pid, "spare_started_t": round(self.started_t, 4),
+                "ready_when_taken": self.ready(), "spare_command": self.command}
+
+
+@dataclass
+class _CheckSpare:
+    env: dict
+    proc: subprocess.Popen
+
+    def fits(self) -> bool:
+        return self.proc.poll() is None and self.env == precheck_env()
+
+
+_LOCK = threading.Lock()
+_state = {"wanted": False, "going": 0}
+_spare: list[Spare] = []  # at most one
+_check: list[_CheckSpare] = []  # at most one
+
+
+def _start_spare(cfg: RunConfig, env: dict[str, str], key: tuple) -> Spare:
+    folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
+    command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)], str(folder / "torchrun_logs"))
+    with open(folder / SPARE_LOG, "ab") as log:
+        proc = start_supervisor(["--warm", str(folder)], command, log, env)
+    return Spare(key, folder, proc, command, cfg.distributed.nproc)
+
+
+def _new_check() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *PRECHECK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=precheck_env(), start_new_session=True)
+
+
+def _prepare(cfg: RunConfig) -> None:
+    """Have a spare run shaped like `cfg` and a spare check ready (called between runs only)."""
+    key = _fit(cfg, supervisor_env())
+    with _LOCK:
+        if not _state["wanted"] or _state["going"]:
+            return
+        if key is not None and not (_spare and _spare[0].key == key and _spare[0].alive()):
+            for old in _spare:
+                old.end()
+            _spare[:] = [_start_spare(cfg, supervisor_env(), key)]
+        if not (_check and _check[0].fits()):
+            for old in _check:
+                old.proc.stdin.close()  # end-of-file: it exits
+            _check[:] = [_CheckSpare(precheck_env(), _new_check())]
+
+
+def keep_warm(cfg: RunConfig | None = None) -> None:
+    """From now on keep a spare run shaped like the last run and a spare check ready in this
+    process; with `cfg`, start them now, shaped like it (unless a run goes)."""
+    _state["wanted"] = True
+    if cfg is not None:
+        _prepare(cfg)
+
+
+def wait_ready(timeout_s: float = 60) -> bool:
+    """Wait until the spare run has warmed up (what a person's pause before pressing Run gives
+    it); False when there is none or it is not ready in time."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        spare = _spare[0] if _spare else None
+        if spare is None or not spare.alive():
+            return False
+        if spare.ready():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def take(cfg: RunConfig, env: dict[str, str]) -> Spare | None:
+    """The spare run that fits `cfg` started with `env`, now this run's; None: start cold. A spare
+    that does not fit is ended. Counts the run as going until `ended`."""
+    key = _fit(cfg, env)
+    with _LOCK:
+        _state["going"] += 1
+        spare = _spare.pop() if _spare else None
+    if spare is not None and key is not None and spare.key == key and spare.alive():
+        return spare
+    if spare is not None:
+        spare.end()
+    return None
+
+
+def ended(cfg: RunConfig) -> None:
+    """A run started through `take` has ended: start the next spares if nothing else goes."""
+    with _LOCK:
+        _state["going"] = max(0, _state["going"] - 1)
+    _prepare(cfg)
+
+
+def check_process() -> subprocess.Popen:
+    """A pre-launch check process waiting for its config on stdin: the spare when it fits (it is
+    replaced after the next run), else a new one."""
+    with _LOCK:
+        spare = _check.pop() if _check else None
+    if spare is not None and spare.fits():
+        return spare.proc
+    if spare is not None:
+        spare.proc.stdin.close()
+    return _new_check()
+
+
+def stop_spares() -> None:
+    """End every spare of this process now and keep none (tests and benchmarks use it)."""
+    with _LOCK:
+        _state["wanted"] = False
+        spares, checks = list(_spare), list(_check)
+        _spare.clear()
+        _check.clear()
+    for spare in spares:
+        spare.end()
+        try:
+            spare.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            spare.proc.kill()
+    for check in checks:
+        check.proc.stdin.close()
+        check.proc.wait(10)
