@@ -7,6 +7,7 @@ import types
 import pytest
 import torch
 
+from gpucheck_fakes import FakeNVML
 from workbench.hardware import report
 from workbench.machine import cpu as cpu_mod
 from workbench.machine import gpu
@@ -43,34 +44,15 @@ def test_report_on_this_machine_works_without_a_gpu():
     assert "CPU" in text and "torch" in text and "GPU" in text
 
 
-class FakeNVML(types.ModuleType):
-    """Two GPUs joined by NVLink."""
-
-    NVML_CLOCK_SM = 1
-    NVML_P2P_CAPS_INDEX_NVLINK = 2
-    NVML_P2P_STATUS_OK = 0
+class TwoGpuNVML(FakeNVML):
+    """Two GPUs joined by NVLink (or not), on an older driver that answers in bytes."""
 
     def __init__(self, nvlink=True):
-        super().__init__("pynvml")
+        super().__init__()
         self.nvlink = nvlink
 
-    def nvmlInit(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return f"h{i}"
-
-    def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return 1980
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        return 5
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        return 16
-
-    def nvmlDeviceGetPowerManagementLimit(self, h):
-        return 700000
+    def nvmlDeviceGetCount(self):
+        return 2
 
     def nvmlSystemGetDriverVersion(self):
         return b"550.54.15"
@@ -96,7 +78,7 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: props.name)
     monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True)
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML())
+    monkeypatch.setitem(sys.modules, "pynvml", TwoGpuNVML())
     return props
 
 
@@ -113,7 +95,7 @@ def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
 
 
 def test_faked_gpus_without_nvlink_show_the_pcie_path(fake_gpus, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML(nvlink=False))
+    monkeypatch.setitem(sys.modules, "pynvml", TwoGpuNVML(nvlink=False))
     assert gpu.gpu_info()["links"][0]["kind"] == "PCIe via PCIe host bridge"
 
 

@@ -129,11 +129,6 @@ def int8(ctx, rec) -> None:
 
 
 def run(ctx, rec) -> None:
-    for name, check in (("2:4 semi-structured", sparse_2_4), ("structured pruning 50 %", structured),
-                        ("int8 (torchao)", int8)):
-        try:
-            check(ctx, rec)
-        except Exception as e:  # noqa: BLE001 - the other variants still run
-            rec.item(name, "failed", reason=f"{type(e).__name__}: {e}"[:400])
-        ctx.cleanup()
+    ctx.each(rec, (("2:4 semi-structured", sparse_2_4), ("structured pruning 50 %", structured),
+                   ("int8 (torchao)", int8)))
     rec.summary = "; ".join(f"{i['name']} {i.get('speedup_label') or i['status']}" for i in rec.items)

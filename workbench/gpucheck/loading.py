@@ -123,12 +123,7 @@ def sweep(ctx, rec) -> None:
 
 
 def run(ctx, rec) -> None:
-    for name, check in (("host-to-device copies", copies), ("loader sweep", sweep)):
-        try:
-            check(ctx, rec)
-        except Exception as e:  # noqa: BLE001 - the other check still runs
-            rec.item(name, "failed", reason=f"{type(e).__name__}: {e}"[:400])
-        ctx.cleanup()
+    ctx.each(rec, (("host-to-device copies", copies), ("loader sweep", sweep)))
     rec.summary = summary(rec.items)
 
 

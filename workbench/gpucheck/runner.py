@@ -79,6 +79,16 @@ class Context:
         """Seconds left to the running part (its limit, or the whole budget if that ends first)."""
         return min(self.deadline, self.part_deadline) - time.monotonic()
 
+    def each(self, rec: "PartRecord", checks) -> None:
+        """Run a part's (name, check) pairs: one that raises is a failed item of that name and the
+        next still runs, on a device freed of what the last one left."""
+        for name, check in checks:
+            try:
+                check(self, rec)
+            except Exception as e:  # noqa: BLE001 - the other checks still run
+                rec.item(name, "failed", reason=f"{type(e).__name__}: {e}"[:400])
+            self.cleanup()
+
 
 _ARMED: list["Watchdog"] = []  # the watchdog whose limit has passed, waiting for the main thread
 
