@@ -36,13 +36,21 @@ def _ready_line(proc: subprocess.Popen, timeout_s: float) -> dict:
     return json.loads(line)
 
 
-def hold_check(ctx, rec) -> None:
-    name = "memory held by another process"
+def _readable(ctx, rec, name: str):
+    """The device's memory reader and a first reading, or None (the check is skipped, saying why)."""
     mem = DeviceMemory(ctx.device.index)
     reading = mem.reading()
     if reading is None:
         rec.item(name, "skipped", reason=mem.note)
+        return None
+    return mem, reading
+
+
+def hold_check(ctx, rec) -> None:
+    name = "memory held by another process"
+    if (found := _readable(ctx, rec, name)) is None:
         return
+    mem, reading = found
     mib = int(min(HOLD_MIB, reading["mem_total_gib"] * 1024 * 0.1))
     before = reading["mem_used_gib"]
     proc = subprocess.Popen([sys.executable, "-m", "workbench.gpucheck.holder", "--mib", str(mib),
@@ -87,11 +95,9 @@ def judge_hold(held_gib: float, before_gib: float, seen_gib: list, freed: dict, 
 
 def sampled_run(ctx, rec) -> None:
     name = "a run sampled"
-    mem = DeviceMemory(ctx.device.index)
-    idle = mem.reading()
-    if idle is None:
-        rec.item(name, "skipped", reason=mem.note)
+    if (found := _readable(ctx, rec, name)) is None:
         return
+    mem, idle = found
     handle = start_run(speed_config(small_config(steps=LONG), "monitor-sampled"))
     with Sampler(mem, 0.25) as sampler:
         try:
