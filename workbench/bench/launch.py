@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,19 +113,16 @@ def _launch_t0(run_dir) -> float:
 
 
 def _median_text(values: list[float]) -> str:
-    xs = sorted(values)
-    mid = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-    interval = median_interval(xs)
-    return f"{mid:6.2f} s" + (f"  [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else
-                              "  (too few rounds for an interval)")
+    interval = median_interval(values)
+    return f"{statistics.median(values):6.2f} s" + (
+        f"  [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "  (too few rounds for an interval)")
 
 
 def _ratio_text(num: list[float], den: list[float]) -> tuple[str, float]:
-    """Per round, time of one variant over another's: the median and its interval."""
-    ratios = sorted(a / b for a, b in zip(num, den))
-    mid = ratios[len(ratios) // 2] if len(ratios) % 2 else (
-        ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
-    interval = median_interval(ratios)
+    """Per round, time of one variant over another's: the median and its interval, and the
+    interval's top (the median when there is none)."""
+    ratios = [a / b for a, b in zip(num, den)]
+    mid, interval = statistics.median(ratios), median_interval(ratios)
     text = f"{mid:5.2f}x" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else
                              " (too few rounds for an interval)")
     return text, (interval[1] if interval else mid)
@@ -167,7 +165,7 @@ def launch_to_first_step(rounds: int, base: RunConfig) -> None:
     text2, high2 = _ratio_text(times["workbench, 2 ranks, warm ranks"],
                                times["bare torchrun --standalone, 2 ranks"])
     cold2, _ = _ratio_text(times["workbench, 2 ranks, cold"], times["bare torchrun --standalone, 2 ranks"])
-    med1 = sorted(warm1)[len(warm1) // 2]
+    med1 = statistics.median(warm1)
     print("\nratios of time to first step, per round [95 % interval]:")
     print(f"  1 process, warm worker / plain python    {text1}   "
           f"(goal: at most {GOAL_WARM_S:.1f} s; median {med1:.2f} s: "
