@@ -9,10 +9,11 @@ endpoint). Either way a supervisor process (workbench.distributed.supervisor) si
 process and the run: it sweeps every rank when the run is stopped, fails, stalls, or when this
 process dies, and writes how the run ended into summary.json. The kernel (or CLI) never trains
 in-process. Where a spare that fits the run is ready (workbench.distributed.warm: a run panel keeps
-one), the run is handed to it instead and skips Python's and torch's start-up. Before anything is written, `check_launch` refuses what this machine cannot run
-(workbench.distributed.limits, with the model and data built once in a child process); the run
-folder is then claimed atomically, and launch.json records the supervisor's pid and start time so
-readers can tell a live run from a dead one.
+one), the run is handed to it instead and skips Python's and torch's start-up. Before anything is
+written, `check_launch` refuses what this machine cannot run (workbench.distributed.limits, with
+the model and data built once in a child process); the run folder is then claimed atomically, and
+launch.json records the supervisor's pid and start time so readers can tell a live run from a
+dead one.
 """
 from __future__ import annotations
 
