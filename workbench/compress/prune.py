@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from ..config import ConfigError
+from . import quiet
 from .coverage import coverage
 from .layers import (conv1d_to_linear, holders, model_weights, parameterized_layers, shared_groups,
                      tensor_of, weight_targets)
@@ -216,7 +217,8 @@ class SparseLinear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = nn.Parameter(linear.weight.detach().to_sparse_csr(), requires_grad=False)
+        with quiet.sparse_csr():  # said by to_sparse_csr and again by nn.Parameter
+            self.weight = nn.Parameter(linear.weight.detach().to_sparse_csr(), requires_grad=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(),
                                                                   requires_grad=False)
 

@@ -11,8 +11,8 @@ which layers were converted, which stayed float and why (convolutions, embedding
 fused projections), and the share of the model's weights that became int8. Backend "auto": on a CPU,
 dynamic int8 uses `torch.ao` (its fbgemm/oneDNN kernels were measured 2-3x faster than fp32 here,
 torchao's eager int8 path slower than fp32 at batch 1); on a GPU torchao. Weight-only int8 needs
-torchao and is refused with that reason without it. `torch.ao.quantization` is deprecated and says
-so in a DeprecationWarning each time; we leave that warning alone.
+torchao and is refused with that reason without it. `torch.ao.quantization` is deprecated: its
+warnings are filtered (`quiet.py`) and the record's notes say it once instead.
 """
 from __future__ import annotations
 
@@ -24,14 +24,16 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
+from . import quiet
 from .coverage import coverage
 from .layers import conv1d_to_linear, kind_of, shared_groups, tensor_of
 from .prune import check_not_quantized, has_masks
 
 METHODS = ("dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 BACKENDS = ("auto", "torchao", "torch.ao")
-DEPRECATION_NOTE = ("torch.ao.quantization is deprecated (torch prints a DeprecationWarning); "
-                    "it is used here because its CPU int8 kernels are the fast ones on this torch")
+DEPRECATION_NOTE = ("torch.ao.quantization is deprecated (its warnings are filtered, this note "
+                    "says it); it is used here because its CPU int8 kernels are the fast ones on "
+                    "this torch")
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,7 +42,8 @@ def torchao_available() -> bool:
     if importlib.util.find_spec("torchao") is None:
         return False
     try:
-        import torchao.quantization  # noqa: F401
+        with quiet.torchao_import():
+            import torchao.quantization  # noqa: F401
     except Exception:
         return False
     return True
@@ -146,7 +149,8 @@ def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "
                      "encoder runs")
     if chosen == "torch.ao":
         notes.append(DEPRECATION_NOTE)
-        q = torch.ao.quantization.quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8)
+        with quiet.torch_ao_quantization():
+            q = torch.ao.quantization.quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8)
     elif chosen == "torchao":
         from torchao.quantization import (Int8DynamicActivationInt8WeightConfig,
                                           Int8WeightOnlyConfig, quantize_)
