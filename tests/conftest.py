@@ -31,3 +31,13 @@ def one_thread(monkeypatch):
     monkeypatch.setenv("WORKBENCH_THREADS", "1")
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fake_cores(monkeypatch):
+    """fake_cores(n): a machine with n usable cores for every rule that asks how many there are
+    (workbench.machine.fit and .threads), with no session-wide thread count."""
+    def set_cores(n: int) -> None:
+        monkeypatch.setattr("workbench.machine.cpu.usable_cores", lambda: n)
+        monkeypatch.delenv("WORKBENCH_THREADS", raising=False)
+    return set_cores

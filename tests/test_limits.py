@@ -11,10 +11,8 @@ from workbench.distributed.limits import check_cores, check_disk, check_memory, 
 
 
 @pytest.fixture
-def two_cores(monkeypatch):
-    monkeypatch.setattr(limits, "usable_cores", lambda: 2)
-    monkeypatch.setattr("workbench.train.rank.usable_cores", lambda: 2)
-    monkeypatch.delenv("WORKBENCH_THREADS", raising=False)
+def two_cores(fake_cores):
+    fake_cores(2)
 
 
 def test_the_precheck_measures_the_model_and_the_data(smoke):

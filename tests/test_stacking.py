@@ -38,7 +38,8 @@ def test_plan_table_lists_every_step():
     assert table["sets"][1] == "precision.dtype=bf16" and "needs a GPU" in table["skip_reason"][2]
 
 
-def test_plan_is_cumulative_and_valid():
+def test_plan_is_cumulative_and_valid(fake_cores):
+    fake_cores(4)
     cfg = final_config(cnn(), ["bf16", "channels_last", "workers", "ddp"])
     assert cfg.precision.dtype == "bf16" and cfg.precision.channels_last
     assert cfg.loader.num_workers == 2 and cfg.distributed.nproc == 2
@@ -55,7 +56,7 @@ def test_plan_on_a_fake_old_gpu(monkeypatch):
     steps = {s.change.key: s.reason for s in plan(cnn(), ["bf16", "pin_memory", "ddp", "tf32"])}
     assert "has no bf16" in steps["bf16"]
     assert steps["pin_memory"] is None
-    assert "2 ranks need 2 GPUs, this machine has 1" == steps["ddp"]
+    assert steps["ddp"].startswith("distributed.nproc must be <= 1 (the GPUs on this node)")
     assert "compute capability 8.0" in steps["tf32"]
 
 
@@ -65,7 +66,7 @@ def test_unknown_change_is_refused():
 
 
 def _runs(rates):
-    return [{"status": "completed", "samples_per_s": r, "step_time_ms_median": 1000 / r,
+    return [{"status": "completed", "samples_per_s": r, "step_time_ms_median": 1000 / r, "steps": 20,
              "final_loss": 1.0, "run_dir": None} for r in rates]
 
 
@@ -130,5 +131,7 @@ def test_ddp_on_cpu_says_what_it_holds_equal(monkeypatch):
     assert steps[1].note == ""
     assert steps[2].note == ("1 process(es) x 2 thread(s) against 2 ranks x 1 thread(s): the same "
                              "cores in total (2 vs 2)")
-    pinned = plan(RunConfig.smoke().replace(**{"run.threads": 2}), ["ddp"])[1].note
-    assert "a different number of threads in total (2 vs 4)" in pinned
+    pinned = plan(RunConfig.smoke().replace(**{"run.threads": 2}), ["ddp"])[1]
+    assert pinned.reason.startswith("distributed.nproc=2 rank(s) x 2 thread(s) (run.threads) = 4 busy")
+    anyway = plan(RunConfig.smoke().replace(**{"run.threads": 2, "run.oversubscribe": True}), ["ddp"])[1]
+    assert "a different number of threads in total (2 vs 4)" in anyway.note

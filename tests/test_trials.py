@@ -10,6 +10,7 @@ import pytest
 
 from workbench.cli import main as cli
 from workbench.config import ConfigError
+from workbench.runstore import read_summary
 from workbench.trials.ab import ab_test
 from workbench.trials.rounds import contention_of, run_rounds
 
@@ -34,12 +35,15 @@ def test_a_a_under_a_cpu_hog_is_within_noise_and_flagged_busy(smoke, cpu_hog):
     assert result.busy and result.contention["other_cpu_cores_max"] >= 0.25
     assert "the comparison is unreliable" in result.text()
     assert all(h.poll() is None for h in cpu_hog)  # the hog held the cores the whole time
+    runs = [read_summary(d) for dirs in result.run_dirs.values() for d in dirs]
+    assert {(s["threads"], s["wait_policy"]) for s in runs} == {(2, "passive")}  # chosen for the load
+    assert all("other processes held" in s["threads_why"] for s in runs)
 
 
 def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
     order = []
     monkeypatch.setattr("workbench.trials.rounds.run",
-                        lambda cfg, timeout_s: order.append(cfg.run.label) or
+                        lambda cfg, timeout_s, threads: order.append(cfg.run.label) or
                         {"status": "completed", "samples_per_s": 1.0, "run_dir": "x"})
     run_rounds({"a": smoke, "b": smoke}, 3)
     assert order == ["a-r0", "b-r0", "b-r1", "a-r1", "a-r2", "b-r2"]

@@ -310,7 +310,8 @@ class TrainSection(_Section):
 @dataclass
 class RunSection(_Section):
     _path: ClassVar[str] = "run"
-    steps: int = 300
+    steps: int = 300  # the most steps a run takes
+    time_budget_s: float = 0.0  # > 0: the run also ends once its steps have taken this many seconds
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     label: str = ""
@@ -330,6 +331,8 @@ class RunSection(_Section):
             _fail(p + "profile_steps", self.profile_steps, f"<= run.steps // 2 ({self.steps // 2}), so "
                   "warm-up and unprofiled steps remain for the run's own figures")
         _at_least(p + "threads", self.threads, 0)
+        if not (math.isfinite(self.time_budget_s) and self.time_budget_s >= 0):
+            _fail(p + "time_budget_s", self.time_budget_s, "a number of seconds >= 0 (0: no budget)")
         _at_least(p + "seed", self.seed, 0)
         _at_least(p + "eval_batches", self.eval_batches, 0)
         if not self.mem_every_s > 0:

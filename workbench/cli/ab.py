@@ -3,6 +3,7 @@ with its interval, the verdict, and what other programs did meanwhile.
 
     workbench ab --set precision.dtype=fp32 --vs precision.dtype=bf16 --steps 60 --rounds 6
     workbench ab --preset smoke --rounds 6            # A/A: the same config on both sides
+    workbench ab --vs precision.dtype=bf16 --budget-s 5  # every run 5 s of steps, rates compared
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def add_parser(sub):
     p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of side B (repeatable); none: B is the base config (A/A test)")
     p.add_argument("--steps", type=int, help="steps per run (default: the config's)")
+    p.add_argument("--budget-s", type=float, help="seconds of steps per run, the same for both sides "
+                                                  "(run.time_budget_s; --steps is then the most)")
     p.add_argument("--rounds", type=int, help="rounds of A and B (default: the fewest that carry a "
                                                "95%% interval)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -38,6 +41,8 @@ def main(args) -> int:
     b = base.replace(**b_changes) if b_changes else base
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ConfigError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     labels = (_name(a_changes, "A"), _name(b_changes, "B"))
@@ -49,7 +54,7 @@ def main(args) -> int:
             print(f"  round {r + 1} {label}: {summary['samples_per_s']:,.0f} samples/s", file=sys.stderr,
                   flush=True)
 
-    result = ab_test(a, b, args.rounds, args.steps, labels, on_run=progress)
+    result = ab_test(a, b, args.rounds, args.steps, labels, on_run=progress, budget_s=args.budget_s)
     print(json.dumps(result.as_dict(), indent=2) if args.json else result.text())
     return 0
 

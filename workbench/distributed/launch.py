@@ -29,11 +29,13 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
 from ..machine.capability import resolve_device
+from ..machine.fit import cannot_run
+from ..machine.contention import ContentionMeter
+from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
 from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
 from ..train.factory import check_spec
-from ..train.precision import check_supported
 from ..train.rank import backend_for
 from ..train.trust import named_code
 from .faults import ended_by_supervisor, record_supervisor_death
@@ -61,19 +63,15 @@ def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str],
                           f"dict), got {type(cfg).__name__}")
     cfg.validate()
     device = resolve_device(cfg.run.device)
-    check_supported(cfg, device)
     check_data_paths(cfg)
     for field, spec, _ in named_code(cfg):
         check_spec(spec, field)
-    d = cfg.distributed
-    if resolve_backend(cfg) == "nccl":
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if gpus == 0:
-            raise ConfigError("distributed.backend 'nccl' needs CUDA GPUs, found none; "
-                              "use 'gloo' (or 'auto') on a CPU")
-        if d.nproc > gpus:
-            raise ConfigError(f"distributed.nproc must be <= {gpus} (the GPUs on this node) with "
-                              f"backend nccl, got {d.nproc}; use fewer processes or backend 'gloo'")
+    reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too
+    if reason:
+        raise ConfigError(reason)
+    if resolve_backend(cfg) == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("distributed.backend 'nccl' needs CUDA GPUs, found none; "
+                          "use 'gloo' (or 'auto') on a CPU")
     return check_limits(cfg, device.type, Path(folder) if folder is not None else runs_root(cfg))
 
 
@@ -89,9 +87,12 @@ class RunHandle:
     `notes` says what the pre-launch check could not measure or was told to override."""
 
     def __init__(self, run_dir: Path, config: RunConfig, proc: subprocess.Popen, command: list[str],
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, threads: ThreadChoice | None = None,
+                 env: dict[str, str] | None = None):
         self.run_dir, self.config, self.proc, self.command = run_dir, config, proc, command
         self.notes = notes or []
+        self.threads = threads  # the threads and wait policy chosen for it, with the reason
+        self.env = env or {}  # what it added to the ranks' environment
         self.started = time.time()
         self.stopped = False
         self._over = False
@@ -122,7 +123,7 @@ class RunHandle:
         release(self.proc.pid)
         if code < 0 and not ended_by_supervisor(self.run_dir):
             record_supervisor_death(self.run_dir, self.proc.pid, code)
-        warm.ended(self.config)  # between runs: the next spare may start now
+        warm.ended(self.config, self.env)  # between runs: the next spare may start now
 
     def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
         """Stop every rank (SIGTERM, SIGKILL after 2 s); the run is marked stopped, events kept."""
@@ -150,12 +151,17 @@ class RunHandle:
 
 
 def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
-              *, env: dict[str, str] | None = None) -> RunHandle:
+              *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> RunHandle:
     """Validate, check the machine, claim the run folder, and start the worker(s) under a
     supervisor, or hand the run to a spare that fits it (workbench.distributed.warm). Returns at
-    once. `env` adds environment variables for the ranks (OMP_NUM_THREADS)."""
+    once. `env` adds environment variables for the ranks (OMP_NUM_THREADS). The ranks' threads and
+    wait policy are chosen from what other programs use now (workbench.machine.threads), unless
+    `threads` brings a choice made already (every run of a comparison's round shares one)."""
+    meter = ContentionMeter()  # the checks below run meanwhile, in this process's tree
     target = Path(run_dir) if run_dir is not None else Path(root) if root is not None else None
     notes, need = _check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written
+    threads = threads or choose_threads(cfg, other_cores_now(meter))
+    env = {**threads.env(), **(env or {})}
     run_dir = create_run_dir(cfg, root, path=run_dir)  # atomic: a second start here is refused
     command = worker_command(cfg, run_dir)
     try:
@@ -173,14 +179,15 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
                 proc, how = start_supervisor(["--run-dir", str(run_dir)], command, log,
                                              supervisor_env), {}
     except BaseException:
-        warm.ended(cfg)
+        warm.ended(cfg, env)
         raise
-    handle = RunHandle(run_dir, cfg, proc, command, notes)
+    handle = RunHandle(run_dir, cfg, proc, command, notes, threads, env)
     try:  # who to look for: a reader tells a dead run from a live one by these pids
         write_json_atomic(run_dir / LAUNCH, {
             "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
             "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
-            "launcher_created": created_time(), "notes": notes, "precheck": need, **how})
+            "launcher_created": created_time(), "notes": notes, "precheck": need,
+            "threads": threads.as_dict(), **how})
     except OSError as e:
         handle.stop("the run folder could not be written")
         raise ConfigError(disk_message(run_dir / LAUNCH, e, "writing")) from None
@@ -188,9 +195,9 @@ def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Pat
 
 
 def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
-        *, env: dict[str, str] | None = None) -> dict:
+        *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> dict:
     """Start a run, wait for it, and return its summary (status says how it ended)."""
-    handle = start_run(cfg, run_dir, env=env)
+    handle = start_run(cfg, run_dir, env=env, threads=threads)
     try:
         handle.wait(timeout_s)
     except subprocess.TimeoutExpired:

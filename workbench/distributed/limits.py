@@ -31,10 +31,10 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..cache import cache_dir
 from ..disk import Reserve, free_bytes, mib, write_json_atomic
-from ..machine.cpu import memory_info, usable_cores
+from ..machine.cpu import memory_info
 from ..machine.gpu import gpu_free_gib
 from ..train.flops import StepCost, memory_need_gib
-from ..train.rank import threads_for
+from ..machine.fit import core_limits, oversubscribed
 from .warm import check_process
 
 GIB = 2**30
@@ -142,30 +142,13 @@ def memory_need(cfg: RunConfig, need: dict, device_type: str) -> dict:
     return {"host_gib": host, "gpu_gib": state["total_gib"] + ddp if on_gpu else 0.0, **state}
 
 
-def _slow(cfg: RunConfig, text: str) -> str:
-    if cfg.run.oversubscribe:
-        return f"run.oversubscribe=true: running anyway: {text}"
-    raise ConfigError(f"{text}; set run.oversubscribe=true (workbench run --oversubscribe) to run it "
-                      "anyway")
-
-
 def check_cores(cfg: RunConfig) -> list[str]:
-    d, cores = cfg.distributed, usable_cores()
-    notes = []
-    threads = threads_for(cfg)
-    busy = d.nproc * threads
-    if busy > cores:
-        notes.append(_slow(cfg, f"distributed.nproc={d.nproc} rank(s) x {threads} thread(s) "
-                                f"(run.threads) = {busy} busy threads on {cores} usable core(s) of this "
-                                f"machine: they would take turns and run slower than {cores} would; use "
-                                f"distributed.nproc x run.threads <= {cores}"))
-    workers = d.nproc * cfg.loader.num_workers
-    if workers > cores:
-        notes.append(_slow(cfg, f"loader.num_workers={cfg.loader.num_workers} x {d.nproc} rank(s) = "
-                                f"{workers} loader processes on {cores} usable core(s): more workers than "
-                                f"cores only take turns; use loader.num_workers <= "
-                                f"{max(1, cores // d.nproc)}"))
-    return notes
+    """The one rule of what this machine's cores can run (workbench.machine.fit): refused, or a
+    note when run.oversubscribe=true says to run it anyway."""
+    limits = core_limits(cfg)
+    if limits and not cfg.run.oversubscribe:
+        raise ConfigError(oversubscribed(limits[0]))
+    return [f"run.oversubscribe=true: running anyway: {text}" for text in limits]
 
 
 def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:

@@ -116,16 +116,18 @@ def _new_check() -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=precheck_env(), start_new_session=True)
 
 
-def _prepare(cfg: RunConfig) -> None:
-    """Have a spare run shaped like `cfg` and a spare check ready (called between runs only)."""
-    key = _fit(cfg, supervisor_env())
+def _prepare(cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
+    """Have a spare run shaped like `cfg` (its ranks' environment with `extra`: the last run's
+    wait policy) and a spare check ready (called between runs only)."""
+    env = supervisor_env(extra)
+    key = _fit(cfg, env)
     with _LOCK:
         if not _state["wanted"] or _state["going"]:
             return
         if key is not None and not (_spare and _spare[0].key == key and _spare[0].alive()):
             for old in _spare:
                 old.end()
-            _spare[:] = [_start_spare(cfg, supervisor_env(), key)]
+            _spare[:] = [_start_spare(cfg, env, key)]
         if not (_check and _check[0].fits()):
             for old in _check:
                 old.proc.stdin.close()  # end-of-file: it exits
@@ -168,11 +170,12 @@ def take(cfg: RunConfig, env: dict[str, str]) -> Spare | None:
     return None
 
 
-def ended(cfg: RunConfig) -> None:
-    """A run started through `take` has ended: start the next spares if nothing else goes."""
+def ended(cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
+    """A run started through `take` has ended: start the next spares, shaped like it (`extra`: the
+    environment it added), if nothing else goes."""
     with _LOCK:
         _state["going"] = max(0, _state["going"] - 1)
-    _prepare(cfg)
+    _prepare(cfg, extra)
 
 
 def check_process() -> subprocess.Popen:

@@ -35,6 +35,7 @@ class RankState:
     ready_t: float | None = None
     progress_t: float | None = None  # last ready/step record
     step: int = 0
+    last_step: bool = False  # its time budget ended its steps: evaluating and saving now
     ended: str | None = None  # done | failed | stopped
     beat_t: float | None = None
     where: str = ""
@@ -66,6 +67,7 @@ class Watchdog:
                 s.ready_t = s.progress_t = t
             elif ev == "step":
                 s.progress_t, s.step = t, int(r.get("step", s.step))
+                s.last_step = bool(r.get("last"))
             elif ev == "heartbeat":
                 s.beat_t, s.where = t, r.get("where", "")
             elif ev == "done":
@@ -115,7 +117,7 @@ class Watchdog:
         stall_s = stall_after_s(d.timeout_s)
         stalled = []
         for rank, s in ranks.items():
-            if s.step >= self.cfg.run.steps:
+            if s.step >= self.cfg.run.steps or s.last_step:
                 continue  # evaluating and saving after the last step
             limit = stall_s if s.step else max(stall_s, d.start_timeout_s)  # first step may compile
             if s.frozen_since is not None:

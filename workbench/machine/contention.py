@@ -71,6 +71,9 @@ class ContentionMeter:
         self._sys0 = system_cpu()
         self._tree0 = tree_cpu(self.root_pid)
 
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
     def read(self) -> dict:
         """What other work did since the start (or the last restart)."""
         wall = max(time.monotonic() - self._t0, 1e-9)

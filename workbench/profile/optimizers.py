@@ -24,7 +24,7 @@ from ..measure.compare import Ratio, paired_ratio
 from ..measure.timer import Timing, device_sync, interleaved
 from ..train.data import build_data
 from ..train.models import build_model
-from ..train.rank import threads_for
+from ..machine.threads import threads_for
 from ..train.step import OPTIMIZER_IMPLS, make_optimizer
 
 IMPLS = ("for-loop", "foreach", "fused")

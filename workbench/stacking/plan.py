@@ -6,45 +6,23 @@ steps this hardware cannot measure, kept with the reason.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 
-import torch
-
 from ..config import ConfigError, RunConfig
-from ..machine.capability import resolve_device, unsupported_reason
-from ..train.rank import threads_for
+from ..machine.capability import resolve_device
+from ..machine.fit import cannot_run
+from ..machine.threads import threads_for
 from .changes import Change, as_change
 
 
 def skip_reason(change: Change, before: RunConfig, after: RunConfig, device) -> str | None:
-    """Why this change cannot be measured here (None when it can)."""
+    """Why this change cannot be measured here (None when it can): what the launch would refuse,
+    in its words (workbench.machine.fit), or a change that would do nothing on this device."""
     if after == before:
         return "already part of the config it would be added to"
-    s = change.settings
-    dtype = s.get("precision.dtype")
-    for option, asked in ((dtype, dtype in ("bf16", "fp16")), ("tf32", s.get("precision.tf32")),
-                          ("channels_last", s.get("precision.channels_last"))):
-        if asked:
-            reason = unsupported_reason(after, device, option)
-            if reason:
-                return reason
-    if s.get("loader.pin_memory") and device.type != "cuda":
+    if change.settings.get("loader.pin_memory") and device.type != "cuda":
         return "pin_memory needs a GPU: it speeds host-to-GPU copies, and without one torch ignores it"
-    if s.get("compile.enabled") and device.type == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
-        return "torch.compile on the CPU needs a C++ compiler (c++ or g++), none found on PATH"
-    ranks = after.distributed.nproc
-    if ranks > before.distributed.nproc:
-        if device.type == "cuda":
-            if ranks > torch.cuda.device_count():
-                return f"{ranks} ranks need {ranks} GPUs, this machine has {torch.cuda.device_count()}"
-        elif ranks > (os.cpu_count() or 1):
-            return f"{ranks} CPU ranks need {ranks} cores, this machine has {os.cpu_count()}"
-    workers = after.loader.num_workers
-    if workers > (os.cpu_count() or 1):
-        return f"{workers} loader workers need {workers} cores, this machine has {os.cpu_count()}"
-    return None
+    return cannot_run(after, device)
 
 
 @dataclass

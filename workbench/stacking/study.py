@@ -6,6 +6,8 @@ median ratio over rounds with its interval and the one verdict rule.
     from workbench.stacking.study import run_study
     df = run_study(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"], rounds=6)
 
+A baseline with run.time_budget_s gives every run of every step the same seconds: the rates are
+compared, and the `steps` column says how many steps each step's runs took (their median).
 A change that cannot run on this hardware stays in the table as "skipped" with the reason; a change
 that slows the run down is marked "slower" (and still stacked: the list is the user's choice).
 Fewer than 6 rounds give no verdict ("within noise", and the note says why).
@@ -24,7 +26,7 @@ from ..trials.rounds import run_rounds
 from .plan import PlannedStep, plan
 
 COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_low", "gain_high",
-           "gain_vs_baseline", "rounds", "peak_mem_gib", "final_loss", "eval_accuracy",
+           "gain_vs_baseline", "rounds", "steps", "peak_mem_gib", "final_loss", "eval_accuracy",
            "step_time_ms", "threads", "other_cpu_cores", "reason", "note", "run_dir"]
 
 
@@ -58,6 +60,7 @@ def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | N
     peaks = [p for p in (peak_memory_gib(s["run_dir"]) for s in done if s.get("run_dir"))
              if p is not None]
     row.update(samples_per_s=statistics.median(s["samples_per_s"] for s in done),
+               steps=statistics.median(s["steps"] for s in done),  # differs under a time budget
                step_time_ms=statistics.median(s["step_time_ms_median"] for s in done),
                peak_mem_gib=max(peaks) if peaks else None)
     readings = [s["contention"] for s in done if s.get("contention")]

@@ -9,24 +9,16 @@ from contextlib import nullcontext
 import torch
 
 from ..config import ConfigError, RunConfig
-from ..machine.capability import unsupported_reason
+from ..machine.fit import device_refusal
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def check_supported(cfg: RunConfig, device: torch.device) -> None:
     """Raise ConfigError naming the field when the config asks for what the device cannot do."""
-    checks = [("precision.dtype", cfg.precision.dtype, cfg.precision.dtype != "fp32"),
-              ("precision.tf32", "tf32", cfg.precision.tf32),
-              ("precision.channels_last", "channels_last", cfg.precision.channels_last),
-              ("optim.impl", "fused_optimizer", cfg.optim.impl == "fused")]
-    for field, option, asked in checks:
-        if not asked:
-            continue
-        reason = unsupported_reason(cfg, device, option)
-        if reason:
-            value = {"precision.dtype": option, "optim.impl": "fused"}.get(field, True)
-            raise ConfigError(f"{field} cannot be {value!r} on {device.type}: {reason}")
+    reason = device_refusal(cfg, device)
+    if reason:
+        raise ConfigError(reason)
 
 
 def autocast(cfg, device: torch.device):

@@ -15,7 +15,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..machine.capability import resolve_device
-from ..machine.cpu import usable_cores
 from ..net import is_loopback, listen_fd
 
 
@@ -33,21 +32,6 @@ class RankEnv:
         get = lambda k, d: int(environ.get(k, d))  # noqa: E731
         return cls(get("RANK", 0), get("LOCAL_RANK", 0), get("WORLD_SIZE", 1),
                    get("TORCHELASTIC_RESTART_COUNT", 0))
-
-
-THREADS_ENV = "WORKBENCH_THREADS"  # the default of run.threads=0 for every run of a session
-
-
-def threads_for(cfg) -> int:
-    """Intra-op threads of each process: run.threads; else $WORKBENCH_THREADS; else this node's
-    usable cores shared by its ranks, so 1 process x 2 threads and 2 ranks x 1 thread use the same
-    cores. (OMP_NUM_THREADS is not read: torchrun sets it to 1 for every rank.)"""
-    env = os.environ.get(THREADS_ENV, "")
-    if cfg.run.threads:
-        return cfg.run.threads
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, usable_cores() // cfg.distributed.nproc)
 
 
 def pick_device(cfg, env: RankEnv) -> torch.device:

@@ -10,10 +10,13 @@ memory is read on a timer (run.mem_every_s), never per step.
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -22,8 +25,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..config import RunConfig
 from ..disk import write_atomic
 from ..events import EventWriter
+from ..runstore import LAUNCH
 from ..machine.contention import ContentionMeter, run_tree_pid
+from ..machine.threads import WAIT_ENV, threads_for
 from . import memory
+from .budget import TimeBudget, ended_note
 from .checkpointing import apply_checkpointing
 from .contract import check_model
 from .data import DataBundle, build_data, make_loader
@@ -31,7 +37,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .rank import RankEnv, join_group, pick_device, threads_for, unwrap
+from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
 WEIGHTS = "model.pt"
@@ -78,6 +84,20 @@ class Steps:
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
 
 
+def wait_policy() -> str:
+    """How this rank's OpenMP threads wait (its environment, fixed when torch was imported)."""
+    return "passive" if os.environ.get(WAIT_ENV, "").upper() == "PASSIVE" else "default"
+
+
+def threads_why(run_dir) -> dict:
+    """Why the launcher chose these threads (launch.json: written as the run starts); {} for a
+    rank started by hand or by a job file."""
+    try:
+        return {"threads_why": json.loads((Path(run_dir) / LAUNCH).read_text())["threads"]["why"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def warmup_steps(steps: int) -> int:
     """Steps left out of every figure: the first ones pay for allocation and lazy init."""
     return min(steps // 5, 10)
@@ -112,7 +132,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     t_launch = time.time()
     torch.set_num_threads(threads_for(cfg))  # fixed and recorded: every figure says its threads
     events.write("init", torch=torch.__version__, precision=cfg.precision.dtype,
-                 threads=torch.get_num_threads())
+                 threads=torch.get_num_threads(), wait_policy=wait_policy())
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, env)
     check_supported(cfg, device)
@@ -157,6 +177,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     next_mem = 0.0
     warmup = warmup_steps(cfg.run.steps)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
+    budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.device)
     for step in range(1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
@@ -187,12 +208,17 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         if now >= next_mem:
             next_mem = now + cfg.run.mem_every_s
             rec.update(memory.sample(s.device))
+        last = step < cfg.run.steps and budget.spent()
+        if last:
+            rec["last"] = True  # the watchdog: evaluating and saving from here, not stalled
         events.write("step", **rec)
         if out.first_step_s is None:
             out.first_step_s = time.time() - s.t_launch
         out.times.append(dt)
         out.waits.append(wait)
         out.losses.append(loss_v)
+        if last:
+            break
     if meter is not None:
         out.contention = meter.read()
     return out
@@ -208,11 +234,12 @@ _NEVER_FREED: list = []
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
-    summary = {"steps": cfg.run.steps, "params": s.params, "world_size": env.world_size,
+    summary = {"steps": len(st.times), **ended_note(cfg, len(st.times)), "params": s.params, "world_size": env.world_size,
                "device": str(s.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
                "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
-               "threads": torch.get_num_threads(), **s.contract}
+               "threads": torch.get_num_threads(), "wait_policy": wait_policy(), **s.contract}
+    summary.update(threads_why(run_dir))
     if st.first_nonfinite is not None:
         summary["first_nonfinite_step"] = st.first_nonfinite
     if st.contention is not None:

@@ -1,8 +1,12 @@
 """The A/B test of two training configs: short real runs in alternating rounds (A B, B A, ...),
 the median speed ratio of B over A with its interval, the verdict, and what other programs did.
 
-    result = ab_test(cfg, cfg.replace(**{"precision.dtype": "bf16"}), rounds=6, steps=60)
+    result = ab_test(cfg, cfg.replace(**{"precision.dtype": "bf16"}), rounds=6, budget_s=5)
     print(result.text())    # 'B vs A: 1.31x [1.18, 1.44] over 6 rounds: faster ...'
+
+Each run is sized by `steps`, or by a time budget (`budget_s`: every run of both sides gets the same
+seconds, so a variant 12x slower costs the same minutes, not 12x); the rates are compared either
+way, and the result says how many steps each side ran.
 
 An A/A test (the same config on both sides) comes out within noise: that is how to know the
 method is honest on this machine, busy or not.
@@ -17,6 +21,8 @@ from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
 from .rounds import contention_of, run_rounds
 
+BUDGET_MAX_STEPS = 1_000_000  # a budgeted run's bound on steps: its budget ends it first
+
 
 @dataclass
 class ABResult:
@@ -24,6 +30,7 @@ class ABResult:
     ratio: Ratio  # speed of B over A
     samples_per_s: dict = field(default_factory=dict)  # label -> one figure per round
     threads: dict = field(default_factory=dict)  # label -> intra-op threads per process
+    steps: dict = field(default_factory=dict)  # label -> steps of each round's run
     contention: dict = field(default_factory=dict)
     run_dirs: dict = field(default_factory=dict)
 
@@ -36,8 +43,10 @@ class ABResult:
         lines = [f"{b} vs {a}: {self.ratio.label()}"]
         for label in self.labels:
             rates = ", ".join(f"{v:,.0f}" for v in self.samples_per_s[label])
+            steps = self.steps.get(label) or []
+            ran = f", {min(steps)}-{max(steps)} steps a run" if steps else ""
             lines.append(f"  {label}: samples/s per round {rates} ({self.threads[label]} thread(s) "
-                         "per process)")
+                         f"per process{ran})")
         c = self.contention
         if c.get("runs"):
             lines.append(f"  other programs: up to {c['other_cpu_cores_max']:.2f} cores "
@@ -51,20 +60,25 @@ class ABResult:
     def as_dict(self) -> dict:
         return {"a": self.labels[0], "b": self.labels[1], **self.ratio.as_dict("speedup"),
                 "label": self.ratio.label(), "samples_per_s": self.samples_per_s,
-                "threads": self.threads, "contention": self.contention, "busy": self.busy,
-                "run_dirs": self.run_dirs}
+                "threads": self.threads, "steps": self.steps, "contention": self.contention,
+                "busy": self.busy, "run_dirs": self.run_dirs}
 
 
 def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | None = None,
             labels: tuple[str, str] = ("A", "B"), min_effect: float = MIN_EFFECT,
-            on_run: Callable[[str, int, dict], None] | None = None) -> ABResult:
-    """Run A and B `rounds` times each, alternating, and compare their samples/s round by round."""
+            on_run: Callable[[str, int, dict], None] | None = None,
+            budget_s: float | None = None) -> ABResult:
+    """Run A and B `rounds` times each, alternating, and compare their samples/s round by round.
+    `budget_s` gives every run the same seconds of steps (`steps`, when given too, is the most)."""
     rounds = rounds or min_rounds()
-    if steps is not None:
-        a, b = (c.replace(**{"run.steps": steps}) for c in (a, b))
+    sized = {"run.steps": steps} if steps is not None else {}
+    if budget_s is not None:
+        sized = {"run.steps": steps or BUDGET_MAX_STEPS, "run.time_budget_s": budget_s}
+    a, b = (c.replace(**sized) for c in (a, b))
     runs = run_rounds({labels[0]: a, labels[1]: b}, rounds, on_run=on_run)
     rates = {k: [s["samples_per_s"] for s in v] for k, v in runs.items()}
     ratio = paired_speed_ratio(rates[labels[0]], rates[labels[1]], min_effect)
     return ABResult(labels, ratio, rates, {k: v[0].get("threads") for k, v in runs.items()},
+                    {k: [s.get("steps") for s in v] for k, v in runs.items()},
                     contention_of([s for v in runs.values() for s in v]),
                     {k: [s["run_dir"] for s in v] for k, v in runs.items()})

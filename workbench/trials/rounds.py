@@ -1,6 +1,7 @@
 """Run several configs as short, real training runs in rounds, the order alternating each round
 (A B C, C B A, ...), so drift and other programs hit every config alike; round i of each config
-ran side by side, which is what the measurement core pairs.
+ran side by side, which is what the measurement core pairs. The threads and wait policy are chosen
+anew before each round (workbench.machine.threads) and shared by every run of that round.
 
     summaries = run_rounds({"fp32": cfg, "bf16": cfg.replace(**{"precision.dtype": "bf16"})}, 6)
 """
@@ -11,6 +12,7 @@ from typing import Callable
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
 from ..machine.contention import BUSY_CORES, BUSY_STEAL
+from ..machine.threads import choose_threads, other_cores_now
 
 
 def speed_config(cfg: RunConfig, label: str) -> RunConfig:
@@ -31,6 +33,7 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
     out: dict[str, list[dict]] = {label: [] for label in labels}
     failed: set[str] = set()
     for r in range(rounds):
+        other = other_cores_now()  # one look a round: its runs share what it saw
         for label in (labels if r % 2 == 0 else labels[::-1]):
             if stop is not None and stop():
                 return out
@@ -39,7 +42,7 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
             cfg = configs[label]
             cfg = speed_config(cfg, f"{label}-r{r}") if speed_only else cfg.replace(
                 **{"run.label": f"{label}-r{r}"[:60]})
-            summary = run(cfg, timeout_s=timeout_s)
+            summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other))
             if summary.get("status") != "completed":
                 if not keep_going:
                     raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "

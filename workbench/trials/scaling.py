@@ -12,12 +12,14 @@ The 1-process run is shared by both modes.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
+from ..machine.capability import resolve_device
+from ..machine.cpu import usable_cores
+from ..machine.fit import cannot_run
 from ..measure.compare import min_rounds, paired_speed_ratio, speedup_text
 from .rounds import run_rounds
 
@@ -77,18 +79,27 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
     import pandas as pd
 
     entries = plan(cfg, processes, modes, accumulate)
+    device = resolve_device(cfg.run.device)
     configs: dict[str, RunConfig] = {}
+    skipped: dict[str, str] = {}  # what the launch would refuse here, in its words: not run
     for e in entries:
         key = _key(e)
-        configs.setdefault(key, config_for(cfg, e).replace(
-            **{"run.threads": threads_per_process or 0}))
+        c = config_for(cfg, e).replace(**{"run.threads": threads_per_process or 0})
+        reason = cannot_run(c, device)
+        if reason:
+            skipped[key] = reason
+        else:
+            configs.setdefault(key, c)
     results: dict[str, list[dict]] = {k: [] for k in configs}
 
     def rows() -> list[dict]:
         out = []
         for e in entries:
-            runs = [s for s in results[_key(e)] if s.get("status") == "completed"]
             row = {k: v for k, v in e.items() if k != "shared"}
+            if _key(e) in skipped:
+                out.append({**row, "status": "skipped", "reason": skipped[_key(e)], "_rates": []})
+                continue
+            runs = [s for s in results[_key(e)] if s.get("status") == "completed"]
             last = (results[_key(e)] or [{}])[-1]
             threads = (runs or [last])[0].get("threads")
             row.update(threads_per_process=threads,
@@ -108,6 +119,8 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
         if on_update is not None:
             on_update(rows())
 
+    if on_update is not None and skipped:
+        on_update(rows())
     run_rounds(configs, rounds, timeout_s=timeout_s or 900, speed_only=True, keep_going=True,
                on_run=on_run)
     return pd.DataFrame(rows()).drop(columns=["_rates"])
@@ -143,11 +156,17 @@ def add_ideal(rows: list[dict]) -> list[dict]:
 
 def explain(df, cores: int | None = None) -> str:
     """A few sentences that read the table: what scaled, and why on this hardware."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     lines = []
+    if "reason" in df:
+        for r in df[df["status"] == "skipped"].drop_duplicates("processes").itertuples():
+            lines.append(f"{r.processes} process(es) not run on this machine: {r.reason}.")
     for mode, part in df.groupby("mode", sort=False):
+        part = part[part["efficiency"].notna()]
+        if part.empty:
+            continue
         top = part.sort_values("processes").iloc[-1]
-        if top["efficiency"] is None or top["processes"] == part["processes"].min():
+        if top["processes"] == part["processes"].min():
             continue
         low, high = top.get("speedup_low"), top.get("speedup_high")
         over = f" over {int(top['rounds'])} round(s)" if "rounds" in top else ""
@@ -156,8 +175,8 @@ def explain(df, cores: int | None = None) -> str:
                      f"({top['efficiency']:.0%} of ideal)" +
                      ("." if low == low and low is not None else
                       f"; {min_rounds()} rounds would give it an interval."))
-    if not lines:
-        return "Run at least two process counts to see scaling."
+    if not any("scaling:" in line for line in lines):
+        return "\n".join(lines + ["Run at least two process counts to see scaling."])
     if (df["efficiency"].dropna() > 1.1).any():
         lines.append("Above ideal means the smaller run was slowed by something else: other work on "
                      "a shared machine, or a lone process given more threads than free cores. "

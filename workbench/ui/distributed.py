@@ -7,13 +7,14 @@ every rank live, stop it; when it ends, the supervisor's diagnosis names the fai
 from __future__ import annotations
 
 import html
-import os
 import shlex
 
 import ipywidgets as widgets
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle
+from ..machine.capability import resolve_device
+from ..machine.fit import max_ranks
 from .run_control import RunControl
 
 
@@ -24,7 +25,8 @@ class DistributedPanel(RunControl):
         super().__init__()
         self.base = cfg or RunConfig.default()
         d = self.base.distributed
-        self.nproc = widgets.IntSlider(value=max(d.nproc, 2), min=1, max=max(4, os.cpu_count() or 1),
+        most = max_ranks(self.base, resolve_device(self.base.run.device))  # what the launch allows
+        self.nproc = widgets.IntSlider(value=min(max(d.nproc, 2), most), min=1, max=most,
                                        description="ranks")
         self.backend = widgets.Dropdown(options=["auto", "gloo", "nccl"], value=d.backend,
                                         description="backend")
@@ -47,6 +49,9 @@ class DistributedPanel(RunControl):
         for name, value in settings.items():
             if name not in controls:
                 raise ConfigError(f"unknown control {name!r}; allowed: {', '.join(controls)}")
+            if name == "nproc" and not 1 <= value <= self.nproc.max:
+                raise ConfigError(f"nproc must be between 1 and {self.nproc.max} (the ranks this machine "
+                                  f"runs: workbench.machine.fit.max_ranks), got {value}")
             controls[name].value = value
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:

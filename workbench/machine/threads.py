@@ -1,0 +1,85 @@
+"""How many intra-op threads each rank runs and how its OpenMP threads wait, chosen from what other
+programs use of this machine at launch, and said with the reason.
+
+    choice = choose_threads(cfg, other_cores_now())   # a moment's look at the machine
+    choice.env()                   # {'OMP_WAIT_POLICY': 'PASSIVE'} while other programs hold cores
+    choice.why                     # '2 other processes held 1.9 of 2 cores: 2 thread(s) ..., passive wait'
+
+The rule, from `python -m workbench.bench contention` on 2-core machines: threads that spin while
+they wait for each other (OpenMP's default) are fastest on a quiet machine and collapse when other
+programs hold the cores (the default MLP ran 20-30x slower), while the same threads with a passive
+wait ran fastest under load and within noise of the default when quiet. So the thread count is this
+node's usable cores shared by its ranks, and the wait turns passive when other programs held a
+quarter of a core or more (the noise guard's threshold). `run.threads`, $WORKBENCH_THREADS and an
+OMP_WAIT_POLICY already in the environment are the user's choice and are kept.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+from .contention import BUSY_CORES, ContentionMeter
+from . import cpu
+
+THREADS_ENV = "WORKBENCH_THREADS"  # the default of run.threads=0 for every run of a session
+WAIT_ENV = "OMP_WAIT_POLICY"  # read once by OpenMP when torch is imported: set before a rank starts
+READ_S = 0.3  # the shortest look at the machine: 60 clock ticks on 2 cores
+
+
+def threads_for(cfg) -> int:
+    """Intra-op threads of each process: run.threads; else $WORKBENCH_THREADS; else this node's
+    usable cores shared by its ranks, so 1 process x 2 threads and 2 ranks x 1 thread use the same
+    cores. (OMP_NUM_THREADS is not read: torchrun sets it to 1 for every rank.)"""
+    env = os.environ.get(THREADS_ENV, "")
+    if cfg.run.threads:
+        return cfg.run.threads
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, cpu.usable_cores() // cfg.distributed.nproc)
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int  # intra-op threads per rank
+    wait_policy: str  # "passive", or "default" (OpenMP spins a while before it sleeps)
+    why: str
+    other_cpu_cores: float | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the ranks' environment needs (nothing when the default stands)."""
+        return {WAIT_ENV: "PASSIVE"} if self.wait_policy == "passive" else {}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def other_cores_now(meter: ContentionMeter | None = None) -> float:
+    """Cores other programs (outside this process and its children) held over the last READ_S at
+    least: `meter` may have been started earlier, while this process did other work."""
+    meter = meter or ContentionMeter()
+    time.sleep(max(0.0, READ_S - meter.elapsed()))
+    return meter.read()["other_cpu_cores"]
+
+
+def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
+    """The threads and wait policy for a run of `cfg` while others hold `other_cpu_cores`."""
+    threads, other = threads_for(cfg), other_cpu_cores
+    if cfg.run.threads:
+        source = "run.threads"
+    elif os.environ.get(THREADS_ENV, "").isdigit() and int(os.environ[THREADS_ENV]) > 0:
+        source = f"${THREADS_ENV}"
+    else:
+        source = f"{cpu.usable_cores()} usable core(s) shared by {cfg.distributed.nproc} rank(s)"
+    held = f"other processes held {other:.1f} of {cpu.usable_cores()} cores"
+    if os.environ.get(WAIT_ENV):
+        policy = "passive" if os.environ[WAIT_ENV].upper() == "PASSIVE" else "default"
+        wait = f"{WAIT_ENV}={os.environ[WAIT_ENV]} from the environment, kept"
+    elif threads == 1:
+        policy, wait = "default", "one thread never waits for another"
+    elif other >= BUSY_CORES:
+        policy, wait = "passive", "passive wait: spinning threads collapse when others hold the cores"
+    else:
+        policy, wait = "default", "the default wait: spinning is fastest on a quiet machine"
+    return ThreadChoice(threads, policy, f"{held}: {threads} thread(s) per rank ({source}), {wait}",
+                        round(other, 3))
