@@ -3,13 +3,12 @@ and flagged busy (the verdict rule's detection of real differences is tested on 
 in test_measure.py); the alternating order; the CLI's one-line refusals."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 from workbench.cli import main as cli
 from workbench.config import ConfigError
+from workbench.procs import OtherWork
 from workbench.runstore import read_summary
 from workbench.trials.ab import ab_test
 from workbench.trials.rounds import contention_of, run_rounds
@@ -17,12 +16,9 @@ from workbench.trials.rounds import contention_of, run_rounds
 
 @pytest.fixture
 def cpu_hog():
-    """Two busy processes: both cores held by other work for as long as the test runs."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    yield hogs
-    for h in hogs:
-        h.kill()
-        h.wait()
+    """Two busy processes, not this one's children: both cores held by other work."""
+    with OtherWork(2) as hogs:
+        yield hogs
 
 
 @pytest.mark.slow
@@ -34,7 +30,7 @@ def test_a_a_under_a_cpu_hog_is_within_noise_and_flagged_busy(smoke, cpu_hog):
     assert result.ratio.verdict == "within noise", result.text()
     assert result.busy and result.contention["other_cpu_cores_max"] >= 0.25
     assert "the comparison is unreliable" in result.text()
-    assert all(h.poll() is None for h in cpu_hog)  # the hog held the cores the whole time
+    assert cpu_hog.alive()  # the hogs held the cores the whole time
     runs = [read_summary(d) for dirs in result.run_dirs.values() for d in dirs]
     assert {(s["threads"], s["wait_policy"]) for s in runs} == {(2, "passive")}  # chosen for the load
     assert all("other processes held" in s["threads_why"] for s in runs)

@@ -50,3 +50,39 @@ def same_process(pid: int, created: float | None, tolerance_s: float = 1.0) -> b
         return created is None or abs(p.create_time() - float(created)) <= tolerance_s
     except (psutil.Error, ValueError, TypeError):
         return False
+
+
+class OtherWork:
+    """`n` processes that each spin on a core, started outside this process's tree, as other users'
+    programs are, so the noise guard and the thread choice count them as other work (children of
+    this process would count as its own). For benchmarks and tests of a busy machine:
+
+        with OtherWork(2):
+            ...   # both cores held by other programs
+    """
+
+    def __init__(self, n: int = 2):
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> "OtherWork":
+        import subprocess
+
+        import psutil
+
+        spin = f'"{sys.executable}" -c "while True: pass" </dev/null >/dev/null 2>&1 & echo $!'
+        out = subprocess.run(["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True,
+                             check=True)  # sh exits at once: its children go to init, not to us
+        self.procs = [psutil.Process(int(pid)) for pid in out.stdout.split()]
+        return self
+
+    def alive(self) -> bool:
+        return all(p.is_running() and p.status() != "zombie" for p in self.procs)
+
+    def __exit__(self, *exc) -> None:
+        import psutil
+
+        for p in self.procs:
+            try:
+                p.kill()  # psutil checks it is still the process it started, not a reused pid
+            except psutil.Error:
+                pass
