@@ -284,7 +284,8 @@ def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
         c = s.get("contention") or {}
         rows.append({"run": run_dir.name, "status": s.get("status"),
                      "precision": cfg["precision"], "ranks": cfg["ranks"],
-                     "threads": s.get("threads"), "samples_per_s": s.get("samples_per_s"),
+                     "steps": s.get("steps"), "threads": s.get("threads"),
+                     "samples_per_s": s.get("samples_per_s"),
                      "speedup": ratio.ratio if ratio else None,
                      "speedup_low": ratio.low if ratio else None,
                      "speedup_high": ratio.high if ratio else None,

@@ -81,3 +81,8 @@ def cannot_run(cfg, device: torch.device) -> str | None:
     if limits and not cfg.run.oversubscribe:
         return oversubscribed(limits[0])
     return None
+
+
+def max_loader_workers(cfg) -> int:
+    """Loader workers each rank of cfg can have here without the launch refusing them."""
+    return cpu.usable_cores() // cfg.distributed.nproc

@@ -39,6 +39,10 @@ class Controls:
                                                  description="batch size", **_w())
         self.steps = widgets.BoundedIntText(cfg.run.steps, min=1, max=10_000_000,
                                             description="steps", **_w())
+        self.budget_s = widgets.BoundedFloatText(cfg.run.time_budget_s, min=0, max=86_400, step=1,
+                                                 description="budget (s)", **_w(),
+                                                 tooltip="seconds of steps a run may take; 0: "
+                                                         "the steps alone end it")
         self.lr = widgets.BoundedFloatText(cfg.optim.lr, min=1e-8, max=10.0, step=1e-4,
                                            description="learning rate", **_w())
         self.toggles = {
@@ -55,14 +59,16 @@ class Controls:
         self.refresh_support()
         self.widget = widgets.VBox([
             self.precision.widget, self.device.widget,
-            widgets.HBox([self.model, self.batch_size]), widgets.HBox([self.steps, self.lr]),
+            widgets.HBox([self.model, self.batch_size]), widgets.HBox([self.steps, self.budget_s]),
+            widgets.HBox([self.lr]),
             widgets.HBox(list(self.toggles.values()))])
 
     def config(self) -> RunConfig:
         """The RunConfig the widgets describe (validated; ConfigError names a bad field)."""
         return self.base.with_model(self.model.value).replace(**{
             "loader.batch_size": self.batch_size.value,
-            "run.steps": self.steps.value, "optim.lr": float(self.lr.value),
+            "run.steps": self.steps.value, "run.time_budget_s": float(self.budget_s.value),
+            "optim.lr": float(self.lr.value),
             "run.device": self.device.value, "precision.dtype": self.precision.value,
             "precision.tf32": self.toggles["tf32"].value,
             "precision.channels_last": self.toggles["channels_last"].value,
@@ -70,11 +76,11 @@ class Controls:
 
     def set(self, **values) -> None:
         """Set widgets by name, as a person would: precision, device, model, batch_size, steps,
-        lr, tf32, channels_last, compile."""
+        budget_s, lr, tf32, channels_last, compile."""
         for name, value in values.items():
             if name in ("precision", "device"):
                 getattr(self, name).value = value
-            elif name in ("model", "batch_size", "steps", "lr"):
+            elif name in ("model", "batch_size", "steps", "budget_s", "lr"):
                 getattr(self, name).value = value
             elif name in self.toggles:
                 box = self.toggles[name]
@@ -83,7 +89,7 @@ class Controls:
                 box.value = bool(value)
             else:
                 raise ConfigError(f"unknown control {name!r}; allowed: precision, device, model, "
-                                  f"batch_size, steps, lr, {', '.join(self.toggles)}")
+                                  f"batch_size, steps, budget_s, lr, {', '.join(self.toggles)}")
 
     def refresh_support(self) -> None:
         """Grey out what this device and model cannot do, with the reason as the tooltip. Only the

@@ -28,6 +28,7 @@ class RunPanel(RunControl):
     def __init__(self, cfg: RunConfig | None = None):
         super().__init__()
         self.controls = Controls(cfg or RunConfig.default())
+        self.budget_s = 0.0  # the shown run's run.time_budget_s
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="progress",
                                             layout=widgets.Layout(width="360px"))
         # Measured here (a second or two the first time on a machine, then remembered), before any
@@ -56,7 +57,8 @@ class RunPanel(RunControl):
         self.controls.set(**settings)
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:
-        self.progress.max, self.progress.value = cfg.run.steps, 0
+        self.budget_s = cfg.run.time_budget_s  # a budgeted run's progress is its seconds of steps
+        self.progress.max, self.progress.value = (100 if self.budget_s else cfg.run.steps), 0
         self.progress.bar_style = ""
         self.monitor.start(pids=[handle.proc.pid])
 
@@ -64,9 +66,15 @@ class RunPanel(RunControl):
         self.monitor.stop()
         self.history.add(self.handle.run_dir)
         self.progress.bar_style = "success" if summary.get("status") == "completed" else "danger"
+        if summary.get("status") == "completed":
+            self.progress.value = self.progress.max  # a budget or the steps ended it
 
     def _on_update(self, s: RunSeries) -> None:
-        self.progress.value = min(s.last_step, self.progress.max)
+        if self.budget_s:  # per cent of the budget: seconds of steps, per rank
+            done = 100 * s.step_ms / 1e3 / max(s.world_size, 1) / self.budget_s
+        else:
+            done = s.last_step
+        self.progress.value = min(int(done), self.progress.max)
 
     # --- "profile this config": the profiling lab under the controls, made on first use ---------
     def _init_profile(self) -> None:

@@ -90,7 +90,7 @@ class RunSeries:
             r["samples_per_s_median"].append(step, r["_median"].push(rec["samples_per_s"]))
         self.last_step = max(self.last_step, step)
         self.wait_ms += rec.get("data_wait_ms") or 0.0
-        self.step_ms += rec.get("step_time_ms") or 0.0
+        self.step_ms += rec.get("step_time_ms") or 0.0  # seconds of steps: what a time budget counts
         loss = rec.get("loss")
         if self.first_nonfinite is None and isinstance(loss, float) and not math.isfinite(loss):
             self.first_nonfinite = step  # the chart's loss line stops here: say why
@@ -164,4 +164,6 @@ def _done_message(done: dict) -> str:
         parts.append(f"accuracy {done['eval_accuracy']:.1%}")
     if done.get("wall_s") is not None:
         parts.append(f"{done['wall_s']:.1f} s")
+    if done.get("ended_note"):
+        parts.append(done["ended_note"])
     return ", ".join(parts)
