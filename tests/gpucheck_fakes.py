@@ -95,7 +95,7 @@ class FakeLauncher:
         self.param_sums = param_sums  # per rank; equal by default, as DDP leaves them
         self.calls: list[tuple[str, float | None]] = []
 
-    def __call__(self, cfg, run_dir=None, timeout_s=None, env=None) -> dict:
+    def __call__(self, cfg, run_dir=None, timeout_s=None, env=None, threads=None) -> dict:
         self.calls.append((cfg.run.label, timeout_s))
         path = create_run_dir(cfg)
         p = cfg.precision

@@ -114,12 +114,13 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
                 assert len(names) - len(ab_rounds) == 3, names  # the panel's fp32, bf16, fp16
                 assert len(ab_rounds) == 2, names  # one quick A/B round: each side once
 
-                # a person's turn: pick bf16, ask for many steps, press Run
+                # a person's turn: pick bf16, ask for many steps and no time budget, press Run
                 page.locator(".widget-toggle-button", has_text=re.compile(r"^bf16$")).first.click()
-                steps = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(
-                    r"^steps$"))).locator("input").first
-                steps.fill("1000000")
-                steps.press("Tab")
+                for label, value in (r"^steps$", "1000000"), (r"^budget \(s\)$", "0"):
+                    box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(
+                        label))).locator("input").first
+                    box.fill(value)
+                    box.press("Tab")
                 page.locator("button.widget-button.mod-success", has_text="Run").first.click()
                 chart = page.locator(".js-plotly-plot").first
                 chart.scroll_into_view_if_needed()

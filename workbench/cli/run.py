@@ -17,6 +17,7 @@ EXIT_DIVERGED = 3
 
 FLAGS = {  # flag -> dotted config field
     "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
+    "budget_s": "run.time_budget_s",
     "batch_size": "loader.batch_size", "nproc": "distributed.nproc", "lr": "optim.lr",
     "device": "run.device", "seed": "run.seed", "label": "run.label",
     "nnodes": "distributed.nnodes", "node_rank": "distributed.node_rank",
@@ -32,7 +33,9 @@ def add_parser(sub):
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--precision", help="fp32 | bf16 | fp16")
     p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
-    p.add_argument("--steps", type=int)
+    p.add_argument("--steps", type=int, help="the most steps (run.steps)")
+    p.add_argument("--budget-s", type=float, help="end the run after this many seconds of steps "
+                                                  "(run.time_budget_s), or after --steps if sooner")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--nproc", type=int, help="processes (ranks) on this node, launched with torchrun")
     p.add_argument("--nnodes", type=int, help="machines in a multi-node run (needs --rdzv-endpoint)")
@@ -115,7 +118,8 @@ def main(args) -> int:
 def format_summary(result: dict) -> str:
     from ..machine.contention import busy_sentence
 
-    keys = ["status", "run_dir", "device", "precision", "world_size", "threads", "steps", "final_loss",
+    keys = ["status", "run_dir", "device", "precision", "world_size", "threads", "wait_policy",
+            "threads_why", "steps", "ended_note", "final_loss",
             "eval_loss", "eval_accuracy", "step_time_ms_median", "samples_per_s", "data_wait_frac",
             "mfu", "rss_gib", "mem_peak_gib", "wall_s"]
     width = max(map(len, keys))

@@ -24,19 +24,17 @@ import subprocess
 import time
 from pathlib import Path
 
-import torch
 
 from ..config import ConfigError, RunConfig
 from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
 from ..machine.capability import resolve_device
-from ..machine.fit import cannot_run
+from ..machine.fit import backend_for, cannot_run
 from ..machine.contention import ContentionMeter
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
 from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
 from ..train.factory import check_spec
-from ..train.rank import backend_for
 from ..train.trust import named_code
 from .faults import ended_by_supervisor, record_supervisor_death
 from . import warm
@@ -69,9 +67,6 @@ def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str],
     reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too
     if reason:
         raise ConfigError(reason)
-    if resolve_backend(cfg) == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("distributed.backend 'nccl' needs CUDA GPUs, found none; "
-                          "use 'gloo' (or 'auto') on a CPU")
     return check_limits(cfg, device.type, Path(folder) if folder is not None else runs_root(cfg))
 
 

@@ -65,6 +65,13 @@ def max_ranks(cfg, device: torch.device) -> int:
     return cpu.usable_cores()
 
 
+def backend_for(cfg, device: torch.device) -> str:
+    """The process-group backend: the configured one, or nccl on GPUs and gloo on CPUs."""
+    if cfg.distributed.backend != "auto":
+        return cfg.distributed.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 def cannot_run(cfg, device: torch.device) -> str | None:
     """Why the launch would refuse cfg on this machine before building anything, or None. The
     model, the data, memory and disk are checked at launch with the model built (launch.py)."""
@@ -73,10 +80,13 @@ def cannot_run(cfg, device: torch.device) -> str | None:
         return reason
     if cfg.compile.enabled and device.type == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
         return "compile.enabled needs a C++ compiler (c++ or g++) on the CPU, none found on PATH"
-    ranks, nccl = cfg.distributed.nproc, cfg.distributed.backend in ("auto", "nccl")
-    if nccl and device.type == "cuda" and ranks > max_ranks(cfg, device):
-        return (f"distributed.nproc must be <= {max_ranks(cfg, device)} (the GPUs on this node) with "
-                f"backend nccl, got {ranks}; use fewer processes or backend 'gloo'")
+    if backend_for(cfg, device) == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0:
+            return "distributed.backend 'nccl' needs CUDA GPUs, found none; use 'gloo' (or 'auto') on a CPU"
+        if cfg.distributed.nproc > gpus:
+            return (f"distributed.nproc must be <= {gpus} (the GPUs on this node) with backend nccl, "
+                    f"got {cfg.distributed.nproc}; use fewer processes or backend 'gloo'")
     limits = core_limits(cfg)
     if limits and not cfg.run.oversubscribe:
         return oversubscribed(limits[0])

@@ -24,7 +24,7 @@ from . import cpu
 
 THREADS_ENV = "WORKBENCH_THREADS"  # the default of run.threads=0 for every run of a session
 WAIT_ENV = "OMP_WAIT_POLICY"  # read once by OpenMP when torch is imported: set before a rank starts
-READ_S = 0.3  # the shortest look at the machine: 60 clock ticks on 2 cores
+READ_S = 0.2  # the shortest look at the machine: 40 clock ticks on 2 cores, 10 of them a quarter core
 
 
 def threads_for(cfg) -> int:

@@ -1,8 +1,8 @@
 """What torchrun tells a rank (RANK, LOCAL_RANK, WORLD_SIZE, the restart count), which device and
 process-group backend it uses, and how it joins the group with rank 0's store on 127.0.0.1.
 
-The backend rule ("auto": nccl on GPUs, gloo on CPUs) lives here once; the launcher asks it
-before a launch, and the exported script copies it.
+The backend rule ("auto": nccl on GPUs, gloo on CPUs) lives in workbench.machine.fit, with the
+rest of what this machine can run; a rank asks it here, and the exported script copies it.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..machine.capability import resolve_device
+from ..machine.fit import backend_for
 from ..net import is_loopback, listen_fd
 
 
@@ -40,13 +41,6 @@ def pick_device(cfg, env: RankEnv) -> torch.device:
         device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
     return device
-
-
-def backend_for(cfg, device: torch.device) -> str:
-    """The process-group backend: the configured one, or nccl on GPUs and gloo on CPUs."""
-    if cfg.distributed.backend != "auto":
-        return cfg.distributed.backend
-    return "nccl" if device.type == "cuda" else "gloo"
 
 
 def _loopback_store_address() -> tuple[str, int] | None:

@@ -10,7 +10,7 @@ ipywidgets or plotly. May import every folder below it; only the notebooks and b
     and status line, the live dashboard, a system monitor (CPU via psutil, GPU via NVML, ~1 Hz
     while a run goes) and a table of the runs made from it.
     `.widget` (display it, or just end a cell with the panel), `.run(wait=False, **settings)`
-    presses Run from code (settings: precision, device, model, batch_size, steps, lr, tf32,
+    presses Run from code (settings: precision, device, model, batch_size, steps, budget_s, lr, tf32,
     channels_last, compile), `.stop()`, `.wait(timeout)`, `.handle` (the RunHandle of the
     latest run), `.run_dirs` (every run it made), `.close()`.
 

@@ -53,7 +53,7 @@ class RunPanel(RunControl):
         return self.controls.config()
 
     def apply(self, **settings) -> None:
-        """precision, device, model, batch_size, steps, lr, tf32, channels_last, compile."""
+        """precision, device, model, batch_size, steps, budget_s, lr, tf32, channels_last, compile."""
         self.controls.set(**settings)
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:

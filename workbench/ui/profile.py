@@ -80,11 +80,13 @@ class ProfileLab:
     """Profile `cfg`; `.breakdown`, `.trade_result` and `.optimizer_result` hold what was measured."""
 
     def __init__(self, cfg: RunConfig, profile_steps: int = PROFILE_STEPS, rounds: int | None = None,
-                 steps: int | None = None, checkpoint: list[str] | None = None):
-        """`rounds` and `steps`: of the checkpointing A/B test (default: the fewest rounds that carry
-        an interval); `checkpoint`: the modules it checkpoints (default: the model's suggestion)."""
+                 steps: int | None = None, checkpoint: list[str] | None = None,
+                 budget_s: float | None = None):
+        """`rounds`, and `steps` or `budget_s` (seconds of steps) per run: of the checkpointing A/B
+        test (default: the fewest rounds that carry an interval); `checkpoint`: the modules it
+        checkpoints (default: the model's suggestion)."""
         self.cfg, self.profile_steps, self.checkpoint = cfg, profile_steps, checkpoint
-        self.rounds, self.steps = rounds, steps
+        self.rounds, self.steps, self.budget_s = rounds, steps, budget_s
         self.breakdown = self.trade_result = self.optimizer_result = None
         self.status = widgets.HTML("not started")
         self.profile_button = widgets.Button(description="Profile", button_style="primary")
@@ -146,7 +148,7 @@ class ProfileLab:
 
             show(self.status, "checkpointing trade: profiling with and without ...")
             t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, steps=self.steps,
-                                 on_run=progress,
+                                 budget_s=self.budget_s, on_run=progress,
                                  baseline=self.breakdown)  # reused when it profiled this config
             self.trade_result = t
             self.results.value = f"<pre>{html.escape(t.text())}</pre>"
