@@ -149,10 +149,10 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
             except BaseException:
                 if page is not None:
                     page.screenshot(path=str(OUT / "browser_failure.png"))
-                (OUT / "browser_console.log").write_text("\n".join(console))
                 (OUT / "browser_jupyterlab.log").write_text(lab.log_tail(20000))
                 raise
             finally:
+                (OUT / "browser_console.log").write_text("\n".join(console))  # kept to read, pass or fail
                 browser.close()
     finally:
         left = lab.stop()

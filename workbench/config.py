@@ -324,6 +324,10 @@ class RunSection(_Section):
     oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
     warm_worker: bool = True  # hand the run to a spare, pre-imported worker when one is ready
 
+    def planned_steps(self) -> int | None:
+        """The steps a run takes, when known before it starts (None: a time budget may end it)."""
+        return None if self.time_budget_s else self.steps
+
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
         _at_least(p + "profile_steps", self.profile_steps, 0)

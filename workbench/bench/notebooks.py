@@ -94,12 +94,15 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
         shutil.copytree(path.parent.parent / name, store / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(path, work / path.name)
     nb = nbformat.read(work / path.name, as_version=4)
-    meter, started = [], []  # started: the code cells sent, a cell that kills the kernel included
+    meter, reading, started = [], [], []  # started: the code cells sent, a cell that kills the kernel too
     client = NotebookClient(
         nb, timeout=timeout_s, kernel_name="python3", allow_errors=True, startup_timeout=120,
         resources={"metadata": {"path": str(work)}},
         # what runs outside the kernel's tree (itself and what it starts): other programs, busy ones
         on_notebook_start=lambda **_: meter.append(ContentionMeter(client.km.provisioner.pid)),
+        # read after every cell, while the kernel lives: once it has exited, its tree's CPU time
+        # cannot be told from other programs' (nbclient's end hooks run after the shutdown)
+        on_cell_executed=lambda **_: meter and reading.append(meter[0].read()),
         on_cell_start=lambda cell, **_: cell.cell_type == "code" and cell.source.strip() and started.append(cell))
     reason, t0 = "", time.monotonic()
     with open(store / "kernel.log", "wb") as log:  # what bypasses the notebook (C code, children)
@@ -113,7 +116,7 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
             reason = f"{type(e).__name__}: {one_line(str(e))}"
         finally:
             seconds = time.monotonic() - t0
-            condition = meter[0].read() if meter else {}
+            condition = reading[-1] if reading else {}
             leftovers = stop_leftovers(store)
     # nbclient turns Ctrl-C (and SIGTERM) into a kernel shutdown and carries on: stop here instead.
     if getattr(client, "_async_cleanup_kernel_future", None) is not None:

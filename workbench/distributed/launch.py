@@ -24,12 +24,11 @@ import subprocess
 import time
 from pathlib import Path
 
-
 from ..config import ConfigError, RunConfig
 from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
 from ..machine.capability import resolve_device
-from ..machine.fit import backend_for, cannot_run
 from ..machine.contention import ContentionMeter
+from ..machine.fit import backend_for, cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
 from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError, RunConfig
+from ..train import budget as wb_budget
 from ..train import checkpointing as wb_checkpointing
 from ..train import data as wb_data
 from ..train import models as wb_models
@@ -139,7 +140,8 @@ def _helpers_code() -> str:
     dtypes = "DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}"
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
-        _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate)])
+        _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
+                wb_budget.TimeBudget)])
 
 
 CHECKPOINTING = '''import fnmatch

@@ -55,6 +55,7 @@ def train(cfg, args):
         metrics = open(Path(args.metrics) / f"rank{rank}.jsonl", "w", buffering=1)
 
     step_times = []
+    budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
     for step in range(1, cfg.run.steps + 1):
         t0 = time.perf_counter()
         loss_v, samples, _ = train_step(model, step_model, batches, opt, scaler, amp, lossf, device,
@@ -66,14 +67,17 @@ def train(cfg, args):
         if metrics:
             metrics.write(json.dumps({"step": step, "loss": loss_v, "step_time_ms": dt * 1e3,
                                       "samples_per_s": samples / dt}) + "\n")
-        if rank == 0 and (step % args.log_every == 0 or step == cfg.run.steps):
+        last = step == cfg.run.steps or budget.spent()  # every rank stops after the same step
+        if rank == 0 and (step % args.log_every == 0 or last):
             print(f"step {step:5d}  loss {loss_v:.4f}  {samples / dt:9.1f} samples/s/rank", flush=True)
+        if last:
+            break
 
     times = sorted(step_times[min(len(step_times) // 5, 10):] or step_times)
     median = times[len(times) // 2]
     if rank == 0:
         global_batch = cfg.loader.batch_size * accum * world_size
-        print(f"done: {cfg.run.steps} steps in {time.time() - t_launch:.1f} s, median step "
+        print(f"done: {len(step_times)} steps in {time.time() - t_launch:.1f} s, median step "
               f"{median * 1e3:.2f} ms, {global_batch / median:.1f} samples/s on {world_size} rank(s)")
     if cfg.run.eval_batches:
         test_loader = make_loader(data.test, cfg, train=False)
@@ -93,6 +97,7 @@ def train(cfg, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, help="override run.steps")
+    parser.add_argument("--budget-s", type=float, help="override run.time_budget_s (0: none)")
     parser.add_argument("--seed", type=int, help="override run.seed")
     parser.add_argument("--log-every", type=int, default=10, help="print every N steps (rank 0)")
     parser.add_argument("--metrics", help="folder for per-step losses, one rank{R}.jsonl per rank")
@@ -101,6 +106,8 @@ def main(argv=None):
     cfg = settings(CONFIG)
     if args.steps is not None:
         cfg.run.steps = args.steps
+    if args.budget_s is not None:
+        cfg.run.time_budget_s = args.budget_s
     if args.seed is not None:
         cfg.run.seed = args.seed
     train(cfg, args)

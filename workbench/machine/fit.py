@@ -15,8 +15,8 @@ import shutil
 
 import torch
 
-from .capability import unsupported_reason
 from . import cpu
+from .capability import unsupported_reason
 from .threads import threads_for
 
 

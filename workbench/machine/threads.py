@@ -27,16 +27,22 @@ WAIT_ENV = "OMP_WAIT_POLICY"  # read once by OpenMP when torch is imported: set 
 READ_S = 0.2  # the shortest look at the machine: 40 clock ticks on 2 cores, 10 of them a quarter core
 
 
-def threads_for(cfg) -> int:
-    """Intra-op threads of each process: run.threads; else $WORKBENCH_THREADS; else this node's
-    usable cores shared by its ranks, so 1 process x 2 threads and 2 ranks x 1 thread use the same
-    cores. (OMP_NUM_THREADS is not read: torchrun sets it to 1 for every rank.)"""
+def thread_count(cfg) -> tuple[int, str]:
+    """Intra-op threads of each process, and where the number comes from: run.threads; else
+    $WORKBENCH_THREADS; else this node's usable cores shared by its ranks, so 1 process x 2 threads
+    and 2 ranks x 1 thread use the same cores. (OMP_NUM_THREADS is not read: torchrun sets it to 1
+    for every rank.)"""
     env = os.environ.get(THREADS_ENV, "")
     if cfg.run.threads:
-        return cfg.run.threads
+        return cfg.run.threads, "run.threads"
     if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, cpu.usable_cores() // cfg.distributed.nproc)
+        return int(env), f"${THREADS_ENV}"
+    cores, ranks = cpu.usable_cores(), cfg.distributed.nproc
+    return max(1, cores // ranks), f"{cores} usable core(s) shared by {ranks} rank(s)"
+
+
+def threads_for(cfg) -> int:
+    return thread_count(cfg)[0]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,11 @@ class ThreadChoice:
         return asdict(self)
 
 
+def wait_policy() -> str:
+    """How this process's OpenMP threads wait, by its environment (read when torch was imported)."""
+    return "passive" if os.environ.get(WAIT_ENV, "").upper() == "PASSIVE" else "default"
+
+
 def other_cores_now(meter: ContentionMeter | None = None) -> float:
     """Cores other programs (outside this process and its children) held over the last READ_S at
     least: `meter` may have been started earlier, while this process did other work."""
@@ -64,17 +75,10 @@ def other_cores_now(meter: ContentionMeter | None = None) -> float:
 
 def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
     """The threads and wait policy for a run of `cfg` while others hold `other_cpu_cores`."""
-    threads, other = threads_for(cfg), other_cpu_cores
-    if cfg.run.threads:
-        source = "run.threads"
-    elif os.environ.get(THREADS_ENV, "").isdigit() and int(os.environ[THREADS_ENV]) > 0:
-        source = f"${THREADS_ENV}"
-    else:
-        source = f"{cpu.usable_cores()} usable core(s) shared by {cfg.distributed.nproc} rank(s)"
+    (threads, source), other = thread_count(cfg), other_cpu_cores
     held = f"other processes held {other:.1f} of {cpu.usable_cores()} cores"
     if os.environ.get(WAIT_ENV):
-        policy = "passive" if os.environ[WAIT_ENV].upper() == "PASSIVE" else "default"
-        wait = f"{WAIT_ENV}={os.environ[WAIT_ENV]} from the environment, kept"
+        policy, wait = wait_policy(), f"{WAIT_ENV}={os.environ[WAIT_ENV]} from the environment, kept"
     elif threads == 1:
         policy, wait = "default", "one thread never waits for another"
     elif other >= BUSY_CORES:

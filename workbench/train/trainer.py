@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from ..disk import write_atomic
 from ..events import EventWriter
 from ..runstore import LAUNCH
 from ..machine.contention import ContentionMeter, run_tree_pid
-from ..machine.threads import WAIT_ENV, threads_for
+from ..machine.threads import threads_for, wait_policy
 from . import memory
 from .budget import TimeBudget, ended_note
 from .checkpointing import apply_checkpointing
@@ -82,11 +81,6 @@ class Steps:
     first_step_s: float | None = None
     profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
-
-
-def wait_policy() -> str:
-    """How this rank's OpenMP threads wait (its environment, fixed when torch was imported)."""
-    return "passive" if os.environ.get(WAIT_ENV, "").upper() == "PASSIVE" else "default"
 
 
 def threads_why(run_dir) -> dict:

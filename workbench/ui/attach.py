@@ -20,6 +20,6 @@ def attach(run_dir: str | Path, start: bool = True, **kwargs) -> LiveDashboard:
         raise ConfigError(f"run_dir {str(run_dir)!r} is not a run folder (no config.json); "
                           "pick one from workbench.runstore.list_runs()")
     cfg = load_config(run_dir)
-    dash = LiveDashboard(run_dir, world_size=cfg.distributed.world_size, total_steps=cfg.run.steps,
+    dash = LiveDashboard(run_dir, world_size=cfg.distributed.world_size, total_steps=cfg.run.planned_steps(),
                          alive=lambda: processes_alive(run_dir) is not False, **kwargs)
     return dash.start() if start else dash  # a run whose processes are gone is shown as ended

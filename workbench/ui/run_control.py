@@ -82,9 +82,12 @@ class RunControl:
         self._finished.clear()
         self.run_button.disabled, self.stop_button.disabled = True, False
         notes = "".join(f"; note: {n}" for n in handle.notes)  # what the pre-launch check overrode
-        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s){notes}")
+        t = handle.threads
+        threads = f", {t.threads} thread(s) each, {t.wait_policy} wait" if t else ""
+        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s)"
+                        f"{threads}{notes}")
         self.started(cfg, handle)
-        self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.steps,
+        self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.planned_steps(),
                              alive=handle.running)
 
     def stop(self) -> None:
