@@ -3,15 +3,16 @@ programs use of this machine at launch, and said with the reason.
 
     choice = choose_threads(cfg, other_cores_now())   # a moment's look at the machine
     choice.env()                   # {'OMP_WAIT_POLICY': 'PASSIVE'} while other programs hold cores
-    choice.why                     # '2 other processes held 1.9 of 2 cores: 2 thread(s) ..., passive wait'
+    choice.why                     # 'other processes held 1.9 of 2 cores: 2 thread(s) ..., passive wait'
 
-The rule, from `python -m workbench.bench contention` on 2-core machines: threads that spin while
-they wait for each other (OpenMP's default) are fastest on a quiet machine and collapse when other
-programs hold the cores (the default MLP ran 20-30x slower), while the same threads with a passive
-wait ran fastest under load and within noise of the default when quiet. So the thread count is this
-node's usable cores shared by its ranks, and the wait turns passive when other programs held a
-quarter of a core or more (the noise guard's threshold). `run.threads`, $WORKBENCH_THREADS and an
-OMP_WAIT_POLICY already in the environment are the user's choice and are kept.
+The rule, from `python -m workbench.bench contention` on a 2-core machine (README, "On a busy
+machine"): threads that spin while they wait for each other (OpenMP's default) were fastest when
+the machine was quiet (passive waiting cost the default MLP 1.28x) and collapsed in some rounds
+while two busy processes held the cores, where passive waiting was the fastest fixed setting for
+both the MLP and the transformer. So the thread count is this node's usable cores shared by its
+ranks, and the wait turns passive when other programs held a quarter of a core or more (the noise
+guard's threshold). `run.threads`, $WORKBENCH_THREADS and an OMP_WAIT_POLICY already in the
+environment are the user's choice and are kept.
 """
 from __future__ import annotations
 
