@@ -16,6 +16,16 @@ def runs_root(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(autouse=True)
+def no_spares_left():
+    """A panel shown in one test keeps spare runs for its process: end them after every test, so
+    the next test starts as a fresh kernel would (spares warming beside its runs cost it minutes)."""
+    yield
+    from workbench.distributed import warm
+
+    warm.stop_spares()
+
+
 @pytest.fixture
 def smoke() -> RunConfig:
     return RunConfig.smoke()

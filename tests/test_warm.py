@@ -18,12 +18,6 @@ from workbench.events import read_events
 from launch_helpers import alive, assert_all_gone, wait_for
 
 
-@pytest.fixture(autouse=True)
-def no_spares_left():
-    yield
-    warm.stop_spares()
-
-
 def losses(run_dir) -> list[float]:
     return [r["loss"] for r in read_events(run_dir) if r.get("event") == "step" and r["rank"] == 0]
 
