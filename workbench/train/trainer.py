@@ -10,7 +10,6 @@ memory is read on a timer (run.mem_every_s), never per step.
 from __future__ import annotations
 
 import io
-import json
 import math
 import statistics
 import time
@@ -21,10 +20,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
 from ..events import EventWriter
-from ..runstore import LAUNCH
+from ..runstore import LAUNCH, read_json
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
 from . import memory
@@ -87,8 +86,8 @@ def threads_why(run_dir) -> dict:
     """Why the launcher chose these threads (launch.json: written as the run starts); {} for a
     rank started by hand or by a job file."""
     try:
-        return {"threads_why": json.loads((Path(run_dir) / LAUNCH).read_text())["threads"]["why"]}
-    except (OSError, ValueError, KeyError, TypeError):
+        return {"threads_why": read_json(Path(run_dir) / LAUNCH)["threads"]["why"]}
+    except (ConfigError, KeyError, TypeError):  # read_json names a missing or damaged file
         return {}
 
 
@@ -228,7 +227,8 @@ _NEVER_FREED: list = []
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
-    summary = {"steps": len(st.times), **ended_note(cfg, len(st.times)), "params": s.params, "world_size": env.world_size,
+    summary = {"steps": len(st.times), **ended_note(cfg, len(st.times)), "params": s.params,
+               "world_size": env.world_size,
                "device": str(s.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
                "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
