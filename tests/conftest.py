@@ -16,14 +16,26 @@ def runs_root(tmp_path, monkeypatch):
     return root
 
 
-@pytest.fixture(autouse=True)
-def no_spares_left():
-    """A panel shown in one test keeps spare runs for its process: end them after every test, so
-    the next test starts as a fresh kernel would (spares warming beside its runs cost it minutes)."""
-    yield
-    from workbench.distributed import warm
+@pytest.fixture(scope="session")
+def prechecks():
+    """The pre-launch check's answers, shared by the whole session: they are kept by everything
+    they depend on, so a test gains nothing from building the same model again."""
+    from workbench.distributed.limits import Prechecks
 
-    warm.stop_spares()
+    return Prechecks()
+
+
+@pytest.fixture(autouse=True)
+def fresh_launcher(prechecks):
+    """Every test starts runs with a fresh Launcher, as a fresh kernel would, and its spares end
+    with the test (spares warming beside the next test's runs cost it minutes)."""
+    from workbench.distributed.launch import Launcher, use_launcher
+
+    fresh = Launcher(prechecks)
+    before = use_launcher(fresh)
+    yield fresh
+    fresh.close()
+    use_launcher(before)
 
 
 @pytest.fixture

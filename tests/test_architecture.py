@@ -1,6 +1,7 @@
 """The package's layout rules, read from its imports (every import, at module level or inside a
 function): folders follow the process that runs their code, imports point down, no cycles, nothing
-inside a rank imports the launcher, and every folder says what it holds."""
+inside a rank imports the launcher, every folder says what it holds, and only the run-folder module
+names a run folder's files."""
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,8 @@ FLOORS = {
     "distributed": ["distributed"],
     "train": ["train"],
     "machine": ["machine"],
-    "base": ["config", "cache", "disk", "events", "provenance", "runstore", "measure", "net", "procs",
-             "quick"],
+    "base": ["config", "cache", "disk", "events", "provenance", "runfolder", "runstore", "measure",
+             "net", "procs", "quick"],
 }
 LEVEL = {unit: len(FLOORS) - i for i, units in enumerate(FLOORS.values()) for unit in units}
 
@@ -126,3 +127,30 @@ def test_every_folder_says_what_lives_there():
     for init in PACKAGE.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 60, f"{init.relative_to(PACKAGE.parent)} needs its docstring"
+
+
+def _run_folder_names() -> set[str]:
+    """Every file name workbench.runfolder defines, and the fixed parts of its per-rank patterns."""
+    from workbench import runfolder
+
+    names = {v for k, v in vars(runfolder).items() if k.isupper() and isinstance(v, str) and "." in v
+             or k in ("TORCHRUN_LOGS",)}
+    # "rank" and ".json" alone are too common to tell a run folder's file from anything else
+    parts = {part for name in names if "{rank}" in name for part in name.split("{rank}")
+             if len(part) >= 6}
+    return {name for name in names if "{rank}" not in name} | parts
+
+
+def test_only_the_run_folder_module_names_run_folder_files():
+    """A run folder's file names are written once, in workbench/runfolder.py: a string that is one of
+    them (or the fixed part of a per-rank name, as in f"rank{r}.jsonl") anywhere else fails."""
+    names = _run_folder_names()
+    assert {"config.json", "summary.json", "launch.json", ".jsonl"} <= names
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "runfolder.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert not found, "name these through workbench.runfolder:\n" + "\n".join(found)

@@ -1,4 +1,5 @@
 """RunConfig: validation names the field, value and what is allowed; JSON round trip; presets."""
+import dataclasses
 import json
 
 import pytest
@@ -68,11 +69,35 @@ def test_direct_construction_also_validates_with_dotted_names():
         LoaderConfig(num_workers=-1)
 
 
-def test_edits_in_place_are_caught_by_validate():
+def test_a_config_cannot_be_edited_in_place_only_replaced_with_a_checked_copy():
     cfg = RunConfig.smoke()
-    cfg.loader.num_workers = -3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.loader.num_workers = -3
     with pytest.raises(ConfigError, match=r"loader\.num_workers must be >= 0, got -3"):
-        cfg.validate()
+        cfg.replace(**{"loader.num_workers": -3})
+    assert cfg.loader.num_workers == 0
+
+
+def test_choices_come_from_the_annotations_and_every_precision_has_a_dtype():
+    from workbench.config import choices
+    from workbench.train.precision import DTYPES
+
+    assert choices("precision.dtype") == ("fp32", "bf16", "fp16") == tuple(DTYPES)
+    assert choices("run.device") == ("auto", "cpu", "cuda")
+    with pytest.raises(ValueError, match="loader.batch_size has no fixed set"):
+        choices("loader.batch_size")
+
+
+def test_each_section_is_checked_once_when_a_config_is_built(monkeypatch):
+    from workbench.config import _Section
+
+    counts = {}
+    original = _Section._validate
+    monkeypatch.setattr(_Section, "_validate",
+                        lambda self: counts.update({type(self).__name__: counts.get(type(self).__name__, 0) + 1})
+                        or original(self))
+    RunConfig.smoke().replace(**{"loader.batch_size": 16})
+    assert len(counts) == 10 and set(counts.values()) == {2}  # smoke(), then replace(): once each
 
 
 @pytest.mark.parametrize("preset", [RunConfig.default, RunConfig.smoke, RunConfig])

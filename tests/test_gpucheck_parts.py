@@ -28,7 +28,8 @@ def launcher(monkeypatch):
     fake = FakeLauncher()
     # the pre-launch check's child (tested in test_limits) builds each config's model on the CPU,
     # seconds apiece: what it measured for the smoke config stands in
-    monkeypatch.setattr(limits, "precheck", lambda cfg, timeout_s=None: dict(PRECHECK))
+    monkeypatch.setattr(limits.Prechecks, "measure",
+                        lambda self, cfg, new_process, timeout_s=None: dict(PRECHECK))
     monkeypatch.setattr(training, "launch_run", fake)
     monkeypatch.setattr(ddp, "launch_run", fake)
     monkeypatch.setattr(rounds, "run", fake)

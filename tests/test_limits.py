@@ -7,7 +7,8 @@ import pytest
 
 from workbench.config import ConfigError, RunConfig
 from workbench.distributed import limits
-from workbench.distributed.limits import check_cores, check_disk, check_memory, memory_need, precheck
+from workbench.distributed.launch import launcher
+from workbench.distributed.limits import check_cores, check_disk, check_memory, memory_need
 
 
 @pytest.fixture
@@ -16,15 +17,15 @@ def two_cores(fake_cores):
 
 
 def test_the_precheck_measures_the_model_and_the_data(smoke):
-    need = precheck(smoke)
+    need = launcher().precheck(smoke)
     assert need["params"] == 64 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10  # the smoke MLP, counted
     assert need["train_samples"] == 1402 and need["base_rss_gib"] > 0.05
     assert need["activation_bytes_per_sample"] > 0
-    assert precheck(smoke) is need  # kept for configs that name no code
+    assert launcher().precheck(smoke) is need  # kept for configs that name no code
 
 
 def test_a_model_too_big_to_build_is_counted_on_the_meta_device(smoke):
-    need = precheck(smoke.replace(**{"model.width": 10**6}))  # 10^12 parameters, nothing allocated
+    need = launcher().precheck(smoke.replace(**{"model.width": 10**6}))  # 10^12 parameters, nothing allocated
     assert need["params"] > 10**12 and "activations not measured" in need["activations_note"]
     with pytest.raises(ConfigError, match=r"needs about .* GiB of RAM .* available"):
         check_memory(smoke.replace(**{"model.width": 10**6}), need, "cpu")
@@ -51,7 +52,7 @@ def test_override_is_a_validated_field(smoke):
 
 
 def test_ram_is_checked_for_every_rank(monkeypatch, smoke):
-    need = precheck(smoke)
+    need = launcher().precheck(smoke)
     per_rank = memory_need(smoke, need, "cpu")["host_gib"]
     monkeypatch.setattr(limits, "memory_info", lambda: {"available_gib": per_rank * 3.5})
     check_memory(smoke.replace(**{"distributed.nproc": 3}), need, "cpu")
@@ -60,7 +61,7 @@ def test_ram_is_checked_for_every_rank(monkeypatch, smoke):
 
 
 def test_gpu_memory_is_checked_per_gpu(monkeypatch, smoke):
-    need = precheck(smoke)
+    need = launcher().precheck(smoke)
     monkeypatch.setattr(limits, "gpu_free_gib", lambda: [0.5, 40.0])  # a fake GPU pair, one nearly full
     with pytest.raises(ConfigError, match=r"GPU memory .* 1 rank\(s\) per GPU, and the fullest GPU has "
                                           r"0.5 GiB free"):
@@ -70,14 +71,14 @@ def test_gpu_memory_is_checked_per_gpu(monkeypatch, smoke):
 
 
 def test_the_batch_must_fit_the_data(smoke):
-    need = precheck(smoke)
+    need = launcher().precheck(smoke)
     with pytest.raises(ConfigError, match=r"loader.batch_size must be <= 701, the training samples each "
                                           r"of the 2 rank\(s\) gets .*got 1000"):
         memory_need(smoke.replace(**{"loader.batch_size": 1000, "distributed.nproc": 2}), need, "cpu")
 
 
 def test_the_disk_must_hold_what_the_run_writes(monkeypatch, smoke, tmp_path):
-    need = precheck(smoke)
+    need = launcher().precheck(smoke)
     monkeypatch.setattr(limits, "free_bytes", lambda folder: 100_000)
     with pytest.raises(ConfigError, match=r"has 0.10 MiB free and this run writes about .*No space left"):
         check_disk(smoke, need, tmp_path)

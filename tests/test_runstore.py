@@ -36,10 +36,10 @@ def test_run_dirs_are_named_by_time_and_label_and_unique(runs_root):
 
 
 def test_invalid_config_leaves_nothing(runs_root):
-    cfg = RunConfig.smoke()
-    cfg.loader.batch_size = 0
-    with pytest.raises(ConfigError):
-        create_run_dir(cfg)
+    with pytest.raises(ConfigError, match="loader.batch_size must be >= 1, got 0"):
+        create_run_dir(RunConfig.smoke().replace(**{"loader.batch_size": 0}))
+    with pytest.raises(ConfigError, match="must be a RunConfig"):
+        create_run_dir(RunConfig.smoke().to_dict())
     assert not runs_root.exists() or not any(runs_root.iterdir())
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.distributed import warm
-from workbench.distributed.launch import run, start_run
+from workbench.distributed.launch import launcher, run, start_run
 from workbench.events import read_events
 
 from launch_helpers import alive, assert_all_gone, wait_for
@@ -31,10 +31,10 @@ def launch_record(run_dir) -> dict:
 
 
 def ready_spare(cfg) -> warm.Spare:
-    warm.keep_warm(cfg)
-    spare = wait_for(lambda: warm._spare and warm._spare[0].ready() and warm._spare[0], 120,
-                     "the spare to warm up")
-    return spare
+    spares = launcher().spares
+    spares.keep_warm(cfg)
+    return wait_for(lambda: spares.spare and spares.spare.ready() and spares.spare, 120,
+                    "the spare to warm up")
 
 
 def cfg_for(nproc: int) -> RunConfig:
@@ -62,7 +62,8 @@ def test_a_warm_run_gives_the_cold_runs_losses_and_events(nproc):
         assert record["cuda_initialized_before_job"] is False and record["warm_up_s"] > 0
     launch = launch_record(handle.run_dir)
     assert launch["warm"]["spare_pid"] == spare.proc.pid and launch["warm"]["ready_when_taken"]
-    assert launch["command"] == handle.command and "--config" in launch["command"]  # what a person runs
+    assert launch["command"] == handle.command == spare.command  # what ran: the spare's command
+    assert "--warm" in handle.command
     if nproc > 1:  # torchrun stayed the engine, and its logs are where a cold run keeps them
         assert (handle.run_dir / "torchrun_logs").is_dir()
     assert not spare.folder.exists()
@@ -111,13 +112,14 @@ def test_stop_ends_a_warm_run_like_a_cold_one():
 KERNEL = textwrap.dedent("""
     import json, sys, time
     from workbench.config import RunConfig
-    from workbench.distributed import warm
+    from workbench.distributed.launch import launcher
     cfg = RunConfig.smoke().replace(**{"distributed.nproc": int(sys.argv[1])})
-    warm.keep_warm(cfg)
-    while not (warm._spare and warm._spare[0].ready()):
+    spares = launcher().spares
+    spares.keep_warm(cfg)
+    while not (spares.spare and spares.spare.ready()):
         time.sleep(0.05)
-    print(json.dumps({"spare": warm._spare[0].proc.pid, "folder": str(warm._spare[0].folder),
-                      "check": warm._check[0].proc.pid}), flush=True)
+    print(json.dumps({"spare": spares.spare.proc.pid, "folder": str(spares.spare.folder),
+                      "check": spares.check.pid}), flush=True)
     time.sleep(3600)
 """)
 

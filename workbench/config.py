@@ -1,8 +1,11 @@
 """RunConfig: the one config object that widgets edit, the CLI builds and workers read.
 
-A tree of dataclasses. Every value is checked when the object is built (types from the
-annotations, ranges in each section's `_check`), and errors name the dotted field, the bad
-value and what is allowed: "loader.num_workers must be >= 0, got -1". Unknown keys are refused.
+A tree of frozen dataclasses. Every value is checked once, when its section is built (types from
+the annotations, ranges in each section's `_check`; the root adds the rules across sections), and
+errors name the dotted field, the bad value and what is allowed: "loader.num_workers must be >= 0,
+got -1". Unknown keys are refused. Frozen, so a RunConfig is valid for its whole life: nothing
+downstream checks it again; `replace` makes a changed, checked copy. The widgets' options and the
+CLI's choices come from the annotations (`choices`).
 """
 from __future__ import annotations
 
@@ -42,11 +45,11 @@ class _Section:
     _path: ClassVar[str] = ""  # dotted prefix of this section inside RunConfig
 
     def __post_init__(self) -> None:
-        self.validate()
+        self._validate()
 
-    def validate(self) -> None:
-        """Check every field again (call after editing fields in place)."""
-        hints = typing.get_type_hints(type(self))
+    def _validate(self) -> None:
+        """Check this section's own values (a section inside it was checked when it was built)."""
+        hints = _hints(type(self))
         prefix = f"{self._path}." if self._path else ""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -54,7 +57,6 @@ class _Section:
             if isinstance(hint, type) and issubclass(hint, _Section):
                 if not isinstance(value, hint):
                     _fail(prefix + f.name, value, f"a {hint.__name__}")
-                value.validate()
             else:
                 _check_type(prefix + f.name, value, hint)
         self._check(prefix)
@@ -67,7 +69,7 @@ class _Section:
         prefix = f"{cls._path}." if cls._path else ""
         if not isinstance(data, dict):
             _fail(cls._path or "config", data, "a JSON object")
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]
         for key in data:
             if key not in names:
@@ -84,6 +86,16 @@ class _Section:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+_HINTS: dict[type, dict] = {}
+
+
+def _hints(cls: type) -> dict:
+    """A section's resolved annotations (resolved once: get_type_hints evaluates strings)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _check_type(path: str, value: Any, hint: Any) -> None:
@@ -142,7 +154,7 @@ def _check_plain(path: str, value: Any) -> None:
     _fail(path, value, "plain JSON data (strings, numbers, booleans, null, lists, objects)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig(_Section):
     _path: ClassVar[str] = "model"
     # A built-in name, or a user's factory: "package.module:factory" or "path/to/file.py:factory".
@@ -164,7 +176,7 @@ class ModelConfig(_Section):
             _fail(p + "width", self.width, f"a multiple of model.heads ({self.heads}) for the transformer")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig(_Section):
     _path: ClassVar[str] = "data"
     name: Literal["digits", "synthetic_images", "text", "image_folder", "dataset"] = "digits"
@@ -197,7 +209,7 @@ class DataConfig(_Section):
                       "'path/to/file.py:factory' returning a torch Dataset (data.name is 'dataset')")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoaderConfig(_Section):
     _path: ClassVar[str] = "loader"
     batch_size: int = 64
@@ -219,7 +231,7 @@ class LoaderConfig(_Section):
             raise ConfigError(f"{p}persistent_workers needs {p}num_workers >= 1, got num_workers=0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig(_Section):
     _path: ClassVar[str] = "optim"
     name: Literal["adamw", "sgd"] = "adamw"
@@ -243,7 +255,7 @@ class OptimConfig(_Section):
             _fail(p + "grad_clip", self.grad_clip, "> 0 or null")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrecisionConfig(_Section):
     _path: ClassVar[str] = "precision"
     dtype: Precision = "fp32"
@@ -251,7 +263,7 @@ class PrecisionConfig(_Section):
     channels_last: bool = False  # image models
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistributedConfig(_Section):
     _path: ClassVar[str] = "distributed"
     nproc: int = 1  # processes per node
@@ -286,14 +298,14 @@ class DistributedConfig(_Section):
         return self.nproc * self.nnodes
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompileConfig(_Section):
     _path: ClassVar[str] = "compile"
     enabled: bool = False
     mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainSection(_Section):
     _path: ClassVar[str] = "train"
     # Activation checkpointing: module names (or patterns, one '*' per name part: "blocks.layers.*")
@@ -307,7 +319,7 @@ class TrainSection(_Section):
                       "'blocks.layers.*' (no spaces)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSection(_Section):
     _path: ClassVar[str] = "run"
     steps: int = 300  # the most steps a run takes
@@ -356,7 +368,7 @@ def matching_data(model: str, data: str) -> str:
     return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig(_Section):
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -428,3 +440,27 @@ class RunConfig(_Section):
                     raise ConfigError(f"unknown config key '{key}': {part!r} is a value, not a section")
             node[leaf] = value
         return RunConfig.from_dict(data)
+
+
+def require_config(cfg: Any) -> RunConfig:
+    """The one guard where a config crosses into the launcher or the run store: a RunConfig is
+    valid by construction (frozen, checked when built), so only its type is checked here."""
+    if not isinstance(cfg, RunConfig):
+        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from "
+                          f"a dict), got {type(cfg).__name__}")
+    return cfg
+
+
+def choices(dotted: str) -> tuple:
+    """The values a field with a fixed set allows, from its annotation: the widgets' options and
+    the CLI's choices. choices("precision.dtype") -> ("fp32", "bf16", "fp16")."""
+    section: type = RunConfig
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        section = _hints(section)[part]
+    hint = _hints(section)[leaf]
+    if typing.get_origin(hint) is typing.Union:  # Optional[Literal[...]]
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is not Literal:
+        raise ValueError(f"{dotted} has no fixed set of values")
+    return typing.get_args(hint)

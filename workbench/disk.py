@@ -2,7 +2,7 @@
 to do), writes that leave nothing half-written behind, and free space measured, not assumed.
 Stdlib only (the config stands on it); what writes a run folder, an export or a cache uses it.
 
-    write_atomic(run_dir / "summary.json", text)      # a reader sees the old file or the new one
+    write_atomic(path, text)                          # a reader sees the old file or the new one
     raise ConfigError(disk_message(path, e, "writing the run folder"))
 """
 from __future__ import annotations

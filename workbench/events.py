@@ -1,4 +1,5 @@
-"""Events are JSON lines on disk: each rank appends to RUN_DIR/rank{R}.jsonl, one record a line,
+"""Events are JSON lines on disk: each rank appends to its file in the run folder
+(workbench.runfolder: rankR.jsonl), one record a line,
 flushed per line, so a crashed or killed run keeps everything up to its end.
 
 The reading side tails the files (the dashboard polls them from a thread), buffering a torn last
@@ -12,6 +13,8 @@ import math
 import os
 import time
 from pathlib import Path
+
+from .runfolder import RunFolder
 
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
 
@@ -29,7 +32,7 @@ class EventWriter:
     full disk) is cut back off the file, so no torn line is left, and the OSError is raised."""
 
     def __init__(self, run_dir: str | Path, rank: int = 0, attempt: int = 0):
-        self.path = Path(run_dir) / f"rank{rank}.jsonl"
+        self.path = RunFolder(run_dir).events_file(rank)
         self.rank, self.attempt = rank, attempt
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
@@ -128,10 +131,11 @@ class RunTail:
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
+        self._folder = RunFolder(run_dir)
         self._tails: dict[Path, FileTail] = {}
 
     def poll(self) -> list[dict]:
-        for path in sorted(self.run_dir.glob("rank*.jsonl")):
+        for path in self._folder.events_files():
             self._tails.setdefault(path, FileTail(path))
         out: list[dict] = []
         for tail in self._tails.values():

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from .cache import cache_dir
 from .disk import write_json_atomic
-
-RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed
+from .runfolder import RunFolder
 
 
 def _record_path(run_dir: Path) -> Path:
@@ -24,9 +23,10 @@ def _record_path(run_dir: Path) -> Path:
 
 
 def _fingerprint(run_dir: Path) -> dict:
+    folder = RunFolder(run_dir)
     return {"path": str(run_dir.resolve()), "host": socket.gethostname(),
-            "id": (run_dir / RUN_ID).read_text().strip(),
-            "config_sha256": hashlib.sha256((run_dir / "config.json").read_bytes()).hexdigest()}
+            "id": folder.run_id_file.read_text().strip(),
+            "config_sha256": hashlib.sha256(folder.config_file.read_bytes()).hexdigest()}
 
 
 def record_created(run_dir: str | Path) -> None:

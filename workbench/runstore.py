@@ -1,28 +1,29 @@
 """The run store: one folder per run under `runs/` (run.runs_dir, or $WORKBENCH_RUNS), named by
-time and a short label, holding config.json, rank*.jsonl, summary.json and the trained weights.
+time and a short label, holding the files workbench.runfolder names: the config, each rank's
+events, the summary, the launch record and the trained weights.
 
-Everything here reads from disk, so runs can be listed and compared after a kernel restart, and
-nothing here imports what a config names. A run folder is claimed atomically when it is made (the
+Everything here reads from disk (through workbench.runfolder, which names a run folder's files), so
+runs can be listed and compared after a kernel restart, and nothing here imports what a config
+names. A run folder is claimed atomically when it is made (the
 RUN_ID file, created with O_EXCL), and recorded as made here (workbench.provenance), the one fact
 the trust rule (workbench.train.trust) stands on. A run that wrote
 no final record is shown as running only while its processes live (launch.json names them).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import time
 from pathlib import Path
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, require_config
 from .disk import disk_message, write_json_atomic  # noqa: F401 - write_json_atomic for callers
 from .events import read_events
 from .measure.compare import unpaired_ratio
 from .procs import same_process
-from .provenance import RUN_ID, record_created
-LAUNCH = "launch.json"  # the command and the supervisor's pid and start time
+from .provenance import record_created
+from .runfolder import RunFolder, read_json
 
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
@@ -45,21 +46,19 @@ def create_run_dir(cfg: RunConfig, root: str | Path | None = None, *,
     config. The config is validated first, so a bad config leaves nothing behind; the claim is atomic,
     so of two starts in one folder (threads or processes) exactly one gets it and the other a
     ConfigError; a disk error is one line naming the path and leaves nothing half-made."""
-    if not isinstance(cfg, RunConfig):
-        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from "
-                          f"a dict), got {type(cfg).__name__}")
-    cfg.validate()
+    require_config(cfg)
     if path is not None:
         path = Path(path)
         made = _claim(path)
     else:
         path, made = _fresh(Path(root) if root is not None else runs_root(cfg), cfg)
+    folder = RunFolder(path)
     try:
-        cfg.save(path / "config.json")
+        folder.write_config(cfg)
         record_created(path)
     except OSError as e:
         _unclaim(path, made)
-        raise ConfigError(disk_message(path / "config.json", e, "writing the run's config")) from None
+        raise ConfigError(disk_message(folder.config_file, e, "writing the run's config")) from None
     return path
 
 
@@ -96,10 +95,11 @@ def _claim(path: Path, made: bool = False) -> bool:
                 raise ConfigError(f"run dir {str(path)!r} is a file; choose a new folder") from None
         except OSError as e:
             raise ConfigError(disk_message(path, e, "making the run folder")) from None
-    if (path / "config.json").exists():
+    folder = RunFolder(path)
+    if folder.config_file.exists():
         raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
     try:
-        fd = os.open(path / RUN_ID, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(folder.run_id_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise ConfigError(f"run dir {str(path)!r} already holds a run (or another start claimed "
                           "it at the same moment); choose a new folder") from None
@@ -111,15 +111,16 @@ def _claim(path: Path, made: bool = False) -> bool:
             f.write(secrets.token_hex(16))
     except OSError as e:
         _unclaim(path, made)
-        raise ConfigError(disk_message(path / RUN_ID, e, "claiming the run folder")) from None
+        raise ConfigError(disk_message(folder.run_id_file, e, "claiming the run folder")) from None
     return made
 
 
 def _unclaim(path: Path, made: bool) -> None:
     """Undo a claim that could not be completed: nothing half-made stays behind."""
-    for name in ("config.json", RUN_ID):
+    folder = RunFolder(path)
+    for file in (folder.config_file, folder.run_id_file):
         try:
-            (path / name).unlink()
+            file.unlink()
         except OSError:
             pass
     if made:
@@ -130,34 +131,18 @@ def _unclaim(path: Path, made: bool) -> None:
 
 
 # --- reading ------------------------------------------------------------------------------------
-def read_json(path: Path) -> dict:
-    """A JSON object from a run folder, or a one-line ConfigError naming the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except ValueError as e:
-        raise ConfigError(f"{str(path)!r} is not valid JSON ({e}); the folder is damaged") from None
-    except OSError as e:
-        raise ConfigError(disk_message(path, e, "reading")) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; "
-                          "the folder is damaged")
-    return data
-
-
 def processes_alive(run_dir: str | Path) -> bool | None:
     """Whether any process of the run still lives: its supervisor (launch.json) or a rank (the pids
     its `start` records hold), each checked against its start time so a reused pid does not count.
     None when the folder names no process (never launched, or made before pids were recorded)."""
     run_dir = Path(run_dir)
     procs = []
-    launch = run_dir / LAUNCH
-    if launch.is_file():
-        try:
-            info = json.loads(launch.read_text())
-            if info.get("supervisor_pid"):
-                procs.append((info["supervisor_pid"], info.get("supervisor_created")))
-        except (OSError, ValueError, AttributeError):
-            pass
+    try:
+        info = RunFolder(run_dir).launch() or {}
+    except ConfigError:
+        info = {}
+    if info.get("supervisor_pid"):
+        procs.append((info["supervisor_pid"], info.get("supervisor_created")))
     if not procs:
         return None
     procs += [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
@@ -169,9 +154,9 @@ def read_summary(run_dir: str | Path) -> dict:
     """The run's summary.json, or one rebuilt from its events when the run never wrote it: still
     running while its processes live, else ended without a record (killed with its supervisor)."""
     run_dir = Path(run_dir)
-    path = run_dir / "summary.json"
-    if path.is_file():
-        return read_json(path)
+    summary = RunFolder(run_dir).summary()
+    if summary is not None:
+        return summary
     records = read_events(run_dir)
     steps = [r for r in records if r.get("event") == "step"]
     ends = [r for r in records if r.get("event") in ("done", "error")]
@@ -191,13 +176,14 @@ def read_summary(run_dir: str | Path) -> dict:
 
 
 def _config_of(run_dir: Path) -> dict:
-    cfg = read_json(run_dir / "config.json")
+    folder = RunFolder(run_dir)
+    cfg = folder.config_data()
     try:
         return {"model": cfg["model"]["name"], "precision": cfg["precision"]["dtype"],
                 "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
                 "batch_size": cfg["loader"]["batch_size"]}
     except (KeyError, TypeError) as e:
-        raise ConfigError(f"{str(run_dir / 'config.json')!r} lacks {e}; the folder is damaged") from None
+        raise ConfigError(f"{str(folder.config_file)!r} lacks {e}; the folder is damaged") from None
 
 
 def list_runs(root: str | Path | None = None):
@@ -210,7 +196,7 @@ def list_runs(root: str | Path | None = None):
         raise ConfigError(f"run store {str(root)!r} is a file, not a folder of runs; give the folder "
                           "that holds the run folders (default ./runs or $WORKBENCH_RUNS)")
     rows = []
-    for run_dir in sorted(p for p in root.glob("*") if (p / "config.json").is_file()):
+    for run_dir in sorted(p for p in root.glob("*") if RunFolder(p).holds_run()):
         row = {"run": run_dir.name, "path": str(run_dir)}
         try:
             row.update(_config_of(run_dir))
@@ -239,7 +225,7 @@ def run_to_first_step(run_dir: str | Path) -> dict:
     """From the launcher's start (launch.json) to rank 0's first step, and whether a warm worker
     took the run (and had warmed up by then)."""
     run_dir = Path(run_dir)
-    launch = read_json(run_dir / LAUNCH)
+    launch = read_json(RunFolder(run_dir).launch_file)
     step = next((r for r in read_events(run_dir) if r.get("event") == "step" and r.get("rank") == 0),
                 None)
     spare = launch.get("warm")
@@ -250,7 +236,7 @@ def run_to_first_step(run_dir: str | Path) -> dict:
 
 
 def load_config(run_dir: str | Path) -> RunConfig:
-    return RunConfig.load(Path(run_dir) / "config.json")
+    return RunFolder(run_dir).config()
 
 
 def time_per_sample_ms(run_dir: str | Path) -> list[float]:

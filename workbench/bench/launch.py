@@ -13,7 +13,6 @@ to be ready; no spare warms up while another variant is timed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -23,11 +22,11 @@ import time
 from pathlib import Path
 
 from ..config import RunConfig
-from ..distributed import warm
-from ..distributed.launch import run, start_run
+from ..distributed.launch import launcher, run, start_run
 from ..events import read_events
 from ..export.bundle import export
 from ..measure.compare import median_interval
+from ..runfolder import RunFolder
 from ..runstore import create_run_dir
 
 THREADS = "1"  # per process, in every variant: what torchrun gives each rank
@@ -47,17 +46,17 @@ def _first_step_t(run_dir, nproc: int, timeout_s: float = 300) -> float:
 
 def workbench_launch(cfg: RunConfig, hot: bool) -> tuple[float, Path]:
     if hot:
-        warm.keep_warm(cfg)
-        if not warm.wait_ready(300):
+        launcher().keep_warm(cfg)
+        if not launcher().wait_ready(300):
             raise RuntimeError("no warm spare after 300 s")
     else:
-        warm.stop_spares()
+        launcher().close()
     t0 = time.time()
     handle = start_run(cfg.replace(**{"run.warm_worker": hot}))
     first = _first_step_t(handle.run_dir, cfg.distributed.nproc)
     handle.wait(300)
-    warm.stop_spares()  # its replacement would warm up while the next variant is timed
-    if hot and "warm" not in json.loads((handle.run_dir / "launch.json").read_text()):
+    launcher().close()  # its replacement would warm up while the next variant is timed
+    if hot and "warm" not in RunFolder(handle.run_dir).launch():
         raise RuntimeError(f"the warm variant started cold: {handle.run_dir}")
     return first - t0, handle.run_dir
 
@@ -66,9 +65,9 @@ def torchrun_launch(cfg: RunConfig) -> tuple[float, Path]:
     run_dir = create_run_dir(cfg)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={cfg.distributed.nproc}", "-m", "workbench.worker",
-           "--config", str(run_dir / "config.json")]
+           "--config", str(RunFolder(run_dir).config_file)]
     t0 = time.time()
-    with open(run_dir / "launcher.log", "wb") as log:
+    with open(RunFolder(run_dir).log_file, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, OMP_NUM_THREADS=THREADS))
     first = _first_step_t(run_dir, cfg.distributed.nproc)
@@ -109,7 +108,7 @@ def breakdown(run_dir, t0: float) -> dict[str, float]:
 
 
 def _launch_t0(run_dir) -> float:
-    return json.loads((Path(run_dir) / "launch.json").read_text())["t"]
+    return RunFolder(run_dir).launch()["t"]
 
 
 def _median_text(values: list[float]) -> str:
@@ -154,7 +153,7 @@ def launch_to_first_step(rounds: int, base: RunConfig) -> None:
             print(f"round {i + 1}: " + ", ".join(f"{k.split(',', 1)[-1].strip()} {v[-1]:.2f} s"
                                                  for k, v in times.items()), flush=True)
     finally:
-        warm.stop_spares()
+        launcher().close()
     print(f"\nRun -> first step, {THREADS} thread per process, medians of {rounds} interleaved "
           f"rounds [95 % interval of the median]:")
     for name, values in times.items():

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ..config import ConfigError
+from ..runfolder import CONFIG, RunFolder
 
 
 def add_parser(sub):
@@ -27,8 +28,8 @@ def check_run_dirs(run_dirs) -> list[Path]:
         path = Path(raw)
         if not path.exists():
             raise ConfigError(f"RUN_DIR {raw!r} does not exist; `workbench runs` lists the runs")
-        if not path.is_dir() or not (path / "config.json").is_file():
-            raise ConfigError(f"RUN_DIR {raw!r} is not a run folder (no config.json inside); "
+        if not path.is_dir() or not RunFolder(path).holds_run():
+            raise ConfigError(f"RUN_DIR {raw!r} is not a run folder (no {CONFIG} inside); "
                               "`workbench runs` lists the runs")
         paths.append(path)
     return paths

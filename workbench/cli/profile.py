@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from ..config import ConfigError, RunConfig
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
 from .run import parse_settings
 
 FLAGS = {"precision": "precision.dtype", "batch_size": "loader.batch_size",
@@ -25,11 +25,12 @@ def add_parser(sub):
     p.add_argument("--config", help="a RunConfig JSON file")
     p.add_argument("--preset", choices=["default", "smoke", "transformer"], default="default",
                    help="the base config without --config (transformer: the small language model)")
-    p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
-    p.add_argument("--precision", help="fp32 | bf16 | fp16")
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
+                                               "file.py:factory"]))
+    p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--batch-size", type=int)
     p.add_argument("--nproc", type=int, help="ranks on this machine (torchrun); one profile per rank")
-    p.add_argument("--device", help="auto | cpu | cuda")
+    p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--threads", type=int, help="intra-op threads per process (run.threads)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="any config field, e.g. --set train.checkpoint='[\"blocks.layers.*\"]'")

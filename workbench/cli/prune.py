@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_DATA, ConfigError, RunConfig
+from ..config import BUILTIN_DATA, BUILTIN_MODELS, ConfigError, RunConfig
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 TRAIN_EPOCHS = 5  # in-process training of a fresh model: seconds on digits, about 95 % accuracy
@@ -30,7 +30,8 @@ def add_subject_args(p) -> None:
                    help="run the model/data factory a --run-dir names even though this workbench "
                         "did not create that folder here (read its code first)")
     p.add_argument("--config", help="a RunConfig JSON file (default: the digits MLP 64-256-256-10)")
-    p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
+                                               "file.py:factory"]))
     p.add_argument("--width", type=int, help="built-in model width")
     p.add_argument("--depth", type=int, help="built-in model depth")
     p.add_argument("--data", help=" | ".join(BUILTIN_DATA) + " (default: what the run or the "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import ConfigError, RunConfig
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
 
 EXIT_DIVERGED = 3
 
@@ -31,8 +31,9 @@ def add_parser(sub):
                        description="Train one config; exits non-zero with a one-line reason on failure.")
     p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument("--precision", help="fp32 | bf16 | fp16")
-    p.add_argument("--model", help="mlp | cnn | transformer | package.module:factory | file.py:factory")
+    p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
+                                               "file.py:factory"]))
     p.add_argument("--steps", type=int, help="the most steps (run.steps)")
     p.add_argument("--budget-s", type=float, help="end the run after this many seconds of steps "
                                                   "(run.time_budget_s), or after --steps if sooner")
@@ -41,10 +42,11 @@ def add_parser(sub):
     p.add_argument("--nnodes", type=int, help="machines in a multi-node run (needs --rdzv-endpoint)")
     p.add_argument("--node-rank", type=int, help="this machine's index, 0..nnodes-1")
     p.add_argument("--rdzv-endpoint", help="host:port of node 0, the same on every node")
-    p.add_argument("--backend", help="auto | gloo | nccl (auto: nccl on GPUs, gloo on CPUs)")
+    p.add_argument("--backend", help=" | ".join(choices("distributed.backend")) +
+                   " (auto: nccl on GPUs, gloo on CPUs)")
     p.add_argument("--max-restarts", type=int, help="restart every rank this many times on a failure")
     p.add_argument("--lr", type=float)
-    p.add_argument("--device", help="auto | cpu | cuda")
+    p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--seed", type=int)
     p.add_argument("--label")
     p.add_argument("--oversubscribe", action="store_true", default=None,

@@ -14,6 +14,7 @@ import shlex
 import sys
 
 from ..config import RunConfig
+from ..runfolder import RunFolder
 from .slurm import per_node, slurm_job
 from .torchrun import PYTHON_TORCHRUN, RESTART_ENV, WORKER, torchrun_args
 
@@ -26,23 +27,24 @@ def cluster_config(cfg: RunConfig, nodes: int, gpus_per_node: int, endpoint: str
 
 def node_command(cfg: RunConfig, node_rank: int, run_dir: str = "runs/cluster-job") -> str:
     """The line to run on node `node_rank` (the same on every node but for --node-rank)."""
-    d = cfg.distributed
+    d, folder = cfg.distributed, RunFolder(run_dir)
     return shlex.join(["env", *(f"{k}={v}" for k, v in RESTART_ENV.items()), *torchrun_args(
-        [*WORKER, "--config", f"{run_dir}/config.json"], nproc=d.nproc, nnodes=d.nnodes,
+        [*WORKER, "--config", str(folder.config_file)], nproc=d.nproc, nnodes=d.nnodes,
         node_rank=node_rank, endpoint=d.rdzv_endpoint, max_restarts=d.max_restarts,
-        log_dir=f"{run_dir}/torchrun_logs", runner=PYTHON_TORCHRUN)])
+        log_dir=str(folder.torchrun_logs), runner=PYTHON_TORCHRUN)])
 
 
 def slurm_script(cfg: RunConfig, nodes: int = 2, gpus_per_node: int = 8, port: int = 29400,
                  run_dir: str = "runs/$SLURM_JOB_ID", time: str = "01:00:00", cpus: int = 16) -> str:
     """A batch file: config.json written next to the events, one torchrun per node via srun."""
     c = cluster_config(cfg, nodes, gpus_per_node, f"head:{port}")
-    line = torchrun_args([*WORKER, "--config", "$RUN_DIR/config.json"], nproc=gpus_per_node,
+    folder = RunFolder("$RUN_DIR")  # the job's shell names the folder
+    line = torchrun_args([*WORKER, "--config", str(folder.config_file)], nproc=gpus_per_node,
                          nnodes="$SLURM_NNODES", node_rank="$SLURM_NODEID",
                          endpoint=f"$head_node:{port}", max_restarts=c.distributed.max_restarts,
-                         log_dir="$RUN_DIR/torchrun_logs_node$SLURM_NODEID", runner=PYTHON_TORCHRUN)
+                         log_dir=f"{folder.torchrun_logs}_node$SLURM_NODEID", runner=PYTHON_TORCHRUN)
     setup = (f'export RUN_DIR={run_dir}\nmkdir -p "$RUN_DIR"\n'
-             f"cat > \"$RUN_DIR/config.json\" <<'JSON'\n{c.to_json()}\nJSON")
+             f"cat > \"{folder.config_file}\" <<'JSON'\n{c.to_json()}\nJSON")
     return slurm_job(per_node(line), name=c.run.label or "workbench", nodes=nodes,
                      nproc=gpus_per_node, gpus=gpus_per_node > 0, port=port, cpus_per_task=cpus,
                      time_limit=time, setup=setup)

@@ -10,6 +10,9 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
             | stopped (the Stop button, Ctrl-C) | supervisor_signalled (a signal from elsewhere)
             | launcher_exited (the kernel or CLI that started the run died)
 A restart under distributed.max_restarts keeps each failed attempt's diagnosis in `restarts`.
+A SLURM job adds SLURM's word (workbench.distributed.jobs): slurm_timeout, unschedulable,
+slurm_cancelled. `diagnose` asks a table of rules (RULES) in order; the first that recognises the
+evidence names the cause.
 """
 from __future__ import annotations
 
@@ -18,12 +21,14 @@ import os
 import re
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import RunConfig
-from ..disk import DISK_FULL, Reserve, disk_message, write_json_atomic
+from ..disk import DISK_FULL, Reserve, disk_message
 from ..events import read_events
 from ..procs import same_process
+from ..runfolder import FINAL_KEY, RunFolder
 from ..runstore import read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
@@ -73,10 +78,11 @@ def torchrun_exit_codes(log_text: str) -> dict[int, int]:
 
 
 def traceback_of(run_dir: Path, rank: int, record: dict) -> str:
-    path = run_dir / f"rank{rank}.traceback.txt"
+    folder = RunFolder(run_dir)
+    path = folder.traceback_file(rank)
     if path.is_file():
         return path.read_text(errors="replace")
-    for err in sorted(run_dir.glob("torchrun_logs/**/error.json")):  # torchrun's error file
+    for err in sorted(folder.torchrun_logs.glob("**/error.json")):  # torchrun's error file
         try:
             info = json.loads(err.read_text())["message"]
         except (ValueError, KeyError, TypeError):
@@ -88,7 +94,7 @@ def traceback_of(run_dir: Path, rank: int, record: dict) -> str:
 
 def _multi_rank(run_dir: Path) -> bool:
     try:
-        return RunConfig.load(run_dir / "config.json").distributed.world_size > 1
+        return RunFolder(run_dir).config().distributed.world_size > 1
     except Exception:  # noqa: BLE001 - no readable config: assume torchrun
         return True
 
@@ -99,85 +105,171 @@ def last_step(run_dir: Path) -> int:
     return max((_last_step(recs) for recs in by_rank.values()), default=0)
 
 
+@dataclass
+class Evidence:
+    """What a failed run (or one failed attempt) left behind, read once for every rule."""
+
+    run_dir: Path
+    returncode: int | None
+    log_text: str
+    attempt: int
+    agent_pid: int | None  # the torchrun agent the supervisor started, whose exit is `returncode`
+    by_rank: dict[int, list[dict]]  # the attempt's records, heartbeats left out
+    ends: dict[int, dict | None]  # each rank's last done/error record, None when it wrote none
+    failed: list[dict]  # the ranks' failure records, earliest first
+
+    @classmethod
+    def read(cls, run_dir: Path, returncode: int | None, log_text: str, attempt: int | None,
+             agent_pid: int | None) -> "Evidence":
+        records = [r for r in read_events(run_dir) if r.get("event") != "heartbeat"]
+        attempt, by_rank = _latest(records, attempt)
+        ends = {rank: next((r for r in reversed(recs) if r.get("event") in ("done", "error")), None)
+                for rank, recs in by_rank.items()}
+        failed = sorted((r for r in ends.values() if r and r.get("status") == "failed"),
+                        key=lambda r: r.get("t", 0))
+        return cls(run_dir, returncode, log_text, attempt, agent_pid, by_rank, ends, failed)
+
+    @property
+    def own(self) -> list[dict]:
+        """Failures a rank caused itself, not its reaction to another rank's end."""
+        return [r for r in self.failed if not is_knock_on(r)]
+
+    @property
+    def last_step(self) -> int:
+        return max((_last_step(recs) for recs in self.by_rank.values()), default=0)
+
+
+@dataclass
+class Diagnosis:
+    """How a failed run ended: the cause, the rank at fault when there is one, and one line."""
+
+    cause: str
+    error_type: str | None
+    message: str
+    failed_rank: int | None = None
+    signal: str | None = None
+    traceback: str | None = None
+    status: str | None = None  # set only when the run counts as stopped, not failed
+
+    def as_dict(self, attempt: int) -> dict:
+        fields = {k: v for k, v in vars(self).items() if v is not None or k == "error_type"}
+        return {**fields, "attempt": attempt}
+
+
+def _disk_full(e: Evidence) -> Diagnosis | None:
+    if e.own and e.own[0].get("error_type") == "DiskFull":
+        r = e.own[0]
+        rank = int(r["rank"])
+        return Diagnosis("disk_full", "DiskFull", f"rank {rank} stopped after step "
+                         f"{_last_step(e.by_rank[rank])}: {r.get('message')}", failed_rank=rank)
+    return None
+
+
+def _raised(e: Evidence) -> Diagnosis | None:
+    """A rank raised by itself: its traceback, not the others' reactions."""
+    if not e.own:
+        return None
+    r = e.own[0]
+    rank = int(r["rank"])
+    return Diagnosis("raised", r.get("error_type"), f"rank {rank} raised {r.get('error_type')} "
+                     f"{_when(r, e.by_rank[rank])}: {r.get('message')}", failed_rank=rank,
+                     traceback=traceback_of(e.run_dir, rank, r))
+
+
+def _agent_killed(e: Evidence) -> Diagnosis | None:
+    if e.agent_pid is None or e.returncode is None or e.returncode >= 0:
+        return None
+    how = signal_name(e.returncode)
+    oom = " (SIGKILL: the kernel's OOM killer, or another program)" \
+        if e.returncode == -signal.SIGKILL else ""
+    return Diagnosis("agent_killed", "AgentKilled",
+                     f"the torchrun agent (pid {e.agent_pid}) was killed by {how} after step "
+                     f"{e.last_step}, and its ranks ended with it; no rank failed by itself{oom}",
+                     signal=how)
+
+
+def _agent_signalled(e: Evidence) -> Diagnosis | None:
+    """torchrun got a signal, stopped its ranks and exited."""
+    signalled = {int(pid): int(sig) for pid, sig in _AGENT_SIGNAL.findall(e.log_text)}
+    if e.agent_pid is None or e.agent_pid not in signalled:
+        return None
+    how = signal_name(-signalled[e.agent_pid])
+    return Diagnosis("agent_signalled", "AgentSignalled",
+                     f"the torchrun agent (pid {e.agent_pid}) got {how} from another program and "
+                     f"stopped every rank after step {e.last_step}", signal=how, status="stopped")
+
+
+def _killed(e: Evidence) -> Diagnosis | None:
+    """A rank that wrote no end record died by a signal."""
+    codes = torchrun_exit_codes(e.log_text)
+    if e.returncode is not None and e.returncode < 0 and len(e.by_rank) <= 1:
+        codes.setdefault(next(iter(e.by_rank), 0), e.returncode)  # one process: the supervisor's child
+    silent = [rank for rank, end in e.ends.items() if end is None]
+    killed = silent or [rank for rank, code in codes.items() if code == -signal.SIGKILL]
+    if not killed:
+        return None
+    rank = min(killed)
+    code = codes.get(rank, -signal.SIGKILL)
+    how = signal_name(code)
+    oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
+          "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
+    return Diagnosis("killed", "Killed", f"rank {rank} was killed by {how} after step "
+                     f"{_last_step(e.by_rank.get(rank, []))}{oom}", failed_rank=rank, signal=how)
+
+
+def _stalled(e: Evidence) -> Diagnosis | None:
+    """The others timed out waiting for a rank that never raised: it hung."""
+    stalled = [rank for rank, end in e.ends.items() if end and end.get("status") == "stopped"]
+    if not (e.failed and stalled):
+        return None
+    rank = stalled[0]
+    beats = [r for r in read_events(e.run_dir) if r.get("event") == "heartbeat"
+             and r.get("rank") == rank and int(r.get("attempt", 0)) == e.attempt]
+    where = f", last seen in {beats[-1].get('where')}" if beats else ""
+    return Diagnosis("stalled", "Stalled", f"rank {rank} stalled after step "
+                     f"{_last_step(e.by_rank[rank])}{where}; the others timed out waiting for it: "
+                     f"{e.failed[0].get('message')}", failed_rank=rank)
+
+
+def _first_failure(e: Evidence) -> Diagnosis | None:
+    """Only knock-on errors: the earliest is the best lead."""
+    if not e.failed:
+        return None
+    r = e.failed[0]
+    rank = int(r["rank"])
+    return Diagnosis("raised", r.get("error_type"), f"rank {rank}: {r.get('error_type')}: "
+                     f"{r.get('message')}", failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
+
+
+def _rendezvous(e: Evidence) -> Diagnosis | None:
+    """torchrun gave up before starting any rank."""
+    if e.by_rank or not _multi_rank(e.run_dir):
+        return None
+    errors = [ln.strip() for ln in e.log_text.splitlines() if "Error" in ln and ":" in ln]
+    why = f": {errors[-1][-400:]}" if errors else ""
+    return Diagnosis("rendezvous", "RendezvousError",
+                     f"torchrun exited with code {e.returncode} before any rank started, so the "
+                     f"rendezvous failed; check that the endpoint is reachable and every node uses "
+                     f"the same one{why}")
+
+
+def _exited(e: Evidence) -> Diagnosis:
+    return Diagnosis("exited", "ExitCode", f"the launcher exited with code {e.returncode} before any "
+                     f"rank reported an error; see {RunFolder(e.run_dir).log_file.name}")
+
+
+# The rules in the order they are asked; the first that recognises the evidence names the cause.
+RULES = (_disk_full, _raised, _agent_killed, _agent_signalled, _killed, _stalled, _first_failure,
+         _rendezvous, _exited)
+
+
 def diagnose(run_dir: Path, returncode: int | None, log_text: str = "", attempt: int | None = None,
              agent_pid: int | None = None) -> dict:
     """Name the rank at fault in a failed run (or in one failed attempt) and say what happened to
     it. `agent_pid`: the torchrun agent the supervisor started, whose exit is `returncode`."""
-    records = [r for r in read_events(run_dir) if r.get("event") != "heartbeat"]
-    attempt, by_rank = _latest(records, attempt)
-    ends = {rank: next((r for r in reversed(recs) if r.get("event") in ("done", "error")), None)
-            for rank, recs in by_rank.items()}
-    failed = sorted((r for r in ends.values() if r and r.get("status") == "failed"),
-                    key=lambda r: r.get("t", 0))
-    own = [r for r in failed if not is_knock_on(r)]
-    if own and own[0].get("error_type") == "DiskFull":
-        r = own[0]
-        return {"cause": "disk_full", "failed_rank": int(r["rank"]), "error_type": "DiskFull",
-                "message": f"rank {r['rank']} stopped after step {_last_step(by_rank[int(r['rank'])])}: "
-                           f"{r.get('message')}", "attempt": attempt}
-    if own:  # a rank raised by itself: its traceback, not the others' reactions
-        r = own[0]
-        rank = int(r["rank"])
-        return {"cause": "raised", "failed_rank": rank, "error_type": r.get("error_type"),
-                "message": f"rank {rank} raised {r.get('error_type')} "
-                           f"{_when(r, by_rank[rank])}: {r.get('message')}",
-                "traceback": traceback_of(run_dir, rank, r), "attempt": attempt}
-    if agent_pid is not None and returncode is not None and returncode < 0:
-        how = signal_name(returncode)
-        step = max((_last_step(recs) for recs in by_rank.values()), default=0)
-        return {"cause": "agent_killed", "error_type": "AgentKilled", "signal": how,
-                "message": f"the torchrun agent (pid {agent_pid}) was killed by {how} after step "
-                           f"{step}, and its ranks ended with it; no rank failed by itself"
-                           + (" (SIGKILL: the kernel's OOM killer, or another program)"
-                              if returncode == -signal.SIGKILL else ""), "attempt": attempt}
-    signalled = {int(pid): int(sig) for pid, sig in _AGENT_SIGNAL.findall(log_text)}
-    if agent_pid is not None and agent_pid in signalled:  # torchrun stopped its ranks and exited
-        how = signal_name(-signalled[agent_pid])
-        step = max((_last_step(recs) for recs in by_rank.values()), default=0)
-        return {"status": "stopped", "cause": "agent_signalled", "error_type": "AgentSignalled",
-                "signal": how, "message": f"the torchrun agent (pid {agent_pid}) got {how} from another "
-                                          f"program and stopped every rank after step {step}",
-                "attempt": attempt}
-    codes = torchrun_exit_codes(log_text)
-    if returncode is not None and returncode < 0 and len(by_rank) <= 1:
-        codes.setdefault(next(iter(by_rank), 0), returncode)  # one process: the supervisor's child
-    silent = [rank for rank, end in ends.items() if end is None]  # no record: died by a signal
-    killed = silent or [rank for rank, code in codes.items() if code == -signal.SIGKILL]
-    if killed:
-        rank = min(killed)
-        code = codes.get(rank, -signal.SIGKILL)
-        how = signal_name(code)
-        oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
-              "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
-        return {"cause": "killed", "failed_rank": rank, "error_type": "Killed", "signal": how,
-                "message": f"rank {rank} was killed by {how} after step "
-                           f"{_last_step(by_rank.get(rank, []))}{oom}", "attempt": attempt}
-    stalled = [rank for rank, end in ends.items() if end and end.get("status") == "stopped"]
-    if failed and stalled:  # others timed out waiting for a rank that never raised: it hung
-        rank = stalled[0]
-        beats = [r for r in read_events(run_dir) if r.get("event") == "heartbeat"
-                 and r.get("rank") == rank and int(r.get("attempt", 0)) == attempt]
-        where = f", last seen in {beats[-1].get('where')}" if beats else ""
-        return {"cause": "stalled", "failed_rank": rank, "error_type": "Stalled",
-                "message": f"rank {rank} stalled after step {_last_step(by_rank[rank])}{where}; "
-                           f"the others timed out waiting for it: {failed[0].get('message')}",
-                "attempt": attempt}
-    if failed:
-        r = failed[0]
-        rank = int(r["rank"])
-        return {"cause": "raised", "failed_rank": rank, "error_type": r.get("error_type"),
-                "message": f"rank {rank}: {r.get('error_type')}: {r.get('message')}",
-                "traceback": traceback_of(run_dir, rank, r), "attempt": attempt}
-    if not by_rank and _multi_rank(run_dir):  # torchrun gave up before starting any rank
-        errors = [ln.strip() for ln in log_text.splitlines() if "Error" in ln and ":" in ln]
-        why = f": {errors[-1][-400:]}" if errors else ""
-        return {"cause": "rendezvous", "error_type": "RendezvousError",
-                "message": f"torchrun exited with code {returncode} before any rank started, so the "
-                           f"rendezvous failed; check that the endpoint is reachable and every node "
-                           f"uses the same one{why}", "attempt": attempt}
-    return {"cause": "exited", "error_type": "ExitCode",
-            "message": f"the launcher exited with code {returncode} before any rank reported an "
-                       "error; see launcher.log", "attempt": attempt}
+    evidence = Evidence.read(run_dir, returncode, log_text, attempt, agent_pid)
+    found = next(d for rule in RULES if (d := rule(evidence)) is not None)
+    return found.as_dict(evidence.attempt)
 
 
 def disk_is_full(run_dir: Path) -> str | None:
@@ -217,9 +309,9 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     Returns it."""
     disk = disk_is_full(run_dir)
     Reserve(run_dir).release()  # the room for this summary, even on a full disk
+    folder = RunFolder(run_dir)
     summary = read_summary(run_dir)
-    log = run_dir / "launcher.log"
-    log_text = log.read_text(errors="replace") if log.is_file() else ""
+    log_text = folder.log_tail(n_chars=None)
     again = restarts(run_dir, log_text)
     if returncode == 0 and summary.get("status") in ("completed", "diverged") and not failure:
         info = {}
@@ -232,7 +324,7 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     elif stop:
         info = {"status": "stopped", "error_type": "RunStopped", **stop}
     elif disk:
-        for err in run_dir.glob("torchrun_logs/**/error.json"):
+        for err in folder.torchrun_logs.glob("**/error.json"):
             if err.stat().st_size == 0:  # a rank's knock-on error, cut to nothing by the full disk
                 err.unlink()
         info = {"status": "failed", "cause": "disk_full", "error_type": "DiskFull",
@@ -240,19 +332,16 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     else:
         info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
     summary = {k: v for k, v in summary.items() if k not in ("traceback", "rank")}
-    summary.update(info, returncode=returncode, world_size=cfg.distributed.world_size)
+    summary.update(info, world_size=cfg.distributed.world_size, **{FINAL_KEY: returncode})
     if again:
         summary.update(restarts=again, attempts=len(again) + 1)
-    write_json_atomic(run_dir / "summary.json", summary)
+    folder.write_summary(summary)
     return summary
 
 
 def ended_by_supervisor(run_dir: Path) -> bool:
     """Whether summary.json is the supervisor's final word (rank 0 writes one of its own too)."""
-    try:
-        return "returncode" in json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return False
+    return RunFolder(run_dir).final()
 
 
 def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> dict:
@@ -271,11 +360,12 @@ def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: fl
             except OSError:
                 pass
     step = last_step(run_dir)
-    reason = run_dir / "stop_reason.txt"
+    folder = RunFolder(run_dir)
+    reason = folder.stop_reason()
     how = signal_name(returncode)
-    if reason.is_file():
+    if reason is not None:
         info = {"status": "stopped", "cause": "stopped", "error_type": "RunStopped",
-                "message": f"{reason.read_text().strip()} (the supervisor did not stop in time and was "
+                "message": f"{reason} (the supervisor did not stop in time and was "
                            f"killed by {how})"}
     else:
         info = {"status": "failed", "cause": "supervisor_killed", "error_type": "SupervisorKilled",
@@ -283,10 +373,10 @@ def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: fl
                 "message": f"the supervisor (pid {pid}) was killed by {how} after step {step}, so its "
                            "ranks were ended with it; nothing in the run itself failed"}
     summary = {k: v for k, v in read_summary(run_dir).items() if k in ("steps", "final_loss")}
-    summary.update(info, returncode=returncode)
+    summary.update(info, **{FINAL_KEY: returncode})
     Reserve(run_dir).release()
     try:
-        write_json_atomic(run_dir / "summary.json", summary)
+        folder.write_summary(summary)
     except OSError:
         pass
     return summary

@@ -1,7 +1,11 @@
-"""Start training runs as child processes and own them.
+"""Start training runs as child processes and own them: a Launcher, one per kernel or CLI process.
 
-    python -c "from workbench.distributed.launch import run; from workbench import RunConfig; \
-               print(run(RunConfig.smoke().replace(**{'distributed.nproc': 2})))"
+    launcher = Launcher()                  # or launcher(): this process's own
+    plan = launcher.plan(cfg)              # every check, once; threads chosen; whether a spare takes it
+    handle = launcher.start(plan)          # handle.command: what actually ran
+    launcher.close()                       # end its spares (a process's own ends with the process)
+
+    start_run(cfg) / run(cfg) / check_launch(cfg)   # the same with this process's launcher
 
 One process: `python -m workbench.worker --config RUN_DIR/config.json`. Several: the same module
 under `torchrun` (one node on 127.0.0.1 with a free port, or several nodes at a rendezvous
@@ -10,7 +14,7 @@ process and the run: it sweeps every rank when the run is stopped, fails, stalls
 process dies, and writes how the run ended into summary.json. The kernel (or CLI) never trains
 in-process. Where a spare that fits the run is ready (workbench.distributed.warm: a run panel keeps
 one), the run is handed to it instead and skips Python's and torch's start-up. Before anything is
-written, `check_launch` refuses what this machine cannot run (workbench.distributed.limits, with
+written, the plan refuses what this machine cannot run (workbench.distributed.limits, with
 the model and data built once in a child process); the run folder is then claimed atomically, and
 launch.json records the supervisor's pid and start time so readers can tell a live run from a
 dead one.
@@ -21,24 +25,27 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ConfigError, RunConfig
-from ..disk import Reserve, disk_message, write_atomic, write_json_atomic
+from ..config import ConfigError, RunConfig, require_config
+from ..disk import Reserve, disk_message
 from ..machine.capability import resolve_device
 from ..machine.contention import ContentionMeter
 from ..machine.fit import backend_for, cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
-from ..runstore import LAUNCH, create_run_dir, read_summary, runs_root
+from ..runfolder import RunFolder
+from ..runstore import create_run_dir, read_summary, runs_root
 from ..train.data import check_data_paths
 from ..train.factory import check_spec
 from ..train.trust import named_code
 from .faults import ended_by_supervisor, record_supervisor_death
-from . import warm
-from .limits import check_limits
-from .owned import release, start_supervisor
+from .limits import Prechecks, check_limits
+from .owned import Lifelines
+from .warm import Spare, Spares, supervisor_env
 from .torchrun import WORKER, rank_command
 
 
@@ -46,47 +53,48 @@ def resolve_backend(cfg: RunConfig) -> str:
     return backend_for(cfg, resolve_device(cfg.run.device))
 
 
-def check_launch(cfg: RunConfig, folder: str | Path | None = None) -> list[str]:
-    """Refuse a run this machine cannot start, before anything is written or spawned: the config,
-    the device, the data paths, factories that name the standard library, the GPUs for nccl, then
-    the machine's limits (workbench.distributed.limits: cores, memory, the batch, the disk) with the
-    config's data and model built once in a child process. Returns notes to show the user."""
-    return _check_launch(cfg, folder)[0]
-
-
-def _check_launch(cfg: RunConfig, folder: str | Path | None) -> tuple[list[str], dict]:
-    if not isinstance(cfg, RunConfig):
-        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from a "
-                          f"dict), got {type(cfg).__name__}")
-    cfg.validate()
-    device = resolve_device(cfg.run.device)
-    check_data_paths(cfg)
-    for field, spec, _ in named_code(cfg):
-        check_spec(spec, field)
-    reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too
-    if reason:
-        raise ConfigError(reason)
-    return check_limits(cfg, device.type, Path(folder) if folder is not None else runs_root(cfg))
-
-
 def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
-    """The exact command that runs this config: copy it to a terminal or a cluster job."""
-    run_dir = Path(run_dir)
-    return rank_command(cfg.distributed, [*WORKER, "--config", str(run_dir / "config.json")],
-                        str(run_dir / "torchrun_logs"))
+    """The exact command that runs this config cold: copy it to a terminal or a cluster job."""
+    folder = RunFolder(run_dir)
+    return rank_command(cfg.distributed, [*WORKER, "--config", str(folder.config_file)],
+                        str(folder.torchrun_logs))
+
+
+@dataclass
+class LaunchPlan:
+    """A run that passed every pre-launch check, not started yet: what the launcher will start."""
+
+    config: RunConfig
+    notes: list[str]  # what the pre-launch check overrode or could not measure
+    precheck: dict  # what building the model and data in a child process measured
+    threads: ThreadChoice  # the ranks' threads and wait policy, with the reason
+    env: dict[str, str]  # what it adds to the ranks' environment
+    run_dir: Path | None  # the folder asked for; None: a fresh one under `root`
+    root: Path | None
+    spare_command: list[str] | None = None  # the spare that would take it now; None: it starts cold
+
+    @property
+    def warm(self) -> bool:
+        """Whether a spare that fits it was ready when it was planned (it may still start cold, if
+        the spare has gone by then: the handle says what ran)."""
+        return self.spare_command is not None
 
 
 class RunHandle:
     """A started run: poll it, wait for it, stop it. Its events stay in `run_dir` whatever happens.
-    `notes` says what the pre-launch check could not measure or was told to override."""
+    `command` is what ran (a spare's, when a spare took the run); `notes` says what the pre-launch
+    check could not measure or was told to override."""
 
     def __init__(self, run_dir: Path, config: RunConfig, proc: subprocess.Popen, command: list[str],
                  notes: list[str] | None = None, threads: ThreadChoice | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, launcher: "Launcher | None" = None,
+                 warm: bool = False):
         self.run_dir, self.config, self.proc, self.command = run_dir, config, proc, command
         self.notes = notes or []
         self.threads = threads  # the threads and wait policy chosen for it, with the reason
         self.env = env or {}  # what it added to the ranks' environment
+        self.warm = warm  # a spare took it
+        self.launcher = launcher
         self.started = time.time()
         self.stopped = False
         self._over = False
@@ -114,17 +122,19 @@ class RunHandle:
         if self._over:
             return
         self._over = True
-        release(self.proc.pid)
+        if self.launcher is not None:
+            self.launcher.lifelines.release(self.proc.pid)
         if code < 0 and not ended_by_supervisor(self.run_dir):
             record_supervisor_death(self.run_dir, self.proc.pid, code)
-        warm.ended(self.config, self.env)  # between runs: the next spare may start now
+        if self.launcher is not None:
+            self.launcher.spares.ended(self.config, self.env)  # between runs: the next spare may start
 
     def stop(self, reason: str = "stopped by the user", timeout_s: float = 8.0) -> int:
         """Stop every rank (SIGTERM, SIGKILL after 2 s); the run is marked stopped, events kept."""
         self.stopped = True
         if self.running():
             try:
-                write_atomic(self.run_dir / "stop_reason.txt", reason)
+                RunFolder(self.run_dir).ask_stop(reason)
             except OSError:
                 pass  # a full disk: the supervisor still stops the run, with a plainer reason
             try:
@@ -132,7 +142,8 @@ class RunHandle:
                 return self.wait(timeout_s)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-            release(self.proc.pid)  # a wedged supervisor: its lifeline closes, and it is killed
+            if self.launcher is not None:  # a wedged supervisor: its lifeline closes, it is killed
+                self.launcher.lifelines.release(self.proc.pid)
             self.proc.kill()
         return self.wait()
 
@@ -140,63 +151,164 @@ class RunHandle:
         return read_summary(self.run_dir)
 
     def log_tail(self, n_chars: int = 2000) -> str:
-        path = self.run_dir / "launcher.log"
-        return path.read_text(errors="replace")[-n_chars:] if path.is_file() else ""
+        return RunFolder(self.run_dir).log_tail(n_chars)
+
+
+class Launcher:
+    """Starts runs and owns what they leave between them: the supervisors' lifelines, the spares
+    (workbench.distributed.warm) and the pre-launch check's answers. One per kernel or CLI process
+    (`launcher()`); a test makes a fresh one and closes it."""
+
+    def __init__(self, prechecks: Prechecks | None = None) -> None:
+        self.lifelines = Lifelines()
+        self.spares = Spares(self.lifelines)
+        self.prechecks = prechecks or Prechecks()  # answers kept by what they depend on
+
+    def keep_warm(self, cfg: RunConfig | None = None) -> None:
+        self.spares.keep_warm(cfg)
+
+    def wait_ready(self, timeout_s: float = 60) -> bool:
+        return self.spares.wait_ready(timeout_s)
+
+    def close(self) -> None:
+        """End every spare and keep none (runs it started go on; their lifelines stay)."""
+        self.spares.stop()
+
+    def precheck(self, cfg: RunConfig) -> dict:
+        """What building the config's data and model in a child process measured (kept by what it
+        depends on; the child is the spare check when one is ready)."""
+        return self.prechecks.measure(cfg, self.spares.check_process)
+
+    def check(self, cfg: RunConfig, folder: str | Path | None = None) -> tuple[list[str], dict]:
+        """Refuse a run this machine cannot start, before anything is written or spawned: the
+        device, the data paths, factories that name the standard library, the one fit rule
+        (workbench.machine.fit), then the machine's limits (cores, memory, the batch, the disk) with
+        the config's data and model built once in a child process. Returns notes to show the user
+        and what the child measured."""
+        cfg = require_config(cfg)
+        device = resolve_device(cfg.run.device)
+        check_data_paths(cfg)
+        for name, spec, _ in named_code(cfg):
+            check_spec(spec, name)
+        reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too
+        if reason:
+            raise ConfigError(reason)
+        need = self.precheck(cfg)
+        folder = Path(folder) if folder is not None else runs_root(cfg)
+        return check_limits(cfg, device.type, folder, need), need
+
+    def plan(self, cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
+             *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> LaunchPlan:
+        """Every check, once, and the ranks' threads and wait policy chosen from what other programs
+        use now (workbench.machine.threads), unless `threads` brings a choice made already (every
+        run of a comparison's round shares one). `env` adds environment variables for the ranks.
+        Nothing is written or started."""
+        meter = ContentionMeter()  # the checks below run meanwhile, in this process's tree
+        run_dir = Path(run_dir) if run_dir is not None else None
+        root = Path(root) if root is not None else None
+        target = run_dir if run_dir is not None else root if root is not None else runs_root(cfg)
+        notes, need = self.check(cfg, target)
+        threads = threads or choose_threads(cfg, other_cores_now(meter))
+        env = {**threads.env(), **(env or {})}
+        spare = self.spares.would_take(cfg, supervisor_env(env))
+        return LaunchPlan(cfg, notes, need, threads, env, run_dir, root,
+                          spare.command if spare else None)
+
+    def start(self, plan: LaunchPlan) -> RunHandle:
+        """Claim the run folder and start the plan's run under a supervisor, or hand it to a spare
+        that fits it. Returns at once; the handle's command is what ran."""
+        cfg, env = plan.config, plan.env
+        run_dir = create_run_dir(cfg, plan.root, path=plan.run_dir)  # atomic: a second start is refused
+        folder = RunFolder(run_dir)
+        try:
+            Reserve(run_dir).hold()  # room for summary.json even if the run fills the disk
+            log = open(folder.log_file, "ab")
+        except OSError as e:
+            raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
+        ranks_env = supervisor_env(env)
+        spare = self.spares.take(cfg, ranks_env)  # from here the run counts as going
+        try:
+            with log:
+                proc, command, how = self._hand_to(spare, run_dir) if spare else (None, None, {})
+                if proc is None:
+                    command = worker_command(cfg, run_dir)  # cold: built only now, on a free port
+                    proc = self.lifelines.start_supervisor(["--run-dir", str(run_dir)], command, log,
+                                                           ranks_env)
+        except BaseException:
+            self.spares.ended(cfg, env)
+            raise
+        handle = RunHandle(run_dir, cfg, proc, command, plan.notes, plan.threads, env, self,
+                           warm=bool(how))
+        try:  # who to look for: a reader tells a dead run from a live one by these pids
+            folder.write_launch({
+                "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
+                "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
+                "launcher_created": created_time(), "notes": plan.notes, "precheck": plan.precheck,
+                "threads": plan.threads.as_dict(), **how})
+        except OSError as e:
+            handle.stop("the run folder could not be written")
+            raise ConfigError(disk_message(folder.launch_file, e, "writing")) from None
+        return handle
+
+    @staticmethod
+    def _hand_to(spare: Spare, run_dir: Path) -> tuple:
+        """(supervisor, command, launch record fields) when the spare took the run; Nones when it
+        had gone meanwhile."""
+        if spare.hand_over(run_dir):
+            return spare.proc, spare.command, {"warm": spare.record()}
+        return None, None, {}
+
+    def start_run(self, cfg: RunConfig, run_dir: str | Path | None = None,
+                  root: str | Path | None = None, *, env: dict[str, str] | None = None,
+                  threads: ThreadChoice | None = None) -> RunHandle:
+        return self.start(self.plan(cfg, run_dir, root, env=env, threads=threads))
+
+    def run(self, cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
+            *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> dict:
+        """Start a run, wait for it, and return its summary (status says how it ended)."""
+        handle = self.start_run(cfg, run_dir, env=env, threads=threads)
+        try:
+            handle.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            handle.stop(f"timed out after {timeout_s:g} s")
+        except BaseException:
+            handle.stop("interrupted (Ctrl-C)")
+            raise
+        return {"run_dir": str(handle.run_dir), "returncode": handle.returncode, **handle.summary()}
+
+
+_OWN: list[Launcher] = []  # this process's launcher, made when first asked for
+_OWN_LOCK = threading.Lock()
+
+
+def launcher() -> Launcher:
+    """This process's launcher (a kernel's, a CLI's): the one the panels and commands share."""
+    with _OWN_LOCK:
+        if not _OWN:
+            _OWN.append(Launcher())
+        return _OWN[0]
+
+
+def use_launcher(new: Launcher) -> Launcher:
+    """Make `new` this process's launcher; returns the one it replaces (tests start each fresh)."""
+    old = launcher()
+    with _OWN_LOCK:
+        _OWN[0] = new
+    return old
+
+
+def check_launch(cfg: RunConfig, folder: str | Path | None = None) -> list[str]:
+    """The pre-launch checks of this process's launcher (Launcher.check); returns the notes."""
+    return launcher().check(cfg, folder)[0]
 
 
 def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
               *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> RunHandle:
-    """Validate, check the machine, claim the run folder, and start the worker(s) under a
-    supervisor, or hand the run to a spare that fits it (workbench.distributed.warm). Returns at
-    once. `env` adds environment variables for the ranks (OMP_NUM_THREADS). The ranks' threads and
-    wait policy are chosen from what other programs use now (workbench.machine.threads), unless
-    `threads` brings a choice made already (every run of a comparison's round shares one)."""
-    meter = ContentionMeter()  # the checks below run meanwhile, in this process's tree
-    target = Path(run_dir) if run_dir is not None else Path(root) if root is not None else None
-    notes, need = _check_launch(cfg, target if target is not None else runs_root(cfg))  # nothing written
-    threads = threads or choose_threads(cfg, other_cores_now(meter))
-    env = {**threads.env(), **(env or {})}
-    run_dir = create_run_dir(cfg, root, path=run_dir)  # atomic: a second start here is refused
-    command = worker_command(cfg, run_dir)
-    try:
-        Reserve(run_dir).hold()  # room for summary.json even if the run fills the disk
-        log = open(run_dir / "launcher.log", "ab")
-    except OSError as e:
-        raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
-    supervisor_env = warm.supervisor_env(env)
-    spare = warm.take(cfg, supervisor_env)  # from here the run counts as going
-    try:
-        with log:
-            if spare is not None and spare.hand_over(run_dir):
-                proc, how = spare.proc, {"warm": spare.record()}
-            else:
-                proc, how = start_supervisor(["--run-dir", str(run_dir)], command, log,
-                                             supervisor_env), {}
-    except BaseException:
-        warm.ended(cfg, env)
-        raise
-    handle = RunHandle(run_dir, cfg, proc, command, notes, threads, env)
-    try:  # who to look for: a reader tells a dead run from a live one by these pids
-        write_json_atomic(run_dir / LAUNCH, {
-            "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
-            "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
-            "launcher_created": created_time(), "notes": notes, "precheck": need,
-            "threads": threads.as_dict(), **how})
-    except OSError as e:
-        handle.stop("the run folder could not be written")
-        raise ConfigError(disk_message(run_dir / LAUNCH, e, "writing")) from None
-    return handle
+    """Plan and start a run with this process's launcher (Launcher.plan, Launcher.start)."""
+    return launcher().start_run(cfg, run_dir, root, env=env, threads=threads)
 
 
 def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
         *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> dict:
-    """Start a run, wait for it, and return its summary (status says how it ended)."""
-    handle = start_run(cfg, run_dir, env=env, threads=threads)
-    try:
-        handle.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        handle.stop(f"timed out after {timeout_s:g} s")
-    except BaseException:
-        handle.stop("interrupted (Ctrl-C)")
-        raise
-    return {"run_dir": str(handle.run_dir), "returncode": handle.returncode, **handle.summary()}
+    """Start a run with this process's launcher, wait for it, and return its summary."""
+    return launcher().run(cfg, run_dir, timeout_s, env=env, threads=threads)

@@ -2,7 +2,8 @@
 the loader workers against the usable cores, the memory a rank holds against free RAM (or free GPU
 memory), the batch against the data, and the disk the run will write against the free space there.
 
-    notes = check_limits(cfg, device, need, folder)   # need: precheck(cfg)
+    need = prechecks.measure(cfg, new_process)   # a Launcher's Prechecks and check processes
+    notes = check_limits(cfg, device, folder, need)
 
 What cannot work is refused (ConfigError, one line with the numbers). What would only be slow
 (more busy threads or workers than cores) is refused too unless the user says run.oversubscribe=true
@@ -10,8 +11,8 @@ What cannot work is refused (ConfigError, one line with the numbers). What would
 
 The need comes from workbench.train.precheck, run once per config in a short-lived child process
 (the user's factory never runs in the kernel; a spare one, past its imports, where a run panel keeps
-spares: workbench.distributed.warm), and is kept (in this process and in the user's cache,
-prechecks/) for configs that name no code or name a file that has not changed since; what it is
+spares: workbench.distributed.warm), and is kept (by the launcher's Prechecks and in the user's
+cache, prechecks/) for configs that name no code or name a file that has not changed since; what it is
 compared with (free memory, free disk, cores) is read anew at every launch.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -35,13 +37,11 @@ from ..machine.cpu import memory_info
 from ..machine.gpu import gpu_free_gib
 from ..train.flops import StepCost, memory_need_gib
 from ..machine.fit import core_limits, oversubscribed
-from .warm import check_process
 
 GIB = 2**30
 PRECHECK_TIMEOUT_S = 120.0
 EVENT_BYTES = 400  # one step record, with room for memory fields
 CUDA_CONTEXT_GIB = 1.0
-_CACHE: dict[str, dict] = {}
 
 
 def _cache_key(cfg: RunConfig) -> str | None:
@@ -72,19 +72,43 @@ def _stored(key: str) -> Path:
     return cache_dir() / "prechecks" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
-def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
-    """Build the config's data and model in a child process and return what it measured; a config
-    whose model or data cannot be built is a ConfigError with the child's one line."""
-    key = _cache_key(cfg)
-    keep = key is not None and cfg.data.name != "image_folder"  # a folder of files may change unseen
-    if keep and key not in _CACHE:
-        try:
-            _CACHE[key] = json.loads(_stored(key).read_text())
-        except (OSError, ValueError):
-            pass
-    if key is not None and key in _CACHE:
-        return _CACHE[key]
-    proc = check_process()  # torch already imported in it when a run panel keeps a spare
+class Prechecks:
+    """The pre-launch check's answers, kept by what they depend on for a launcher's life (and on
+    disk, in the user's cache)."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, dict] = {}
+
+    def measure(self, cfg: RunConfig, new_process: Callable[[], subprocess.Popen],
+                timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
+        """Build the config's data and model in a child process (`new_process`: a spare one, past
+        its imports, or a new one) and return what it measured; a config whose model or data
+        cannot be built is a ConfigError with the child's one line."""
+        key = _cache_key(cfg)
+        keep = key is not None and cfg.data.name != "image_folder"  # a folder may change unseen
+        if keep and key not in self._answers:
+            try:
+                self._answers[key] = json.loads(_stored(key).read_text())
+            except (OSError, ValueError):
+                pass
+        if key is not None and key in self._answers:
+            return self._answers[key]
+        result = _measure(cfg, new_process(), timeout_s)
+        if result.get("timed_out"):
+            return result
+        if key is not None:
+            self._answers[key] = result
+        if keep:
+            try:
+                _stored(key).parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(_stored(key), result)
+            except OSError:
+                pass  # not kept: measured again next time
+        return result
+
+
+def _measure(cfg: RunConfig, proc: subprocess.Popen, timeout_s: float) -> dict:
+    """Send the config to a check process and read its answer."""
     try:
         stdout, stderr = proc.communicate(cfg.to_json(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -105,14 +129,6 @@ def precheck(cfg: RunConfig, timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
     result = json.loads(lines[-1])
     if not result.get("ok"):
         raise ConfigError(result["error"])
-    if key is not None:
-        _CACHE[key] = result
-    if keep:
-        try:
-            _stored(key).parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(_stored(key), result)
-        except OSError:
-            pass  # not kept: measured again next time
     return result
 
 
@@ -194,14 +210,13 @@ def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
                           "left on device; free some space or choose another folder (run.runs_dir, --run-dir)")
 
 
-def check_limits(cfg: RunConfig, device_type: str, folder: Path) -> tuple[list[str], dict]:
-    """Every check against this machine; returns notes (what was overridden, what was not
-    measured) and what the precheck measured."""
+def check_limits(cfg: RunConfig, device_type: str, folder: Path, need: dict) -> list[str]:
+    """Every check against this machine, with what the precheck measured (`need`); returns notes
+    (what was overridden, what was not measured)."""
     notes = check_cores(cfg)
-    need = precheck(cfg)
     if not need.get("timed_out"):
         notes += check_memory(cfg, need, device_type)
         check_disk(cfg, need, folder)
     else:
         notes.append(need["note"])
-    return notes, need
+    return notes

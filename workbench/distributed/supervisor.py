@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from ..config import RunConfig
+from ..runfolder import RunFolder
 from ..disk import disk_message, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
 from ..train.warm import JOB
@@ -155,7 +155,7 @@ def _parent_gone(parent_fd: int | None) -> bool:
 class Supervisor:
     def __init__(self, run_dir: Path, command: list[str], parent_fd: int | None):
         self.run_dir, self.command, self.parent_fd = run_dir, command, parent_fd
-        self.cfg = RunConfig.load(run_dir / "config.json")
+        self.cfg = RunFolder(run_dir).config()
         self.watchdog = Watchdog(run_dir, self.cfg)
         self.stop: dict | None = None  # {cause, message}: the run was ended on purpose
         self.failure: dict | None = None
@@ -199,7 +199,7 @@ class Supervisor:
             _log(f"killed {left} process(es) left behind after the run ended")
         if self.torchrun_logs is not None and self.torchrun_logs.is_dir():
             try:  # where a cold run keeps them, so the diagnosis finds torchrun's error files
-                shutil.move(str(self.torchrun_logs), str(self.run_dir / "torchrun_logs"))
+                shutil.move(str(self.torchrun_logs), str(RunFolder(self.run_dir).torchrun_logs))
             except OSError as e:
                 _log(f"torchrun's logs stay in {self.torchrun_logs}: {e}")
         agent = child.pid if self.cfg.distributed.world_size > 1 else None
@@ -209,15 +209,15 @@ class Supervisor:
             _log(f"run ended: {summary.get('status')}: {summary.get('message', '')}".rstrip(": "))
         except OSError as e:  # even the reserve did not make room: say it where it can be seen
             _log(f"run ended, but its summary could not be written: "
-                 f"{disk_message(self.run_dir / 'summary.json', e, 'writing')}")
+                 f"{disk_message(RunFolder(self.run_dir).summary_file, e, 'writing')}")
         return returncode if returncode >= 0 else 128 - returncode
 
 
 def _stop_reason(run_dir: Path, signum: int) -> dict:
     """Stop pressed in the workbench (it writes stop_reason.txt first), or a signal from elsewhere."""
-    path = run_dir / "stop_reason.txt"
-    if path.is_file():
-        return {"cause": "stopped", "message": path.read_text().strip() or "stopped"}
+    reason = RunFolder(run_dir).stop_reason()
+    if reason is not None:
+        return {"cause": "stopped", "message": reason}
     return {"cause": "supervisor_signalled",
             "message": f"the supervisor (pid {os.getpid()}) got {signal.Signals(signum).name} from "
                        f"another program, not from the workbench's Stop, so every rank was stopped "
@@ -259,12 +259,12 @@ def serve_spare(spare_dir: Path, command: list[str], parent_fd: int) -> int:
         shutil.rmtree(spare_dir, ignore_errors=True)
         return 0
     before = (spare_dir / SPARE_LOG).read_bytes() if (spare_dir / SPARE_LOG).is_file() else b""
-    _point_output_at(run_dir / "launcher.log")
+    _point_output_at(RunFolder(run_dir).log_file)
     os.write(1, before)  # what the spare said while it waited
     supervisor = Supervisor(run_dir, command, parent_fd)
-    supervisor.torchrun_logs = spare_dir / "torchrun_logs"
+    supervisor.torchrun_logs = RunFolder(spare_dir).torchrun_logs
     _handle_signals(supervisor._on_term)
-    write_json_atomic(spare_dir / JOB, {"config": str(run_dir / "config.json"), "t": time.time()})
+    write_json_atomic(spare_dir / JOB, {"config": str(RunFolder(run_dir).config_file), "t": time.time()})
     _log(f"spare {spare_dir.name} took the run {run_dir.name}")
     try:
         return supervisor.watch(child)

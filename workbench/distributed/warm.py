@@ -2,12 +2,14 @@
 supervisor in --warm mode with its warm worker, or its torchrun agent and warm ranks) shaped like
 the last run, and one spare pre-launch check for the next config not measured yet.
 
-    keep_warm(cfg)              # a run panel asks for this when it is shown
-    wait_ready(30)              # optional: until the spare has warmed up
-    spare = take(cfg, env)      # start_run: a spare that fits this run exactly, or None (cold)
-    check = check_process()     # the pre-launch check: the spare one, or a new one
+    spares = Spares(lifelines)          # a Launcher holds one (workbench.distributed.launcher)
+    spares.keep_warm(cfg)               # a run panel asks for this when it is shown
+    spares.wait_ready(30)               # optional: until the spare has warmed up
+    spare = spares.take(cfg, env)       # the launch: a spare that fits this run exactly, or None
+    check = spares.check_process()      # the pre-launch check: the spare one, or a new one
+    spares.stop()                       # end them all and keep none
 
-Spares exist only in a process that asked for them (keep_warm), and are started only between
+Spares exist only in a launcher that asked for them (keep_warm), and are started only between
 runs (when a run panel is shown and when a run ends), never while one goes, so their start-up
 never shares the cores with a run's timed steps. A spare run is taken only by a run it fits: one
 node, the same nproc and max_restarts, the same environment, working folder and interpreter; a
@@ -32,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RunConfig
+from ..runfolder import RunFolder
 from ..train.warm import ready_marker
-from .owned import release, send, start_supervisor
+from .owned import Lifelines
 from .supervisor import SPARE_LOG
 from .torchrun import WORKER, rank_command
 
@@ -48,6 +51,12 @@ def supervisor_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def precheck_env() -> dict[str, str]:
     """The pre-launch check's: one thread, like the measure it makes of a rank's base memory."""
     return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def new_check_process() -> subprocess.Popen:
+    """A pre-launch check process waiting for its config on stdin."""
+    return subprocess.Popen([sys.executable, *PRECHECK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=precheck_env(), start_new_session=True)
 
 
 def _fit(cfg: RunConfig, env: dict[str, str]) -> tuple | None:
@@ -67,6 +76,7 @@ class Spare:
     proc: subprocess.Popen  # its supervisor
     command: list[str]  # what the supervisor runs: the warm worker, or torchrun with warm ranks
     nproc: int
+    lifelines: Lifelines
     started_t: float = field(default_factory=time.time)
 
     def alive(self) -> bool:
@@ -78,10 +88,10 @@ class Spare:
 
     def hand_over(self, run_dir: Path) -> bool:
         """Name the run on the lifeline; False when the spare has gone meanwhile."""
-        return self.alive() and send(self.proc.pid, f"{Path(run_dir).resolve()}\n")
+        return self.alive() and self.lifelines.send(self.proc.pid, f"{Path(run_dir).resolve()}\n")
 
     def end(self) -> None:
-        release(self.proc.pid)  # its supervisor sweeps its processes and removes its folder
+        self.lifelines.release(self.proc.pid)  # its supervisor sweeps its processes and its folder
 
     def record(self) -> dict:
         return {"spare_pid": self.proc.pid, "spare_started_t": round(self.started_t, 4),
@@ -97,112 +107,128 @@ class _CheckSpare:
         return self.proc.poll() is None and self.env == precheck_env()
 
 
-_LOCK = threading.Lock()
-_state = {"wanted": False, "going": 0}
-_spare: list[Spare] = []  # at most one
-_check: list[_CheckSpare] = []  # at most one
+class Spares:
+    """At most one spare run and one spare check, kept for one launcher."""
 
+    def __init__(self, lifelines: Lifelines) -> None:
+        self.lifelines = lifelines
+        self._lock = threading.Lock()
+        self._wanted = False
+        self._going = 0  # runs started through `take` and not ended yet
+        self._spare: Spare | None = None
+        self._check: _CheckSpare | None = None
 
-def _start_spare(cfg: RunConfig, env: dict[str, str], key: tuple) -> Spare:
-    folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
-    command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)], str(folder / "torchrun_logs"))
-    with open(folder / SPARE_LOG, "ab") as log:
-        proc = start_supervisor(["--warm", str(folder)], command, log, env)
-    return Spare(key, folder, proc, command, cfg.distributed.nproc)
+    @property
+    def spare(self) -> Spare | None:
+        """The spare run kept now, if any."""
+        return self._spare
 
+    @property
+    def check(self) -> subprocess.Popen | None:
+        """The spare check process kept now, if any."""
+        return self._check.proc if self._check else None
 
-def _new_check() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *PRECHECK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=precheck_env(), start_new_session=True)
+    def _start_spare(self, cfg: RunConfig, env: dict[str, str], key: tuple) -> Spare:
+        folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
+        command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)],
+                               str(RunFolder(folder).torchrun_logs))  # moved into the run it takes
+        with open(folder / SPARE_LOG, "ab") as log:
+            proc = self.lifelines.start_supervisor(["--warm", str(folder)], command, log, env)
+        return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines)
 
+    def _prepare(self, cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
+        """Have a spare run shaped like `cfg` (its ranks' environment with `extra`: the last run's
+        wait policy) and a spare check ready (called between runs only)."""
+        env = supervisor_env(extra)
+        key = _fit(cfg, env)
+        with self._lock:
+            if not self._wanted or self._going:
+                return
+            spare = self._spare
+            if key is not None and not (spare and spare.key == key and spare.alive()):
+                if spare is not None:
+                    spare.end()
+                self._spare = self._start_spare(cfg, env, key)
+            if not (self._check and self._check.fits()):
+                if self._check is not None:
+                    self._check.proc.stdin.close()  # end-of-file: it exits
+                self._check = _CheckSpare(precheck_env(), new_check_process())
 
-def _prepare(cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
-    """Have a spare run shaped like `cfg` (its ranks' environment with `extra`: the last run's
-    wait policy) and a spare check ready (called between runs only)."""
-    env = supervisor_env(extra)
-    key = _fit(cfg, env)
-    with _LOCK:
-        if not _state["wanted"] or _state["going"]:
-            return
-        if key is not None and not (_spare and _spare[0].key == key and _spare[0].alive()):
-            for old in _spare:
-                old.end()
-            _spare[:] = [_start_spare(cfg, env, key)]
-        if not (_check and _check[0].fits()):
-            for old in _check:
-                old.proc.stdin.close()  # end-of-file: it exits
-            _check[:] = [_CheckSpare(precheck_env(), _new_check())]
+    def keep_warm(self, cfg: RunConfig | None = None) -> None:
+        """From now on keep a spare run shaped like the last run and a spare check ready; with
+        `cfg`, start them now, shaped like it (unless a run goes)."""
+        self._wanted = True
+        if cfg is not None:
+            self._prepare(cfg)
 
+    def wait_ready(self, timeout_s: float = 60) -> bool:
+        """Wait until the spare run has warmed up (what a person's pause before pressing Run gives
+        it); False when there is none or it is not ready in time."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            spare = self._spare
+            if spare is None or not spare.alive():
+                return False
+            if spare.ready():
+                return True
+            time.sleep(0.05)
+        return False
 
-def keep_warm(cfg: RunConfig | None = None) -> None:
-    """From now on keep a spare run shaped like the last run and a spare check ready in this
-    process; with `cfg`, start them now, shaped like it (unless a run goes)."""
-    _state["wanted"] = True
-    if cfg is not None:
-        _prepare(cfg)
+    def would_take(self, cfg: RunConfig, env: dict[str, str]) -> Spare | None:
+        """The spare that would take a run of `cfg` started with `env` now, without taking it."""
+        key = _fit(cfg, env)
+        spare = self._spare
+        fits = spare is not None and key is not None and spare.key == key and spare.alive()
+        return spare if fits else None
 
+    def take(self, cfg: RunConfig, env: dict[str, str]) -> Spare | None:
+        """The spare run that fits `cfg` started with `env`, now this run's; None: start cold. A
+        spare that does not fit is ended. Counts the run as going until `ended`."""
+        key = _fit(cfg, env)
+        with self._lock:
+            self._going += 1
+            spare, self._spare = self._spare, None
+        if spare is not None and key is not None and spare.key == key and spare.alive():
+            return spare
+        if spare is not None:
+            spare.end()
+        return None
 
-def wait_ready(timeout_s: float = 60) -> bool:
-    """Wait until the spare run has warmed up (what a person's pause before pressing Run gives
-    it); False when there is none or it is not ready in time."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        spare = _spare[0] if _spare else None
-        if spare is None or not spare.alive():
-            return False
-        if spare.ready():
-            return True
-        time.sleep(0.05)
-    return False
+    def ended(self, cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
+        """A run started through `take` has ended: start the next spares, shaped like it (`extra`:
+        the environment it added), if nothing else goes."""
+        with self._lock:
+            self._going = max(0, self._going - 1)
+        self._prepare(cfg, extra)
 
+    def check_process(self) -> subprocess.Popen:
+        """A pre-launch check process waiting for its config on stdin: the spare when it fits (it
+        is replaced after the next run), else a new one."""
+        with self._lock:
+            spare, self._check = self._check, None
+        if spare is not None and spare.fits():
+            return spare.proc
+        if spare is not None:
+            spare.proc.stdin.close()
+        return new_check_process()
 
-def take(cfg: RunConfig, env: dict[str, str]) -> Spare | None:
-    """The spare run that fits `cfg` started with `env`, now this run's; None: start cold. A spare
-    that does not fit is ended. Counts the run as going until `ended`."""
-    key = _fit(cfg, env)
-    with _LOCK:
-        _state["going"] += 1
-        spare = _spare.pop() if _spare else None
-    if spare is not None and key is not None and spare.key == key and spare.alive():
-        return spare
-    if spare is not None:
-        spare.end()
-    return None
-
-
-def ended(cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
-    """A run started through `take` has ended: start the next spares, shaped like it (`extra`: the
-    environment it added), if nothing else goes."""
-    with _LOCK:
-        _state["going"] = max(0, _state["going"] - 1)
-    _prepare(cfg, extra)
-
-
-def check_process() -> subprocess.Popen:
-    """A pre-launch check process waiting for its config on stdin: the spare when it fits (it is
-    replaced after the next run), else a new one."""
-    with _LOCK:
-        spare = _check.pop() if _check else None
-    if spare is not None and spare.fits():
-        return spare.proc
-    if spare is not None:
-        spare.proc.stdin.close()
-    return _new_check()
-
-
-def stop_spares() -> None:
-    """End every spare of this process now and keep none (tests and benchmarks use it)."""
-    with _LOCK:
-        _state["wanted"] = False
-        spares, checks = list(_spare), list(_check)
-        _spare.clear()
-        _check.clear()
-    for spare in spares:
-        spare.end()
-        try:
-            spare.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            spare.proc.kill()
-    for check in checks:
-        check.proc.stdin.close()
-        check.proc.wait(10)
+    def stop(self) -> None:
+        """End every spare now and keep none."""
+        with self._lock:
+            self._wanted = False
+            spare, check = self._spare, self._check
+            self._spare = self._check = None
+        if spare is not None:
+            spare.end()
+            try:
+                spare.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                spare.proc.kill()
+                spare.proc.wait()
+        if check is not None:
+            check.proc.stdin.close()
+            try:
+                check.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                check.proc.kill()
+                check.proc.wait()

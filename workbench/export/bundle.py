@@ -14,13 +14,14 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..disk import disk_message
+from ..runfolder import CONFIG, JOB_FILE, RunFolder
 from ..runstore import read_summary
 from ..distributed.slurm import shell_word
 from . import commands
 from .script import DATA_FILE, save_digits, script_source
 from .user_code import copy_user_code
 
-FILES = ("config.json", "train.py", "commands.md", "run.sh", "job.slurm")
+FILES = (CONFIG, "train.py", "commands.md", "run.sh", JOB_FILE)  # config and batch file named as a run's
 
 
 @dataclass
@@ -49,10 +50,11 @@ def resolve_config(source) -> RunConfig:
         return source
     path = Path(source)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"run folder {str(path)!r} has no config.json; give a run folder "
+        folder = RunFolder(path)
+        if not folder.holds_run():
+            raise ConfigError(f"run folder {str(path)!r} has no {CONFIG}; give a run folder "
                               "(one from `workbench runs`) or a config file")
-        return RunConfig.load(path / "config.json")
+        return folder.config()
     if path.is_file():
         return RunConfig.load(path)
     raise ConfigError(f"{str(path)!r} does not exist; give a run folder or a config JSON file")
@@ -99,7 +101,6 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
 
 def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool) -> Export:
     cfg = resolve_config(source)
-    cfg.validate()
     nodes = nodes if nodes is not None else commands.default_nodes(cfg)
     if nodes < 2:
         raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")
@@ -120,14 +121,14 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     if cfg.data.name == "digits":
         save_digits(cfg, to_dir / DATA_FILE)
         result.files.append(to_dir / DATA_FILE)
-    cfg.save(to_dir / "config.json")
+    cfg.save(to_dir / CONFIG)  # an export holds its config under a run folder's name
     texts = {"train.py": script_source(cfg, specs),
              "commands.md": commands.commands_markdown(cfg, nodes, port),
              "run.sh": _run_sh(cfg, nodes, port),
-             "job.slurm": commands.slurm_job(cfg, nodes, port)}
+             JOB_FILE: commands.slurm_job(cfg, nodes, port)}
     for name, text in texts.items():
         (to_dir / name).write_text(text)
-    for name in ("run.sh", "train.py", "job.slurm"):
+    for name in ("run.sh", "train.py", JOB_FILE):
         os.chmod(to_dir / name, 0o755)
     result.files[:0] = [to_dir / n for n in FILES]
     return result

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..events import read_events
+from ..runfolder import RunFolder
 from ..net import free_port
 from .commands import single_node
 
@@ -33,7 +34,7 @@ def script_command(cfg: RunConfig, port: int) -> list[str]:
 def run_script(export_dir, steps: int | None = None, timeout_s: float = 600) -> Path:
     """Run train.py for `steps` steps; returns the folder of its per-rank loss files."""
     export_dir = Path(export_dir)
-    cfg = RunConfig.load(export_dir / "config.json")
+    cfg = RunFolder(export_dir).config()  # an export holds its config as a run folder does
     metrics = export_dir / METRICS
     shutil.rmtree(metrics, ignore_errors=True)
     args = ["--metrics", METRICS, "--out", ""] + (["--steps", str(steps)] if steps else [])
@@ -61,7 +62,7 @@ def reproduce(export_dir, run_dir=None, steps: int | None = None, rank: int = 0,
     import pandas as pd
 
     metrics = run_script(export_dir, steps, timeout_s)
-    lines = (metrics / f"rank{rank}.jsonl").read_text().splitlines()
+    lines = RunFolder(metrics).events_file(rank).read_text().splitlines()  # named as a run's
     df = pd.DataFrame([json.loads(line) for line in lines])[["step", "loss"]].rename(
         columns={"loss": "script_loss"})
     if run_dir is not None:

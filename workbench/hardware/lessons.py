@@ -22,8 +22,8 @@ from ..cache import read_json, write_json
 from ..machine.peaks import device_key
 from ..measure.compare import Ratio, paired_ratio
 from ..measure.timer import interleaved
+from ..train.precision import DTYPES
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ROUNDS = 8
 # Which instruction sets say why a CPU does a 16-bit type fast (names as in /proc/cpuinfo).
 UNITS = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16")}

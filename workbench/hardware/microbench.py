@@ -19,12 +19,12 @@ import torch
 from torch.utils.benchmark import Timer
 
 from ..measure.timer import device_sync, measure, summarize
+from ..train.precision import DTYPES
 from .allreduce import run_allreduce
 from .ceiling import Ceiling
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
-_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-                 "fp16": torch.float16, "int8": torch.int8}
+_TORCH_DTYPES = {**DTYPES, "tf32": torch.float32, "int8": torch.int8}  # the config's map, and the rest
 MIB = 2**20
 WIDE = 0.25  # a spread above this means the samples were disturbed: measure again
 ATTEMPTS = 3

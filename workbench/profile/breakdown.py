@@ -8,13 +8,13 @@ verdict. Reading a folder imports nothing it names.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError
 from ..events import read_events
+from ..runfolder import RunFolder, read_json
 from ..runstore import read_summary
 from ..train.profiling import PHASES
 from .memory import MemoryBreakdown, memory_breakdown
@@ -108,13 +108,14 @@ class Breakdown:
 
 
 def _rank_profile(run_dir: Path, path: Path, step_records: dict) -> RankProfile:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     rank = data["rank"]
     steps = []
     for n, s in zip(data["profiled_steps"], data["steps"]):
         rec = step_records.get((rank, n))
         if rec is None:
-            raise ConfigError(f"{path.name}: step {n} has no step record in rank{rank}.jsonl")
+            raise ConfigError(f"{path.name}: step {n} has no step record in "
+                              f"{RunFolder(run_dir).events_file(rank).name}")
         steps.append({"step": n, "step_time_ms": rec["step_time_ms"], **s})
     if not steps:
         raise ConfigError(f"{path.name} holds no profiled step")
@@ -125,11 +126,12 @@ def _rank_profile(run_dir: Path, path: Path, step_records: dict) -> RankProfile:
 def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) -> Breakdown:
     """The breakdown of a profiled run (a run with run.profile_steps > 0), from its files only."""
     run_dir = Path(run_dir)
-    files = sorted(run_dir.glob("profile_rank*.json"), key=lambda p: int(p.stem[len("profile_rank"):]))
+    folder = RunFolder(run_dir)
+    files = folder.profile_files()
     if not files:
-        raise ConfigError(f"{str(run_dir)!r} holds no profile_rank*.json: profile a config with "
-                          "workbench.profile.run.profile (or run.profile_steps > 0)")
-    config = json.loads((run_dir / "config.json").read_text())
+        raise ConfigError(f"{str(run_dir)!r} holds no {folder.profile_file('*').name}: profile a "
+                          "config with workbench.profile.run.profile (or run.profile_steps > 0)")
+    config = folder.config_data()
     records = {(r.get("rank", 0), r["step"]): r for r in read_events(run_dir)
                if r.get("event") == "step" and r.get("profiled")}
     ranks = [_rank_profile(run_dir, f, records) for f in files]

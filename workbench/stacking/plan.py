@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, require_config
 from ..machine.capability import resolve_device
 from ..machine.fit import cannot_run
 from ..machine.threads import threads_for
@@ -47,7 +47,7 @@ def side_effects(before: RunConfig, after: RunConfig, device) -> str:
 
 def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
     """The cumulative configs, without running anything. Skipped changes are not stacked."""
-    baseline.validate()
+    require_config(baseline)
     device = resolve_device(baseline.run.device)
     steps, cfg = [PlannedStep(Change("baseline", "baseline"), baseline)], baseline
     for item in changes:

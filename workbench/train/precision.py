@@ -11,7 +11,7 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..machine.fit import device_refusal
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the one map, per Precision
 
 
 def check_supported(cfg: RunConfig, device: torch.device) -> None:

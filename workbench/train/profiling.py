@@ -19,7 +19,8 @@ import torch
 from torch.autograd import Variable
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ..runstore import write_json_atomic
+from ..disk import write_json_atomic
+from ..runfolder import RunFolder
 from . import footprint
 from .checkpointing import resolve
 from .flops import first_batch, no_trace, step_cost
@@ -116,7 +117,8 @@ class StepProfiler:
         if self.running:
             self._stop()
         rank = self.env.rank
-        trace = f"trace_rank{rank}.json"
+        folder = RunFolder(run_dir)
+        trace = folder.trace_file(rank).name
         events = [e for e in self.prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
         steps = phases_per_step(events, self.env.world_size > 1)
         self.prof.export_chrome_trace(str(run_dir / trace))
@@ -124,9 +126,9 @@ class StepProfiler:
                "threads": torch.get_num_threads(), "profiled_steps": self.steps[:len(steps)],
                "steps": steps, "top_ops": top_ops(events, len(steps), self.cuda), "trace": trace,
                "memory": self._memory(s)}
-        write_json_atomic(run_dir / f"profile_rank{rank}.json", out)
+        write_json_atomic(folder.profile_file(rank), out)
         self.prof = None
-        return {"profiled_steps": out["profiled_steps"], "profile": f"profile_rank{rank}.json"}
+        return {"profiled_steps": out["profiled_steps"], "profile": folder.profile_file(rank).name}
 
     def _memory(self, s) -> dict:
         """Parameters, gradients and optimizer state counted from the tensors; activations from one

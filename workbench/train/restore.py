@@ -11,20 +11,19 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError
-from ..runstore import load_config
+from ..runfolder import WEIGHTS, RunFolder
 from .data import build_data
 from .models import build_model
-from .trainer import WEIGHTS
 from .trust import check_trust
 
 
 def load_model(run_dir: str | Path, trust_code: bool = False):
     run_dir = Path(run_dir)
-    path = run_dir / WEIGHTS
+    path = RunFolder(run_dir).weights_file
     if not path.is_file():
         raise ConfigError(f"run {str(run_dir)!r} has no saved weights ({WEIGHTS}); "
                           "it failed, was stopped, or ran with run.save_weights=false")
-    cfg = load_config(run_dir)
+    cfg = RunFolder(run_dir).config()
     check_trust(run_dir, cfg, trust_code)  # before any of its code is imported
     model = build_model(cfg, build_data(cfg))
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

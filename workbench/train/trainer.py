@@ -14,7 +14,6 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -23,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
 from ..events import EventWriter
-from ..runstore import LAUNCH, read_json
+from ..runfolder import RunFolder
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
 from . import memory
@@ -37,8 +36,6 @@ from .precision import apply_backend_flags, autocast, check_supported, grad_scal
 from .profiling import StepProfiler
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import cycle_batches, make_optimizer, train_step
-
-WEIGHTS = "model.pt"
 
 
 @dataclass
@@ -86,8 +83,8 @@ def threads_why(run_dir) -> dict:
     """Why the launcher chose these threads (launch.json: written as the run starts); {} for a
     rank started by hand or by a job file."""
     try:
-        return {"threads_why": read_json(Path(run_dir) / LAUNCH)["threads"]["why"]}
-    except (ConfigError, KeyError, TypeError):  # read_json names a missing or damaged file
+        return {"threads_why": RunFolder(run_dir).launch()["threads"]["why"]}
+    except (ConfigError, KeyError, TypeError):  # no launch record, or a damaged one
         return {}
 
 
@@ -254,7 +251,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
         state = {k: v.detach().cpu() for k, v in plain.state_dict().items()}
         buffer = io.BytesIO()  # serialised first, so a full disk is an OSError, not a torn file
         torch.save(state, buffer)
-        write_atomic(run_dir / WEIGHTS, buffer.getvalue())
+        write_atomic(RunFolder(run_dir).weights_file, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
         _NEVER_FREED.append(s.model)
         dist.destroy_process_group()

@@ -6,7 +6,7 @@
 
 
 It reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT),
-appends events to RUN_DIR/rank{R}.jsonl and always ends them with a `done` or `error` record.
+appends events to its file in RUN_DIR (workbench.runfolder) and always ends them with a `done` or `error` record.
 SIGTERM or Ctrl-C stops it cleanly: an `error` record with status "stopped", exit code 143.
 A rank dies with its parent (PR_SET_PDEATHSIG), writes a heartbeat every second, and an exception is
 also recorded in torchrun's error file, so torchrun reports the failing rank's own traceback.
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
-from ..disk import disk_message, is_disk_full, write_atomic, write_json_atomic
+from ..disk import disk_message, is_disk_full, write_atomic
 from ..procs import set_pdeathsig
+from ..runfolder import RunFolder
 from .heartbeat import Heartbeat, LockedWriter
 
 EXIT_STOPPED = 143
@@ -43,7 +44,7 @@ def _stop(signum, frame):
 
 def _record(run_dir: Path, env, status: str, summary: dict) -> None:
     if env.rank == 0:
-        write_json_atomic(run_dir / "summary.json", {"status": status, **summary})
+        RunFolder(run_dir).write_summary({"status": status, **summary})
 
 
 def _try(write, *args, **kwargs) -> None:
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                  phase=phase.name)
             _try(print, f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
             return EXIT_DISK_FULL
-        _try(write_atomic, run_dir / f"rank{env.rank}.traceback.txt", tb)
+        _try(write_atomic, RunFolder(run_dir).traceback_file(env.rank), tb)
         _try(events.write, "error", status="failed", error_type=type(e).__name__, message=str(e),
              phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
         _try(_record, run_dir, env, "failed",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
-from ..config import BUILTIN_MODELS, ConfigError, RunConfig
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices, matching_data, require_config
 from ..machine.capability import resolve_device, unsupported_reason
 from .choices import ChoiceButtons
 
@@ -26,12 +26,12 @@ def _w() -> dict:
 
 class Controls:
     def __init__(self, cfg: RunConfig):
-        cfg.validate()
-        self.base = cfg
+        self.base = require_config(cfg)
         device = resolve_device(cfg.run.device).type
-        self.precision = ChoiceButtons(["fp32", "bf16", "fp16"], cfg.precision.dtype, "precision",
-                                       PRECISION_TIPS)
-        self.device = ChoiceButtons(["cpu", "cuda"], device, "device",
+        self.precision = ChoiceButtons(list(choices("precision.dtype")), cfg.precision.dtype,
+                                       "precision", PRECISION_TIPS)
+        devices = [d for d in choices("run.device") if d != "auto"]  # the widget shows what auto chose
+        self.device = ChoiceButtons(devices, device, "device",
                                     {"cpu": "train on the CPU", "cuda": "train on the GPU"})
         models = list(BUILTIN_MODELS) + ([cfg.model.name] if cfg.model.name not in BUILTIN_MODELS else [])
         self.model = widgets.Dropdown(options=models, value=cfg.model.name, description="model", **_w())
@@ -64,8 +64,11 @@ class Controls:
             widgets.HBox(list(self.toggles.values()))])
 
     def config(self) -> RunConfig:
-        """The RunConfig the widgets describe (validated; ConfigError names a bad field)."""
-        return self.base.with_model(self.model.value).replace(**{
+        """The RunConfig the widgets describe, built (and so checked) once; ConfigError names a
+        bad field."""
+        model = self.model.value
+        return self.base.replace(**{
+            "model.name": model, "data.name": matching_data(model, self.base.data.name),
             "loader.batch_size": self.batch_size.value,
             "run.steps": self.steps.value, "run.time_budget_s": float(self.budget_s.value),
             "optim.lr": float(self.lr.value),

@@ -11,7 +11,7 @@ import shlex
 
 import ipywidgets as widgets
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, choices
 from ..distributed.launch import RunHandle
 from ..machine.capability import resolve_device
 from ..machine.fit import max_ranks
@@ -28,7 +28,7 @@ class DistributedPanel(RunControl):
         most = max_ranks(self.base, resolve_device(self.base.run.device))  # what the launch allows
         self.nproc = widgets.IntSlider(value=min(max(d.nproc, 2), most), min=1, max=most,
                                        description="ranks")
-        self.backend = widgets.Dropdown(options=["auto", "gloo", "nccl"], value=d.backend,
+        self.backend = widgets.Dropdown(options=choices("distributed.backend"), value=d.backend,
                                         description="backend")
         self.steps = widgets.IntText(value=self.base.run.steps, description="steps",
                                      layout=widgets.Layout(width="200px"))
@@ -55,6 +55,8 @@ class DistributedPanel(RunControl):
             controls[name].value = value
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:
-        self.command.value = ("<details open><summary>the exact command</summary><pre style="
-                              f"'white-space:pre-wrap'>{html.escape(shlex.join(handle.command))}"
-                              "</pre></details>")
+        how = ("a spare took the run: started before Run with this command, it was handed the run "
+               "folder (run.warm_worker=false starts cold)") if handle.warm else "started cold"
+        self.command.value = (f"<details open><summary>the exact command that ran ({html.escape(how)})"
+                              "</summary><pre style='white-space:pre-wrap'>"
+                              f"{html.escape(shlex.join(handle.command))}</pre></details>")

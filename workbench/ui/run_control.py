@@ -3,8 +3,9 @@ one goes says so), Stop ends every rank within seconds (events kept), the live d
 run, and when it ends the status line shows the supervisor's diagnosis from summary.json (the rank
 at fault and its own error, not another rank's knock-on error), with that rank's traceback.
 
-A panel keeps a spare, pre-imported worker ready from when it is shown (workbench.distributed.warm),
-so that Run reaches its first step in about a second; `run.warm_worker = false` starts cold.
+Panels start runs with the kernel's Launcher (workbench.distributed.launch.launcher()), which keeps
+a spare, pre-imported worker ready from when a panel is shown (workbench.distributed.warm), so that
+Run reaches its first step in about a second; `run.warm_worker = false` starts cold.
 
 Subclasses say what to run (`config`), how settings map to widgets (`apply`), and what else to do
 when a run starts or ends (`started`, `ended`).
@@ -17,8 +18,7 @@ import threading
 import ipywidgets as widgets
 
 from ..config import ConfigError, RunConfig
-from ..distributed.launch import RunHandle, start_run
-from ..distributed.warm import keep_warm
+from ..distributed.launch import RunHandle, launcher
 from .dashboard import LiveDashboard
 from .series import RunSeries
 
@@ -34,6 +34,7 @@ class RunControl:
         self.status = widgets.HTML("<span class='wb-panel-status'>ready</span>")
         self.dashboard = LiveDashboard()
         self.dashboard.on_finish(self._on_finish)
+        self.launcher = launcher()  # the kernel's: its spares serve every panel
         self.handle: RunHandle | None = None
         self.result: dict | None = None  # the summary of the last run that ended
         self.run_dirs: list = []
@@ -73,8 +74,8 @@ class RunControl:
             return
         try:
             cfg = self.config()
-            keep_warm()  # the next run after this one starts warm
-            handle = start_run(cfg)
+            self.launcher.keep_warm()  # the next run after this one starts warm
+            handle = self.launcher.start(self.launcher.plan(cfg))
         except ConfigError as e:
             self.set_status(f"cannot run: {e}", error=True)
             return
@@ -126,7 +127,7 @@ class RunControl:
 
     def _repr_mimebundle_(self, **kwargs):
         try:  # shown: a person is about to press Run, so have a spare ready for it
-            keep_warm(self.config())
+            self.launcher.keep_warm(self.config())
         except ConfigError:
             pass
         return self.widget._repr_mimebundle_(**kwargs)

@@ -1,0 +1,195 @@
+"""One run folder: the protocol between the launcher, the supervisor, the ranks and every reader,
+and the only module that names its files.
+
+    folder = RunFolder(run_dir)
+    folder.config()                # the run's RunConfig (config.json)
+    folder.events_file(rank)       # where that rank appends its events (workbench.events)
+    folder.summary()               # summary.json, or None while the run has not written one
+    folder.final()                 # whether the supervisor has recorded how the run ended
+
+Who writes what: the launcher claims the folder (RUN_ID), writes config.json and launch.json (the
+command and the supervisor's pid); each rank appends rankR.jsonl and, on an error, its traceback;
+rank 0 writes the weights and a first summary.json; the supervisor completes summary.json with the
+return code (then the summary is final) and moves torchrun's logs in; a stop request is
+stop_reason.txt. Plain files only: nothing here imports what a config names, and the rank side may
+import it (it imports only the config and the disk helpers).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import ConfigError, RunConfig
+from .disk import disk_message, write_atomic, write_json_atomic
+
+CONFIG = "config.json"  # the run's RunConfig, written once when the folder is claimed
+SUMMARY = "summary.json"  # how the run ended; final once it has the return code
+LAUNCH = "launch.json"  # the command and the supervisor's pid and start time
+STOP_REASON = "stop_reason.txt"  # why the user (or a timeout) stopped the run
+LAUNCHER_LOG = "launcher.log"  # the supervisor's and torchrun's output
+TORCHRUN_LOGS = "torchrun_logs"  # torchrun's per-rank logs (several ranks)
+WEIGHTS = "model.pt"  # the trained weights (rank 0)
+RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed (provenance)
+EVENTS = "rank{rank}.jsonl"
+TRACEBACK = "rank{rank}.traceback.txt"
+PROFILE = "profile_rank{rank}.json"  # the profiled steps' phases, operators and memory
+TRACE = "trace_rank{rank}.json"  # Chrome/Perfetto trace of the profiled steps
+JOB = "slurm_job.json"  # a submitted run's SLURM job id and how to reach its cluster
+JOB_FILE = "job.slurm"  # the batch file a submitted run was started with
+FINAL_KEY = "returncode"  # the key the supervisor adds when it completes the summary
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a run folder, or a one-line ConfigError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise ConfigError(f"{str(path)!r} is not valid JSON ({e}); the folder is damaged") from None
+    except OSError as e:
+        raise ConfigError(disk_message(path, e, "reading")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; "
+                          "the folder is damaged")
+    return data
+
+
+def _numbered(pattern: str, path: Path) -> int:
+    """The rank in a per-rank file name (rank3.jsonl -> 3)."""
+    head, tail = pattern.split("{rank}")
+    return int(path.name[len(head):len(path.name) - len(tail)])
+
+
+class RunFolder:
+    """The files of one run, read and written by name. Holds no state but the path."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    # --- where things are --------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def launch_file(self) -> Path:
+        return self.path / LAUNCH
+
+    @property
+    def stop_file(self) -> Path:
+        return self.path / STOP_REASON
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LAUNCHER_LOG
+
+    @property
+    def torchrun_logs(self) -> Path:
+        return self.path / TORCHRUN_LOGS
+
+    @property
+    def weights_file(self) -> Path:
+        return self.path / WEIGHTS
+
+    @property
+    def job_record_file(self) -> Path:
+        return self.path / JOB
+
+    @property
+    def job_file(self) -> Path:
+        return self.path / JOB_FILE
+
+    def job(self) -> dict | None:
+        """The SLURM job record of a submitted run, or None for a run started here."""
+        return read_json(self.job_record_file) if self.job_record_file.is_file() else None
+
+    def write_job(self, record: dict) -> None:
+        write_json_atomic(self.job_record_file, record)
+
+    @property
+    def run_id_file(self) -> Path:
+        return self.path / RUN_ID
+
+    def events_file(self, rank: int) -> Path:
+        return self.path / EVENTS.format(rank=rank)
+
+    def traceback_file(self, rank: int) -> Path:
+        return self.path / TRACEBACK.format(rank=rank)
+
+    def profile_file(self, rank: int) -> Path:
+        return self.path / PROFILE.format(rank=rank)
+
+    def trace_file(self, rank: int) -> Path:
+        return self.path / TRACE.format(rank=rank)
+
+    def events_files(self) -> list[Path]:
+        """Every rank's events file, by rank."""
+        return self._per_rank(EVENTS)
+
+    def profile_files(self) -> list[Path]:
+        return self._per_rank(PROFILE)
+
+    def _per_rank(self, pattern: str) -> list[Path]:
+        files = [p for p in self.path.glob(pattern.format(rank="*"))
+                 if p.name[len(pattern.split("{rank}")[0]):].split(".")[0].isdigit()]
+        return sorted(files, key=lambda p: _numbered(pattern, p))
+
+    # --- the config ----------------------------------------------------------------------------
+    def holds_run(self) -> bool:
+        """A folder with a config: a run was claimed here (whatever became of it)."""
+        return self.config_file.is_file()
+
+    def config(self) -> RunConfig:
+        return RunConfig.load(self.config_file)
+
+    def config_data(self) -> dict:
+        """The config as plain data, without building it: a damaged one still lists."""
+        return read_json(self.config_file)
+
+    def write_config(self, cfg: RunConfig) -> None:
+        cfg.save(self.config_file)
+
+    # --- the summary ---------------------------------------------------------------------------
+    def summary(self) -> dict | None:
+        """summary.json, or None while no process has written it."""
+        return read_json(self.summary_file) if self.summary_file.is_file() else None
+
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(self.summary_file, summary)
+
+    def final(self) -> bool:
+        """Whether the supervisor has recorded how the run ended (the summary has its return code).
+        A summary written by rank 0 alone is not final: the supervisor may still name a fault."""
+        try:
+            return FINAL_KEY in (self.summary() or {})
+        except ConfigError:
+            return False
+
+    # --- the launch record, the stop request, the log ----------------------------------------
+    def launch(self) -> dict | None:
+        return read_json(self.launch_file) if self.launch_file.is_file() else None
+
+    def write_launch(self, record: dict) -> None:
+        write_json_atomic(self.launch_file, record)
+
+    def stop_reason(self) -> str | None:
+        """Why the run was asked to stop, or None when nobody asked."""
+        try:
+            return self.stop_file.read_text().strip() or "stopped"
+        except FileNotFoundError:
+            return None
+
+    def ask_stop(self, reason: str) -> None:
+        write_atomic(self.stop_file, reason)
+
+    def log_tail(self, n_chars: int | None = 2000) -> str:
+        """The end of launcher.log (all of it with None); "" when there is none."""
+        path = self.log_file
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        return text if n_chars is None else text[-n_chars:]
