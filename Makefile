@@ -3,13 +3,16 @@
 # make bench - the benchmarks: ratios measured side by side in one run
 # make strip - clear notebook outputs and widget state before committing (nbstripout)
 # make gpu-check OUT=DIR - every GPU path in one command, under 8 minutes; DIR/gpucheck.json
+# make slurm-up / slurm-down - a real SLURM cluster of this machine in SLURM_DIR (root; Debian's
+#                slurmctld slurmd slurm-client munge), to try `workbench submit` on
 TORCH ?= 2.13.0
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT   ?= gpucheck-out
+SLURM_DIR ?= slurm-cluster
 
-.PHONY: setup lab test bench strip gpu-check clean
+.PHONY: setup lab test bench strip gpu-check clean slurm-up slurm-down
 
 setup: $(STAMP)
 
@@ -37,8 +40,14 @@ gpu-check:
 	@py=$$(test -x $(PY) && echo $(PY) || echo python3); \
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $$py -m workbench.gpucheck --out "$(OUT)"
 
+slurm-up: $(STAMP)
+	$(PY) -m workbench.distributed.localslurm up $(SLURM_DIR)
+
+slurm-down: $(STAMP)
+	$(PY) -m workbench.distributed.localslurm down $(SLURM_DIR)
+
 strip: $(STAMP)
 	$(VENV)/bin/nbstripout --keep-id notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) runs test-output
+	rm -rf $(VENV) runs test-output $(SLURM_DIR)

@@ -27,7 +27,7 @@ def per_node(args: list[str]) -> str:
 
 def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port: int,
               cpus_per_task: int | None = None, time_limit: str = "01:00:00", setup: str = "",
-              submit: str = "Submit with: sbatch job.slurm") -> str:
+              submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out") -> str:
     """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
     node's name); `setup` is shell run once before it (writing a config file, say)."""
     gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
@@ -40,7 +40,7 @@ def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port:
 #SBATCH --cpus-per-task={cpus_per_task or max(2, 4 * nproc)}
 {gpu}
 #SBATCH --time={time_limit}
-#SBATCH --output=%x-%j.out
+#SBATCH --output={output}
 # {submit}
 # srun starts one torchrun per node; torchrun starts {nproc} rank(s) per node; the c10d rendezvous
 # runs on the first node of the allocation, which also numbers the nodes.

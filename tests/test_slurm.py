@@ -1,0 +1,132 @@
+"""Runs submitted to a real SLURM cluster (Debian's slurmctld, slurmd and munge, a cluster of this
+machine in its own network namespace) and followed to their end: completed, failed with the rank's
+cause, cancelled, and a job the partition can never start."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from workbench.config import RunConfig
+from workbench.distributed.jobs import Job, submit
+from workbench.distributed.localslurm import LocalSlurm, missing_tools
+from workbench.events import read_events
+from workbench.runfolder import RunFolder
+from workbench.runstore import list_runs
+
+from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    lacking = missing_tools()
+    if lacking or os.geteuid() != 0:
+        why = f"needs root and {', '.join(lacking) or 'nothing more'}"
+        if os.environ.get("WORKBENCH_REQUIRE_SLURM"):
+            pytest.fail(f"the SLURM tests must run here but cannot: {why}")
+        pytest.skip(f"a local SLURM cluster {why}")
+    with LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2) as c:
+        yield c
+    assert not any(_alive(pid) for pid in c.pids.values() if pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def small(**changes) -> RunConfig:
+    return RunConfig.smoke().replace(**{"run.threads": 1, "run.eval_batches": 0, "run.steps": 5,
+                                        **changes})
+
+
+def test_the_cluster_is_real_and_listens_only_in_its_namespace(cluster):
+    info = cluster.run(["sinfo", "-h", "-o", "%P %t %c"]).stdout.split()
+    assert info == ["debug*", "idle", "2"]
+    outside = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
+    assert "slurmctld" not in outside and "slurmd" not in outside  # nothing on this machine's side
+
+
+def test_submit_wait_from_the_cli_completes_and_reads_as_a_local_run(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    env = {**cluster.env, "WORKBENCH_RUNS": str(runs)}
+    proc = subprocess.run([*cluster.prefix, sys.executable, "-m", "workbench", "submit", "--preset",
+                           "smoke", "--steps", "5", "--set", "run.threads=1", "--set",
+                           "run.eval_batches=0", "--wait", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "completed" and result["slurm"]["state"] == "COMPLETED"
+    assert f"SLURM job {result['slurm']['job_id']}" in proc.stderr and "running" in proc.stderr
+    folder = RunFolder(result["run_dir"])
+    assert folder.job()["job_id"] == result["slurm"]["job_id"] and folder.final()
+    assert "#SBATCH --nodes=1" in folder.job_file.read_text()
+    assert [r["step"] for r in read_events(folder.path) if r["event"] == "step"] == [1, 2, 3, 4, 5]
+    row = list_runs(runs).iloc[0]
+    assert row["status"] == "completed" and row["steps"] == 5
+
+
+def test_two_ranks_under_torchrun_in_one_job(cluster, free_port_for_job):
+    job = submit(small(**{"distributed.nproc": 2}), prefix=cluster.prefix, env=cluster.env,
+                 port=free_port_for_job)
+    summary = job.wait(timeout_s=300)
+    assert summary["status"] == "completed", summary
+    assert {r["rank"] for r in read_events(job.run_dir) if r["event"] == "step"} == {0, 1}
+
+
+@pytest.fixture
+def free_port_for_job():
+    from workbench.net import free_port
+
+    return free_port()
+
+
+def test_a_failing_job_names_slurm_state_and_the_rank_cause_in_one_line(cluster, tmp_path):
+    cfg = small(**{"model.name": faulty_model(tmp_path), "model.kwargs": {"mode": "raise", "rank": 0}})
+    job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    summary = job.wait(timeout_s=300)
+    assert summary["status"] == "failed" and summary["slurm"]["state"] == "FAILED", summary
+    message = summary["message"]
+    assert "\n" not in message
+    assert message.startswith(f"SLURM job {job.job_id} failed (exit code 1): rank 0 raised ValueError")
+    assert "injected fault on rank 0" in message and summary["failed_rank"] == 0
+
+
+def test_cancel_stops_the_job_and_keeps_its_events(cluster, tmp_path):
+    cfg = small(**{"run.steps": 100000, "run.save_weights": False})
+    job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    pids = {r["pid"] for r in read_events(job.run_dir) if r["event"] == "start"}
+    job.cancel()
+    summary = job.wait(timeout_s=120)
+    assert summary["status"] == "stopped" and summary["slurm"]["state"] == "CANCELLED", summary
+    assert "cancelled with scancel" in summary["message"]
+    assert summary["steps"] >= 2 and RunFolder(job.run_dir).final()
+    assert_all_gone(pids, within=30)
+
+
+def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster):
+    job = submit(small(), nodes=3, prefix=cluster.prefix, env=cluster.env)
+    summary = wait_for(lambda: job.wait(timeout_s=120), 130, "the follower to give up")
+    assert summary["status"] == "failed" and summary["cause"] == "unschedulable", summary
+    assert "SLURM can never start it" in summary["message"]
+    assert not Job(job.run_dir, cluster.prefix, cluster.env).running()
+
+
+def test_sbatch_refusal_is_one_line_and_leaves_the_config(cluster, tmp_path, monkeypatch):
+    from workbench.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sbatch refused the job"):
+        submit(small(), prefix=[*cluster.prefix, "env", "SLURM_CONF=/nonexistent"], env=cluster.env,
+               run_dir=tmp_path / "refused")
+    assert RunFolder(tmp_path / "refused").config() == small()
+    assert shutil.which("sbatch")

@@ -1,0 +1,236 @@
+"""Runs submitted to a SLURM cluster and followed to their end, from the notebook or the CLI.
+
+    job = submit(cfg)               # claim a run folder, write job.slurm there, sbatch it
+    job.state()                     # JobState: SLURM's word and why (pending for resources, ...)
+    job.wait()                      # follow it until it ends; returns the run's final summary
+    job.cancel()                    # scancel
+
+The run folder is the same as a local run's (it must be on a file system the nodes share): the
+ranks append their events there, so the dashboard draws a job as it draws a local run, and the
+batch file sends SLURM's output to the folder's launcher log. Once the job has ended, the follower
+writes the final summary with the diagnosis a local run gets (workbench.distributed.faults) and
+SLURM's own state in one line. A job SLURM can never start (more nodes or CPUs than its partition
+has) is cancelled with that reason instead of waiting forever.
+
+The SLURM commands are the ones on PATH, with this process's environment (SLURM_CONF). `prefix`
+runs them through another program (the test cluster's network namespace,
+workbench.distributed.localslurm); it is given by the caller, never read from the run folder, so
+reading a folder runs nothing it names.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ConfigError, RunConfig, require_config
+from ..machine.threads import threads_for
+from ..runfolder import RunFolder
+from ..runstore import create_run_dir
+from .faults import finish_summary, last_step
+from .slurm import per_node, shell_word, slurm_job
+from .torchrun import RESTART_ENV, WORKER, torchrun_args
+
+# SLURM's job states that end a job, and what the run's status becomes.
+ENDED = {"COMPLETED": "completed", "FAILED": "failed", "CANCELLED": "stopped", "TIMEOUT": "failed",
+         "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "PREEMPTED": "stopped",
+         "BOOT_FAIL": "failed", "DEADLINE": "failed"}
+# Reasons a pending job gives when its partition can never run it as asked.
+NEVER = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadConstraints",
+         "PartitionDown", "InvalidAccount", "InvalidQOS", "Resources_Unavailable"}
+POLL_S = 1.0
+
+
+@dataclass
+class JobState:
+    state: str  # SLURM's JobState: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    reason: str  # why it waits or ended ("None" when SLURM gives none)
+    exit_code: int | None  # the batch script's exit code once it has one
+    signal: int | None = None  # the signal that ended the batch script, if any
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def never_starts(self) -> bool:
+        return self.state == "PENDING" and self.reason in NEVER
+
+    def __str__(self) -> str:
+        why = f" ({self.reason})" if self.reason not in ("None", "") else ""
+        return f"{self.state.lower()}{why}"
+
+
+def _node_cpus(cfg: RunConfig) -> int:
+    """CPUs a node's task asks for: every rank's threads."""
+    return cfg.distributed.nproc * threads_for(cfg)
+
+
+def job_script(cfg: RunConfig, run_dir: Path, nodes: int = 1, port: int = 29500,
+               time_limit: str = "00:30:00", cpus_per_task: int | None = None) -> str:
+    """The batch file of a submitted run, from the one SLURM template: one task per node, running
+    the worker (one rank) or torchrun (several), output to the run folder's launcher log."""
+    folder = RunFolder(Path(run_dir).resolve())
+    worker = [sys.executable, *WORKER, "--config", str(folder.config_file)]
+    if nodes * cfg.distributed.nproc == 1:
+        line = shlex.join(worker)
+    else:
+        line = per_node(torchrun_args(
+            worker[1:], nproc=cfg.distributed.nproc, nnodes="$SLURM_NNODES",
+            node_rank="$SLURM_NODEID", endpoint=f"$head_node:{port}",
+            max_restarts=cfg.distributed.max_restarts,
+            log_dir=f"{folder.torchrun_logs}_node$SLURM_NODEID",
+            runner=[sys.executable, "-m", "torch.distributed.run"]))
+    env = {**RESTART_ENV, "OMP_NUM_THREADS": str(threads_for(cfg)), "PYTHONUNBUFFERED": "1"}
+    setup = "\n".join(f"export {k}={shell_word(v)}" for k, v in env.items())
+    return slurm_job(line, name=f"workbench-{folder.path.name}"[:60], nodes=nodes,
+                     nproc=cfg.distributed.nproc, gpus=cfg.run.device == "cuda", port=port,
+                     cpus_per_task=cpus_per_task or _node_cpus(cfg), time_limit=time_limit,
+                     setup=setup, output=str(folder.log_file),
+                     submit="workbench submit wrote this; it follows the job to its end")
+
+
+class Job:
+    """A run submitted to SLURM: its run folder and its job id."""
+
+    def __init__(self, run_dir: str | Path, prefix: list[str] | None = None,
+                 env: dict[str, str] | None = None):
+        self.folder = RunFolder(run_dir)
+        record = self.folder.job()
+        if record is None:
+            raise ConfigError(f"{str(run_dir)!r} holds no SLURM job (no "
+                              f"{self.folder.job_record_file.name}); submit one with "
+                              "`workbench submit`")
+        self.job_id = str(record.get("job_id", ""))
+        if not self.job_id.isdigit():
+            raise ConfigError(f"{str(self.folder.job_record_file)!r} names no job id; the folder is "
+                              "damaged")
+        self.prefix = list(prefix or [])
+        self.env = env or dict(os.environ)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    def _slurm(self, command: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.prefix, *command], capture_output=True, text=True,
+                              env=self.env, timeout=timeout)
+
+    def state(self) -> JobState:
+        """What SLURM says of the job now (scontrol: it keeps an ended job for MinJobAge)."""
+        out = self._slurm(["scontrol", "show", "job", "-o", self.job_id])
+        text = out.stdout
+        if out.returncode != 0 or "JobState=" not in text:
+            raise ConfigError(f"SLURM no longer knows job {self.job_id}: "
+                              f"{(out.stderr.strip() or text.strip())[-300:]}")
+        field = lambda name: (re.search(rf"\b{name}=(\S+)", text) or [None, ""])[1]  # noqa: E731
+        code, _, sig = field("ExitCode").partition(":")
+        return JobState(field("JobState"), field("Reason"), int(code) if code.isdigit() else None,
+                        int(sig) if sig.isdigit() and int(sig) else None)
+
+    def cancel(self, reason: str = "cancelled with scancel by the user") -> None:
+        """scancel the job; the run is recorded as stopped, with `reason`."""
+        try:
+            self.folder.ask_stop(reason)
+        except OSError:
+            pass
+        self._slurm(["scancel", self.job_id])
+
+    def wait(self, timeout_s: float | None = None, on_state=None) -> dict:
+        """Follow the job until it ends (or `timeout_s`: then it is cancelled); write and return
+        the run's final summary. `on_state` is called with each new JobState."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = None
+        while True:
+            state = self.state()
+            if str(state) != seen:
+                seen = str(state)
+                if on_state is not None:
+                    on_state(state)
+            if state.ended:
+                return self.finish(state)
+            if state.never_starts:
+                self.cancel(f"SLURM can never start it: {state.reason} (the partition has fewer "
+                            "nodes, CPUs or time than the job asks for)")
+                self._wait_ended()
+                return self.finish(self.state(), never=state.reason)
+            if deadline is not None and time.monotonic() > deadline:
+                self.cancel(f"not ended after {timeout_s:g} s ({state}): cancelled")
+                self._wait_ended()
+                return self.finish(self.state())
+            time.sleep(POLL_S)
+
+    def _wait_ended(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.state().ended:
+            time.sleep(POLL_S)
+
+    def finish(self, state: JobState, never: str | None = None) -> dict:
+        """The final summary: the local diagnosis of the ranks' events and the launcher log, with
+        SLURM's state in front of it."""
+        cfg = self.folder.config()
+        reason = self.folder.stop_reason()
+        returncode = state.exit_code if state.exit_code is not None else 1
+        if state.signal:
+            returncode = -state.signal
+        stop = None
+        if state.state in ("CANCELLED", "PREEMPTED"):
+            stop = {"cause": "slurm_cancelled" if never is None else "unschedulable",
+                    "message": reason or f"SLURM {state}"}
+        summary = finish_summary(self.run_dir, cfg, 0 if state.state == "COMPLETED" else returncode,
+                                 stop=stop)
+        step = last_step(self.run_dir)
+        summary.setdefault("steps", step)  # a rank stopped by scancel's SIGTERM wrote no count
+        if state.state == "TIMEOUT":
+            summary.update(status="failed", cause="slurm_timeout", error_type="SlurmTimeout",
+                           message=f"SLURM ended the job at its time limit after step {step}")
+        elif never is not None:
+            summary.update(status="failed", cause="unschedulable", error_type="Unschedulable")
+        head = f"SLURM job {self.job_id} {state.state.lower()}"
+        if state.exit_code:
+            head += f" (exit code {state.exit_code})"
+        if summary.get("message"):
+            summary["message"] = f"{head}: {summary['message']}"
+        elif summary.get("status") != "completed":
+            summary["message"] = head
+        summary["slurm"] = {"job_id": self.job_id, "state": state.state, "reason": state.reason,
+                            "exit_code": state.exit_code}
+        self.folder.write_summary(summary)
+        return summary
+
+    def running(self) -> bool:
+        try:
+            return not self.state().ended
+        except ConfigError:
+            return False
+
+
+def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int = 1,
+           time_limit: str = "00:30:00", cpus_per_task: int | None = None, port: int = 29500,
+           prefix: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
+    """Claim a run folder, write its batch file there and submit it with sbatch; the job id is
+    recorded in the folder. A job sbatch refuses is a ConfigError with SLURM's one line."""
+    cfg = require_config(source)
+    if nodes < 1:
+        raise ConfigError(f"nodes must be >= 1, got {nodes}")
+    run_dir = create_run_dir(cfg, path=run_dir) if run_dir is not None else create_run_dir(cfg)
+    folder = RunFolder(run_dir)
+    folder.job_file.write_text(job_script(cfg, run_dir, nodes, port, time_limit, cpus_per_task))
+    env_all = {**os.environ, **(env or {})}
+    out = subprocess.run([*(prefix or []), "sbatch", "--parsable", str(folder.job_file)],
+                         capture_output=True, text=True, env=env_all, cwd=run_dir, timeout=60)
+    job_id = out.stdout.strip().split(";")[0]
+    if out.returncode != 0 or not job_id.isdigit():
+        why = (out.stderr.strip() or out.stdout.strip() or f"exit code {out.returncode}").splitlines()
+        folder.write_summary({"status": "failed", "cause": "submit", "error_type": "SubmitFailed",
+                              "message": f"sbatch refused the job: {why[-1]}",
+                              "returncode": out.returncode})
+        raise ConfigError(f"sbatch refused the job: {why[-1]}")
+    folder.write_job({"job_id": job_id, "submitted_t": round(time.time(), 4), "nodes": nodes,
+                      "job_file": folder.job_file.name})
+    return Job(run_dir, prefix, env_all)

@@ -1,0 +1,245 @@
+"""A real SLURM cluster of this machine, in a folder: munged, slurmctld and slurmd (Debian's SLURM
+22.05) with their own config, state, spool and logs, for the tests and for people who want to try
+`workbench submit` before they meet a real cluster.
+
+    python -m workbench.distributed.localslurm up DIR     # make slurm-up: prints the SLURM_CONF line
+    python -m workbench.distributed.localslurm down DIR   # make slurm-down: stops what `up` started
+
+    with LocalSlurm(folder) as cluster:                    # the test fixture
+        cluster.run(["sbatch", "--parsable", "job.slurm"])
+
+The daemons live in a network namespace of their own, a test host with an address from the range
+reserved for network tests (198.18.0.0/15), joined to this machine by a veth pair
+(workbench.distributed.netns): nothing they open listens beyond that host and its loopback. Commands that talk to the cluster (sbatch, squeue,
+scancel, and `workbench submit` itself) run in that namespace: `cluster.prefix` is the words that
+put them there. Every daemon, the namespace and the link are stopped or removed by what started
+them, by pid. Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .netns import TestNetwork
+
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol", "ip",
+         "nsenter")
+STATE = "cluster.json"  # what `up` started, for `down`
+
+
+def missing_tools() -> list[str]:
+    """The programs a local cluster needs that this machine lacks (empty: it can run one)."""
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalSlurm:
+    """One node (this machine, `cpus` CPUs) in one partition, `debug`."""
+
+    def __init__(self, folder: str | Path, cpus: int | None = None, memory_mib: int = 4000):
+        self.folder = Path(folder).resolve()
+        self.cpus = cpus or os.cpu_count() or 1
+        self.memory_mib = memory_mib
+        self.network: TestNetwork | None = None  # the node's test host, made by `up`
+        self.namespace = ""
+        self.node_address = ""
+        self.node = socket.gethostname()  # slurmd names its node by the host name
+        self.pids: dict[str, int] = {}
+        self.machine_links: list[str] = []  # for `down` from another process
+        self.conf = self.folder / "slurm.conf"
+
+    # --- what commands need ------------------------------------------------------------------
+    @property
+    def prefix(self) -> list[str]:
+        """Words that run a command in the cluster's network namespace."""
+        return ["nsenter", f"--net=/var/run/netns/{self.namespace}"]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, command: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+        """A command in the cluster's namespace with its SLURM_CONF; output captured as text."""
+        return subprocess.run([*self.prefix, *command], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
+
+    # --- up and down ---------------------------------------------------------------------------
+    def up(self, timeout_s: float = 60) -> "LocalSlurm":
+        lacking = missing_tools()
+        if lacking:
+            raise RuntimeError(f"a local SLURM cluster needs {', '.join(lacking)}: apt-get install "
+                               "slurmctld slurmd slurm-client munge")
+        for sub in ("state", "spool", "munge"):
+            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        (self.folder / "munge").chmod(0o700)
+        try:
+            self._network()
+            self._munge()
+            self._write_conf()
+            self._save()
+            for daemon in ("slurmctld", "slurmd"):
+                log = open(self.folder / f"{daemon}.out", "ab")
+                proc = subprocess.Popen([*self.prefix, daemon, "-D", "-f", str(self.conf)],
+                                        stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                        start_new_session=True)
+                log.close()
+                self.pids[daemon] = proc.pid
+                self._save()
+            self._wait_idle(timeout_s)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _network(self) -> None:
+        self.network = TestNetwork(1, bridge_to_machine=True).open()
+        host = self.network.hosts[0]
+        self.namespace, self.node_address = host.namespace, host.address
+        self.pids["netns"] = 0  # a name, not a process: removed by `down`
+
+    def _munge(self) -> None:
+        key = self.folder / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(secrets.token_bytes(1024))
+            key.chmod(0o400)
+        m = self.folder / "munge"
+        subprocess.run(["munged", f"--socket={m / 'munge.socket'}", f"--key-file={key}",
+                        f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}",
+                        f"--seed-file={m / 'munged.seed'}", "--force"], check=True)
+        self.pids["munged"] = int((m / "munged.pid").read_text())
+
+    def _write_conf(self) -> None:
+        f = self.folder
+        self.conf.write_text("\n".join([
+            "ClusterName=workbench",
+            f"SlurmctldHost={self.node}({self.node_address})",
+            "SlurmUser=root", "SlurmdUser=root",
+            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'}",
+            "CredType=cred/munge",
+            f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool'}",
+            f"SlurmctldPidFile={f / 'slurmctld.pid'}", f"SlurmdPidFile={f / 'slurmd.pid'}",
+            f"SlurmctldLogFile={f / 'slurmctld.log'}", f"SlurmdLogFile={f / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
+            "ReturnToService=2", "MinJobAge=600",  # a finished job stays visible to squeue
+            "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
+            "JobAcctGatherType=jobacct_gather/none", "SchedulerParameters=batch_sched_delay=0",
+            f"NodeName={self.node} NodeAddr={self.node_address} CPUs={self.cpus} "
+            f"RealMemory={self.memory_mib} State=UNKNOWN",
+            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP", ""]))
+
+    def _wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for daemon in ("slurmctld", "slurmd"):
+                if not _alive(self.pids[daemon]):
+                    log = (self.folder / f"{daemon}.log")
+                    tail = log.read_text(errors="replace")[-800:] if log.is_file() else ""
+                    raise RuntimeError(f"{daemon} exited while the cluster came up:\n{tail}")
+            out = self.run(["sinfo", "-h", "-o", "%t"], timeout=30).stdout.split()
+            if out and all(state == "idle" for state in out):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the local SLURM node was not idle after {timeout_s:g} s")
+
+    def down(self) -> None:
+        """Stop every daemon `up` started (by pid), remove the link and the namespace."""
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            pid = self.pids.pop(daemon, None)
+            if pid:
+                _stop(pid)
+        if self.pids.pop("netns", None) is not None:
+            if self.network is not None:
+                self.network.close()
+            else:  # loaded by another process: remove by the names `up` saved
+                for link in self.machine_links:
+                    subprocess.run(["ip", "link", "del", link], capture_output=True)
+                subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True)
+        self._save()
+
+    def _save(self) -> None:
+        links = self.network.machine_links if self.network else self.machine_links
+        (self.folder / STATE).write_text(json.dumps({
+            "namespace": self.namespace, "links": links, "pids": self.pids,
+            "conf": str(self.conf), "prefix": self.prefix}))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "LocalSlurm":
+        """The cluster `up` started in `folder` (for `down` from another process)."""
+        state = json.loads((Path(folder) / STATE).read_text())
+        cluster = cls(folder)
+        cluster.namespace, cluster.machine_links = state["namespace"], state["links"]
+        cluster.pids = {k: int(v) for k, v in state["pids"].items()}
+        return cluster
+
+    def __enter__(self) -> "LocalSlurm":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a child of ours that exited is a zombie until reaped
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def _stop(pid: int, grace_s: float = 10.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.distributed.localslurm",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("folder")
+    args = parser.parse_args(argv)
+    if args.action == "up":
+        try:
+            cluster = LocalSlurm(args.folder).up()
+        except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+            print(f"workbench: the local SLURM cluster did not come up: {e}", file=sys.stderr)
+            return 1
+        print(f"a SLURM cluster of this machine is up in {cluster.folder}; run commands with\n"
+              f"  SLURM_CONF={cluster.conf} {' '.join(cluster.prefix)} sbatch ...\n"
+              f"stop it with: python -m workbench.distributed.localslurm down {cluster.folder}")
+        return 0
+    LocalSlurm.load(args.folder).down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
