@@ -1,5 +1,6 @@
-"""Loopback networking shared by the launcher, the torchrun agent and the ranks: free ports, "is
-this address loopback", and listening sockets bound to exactly one address (stdlib only).
+"""Networking shared by the launcher, the torchrun agent and the ranks: free ports, "is this
+address loopback", listening sockets bound to exactly one address, and which of this machine's
+addresses and interfaces reach another host (stdlib only, Linux).
 
 torch's TCPStore server listens on every interface whatever host it is given; handing it a socket
 that already listens on 127.0.0.1 (`listen_fd`) keeps a single-node run off the network.
@@ -35,6 +36,36 @@ def listen_fd(host: str, port: int) -> int:
     sock.bind((host, port))
     sock.listen(512)
     return sock.detach()
+
+
+def route_to(host: str) -> tuple[str, str | None] | None:
+    """This machine's address on the route to `host`, and its interface's name (None when no
+    interface holds it as its IPv4 address); None when `host` cannot be resolved or reached. No
+    packet is sent: connecting a UDP socket only asks the kernel for the route."""
+    try:
+        target = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            address = s.getsockname()[0]
+    except OSError:
+        return None
+    return address, interface_of(address)
+
+
+def interface_of(address: str) -> str | None:
+    """The interface whose IPv4 address is `address`."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:  # SIOCGIFADDR: the interface's IPv4 address
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue
+            if socket.inet_ntoa(packed[20:24]) == address:
+                return name
+    return None
 
 
 def loopback_ifname() -> str:

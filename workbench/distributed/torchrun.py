@@ -5,13 +5,20 @@ commands and the all-reduce benchmark all call `torchrun_args`, so the flags can
                   endpoint="127.0.0.1:29500", node_rank=0, max_restarts=0)
 
 An endpoint on loopback gets `--local-addr 127.0.0.1`; run through `LOOPBACK_RUNNER` (the
-workbench's torchrun agent) its rendezvous store also listens on 127.0.0.1 only.
+workbench's torchrun agent) its rendezvous store also listens on 127.0.0.1 only. A run across
+machines started by the launcher gets this machine's address on the route to the endpoint as its
+`--local-addr` and that interface as GLOO_SOCKET_IFNAME, and the node that holds the endpoint's
+address hosts the rendezvous (`--rdzv-conf=is_host=1`): where the host name resolves to 127.0.0.1
+(common in containers), torchrun would not know the endpoint for its own, and torchrun and gloo
+would tell the other machines to reach this one on loopback.
 """
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
-from ..net import LOOPBACK, free_port, is_loopback, loopback_ifname
+from ..net import LOOPBACK, free_port, is_loopback, loopback_ifname, route_to
 
 # Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -28,7 +35,8 @@ def loopback_runner() -> list[str]:
 def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int | str = 1,
                   node_rank: int | str | None = None, rdzv_id: str | None = None,
                   max_restarts: int | None = None, log_dir: str | None = None,
-                  runner: list[str] = TORCHRUN) -> list[str]:
+                  runner: list[str] = TORCHRUN, local_addr: str | None = None,
+                  hosts_rendezvous: bool = False) -> list[str]:
     """`runner` + torchrun flags + `program` (a script, or -m module and its arguments).
 
     Values may be shell variables ("$SLURM_NODEID") where a batch file fills them in. Flags left
@@ -41,6 +49,10 @@ def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int 
     args += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
     if is_loopback(endpoint.rpartition(":")[0]):  # every node on this machine: stay on loopback
         args += ["--local-addr", LOOPBACK]
+    elif local_addr is not None:  # this machine's address toward the others
+        args += ["--local-addr", local_addr]
+    if hosts_rendezvous:  # this node holds the endpoint's address: it serves the rendezvous store
+        args.append("--rdzv-conf=is_host=1")
     if max_restarts is not None:
         args.append(f"--max-restarts={max_restarts}")
     if log_dir is not None:
@@ -57,11 +69,24 @@ def rank_command(d, program: list[str], log_dir: str) -> list[str]:
     endpoint = f"{LOOPBACK}:{free_port()}" if d.nnodes == 1 else d.rdzv_endpoint
     local = is_loopback(endpoint.rpartition(":")[0])  # one node, or nodes simulated on this machine
     env = loopback_env() if local else dict(RESTART_ENV)
+    host = endpoint.rpartition(":")[0]
+    route = None if local else route_to(host)
+    hosts_rendezvous = route is not None and route[0] == _ipv4(host) and d.node_rank in (0, None)
+    if route is not None and route[1] is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
+        env["GLOO_SOCKET_IFNAME"] = route[1]  # the user's own setting wins
     runner = loopback_runner() if local else [sys.executable, "-m", "torch.distributed.run"]
     return ["env", *(f"{k}={v}" for k, v in env.items()),
             *torchrun_args(program, nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
                            endpoint=endpoint, max_restarts=d.max_restarts, log_dir=log_dir,
-                           runner=runner)]
+                           runner=runner, local_addr=route[0] if route else None,
+                           hosts_rendezvous=hosts_rendezvous)]
+
+
+def _ipv4(host: str) -> str | None:
+    try:
+        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+    except OSError:
+        return None
 
 
 def loopback_env() -> dict[str, str]:

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         events = LockedWriter(run_dir, env.rank, env.attempt)
         events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
                      host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
+                     **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
                      **({"warm": warm} if warm else {}))
     except OSError as e:
         _try(print, f"workbench.worker rank {env.rank}: "
