@@ -17,7 +17,7 @@ import pytest
 from launch_helpers import (assert_all_gone, faulty_model, run_pids, steps_seen, wait_for,
                             wait_for_steps)
 from workbench.events import read_events
-from workbench.distributed.launch import start_run
+from workbench.distributed.launch import run, start_run
 from workbench.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -96,6 +96,32 @@ def test_max_restarts_brings_the_group_back(smoke, tmp_path):
     failed = s["restarts"][0]
     assert (failed["attempt"], failed["cause"], failed["failed_rank"]) == (0, "raised", 1), failed
     assert "injected fault on rank 1" in failed["message"]
+    assert_all_gone(pids, within=5)
+
+
+def test_a_restart_resumes_from_the_last_saved_step_on_the_same_trajectory(smoke, tmp_path):
+    """run.save_every: rank 1 raises at step 5; the restarted attempt goes on after step 4 (the last
+    state saved), not from step 0, and its losses are those of a run that never failed."""
+    cfg = _cfg(smoke, tmp_path, mode="raise", step=5, attempt=0).replace(
+        **{"run.steps": 8, "distributed.max_restarts": 1, "run.save_every": 2})
+    handle = start_run(cfg)
+    pids = _finish(handle)
+    s = handle.summary()
+    assert s["status"] == "completed" and s["attempts"] == 2, (s, handle.log_tail())
+    assert s["resumed_from_step"] == 4 and s["steps"] == 8
+    records = read_events(handle.run_dir)
+    again = {r["rank"]: r["step"] for r in reversed(records) if r["event"] == "step" and r["attempt"] == 1}
+    assert again == {0: 5, 1: 5}  # each rank's first step of the second attempt
+    assert [r["from_step"] for r in records if r["event"] == "resumed"] == [4, 4]
+    clean = run(cfg.replace(**{"model.kwargs": {"mode": "none"}, "distributed.max_restarts": 0}),
+                timeout_s=240)
+    for rank in (0, 1):
+        resumed = {r["step"]: r["loss"] for r in records
+                   if r["event"] == "step" and r["attempt"] == 1 and r["rank"] == rank}
+        never_failed = {r["step"]: r["loss"] for r in read_events(clean["run_dir"])
+                        if r["event"] == "step" and r["rank"] == rank and r["step"] > 4}
+        assert resumed.keys() == never_failed.keys() == {5, 6, 7, 8}
+        assert resumed == pytest.approx(never_failed, abs=1e-5)
     assert_all_gone(pids, within=5)
 
 

@@ -335,6 +335,7 @@ class RunSection(_Section):
     profile_steps: int = 0  # steps right after warm-up run under torch.profiler (marked, not timed)
     oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
     warm_worker: bool = True  # hand the run to a spare, pre-imported worker when one is ready
+    save_every: int = 0  # > 0: keep a resumable state every N steps; a restart resumes from it
 
     def planned_steps(self) -> int | None:
         """The steps a run takes, when known before it starts (None: a time budget may end it)."""
@@ -343,6 +344,7 @@ class RunSection(_Section):
     def _check(self, p: str) -> None:
         _at_least(p + "steps", self.steps, 1)
         _at_least(p + "profile_steps", self.profile_steps, 0)
+        _at_least(p + "save_every", self.save_every, 0)
         if self.profile_steps > self.steps // 2:
             _fail(p + "profile_steps", self.profile_steps, f"<= run.steps // 2 ({self.steps // 2}), so "
                   "warm-up and unprofiled steps remain for the run's own figures")

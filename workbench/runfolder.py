@@ -29,6 +29,7 @@ STOP_REASON = "stop_reason.txt"  # why the user (or a timeout) stopped the run
 LAUNCHER_LOG = "launcher.log"  # the supervisor's and torchrun's output
 TORCHRUN_LOGS = "torchrun_logs"  # torchrun's per-rank logs (several ranks)
 WEIGHTS = "model.pt"  # the trained weights (rank 0)
+RESUME = "resume.pt"  # the latest resumable state (run.save_every): a restart continues from it
 RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed (provenance)
 EVENTS = "rank{rank}.jsonl"
 TRACEBACK = "rank{rank}.traceback.txt"
@@ -111,6 +112,10 @@ class RunFolder:
 
     def write_job(self, record: dict) -> None:
         write_json_atomic(self.job_record_file, record)
+
+    @property
+    def resume_file(self) -> Path:
+        return self.path / RESUME
 
     @property
     def run_id_file(self) -> Path:

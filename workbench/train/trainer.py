@@ -34,6 +34,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
+from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import cycle_batches, make_optimizer, train_step
 
@@ -77,6 +78,12 @@ class Steps:
     first_step_s: float | None = None
     profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
+    resumed_from: int = 0  # the step a restarted attempt continued after (run.save_every)
+
+    @property
+    def done(self) -> int:
+        """The run's steps so far, those of earlier attempts it resumed from included."""
+        return self.resumed_from + len(self.times)
 
 
 def threads_why(run_dir) -> dict:
@@ -159,16 +166,19 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
 
 
 def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
-              profiler: StepProfiler | None = None, phase: Phase | None = None) -> Steps:
-    """The timed loop: one `step` record per optimizer step."""
+              profiler: StepProfiler | None = None, phase: Phase | None = None,
+              run_dir=None, resumed_from: int = 0) -> Steps:
+    """The timed loop: one `step` record per optimizer step, from the step after `resumed_from`;
+    with run.save_every, rank 0 keeps a resumable state in `run_dir` every that many steps."""
     phase = phase or Phase()
     fp16 = cfg.precision.dtype == "fp16"
-    out = Steps()
+    out = Steps(resumed_from=resumed_from)
     next_mem = 0.0
-    warmup = warmup_steps(cfg.run.steps)
+    warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.device)
-    for step in range(1, cfg.run.steps + 1):
+    save_every = cfg.run.save_every if env.rank == 0 and run_dir is not None else 0
+    for step in range(resumed_from + 1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
@@ -202,6 +212,9 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         if last:
             rec["last"] = True  # the watchdog: evaluating and saving from here, not stalled
         events.write("step", **rec)
+        if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
+            phase.name = f"saving the resumable state after step {step}"
+            save_state(s, step, run_dir)
         if out.first_step_s is None:
             out.first_step_s = time.time() - s.t_launch
         out.times.append(dt)
@@ -224,7 +237,7 @@ _NEVER_FREED: list = []
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
-    summary = {"steps": len(st.times), **ended_note(cfg, len(st.times)), "params": s.params,
+    summary = {"steps": st.done, **ended_note(cfg, st.done), "params": s.params,
                "world_size": env.world_size,
                "device": str(s.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
@@ -233,6 +246,8 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     summary.update(threads_why(run_dir))
     if st.first_nonfinite is not None:
         summary["first_nonfinite_step"] = st.first_nonfinite
+    if st.resumed_from:
+        summary["resumed_from_step"] = st.resumed_from
     if st.contention is not None:
         summary["contention"] = st.contention
     summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size,
@@ -263,8 +278,14 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
     """Train per the config, writing events as it goes; returns the summary figures."""
     phase = phase or Phase()
     s = setup(cfg, events, env, phase)
+    resumed_from = 0
+    if cfg.run.save_every:
+        phase.name = "loading the resumable state"
+        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps)
+        if resumed_from:
+            events.write("resumed", from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.device, warmup_steps(cfg.run.steps))
-    st = run_steps(cfg, s, events, env, profiler, phase)
+    st = run_steps(cfg, s, events, env, profiler, phase, run_dir, resumed_from)
     phase.name = "evaluating and saving the weights"
     profiled = profiler.close(s, run_dir)  # trace and breakdown, before the group is torn down
     return {**finish(cfg, s, st, env, run_dir), **profiled}
