@@ -23,6 +23,7 @@ FLAGS = {  # flag -> dotted config field
     "nnodes": "distributed.nnodes", "node_rank": "distributed.node_rank",
     "rdzv_endpoint": "distributed.rdzv_endpoint", "backend": "distributed.backend",
     "max_restarts": "distributed.max_restarts", "oversubscribe": "run.oversubscribe",
+    "strategy": "distributed.strategy",
 }
 
 
@@ -45,6 +46,8 @@ def add_parser(sub):
     p.add_argument("--backend", help=" | ".join(choices("distributed.backend")) +
                    " (auto: nccl on GPUs, gloo on CPUs)")
     p.add_argument("--max-restarts", type=int, help="restart every rank this many times on a failure")
+    p.add_argument("--strategy", help=" | ".join(choices("distributed.strategy")) +
+                   " (fsdp: FSDP2, each rank holds a shard of the model)")
     p.add_argument("--lr", type=float)
     p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--seed", type=int)

@@ -10,6 +10,7 @@ memory is read on a timer (run.mem_every_s), never per step.
 from __future__ import annotations
 
 import io
+import resource
 import math
 import statistics
 import time
@@ -34,6 +35,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
+from .sharding import apply_fsdp, held_bytes, per_rank_bytes
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import cycle_batches, make_optimizer, train_step
@@ -63,6 +65,7 @@ class Setup:
     params: int
     t_launch: float
     contract: dict = field(default_factory=dict)  # what the check on one batch found
+    memory_plan: list | None = None  # each rank's predicted bytes (several ranks), workbench.train.sharding
 
 
 @dataclass
@@ -150,18 +153,23 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     phase.name = "counting the FLOPs of a step"
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
-    phase.name = "wrapping the model (DDP, compile) and the optimizer"
+    phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
+    plan, sharded = None, {}
     if env.world_size > 1:
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        plan = per_rank_bytes(model, cfg, env.world_size)  # from the whole model, before wrapping
+        if cfg.distributed.strategy == "fsdp":
+            sharded = {"fsdp_blocks": apply_fsdp(model, cfg)}
+        else:
+            model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
     opt = make_optimizer(cfg, model)
     loader = make_loader(data.train, cfg, train=True, rank=env.rank, world_size=env.world_size,
                          seed=cfg.run.seed)
     s = Setup(device, data, model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
-              loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch, contract)
+              loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch, contract, plan)
     events.write("ready", device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
-                 init_pg_s=init_pg_s, **contract, **memory.sample(device))
+                 init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
     return s
 
 
@@ -262,11 +270,14 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     summary["param_sum"] = param_sum(plain)  # equal on every rank when DDP kept them in sync
     mem = memory.sample(s.device)
     summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
-    if cfg.run.save_weights and env.rank == 0:
-        state = {k: v.detach().cpu() for k, v in plain.state_dict().items()}
-        buffer = io.BytesIO()  # serialised first, so a full disk is an OSError, not a torn file
-        torch.save(state, buffer)
-        write_atomic(RunFolder(run_dir).weights_file, buffer.getvalue())
+    if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
+        summary["memory_per_rank"] = memory_per_rank(cfg, s, env)
+    if cfg.run.save_weights:
+        state = full_state(plain, cfg)  # under FSDP every rank gathers; rank 0 writes
+        if env.rank == 0:
+            buffer = io.BytesIO()  # serialised first, so a full disk is an OSError, not a torn file
+            torch.save(state, buffer)
+            write_atomic(RunFolder(run_dir).weights_file, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
         _NEVER_FREED.append(s.model)
         dist.destroy_process_group()
@@ -306,8 +317,37 @@ def outcome(summary: dict) -> dict:
 
 
 def param_sum(model: torch.nn.Module) -> float:
+    """The sum of every parameter, whole (under FSDP every rank gathers each one)."""
     with torch.no_grad():
-        return sum(p.detach().double().sum().item() for p in model.parameters())
+        return sum(_whole(p.detach()).double().sum().item() for p in model.parameters())
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
+    """The model's whole state on the CPU: plain, or gathered from every rank's shards (FSDP)."""
+    if cfg.distributed.strategy == "fsdp" and dist.is_initialized():
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv) -> dict:
+    """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
+    and the peak (the allocator's on a GPU, the process's resident set on a CPU). Gradients are
+    predicted only: they are freed at every step's end."""
+    held = held_bytes(unwrap(s.model), s.opt)
+    held["peak"] = (torch.cuda.max_memory_allocated(s.device) if s.device.type == "cuda"
+                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    measured: list = [None] * env.world_size
+    dist.all_gather_object(measured, {"rank": env.rank, **held})
+    return {"strategy": cfg.distributed.strategy, "predicted": s.memory_plan,
+            "measured": measured, "not_measured": ["gradients", "activations"],
+            "not_predicted": ["activations", "peak"]}
 
 
 def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int,

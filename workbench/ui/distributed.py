@@ -32,20 +32,26 @@ class DistributedPanel(RunControl):
                                         description="backend")
         self.steps = widgets.IntText(value=self.base.run.steps, description="steps",
                                      layout=widgets.Layout(width="200px"))
+        self.strategy = widgets.Dropdown(options=choices("distributed.strategy"), value=d.strategy,
+                                         description="strategy",
+                                         tooltip="ddp: every rank holds the whole model; fsdp: "
+                                                 "each holds a shard (FSDP2)")
         self.command = widgets.HTML()
         self.widget = widgets.VBox([
-            widgets.HBox([self.nproc, self.backend, self.steps]),
+            widgets.HBox([self.nproc, self.backend, self.strategy, self.steps]),
             widgets.HBox([self.run_button, self.stop_button]), self.status, self.command,
             self.dashboard.widget])
 
     def config(self) -> RunConfig:
         return self.base.replace(**{"distributed.nproc": self.nproc.value,
                                     "distributed.backend": self.backend.value,
+                                    "distributed.strategy": self.strategy.value,
                                     "run.steps": self.steps.value})
 
     def apply(self, **settings) -> None:
-        """nproc, backend, steps."""
-        controls = {"nproc": self.nproc, "backend": self.backend, "steps": self.steps}
+        """nproc, backend, strategy, steps."""
+        controls = {"nproc": self.nproc, "backend": self.backend, "strategy": self.strategy,
+                    "steps": self.steps}
         for name, value in settings.items():
             if name not in controls:
                 raise ConfigError(f"unknown control {name!r}; allowed: {', '.join(controls)}")

@@ -1,0 +1,71 @@
+"""FSDP2 beside DDP: the strategy setting and its refusals, the block rule, and a real two-rank run
+whose per-rank parameter and optimizer bytes are predicted exactly, trains as DDP does, and saves
+whole weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench.config import ConfigError, RunConfig
+from workbench.distributed.launch import run
+from workbench.events import read_events
+from workbench.train.models import MLP, TinyTransformerLM
+from workbench.train.restore import load_model
+from workbench.train.sharding import block_names, per_rank_bytes
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"distributed.cpu_offload": True}, "distributed.cpu_offload must be false unless "
+                                        "distributed.strategy is 'fsdp', got True"),
+    ({"distributed.strategy": "fsdp", "precision.dtype": "fp16"}, "precision.dtype must be 'fp32' or 'bf16'"),
+    ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
+    ({"distributed.strategy": "fsdp", "run.save_every": 5}, "run.save_every must be 0"),
+    ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
+])
+def test_settings_fsdp_cannot_take_are_refused_in_one_line(change, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        RunConfig.smoke().replace(**change)
+    assert "\n" not in str(e.value)
+
+
+def test_the_block_rule_takes_a_transformers_layers_and_an_mlps_own_layers():
+    lm = TinyTransformerLM(vocab_size=30, seq_len=8, width=16, depth=2, heads=2)
+    assert block_names(lm, []) == ["blocks.layers.0", "blocks.layers.1"]
+    assert block_names(MLP(64, 10, width=8, depth=2), []) == ["net.1", "net.3", "net.5"]
+    assert block_names(MLP(64, 10, width=8, depth=2), ["net.1"]) == ["net.1"]
+    with pytest.raises(ConfigError, match=r"distributed.fsdp_blocks\[0\] 'nope' names no module"):
+        block_names(MLP(64, 10), ["nope"])
+
+
+def test_the_prediction_splits_each_parameter_by_rows_as_fsdp2_does():
+    cfg = RunConfig.smoke().replace(**{"distributed.strategy": "fsdp", "distributed.nproc": 3})
+    model = torch.nn.Linear(4, 10)  # weight 10 x 4, bias 10: chunks of 4, 4 and 2 rows
+    plan = per_rank_bytes(model, cfg, 3)
+    assert [r["parameters"] for r in plan] == [(16 + 4) * 4, (16 + 4) * 4, (8 + 2) * 4]
+    assert [r["optimizer"] for r in plan] == [2 * r["parameters"] + 2 * 4 for r in plan]
+
+
+@pytest.mark.slow
+def test_two_ranks_shard_the_model_as_predicted_and_train_as_ddp(tmp_path):
+    base = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
+                                        "run.eval_batches": 0, "model.width": 50})  # 50 rows: uneven
+    runs = {s: run(base.replace(**{"distributed.strategy": s}), timeout_s=300) for s in ("ddp", "fsdp")}
+    for strategy, summary in runs.items():
+        assert summary["status"] == "completed", summary
+        memory = summary["memory_per_rank"]
+        assert memory["strategy"] == strategy
+        for predicted, measured in zip(memory["predicted"], memory["measured"]):
+            assert predicted["rank"] == measured["rank"]
+            assert predicted["parameters"] == measured["parameters"]  # exactly, per rank
+            assert predicted["optimizer"] == measured["optimizer"]
+            assert measured["peak"] > 0
+    whole = runs["ddp"]["memory_per_rank"]["measured"][0]["parameters"]
+    shards = [m["parameters"] for m in runs["fsdp"]["memory_per_rank"]["measured"]]
+    assert sum(shards) == whole and max(shards) < whole  # each rank holds part, together all
+    losses = {s: [r["loss"] for r in read_events(summary["run_dir"]) if r["event"] == "step"
+                  and r["rank"] == 0] for s, summary in runs.items()}
+    assert losses["fsdp"] == pytest.approx(losses["ddp"], abs=1e-5)  # the same training
+    ready = next(r for r in read_events(runs["fsdp"]["run_dir"]) if r["event"] == "ready")
+    assert ready["fsdp_blocks"] == ["net.1", "net.3", "net.5"]
+    model = load_model(runs["fsdp"]["run_dir"])  # the saved weights are whole, not a shard
+    assert sum(p.numel() for p in model.parameters()) * 4 == whole

@@ -1,0 +1,103 @@
+"""FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
+
+    names = apply_fsdp(model, cfg)          # each block sharded, then the root
+    per_rank_bytes(model, world_size)       # predicted from the full shapes, before sharding
+    held_bytes(model, opt)                  # measured: the local shards this rank holds
+
+Which modules are blocks: `distributed.fsdp_blocks` (names or patterns, as train.checkpoint takes
+them), else the rule: the layers of the model's first nn.ModuleList (a transformer's blocks), or,
+when it has none, every module that holds parameters of its own (Linear, Conv, Embedding, norms)
+and shares none with another module. The root then shards what is left (tied weights stay there).
+
+FSDP2 splits every parameter along its first dimension in chunks of ceil(rows / ranks), so what a
+rank holds is known exactly from the shapes: rank r keeps rows [r*c, min((r+1)*c, rows)).
+Gradients are shaped like the shards; AdamW keeps two states like them plus a 4-byte step per
+parameter, SGD with momentum one.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import RunConfig
+from .checkpointing import resolve
+
+
+def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
+    if patterns:
+        return resolve(model, patterns, "distributed.fsdp_blocks")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module):
+            return [f"{name}.{i}" if name else str(i) for i in range(len(module))]
+    owners: dict[int, list[str]] = {}
+    for name, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            owners.setdefault(id(p), []).append(name)
+    return [name for name, module in model.named_modules()
+            if name and any(True for _ in module.parameters(recurse=False))
+            and all(len(owners[id(p)]) == 1 for p in module.parameters(recurse=False))]
+
+
+def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
+    """Shard the blocks, then the root, in place; returns the blocks' names."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    d = cfg.distributed
+    kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
+    if d.fsdp_mixed_precision:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                   reduce_dtype=torch.float32)
+    if d.cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    names = block_names(model, d.fsdp_blocks)
+    modules = dict(model.named_modules())
+    for name in names:
+        fully_shard(modules[name], **kwargs)
+    fully_shard(model, **kwargs)
+    return names
+
+
+def _rows(shape: torch.Size, rank: int, world_size: int) -> int:
+    if not shape:
+        return 1 if rank == 0 else 0  # a scalar lives on one rank
+    chunk = math.ceil(shape[0] / world_size)
+    return max(0, min(chunk, shape[0] - rank * chunk))
+
+
+def optimizer_factor(cfg: RunConfig) -> tuple[int, int]:
+    """(states shaped like a parameter, bytes of per-parameter scalars) for the config's optimizer."""
+    if cfg.optim.name == "adamw":
+        return 2, 4  # exp_avg, exp_avg_sq, and the step as a float32 scalar
+    return (1 if cfg.optim.momentum else 0), 0
+
+
+def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[dict]:
+    """Predicted parameter, gradient and optimizer bytes on each rank, from the unsharded model:
+    whole under DDP, each rank's chunks under FSDP."""
+    shaped, scalar = optimizer_factor(cfg)
+    params = list(model.parameters())
+    out = []
+    for rank in range(world_size):
+        total = 0
+        for p in params:
+            per_row = math.prod(p.shape[1:]) if p.dim() else 1
+            rows = _rows(p.shape, rank, world_size) if cfg.distributed.strategy == "fsdp" else (
+                p.shape[0] if p.dim() else 1)
+            total += rows * per_row * p.element_size()
+        out.append({"rank": rank, "parameters": total, "gradients": total,
+                    "optimizer": shaped * total + scalar * len(params)})
+    return out
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def held_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """The parameter and optimizer-state bytes this rank holds now (local shards under FSDP)."""
+    params = sum(_local(p).numel() * p.element_size() for p in model.parameters())
+    state = sum(_local(v).numel() * v.element_size() for s in opt.state.values()
+                for v in s.values() if torch.is_tensor(v))
+    return {"parameters": params, "optimizer": state}
