@@ -3,7 +3,10 @@
 flushed per line, so a crashed or killed run keeps everything up to its end.
 
 The reading side tails the files (the dashboard polls them from a thread), buffering a torn last
-line until its newline arrives.
+line until its newline arrives. Every record is checked against the types its readers rely on
+(FIELDS) before any reader sees it: a line that is not JSON, or whose `t` is not a number, or whose
+`step` is not an integer, is skipped and named ("rank0.jsonl line 12: 't' is not a number, got
+'x'") in the tail's `problems`, and reading goes on, so one damaged line never hides a run.
 """
 from __future__ import annotations
 
@@ -87,17 +90,63 @@ class EventWriter:
             self._fd = None
 
 
-def _parse(line: str) -> dict | None:
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62
+
+
+def _finite(v) -> bool:
+    return _number(v) and math.isfinite(v) and abs(v) < 1e18
+
+
+# The fields readers compute with, and what each must be; others are passed through unchecked.
+FIELDS = {
+    "event": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "t": (_finite, "a number"),
+    "rank": (_count, "an integer >= 0"),
+    "attempt": (_count, "an integer >= 0"),
+    "step": (_count, "an integer >= 0"),  # a heartbeat before the first step says 0
+    "loss": (_number, "a number"),
+    "samples_per_s": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    "step_time_ms": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    "data_wait_ms": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    "pid": (lambda v: _count(v) and v > 0, "a process id"),
+    "created_t": (_finite, "a number"),
+    "world_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    "status": (lambda v: isinstance(v, str), "a string"),
+    "message": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def check_record(rec) -> str | None:
+    """What makes a record unusable, in a few words; None when it is fine."""
+    if not isinstance(rec, dict):
+        return f"not a JSON object, got {type(rec).__name__}"
+    if "event" not in rec:
+        return "no 'event' field"
+    for key, (ok, allowed) in FIELDS.items():
+        if key in rec and not ok(rec[key]):
+            shown = repr(rec[key])
+            shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
+            return f"{key!r} is not {allowed}, got {shown}"
+    return None
+
+
+def _parse(line: str) -> tuple[dict | None, str | None]:
+    """The record on a line, or None and why it cannot be used."""
     try:
         rec = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(rec, dict):
-        return None
-    for k, v in rec.items():
-        if v in ("nan", "inf", "-inf"):
-            rec[k] = float(v)
-    return rec
+    except ValueError as e:  # not JSON, or a number too long to read
+        return None, f"not valid JSON ({str(e)[:60]})"
+    if isinstance(rec, dict):
+        for k, v in rec.items():
+            if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+                rec[k] = float(v)
+    problem = check_record(rec)
+    return (None, problem) if problem else (rec, None)
 
 
 class FileTail:
@@ -107,6 +156,8 @@ class FileTail:
         self.path = Path(path)
         self._offset = 0
         self._partial = b""
+        self._line = 0
+        self.problems: list[str] = []  # the lines skipped, each named with why
 
     def poll(self) -> list[dict]:
         try:
@@ -120,9 +171,15 @@ class FileTail:
         *lines, self._partial = data.split(b"\n")  # the last piece has no newline yet
         out = []
         for raw in lines:
-            rec = _parse(raw.decode("utf-8", errors="replace")) if raw.strip() else None
+            self._line += 1
+            if not raw.strip():
+                continue
+            rec, problem = _parse(raw.decode("utf-8", errors="replace"))
             if rec is not None:
                 out.append(rec)
+            else:
+                self.problems.append(f"{self.path.parent.name}: {self.path.name} line {self._line}: "
+                                     f"{problem}; skipped")
         return out
 
 
@@ -143,7 +200,19 @@ class RunTail:
         out.sort(key=lambda r: r.get("t", 0))
         return out
 
+    @property
+    def problems(self) -> list[str]:
+        """Every line skipped so far, in every rank's file, with why."""
+        return [p for tail in self._tails.values() for p in tail.problems]
+
 
 def read_events(run_dir: str | Path) -> list[dict]:
-    """Every complete record of a run, all ranks, in time order."""
+    """Every complete, usable record of a run, all ranks, in time order (damaged lines skipped:
+    `read_events_checked` names them)."""
     return RunTail(run_dir).poll()
+
+
+def read_events_checked(run_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """The usable records, and a line for each one skipped."""
+    tail = RunTail(run_dir)
+    return tail.poll(), tail.problems
