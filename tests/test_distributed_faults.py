@@ -125,6 +125,22 @@ def test_a_restart_resumes_from_the_last_saved_step_on_the_same_trajectory(smoke
     assert_all_gone(pids, within=5)
 
 
+@pytest.mark.parametrize("nproc, rank, sig", [(1, 0, signal.SIGTERM), (2, 1, signal.SIGTERM),
+                                              (2, 1, signal.SIGHUP)])
+def test_a_signal_from_another_program_to_a_rank_is_named(smoke, tmp_path, nproc, rank, sig):
+    handle = start_run(_cfg(smoke, tmp_path, mode="slow").replace(**{"distributed.nproc": nproc}))
+    wait_for_steps(handle.run_dir, ranks=nproc)
+    pid = next(r["pid"] for r in read_events(handle.run_dir)
+               if r["event"] == "start" and r["rank"] == rank)
+    os.kill(pid, sig)
+    pids = _finish(handle)
+    s = handle.summary()
+    assert (s["status"], s["cause"], s["failed_rank"], s["signal"]) == (
+        "stopped", "rank_signalled", rank, sig.name), s
+    assert s["message"].startswith(f"rank {rank} got {sig.name} from another program after step")
+    assert_all_gone(pids, within=5)
+
+
 def test_stop_ends_ranks_that_ignore_sigterm_within_5_s(smoke, tmp_path):
     handle = start_run(_cfg(smoke, tmp_path, mode="slow", ignore_sigterm=True))
     wait_for_steps(handle.run_dir, ranks=2)

@@ -6,6 +6,7 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
     cause:  raised | killed | stalled | start_timeout | rendezvous | exited | disk_full
             | agent_killed (the torchrun agent died by a signal; its ranks died with it)
             | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
+            | rank_signalled (a rank got SIGTERM/SIGINT/SIGHUP from another program: status stopped)
             | supervisor_killed (written by the launching process when the supervisor was killed)
             | stopped (the Stop button, Ctrl-C) | supervisor_signalled (a signal from elsewhere)
             | launcher_exited (the kernel or CLI that started the run died)
@@ -199,6 +200,25 @@ def _agent_signalled(e: Evidence) -> Diagnosis | None:
                      f"stopped every rank after step {e.last_step}", signal=how, status="stopped")
 
 
+def _rank_signalled(e: Evidence) -> Diagnosis | None:
+    """The first rank to end stopped on a signal nobody in the workbench sent (a Stop or a
+    watchdog's stop is recorded before the diagnosis is asked): another program signalled it.
+    A rank that hung is stopped only after the others have failed, so it is not first."""
+    ended = sorted((r for r in e.ends.values() if r and r.get("event") == "error"),
+                   key=lambda r: r.get("t", 0))
+    if not ended or ended[0].get("status") != "stopped":
+        return None
+    r = ended[0]
+    rank = int(r["rank"])
+    found = re.search(r"signal (SIG[A-Z0-9]+)", str(r.get("message", "")))
+    how = found.group(1) if found else "a signal"
+    others = " (the other ranks ended after it)" if len(e.by_rank) > 1 else ""
+    return Diagnosis("rank_signalled", "RankSignalled",
+                     f"rank {rank} got {how} from another program after step "
+                     f"{_last_step(e.by_rank[rank])} and stopped{others}", failed_rank=rank,
+                     signal=how, status="stopped")
+
+
 def _killed(e: Evidence) -> Diagnosis | None:
     """A rank that wrote no end record died by a signal."""
     codes = torchrun_exit_codes(e.log_text)
@@ -259,8 +279,8 @@ def _exited(e: Evidence) -> Diagnosis:
 
 
 # The rules in the order they are asked; the first that recognises the evidence names the cause.
-RULES = (_disk_full, _raised, _agent_killed, _agent_signalled, _killed, _stalled, _first_failure,
-         _rendezvous, _exited)
+RULES = (_disk_full, _raised, _agent_killed, _agent_signalled, _killed, _rank_signalled, _stalled,
+         _first_failure, _rendezvous, _exited)
 
 
 def diagnose(run_dir: Path, returncode: int | None, log_text: str = "", attempt: int | None = None,

@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_DISK_FULL
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGHUP, _stop)  # a closed terminal, or another program: named, not silent
     t0 = time.time()
     cfg = None
     heartbeat = Heartbeat(events, contention=ContentionMeter(run_tree_pid()) if env.rank == 0 else None)
