@@ -171,6 +171,11 @@ def user_dataset(cfg: RunConfig) -> DataBundle:
     except Exception as e:
         raise ConfigError(f"data.factory {d.factory!r}: reading sample 0 failed: "
                           f"{type(e).__name__}: {e}; a sample must be an (input tensor, label) pair") from e
+    for part, value in (("input", x), ("label", y)):
+        if isinstance(value, (list, tuple)):  # default_collate transposes these, it never stacks them
+            raise ConfigError(f"data.factory {d.factory!r}: sample 0's {part} is a Python "
+                              f"{type(value).__name__}; return a tensor, a numpy array or a number "
+                              "(a list collates into a list of per-position tensors, not a batch)")
     x, y = torch.as_tensor(x), torch.as_tensor(y)
     source = made if isinstance(made, Dataset) else train
     # Token ids with a label per position (y shaped like x): a language model's data.

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from .data import build_data
+from .data import build_data, sample_batch
 from .models import build_model, loss_fn
 from .precision import autocast
 
@@ -120,13 +120,9 @@ def count_step(model, x, y, lossf, amp=None) -> tuple[int, int, int]:
 
 
 def first_batch(dataset, batch_size: int, device):
-    """The first `batch_size` samples straight from the dataset: no loader, no sampler RNG."""
-    n = min(batch_size, len(dataset))
-    try:
-        x, y = dataset[list(range(n))]
-    except Exception:  # a dataset that takes one index at a time
-        items = [dataset[i] for i in range(n)]
-        x, y = torch.stack([a for a, _ in items]), torch.stack([torch.as_tensor(b) for _, b in items])
+    """The first `batch_size` samples straight from the dataset, collated as the loader collates
+    them (numpy arrays and numbers become tensors): no loader, no sampler RNG."""
+    x, y = sample_batch(dataset, batch_size)
     return x.to(device), y.to(device)
 
 

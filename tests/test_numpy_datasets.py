@@ -1,0 +1,58 @@
+"""Datasets as users write them: samples of numpy arrays and Python numbers train and are counted
+like tensors (default_collate turns them into batches); Python lists are refused in one line that
+says what to return."""
+from __future__ import annotations
+
+import pytest
+
+from workbench.config import ConfigError, RunConfig
+from workbench.distributed.launch import check_launch, run
+
+DATASETS = '''
+import numpy as np
+from torch.utils.data import Dataset
+
+
+class NumpyPoints(Dataset):
+    """Points in 8 dimensions, labelled by the sign of their sum: numpy arrays and Python ints."""
+    classes = 2
+
+    def __init__(self, n=256, as_list=False):
+        rng = np.random.default_rng(0)
+        self.x = rng.standard_normal((n, 8)).astype(np.float32)
+        self.y = (self.x.sum(1) > 0).astype(np.int64)
+        self.as_list = as_list
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        x = self.x[i]
+        return (x.tolist() if self.as_list else x), int(self.y[i])
+
+
+def build(as_list=False):
+    return NumpyPoints(as_list=as_list)
+'''
+
+
+def config(tmp_path, **kwargs) -> RunConfig:
+    path = tmp_path / "points.py"
+    path.write_text(DATASETS)
+    return RunConfig.smoke().replace(**{"data.name": "dataset", "data.factory": f"{path}:build",
+                                        "data.kwargs": kwargs, "run.steps": 4, "run.threads": 1,
+                                        "run.eval_batches": 2, "loader.batch_size": 16})
+
+
+def test_a_dataset_of_numpy_arrays_and_numbers_trains_and_is_counted(tmp_path):
+    summary = run(config(tmp_path), timeout_s=180)
+    assert summary["status"] == "completed", summary
+    assert summary.get("mfu_error") is None and summary["steps"] == 4  # the FLOP reader read it
+
+
+def test_a_dataset_of_python_lists_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        check_launch(config(tmp_path, as_list=True))
+    message = str(e.value)
+    assert "sample 0's input is a Python list; return a tensor, a numpy array or a number" in message
+    assert "\n" not in message and "has no attribute" not in message
