@@ -65,3 +65,39 @@ def test_export_of_your_model_and_dataset_writes_them_next_to_the_script(tmp_pat
     with pytest.raises(ConfigError, match="data.name 'image_folder' is not exported"):
         export(cfg.replace(**{"data.name": "image_folder", "data.path": str(tmp_path)}),
                tmp_path / "other")
+
+
+@pytest.mark.slow
+def test_an_export_runs_from_a_copy_in_another_folder_with_the_originals_gone(tmp_path):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path / "mine"
+    write(src, {
+        "net.py": "from torch import nn\nfrom parts import head\n"
+                  "def build(in_channels, num_classes):\n"
+                  "    return nn.Sequential(nn.Flatten(), head(in_channels * 64, num_classes))\n",
+        "parts.py": "from torch import nn\ndef head(n, c):\n    return nn.Linear(n, c)\n",
+        "data.py": "import torch\nclass D(torch.utils.data.Dataset):\n    classes = [0, 1, 2]\n"
+                   "    def __len__(self):\n        return 60\n"
+                   "    def __getitem__(self, i):\n        return torch.rand(1, 8, 8), i % 3\n"
+                   "def build():\n    return D()\n"})
+    cfg = RunConfig.smoke().replace(**{"model.name": f"{src}/net.py:build", "data.name": "dataset",
+                                       "data.factory": f"{src}/data.py:build", "run.steps": 3,
+                                       "run.threads": 1, "run.eval_batches": 1})
+    export(cfg, tmp_path / "exported")
+    saved = json.loads((tmp_path / "exported" / "config.json").read_text())
+    assert (saved["model"]["name"], saved["data"]["factory"]) == ("net.py:build", "data.py:build")
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(tmp_path / "exported", moved)
+    shutil.rmtree(src)  # the originals are gone: only the copies can run
+    shutil.rmtree(tmp_path / "exported")
+    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--config", "config.json",
+                           "--run-dir", str(tmp_path / "run"), "--json"], cwd=moved,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["status"] == "completed"

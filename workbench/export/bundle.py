@@ -124,7 +124,9 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     if cfg.data.name == "digits":
         save_digits(cfg, to_dir / DATA_FILE)
         result.files.append(to_dir / DATA_FILE)
-    cfg.save(to_dir / CONFIG)  # an export holds its config under a run folder's name
+    # An export holds its config under a run folder's name, naming the copies beside it (paths
+    # relative to the export folder, where its commands run), never the originals.
+    cfg.replace(**specs).save(to_dir / CONFIG)
     texts = {"train.py": script_source(cfg, specs),
              "commands.md": commands.commands_markdown(cfg, nodes, port),
              "run.sh": _run_sh(cfg, nodes, port),
