@@ -56,3 +56,15 @@ def test_a_dataset_of_python_lists_is_refused_in_one_line(tmp_path):
     message = str(e.value)
     assert "sample 0's input is a Python list; return a tensor, a numpy array or a number" in message
     assert "\n" not in message and "has no attribute" not in message
+
+
+def test_a_factory_parameter_the_workbench_does_not_know_lists_the_facts(tmp_path):
+    model = tmp_path / "net.py"
+    model.write_text("from torch import nn\ndef build(vocab, num_classes):\n"
+                     "    return nn.Linear(8, num_classes)\n")
+    with pytest.raises(ConfigError) as e:
+        check_launch(config(tmp_path).replace(**{"model.name": f"{model}:build"}))
+    message = str(e.value)
+    assert "the factory's parameter 'vocab' is neither in model.kwargs nor a fact of this data " \
+           "(did you mean 'vocab_size'?); the facts it can ask for by name: input_shape, " \
+           "num_classes" in message and "\n" not in message

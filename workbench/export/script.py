@@ -40,6 +40,7 @@ commands.md has the multi-node torchrun command; job.slurm runs it under SLURM.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import inspect

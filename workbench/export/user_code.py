@@ -56,7 +56,7 @@ def uses_user_code(cfg: RunConfig) -> bool:
 def user_code(cfg: RunConfig) -> str:
     """The loader and the contract's functions, as the script's source."""
     c = wb_contract
-    return "\n\n\n".join([LOAD_FACTORY.strip(), _source(
+    return "\n\n\n".join([LOAD_FACTORY.strip(), f"FACTS = {c.FACTS!r}", _source(
         wb_data.SampleBatches, wb_data.sample_batch, c.data_facts, c.factory_kwargs,
         c.output_adapter, c.TakeLogits, c.attach_adapter, c._forward_once, c.fit_output)])
 

@@ -39,6 +39,7 @@ vocabulary and sequence length.
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Mapping
 
@@ -66,13 +67,26 @@ def data_facts(data) -> dict:
     return facts
 
 
-def factory_kwargs(factory, kwargs: dict, facts: dict) -> dict:
-    """model.kwargs plus the facts the factory names as parameters (model.kwargs wins)."""
+FACTS = ("input_shape", "num_classes", "vocab_size", "seq_len", "in_channels")  # all data_facts names
+
+
+def factory_kwargs(factory, kwargs: dict, facts: dict, where: str = "model.name") -> dict:
+    """model.kwargs plus the facts the factory names as parameters (model.kwargs wins). A required
+    parameter that is neither is refused in one line listing the facts this data gives."""
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
         return dict(kwargs)
     asked = {name: facts[name] for name in params if name in facts and name not in kwargs}
+    for name, p in params.items():
+        required = p.default is inspect.Parameter.empty and p.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if required and name not in kwargs and name not in asked:
+            close = difflib.get_close_matches(name, FACTS, n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: the factory's parameter {name!r} is neither in "
+                              f"{where.split('.')[0]}.kwargs nor a fact of this data{hint}; the facts "
+                              f"it can ask for by name: {', '.join(facts)}")
     return {**asked, **kwargs}
 
 
