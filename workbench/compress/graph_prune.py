@@ -18,6 +18,9 @@ for the nn.Linear they are first (torch-pruning knows Linear).
 from __future__ import annotations
 
 import copy
+import sys
+import time
+from contextlib import contextmanager
 import warnings
 
 import torch
@@ -85,8 +88,38 @@ def _bare_params(model: nn.Module) -> dict[str, nn.Parameter]:
     return out
 
 
+GRAPH_TIME_LIMIT_S = 30.0  # torch-pruning's graph search loops forever on some layouts
+
+
+class GraphTimeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float, what: str):
+    """Raise GraphTimeout inside the code run in this block once `seconds` have passed. The check
+    rides on Python's profile hook (every thousandth call), so it stops a loop in pure Python
+    code, in whichever thread runs the block, without a signal."""
+    end = time.monotonic() + seconds
+    calls = [0]
+
+    def check(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+            if calls[0] % 1000 == 0 and time.monotonic() > end:
+                sys.setprofile(None)
+                raise GraphTimeout(what)
+
+    before = sys.getprofile()
+    sys.setprofile(check)
+    try:
+        yield
+    finally:
+        sys.setprofile(before)
+
+
 def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
-                round_to: int | None = None) -> nn.Module:
+                round_to: int | None = None, time_limit_s: float | None = None) -> nn.Module:
     """A copy of `model` with `amount` (a fraction) of the channels of every prunable group
     removed. The copy records what it left alone and why in `workbench_structure`."""
     import torch_pruning as tp
@@ -96,6 +129,7 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
     if isinstance(amount, bool) or not isinstance(amount, float) or not 0.0 <= amount < 1.0:
         raise ConfigError(f"amount must be a fraction in [0, 1) for structured pruning of "
                           f"{type(model).__name__} with torch-pruning, got {amount!r}")
+    time_limit_s = GRAPH_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     small = copy.deepcopy(model).eval()
     as_linear = conv1d_to_linear(small)
     names = {m: n for n, m in small.named_modules()}
@@ -118,14 +152,15 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its notes on unwrapped parameters: handled above
-            graph = tp.DependencyGraph().build_dependency(small, example_inputs=example,
-                                                          output_transform=logits_of)
-            layers = [m for m in ignored if isinstance(m, nn.Module)]
-            for group in graph.get_all_groups(ignored_layers=layers, root_module_types=ROOTS):
-                if _splits_heads(group):
-                    root = group[0][0].target.module
-                    ignored.append(root)
-                    reasons[names[root]] = REASONS["heads"]
+            with time_limit(time_limit_s, "the dependency graph"):
+                graph = tp.DependencyGraph().build_dependency(small, example_inputs=example,
+                                                              output_transform=logits_of)
+                layers = [m for m in ignored if isinstance(m, nn.Module)]
+                for group in graph.get_all_groups(ignored_layers=layers, root_module_types=ROOTS):
+                    if _splits_heads(group):
+                        root = group[0][0].target.module
+                        ignored.append(root)
+                        reasons[names[root]] = REASONS["heads"]
             pruner = tp.pruner.BasePruner(
                 small, example, importance=tp.importance.MagnitudeImportance(p=2),
                 pruning_ratio=amount, ignored_layers=ignored, num_heads=heads, round_to=round_to,
@@ -134,6 +169,12 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
         _check_runs(model, small, example)
     except ConfigError:
         raise
+    except GraphTimeout:
+        raise ConfigError(f"structured pruning of {type(model).__name__}: torch-pruning's search "
+                          f"of its dependency graph did not end within {time_limit_s:g} s (it loops "
+                          "on some attention layouts, Llama-family and grouped-query attention "
+                          "among them); unstructured pruning (masks) and int8 still apply to this "
+                          "model") from None
     except Exception as e:
         raise ConfigError(f"structured pruning of {type(model).__name__} with torch-pruning "
                           f"failed: {type(e).__name__}: {e}; unstructured pruning (masks) and int8 "
