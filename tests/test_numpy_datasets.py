@@ -3,6 +3,8 @@ like tensors (default_collate turns them into batches); Python lists are refused
 says what to return."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from workbench.config import ConfigError, RunConfig
@@ -68,3 +70,23 @@ def test_a_factory_parameter_the_workbench_does_not_know_lists_the_facts(tmp_pat
     assert "the factory's parameter 'vocab' is neither in model.kwargs nor a fact of this data " \
            "(did you mean 'vocab_size'?); the facts it can ask for by name: input_shape, " \
            "num_classes" in message and "\n" not in message
+
+
+def test_ab_takes_your_model_and_dataset_from_the_command_line(tmp_path, capsys):
+    from workbench.cli import main as cli
+
+    model = tmp_path / "net.py"
+    model.write_text("from torch import nn\ndef build(input_shape, num_classes):\n"
+                     "    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], num_classes))\n")
+    (tmp_path / "points.py").write_text(DATASETS)
+    code = cli(["ab", "--preset", "smoke", "--model", f"{model}:build", "--data", "dataset",
+                "--data-factory", f"{tmp_path / 'points.py'}:build", "--steps", "3", "--rounds", "1",
+                "--set", "run.threads=1", "--set", "run.eval_batches=0", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert all(n == 3 for counts in result["steps"].values() for n in counts), result["steps"]
+    runs = [d for dirs in result["run_dirs"].values() for d in dirs]
+    from workbench.runfolder import RunFolder
+
+    assert all(RunFolder(d).config().model.name == f"{model}:build" for d in runs)
+    assert all(RunFolder(d).config().data.name == "dataset" for d in runs)

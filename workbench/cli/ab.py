@@ -4,13 +4,14 @@ with its interval, the verdict, and what other programs did meanwhile.
     workbench ab --set precision.dtype=fp32 --vs precision.dtype=bf16 --steps 60 --rounds 6
     workbench ab --preset smoke --rounds 6            # A/A: the same config on both sides
     workbench ab --vs precision.dtype=bf16 --budget-s 5  # every run 5 s of steps, rates compared
+    workbench ab --model mynet.py:build --data dataset --data-factory mydata.py:build --vs precision.dtype=bf16
 """
 from __future__ import annotations
 
 import json
 import sys
 
-from ..config import ConfigError, RunConfig
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
 from .run import parse_settings
 
 
@@ -19,6 +20,10 @@ def add_parser(sub):
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="a RunConfig JSON file both sides start from")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
+                                               "file.py:factory"]) + " (both sides)")
+    p.add_argument("--data", help=" | ".join(choices("data.name")) + " (both sides)")
+    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of side A (repeatable); none: A is the base config")
     p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
@@ -36,6 +41,12 @@ def main(args) -> int:
     from ..trials.ab import ab_test
 
     base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+    data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
+    if args.model is not None:
+        base = base.with_model(args.model) if not data else base.replace(
+            **{"model.name": args.model, **data})
+    elif data:
+        base = base.replace(**data)
     a_changes, b_changes = parse_settings(args.set, "--set"), parse_settings(args.vs, "--vs")
     a = base.replace(**a_changes) if a_changes else base
     b = base.replace(**b_changes) if b_changes else base

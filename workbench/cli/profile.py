@@ -15,7 +15,7 @@ import json
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
 from .run import parse_settings
 
-FLAGS = {"precision": "precision.dtype", "batch_size": "loader.batch_size",
+FLAGS = {"precision": "precision.dtype", "batch_size": "loader.batch_size", "steps": "run.steps",
          "nproc": "distributed.nproc", "device": "run.device", "threads": "run.threads"}
 
 
@@ -29,6 +29,7 @@ def add_parser(sub):
                                                "file.py:factory"]))
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--batch-size", type=int)
+    p.add_argument("--steps", type=int, help="steps of the profiled run (run.steps)")
     p.add_argument("--nproc", type=int, help="ranks on this machine (torchrun); one profile per rank")
     p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--threads", type=int, help="intra-op threads per process (run.threads)")
