@@ -21,6 +21,8 @@ from workbench.train.sharding import block_names, per_rank_bytes
     ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
     ({"distributed.strategy": "fsdp", "run.save_every": 5}, "run.save_every must be 0"),
     ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
+    ({"distributed.strategy": "fsdp", "run.profile_steps": 2, "run.steps": 20},
+     "run.profile_steps must be 0"),
 ])
 def test_settings_fsdp_cannot_take_are_refused_in_one_line(change, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
@@ -67,5 +69,10 @@ def test_two_ranks_shard_the_model_as_predicted_and_train_as_ddp(tmp_path):
     assert losses["fsdp"] == pytest.approx(losses["ddp"], abs=1e-5)  # the same training
     ready = next(r for r in read_events(runs["fsdp"]["run_dir"]) if r["event"] == "ready")
     assert ready["fsdp_blocks"] == ["net.1", "net.3", "net.5"]
+    from workbench.profile.report import per_rank_lines
+
+    table = per_rank_lines(runs["fsdp"]["memory_per_rank"])  # what `workbench profile` prints
+    assert table[0].startswith("  per rank (FSDP):") and [t.split()[:2] for t in table[2:4]] == [
+        ["rank", "0"], ["rank", "1"]]
     model = load_model(runs["fsdp"]["run_dir"])  # the saved weights are whole, not a shard
     assert sum(p.numel() for p in model.parameters()) * 4 == whole

@@ -92,7 +92,7 @@ class Breakdown:
                 "profiled_steps": [s["step"] for s in self.ranks[0].steps],
                 "threads": self.ranks[0].threads, "device": self.ranks[0].device,
                 "world_size": len(self.ranks), "traces": [str(r.trace) for r in self.ranks],
-                "notes": self.notes}
+                "memory_per_rank": self.summary.get("memory_per_rank"), "notes": self.notes}
 
     def text(self, top: int = 10) -> str:
         return breakdown_text(self, top)

@@ -77,6 +77,22 @@ def memory_lines(b) -> list[str]:
         lines.append(f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
                      "(everything the process holds: torch, Python, data)")
     lines += [f"  note: {n}" for n in m.notes]
+    return lines + per_rank_lines(b.summary.get("memory_per_rank"))
+
+
+def per_rank_lines(per_rank: dict | None) -> list[str]:
+    """Each rank's parameter and optimizer bytes, predicted before launch against measured, and
+    its measured peak (several ranks: DDP replicas or FSDP shards)."""
+    if not per_rank:
+        return []
+    lines = [f"  per rank ({per_rank['strategy'].upper()}): {'parameters':>26} {'optimizer':>26} "
+             f"{'peak':>10}", f"  {'':<16}{'predicted':>13}{'measured':>13}{'predicted':>13}"
+             f"{'measured':>13}{'measured':>11}"]
+    for want, got in zip(per_rank["predicted"], per_rank["measured"]):
+        lines.append(f"  rank {got['rank']:<11}{mib(want['parameters']):>13}{mib(got['parameters']):>13}"
+                     f"{mib(want['optimizer']):>13}{mib(got['optimizer']):>13}{mib(got['peak']):>11}")
+    lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured'])}; not predicted: "
+                 f"{', '.join(per_rank['not_predicted'])}")
     return lines
 
 
