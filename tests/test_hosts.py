@@ -26,8 +26,10 @@ def network():
             pytest.fail(f"the test hosts must be made here but cannot: {why}")
         pytest.skip(f"test hosts {why}")
     with TestNetwork(2) as net:
+        made = [h.namespace for h in net.hosts]
         yield net
-    assert not [h for h in net.hosts]  # removed
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert len(made) == 2 and not [ns for ns in made if ns in left]  # both hosts removed
 
 
 def test_one_ddp_run_across_two_hosts(network, tmp_path):

@@ -31,15 +31,20 @@ def cluster(tmp_path_factory):
             pytest.fail(f"the SLURM tests must run here but cannot: {why}")
         pytest.skip(f"a local SLURM cluster {why}")
     with LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2) as c:
+        started = {name: pid for name, pid in c.pids.items() if pid}
         yield c
-    assert not any(_alive(pid) for pid in c.pids.values() if pid)
+    assert set(started) == {"munged", "slurmctld", "slurmd"}
+    assert not [name for name, pid in started.items() if _alive(pid)]  # every daemon stopped
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert c.namespace and c.namespace not in namespaces  # and its test host removed
 
 
 def _alive(pid: int) -> bool:
+    import psutil
+
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
