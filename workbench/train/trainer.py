@@ -65,7 +65,7 @@ class Setup:
     params: int
     t_launch: float
     contract: dict = field(default_factory=dict)  # what the check on one batch found
-    memory_plan: list | None = None  # each rank's predicted bytes (several ranks), workbench.train.sharding
+    memory_plan: list | None = None  # each rank's predicted bytes, workbench.train.sharding
 
 
 @dataclass
@@ -154,9 +154,9 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
     phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
-    plan, sharded = None, {}
+    sharded = {}
+    plan = per_rank_bytes(model, cfg, env.world_size)  # from the whole model, before wrapping
     if env.world_size > 1:
-        plan = per_rank_bytes(model, cfg, env.world_size)  # from the whole model, before wrapping
         if cfg.distributed.strategy == "fsdp":
             sharded = {"fsdp_blocks": apply_fsdp(model, cfg)}
         else:
@@ -343,9 +343,14 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv) -> dict:
     held = held_bytes(unwrap(s.model), s.opt)
     held["peak"] = (torch.cuda.max_memory_allocated(s.device) if s.device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    mine = {"rank": env.rank, **held}
     measured: list = [None] * env.world_size
-    dist.all_gather_object(measured, {"rank": env.rank, **held})
-    return {"strategy": cfg.distributed.strategy, "predicted": s.memory_plan,
+    if env.world_size > 1:
+        dist.all_gather_object(measured, mine)
+    else:
+        measured = [mine]
+    strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
+    return {"strategy": strategy, "predicted": s.memory_plan,
             "measured": measured, "not_measured": ["gradients", "activations"],
             "not_predicted": ["activations", "peak"]}
 
