@@ -13,7 +13,7 @@ from workbench.distributed.launch import run
 from workbench.events import FIELDS, RunTail, read_events_checked
 from workbench.runfolder import RunFolder
 from workbench.runstore import compare, list_runs, read_summary
-from workbench.ui.attach import attach
+from workbench.ui import attach
 
 BAD = ["x", None, [], {}, -1, True, 1e300, "NaN"]  # each wrong for some field
 HUGE = "9" * 20000  # a number too long to read

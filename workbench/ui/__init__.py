@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"RunPanel": "panel", "LiveDashboard": "dashboard", "attach": "attach",
+_EXPORTS = {"RunPanel": "panel", "LiveDashboard": "dashboard", "attach": "attaching",
             "compare_view": "compare", "CompareView": "compare", "LiveCharts": "charts",
             "Controls": "controls"}
 
@@ -51,6 +51,6 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value  # also shadows the submodule of the same name (attach)
+        globals()[name] = value
         return value
     raise AttributeError(f"module 'workbench.ui' has no attribute {name!r}")
