@@ -42,14 +42,24 @@ def route_to(host: str) -> tuple[str, str | None] | None:
     """This machine's address on the route to `host`, and its interface's name (None when no
     interface holds it as its IPv4 address); None when `host` cannot be resolved or reached. No
     packet is sent: connecting a UDP socket only asks the kernel for the route."""
+    target = ipv4_of(host)
+    if target is None:
+        return None
     try:
-        target = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((target, 9))
             address = s.getsockname()[0]
     except OSError:
         return None
     return address, interface_of(address)
+
+
+def ipv4_of(host: str) -> str | None:
+    """The IPv4 address `host` resolves to, or None."""
+    try:
+        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+    except OSError:
+        return None
 
 
 def interface_of(address: str) -> str | None:

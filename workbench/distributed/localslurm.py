@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..net import free_port
 from .netns import TestNetwork
 
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol", "ip",
@@ -39,12 +40,6 @@ STATE = "cluster.json"  # what `up` started, for `down`
 def missing_tools() -> list[str]:
     """The programs a local cluster needs that this machine lacks (empty: it can run one)."""
     return [t for t in TOOLS if shutil.which(t) is None]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalSlurm:
@@ -128,7 +123,7 @@ class LocalSlurm:
             "ClusterName=workbench",
             f"SlurmctldHost={self.node}({self.node_address})",
             "SlurmUser=root", "SlurmdUser=root",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
             "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'}",
             "CredType=cred/munge",
             f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool'}",

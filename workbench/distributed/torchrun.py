@@ -15,10 +15,9 @@ would tell the other machines to reach this one on loopback.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
-from ..net import LOOPBACK, free_port, is_loopback, loopback_ifname, route_to
+from ..net import LOOPBACK, free_port, ipv4_of, is_loopback, loopback_ifname, route_to
 
 # Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -71,7 +70,7 @@ def rank_command(d, program: list[str], log_dir: str) -> list[str]:
     env = loopback_env() if local else dict(RESTART_ENV)
     host = endpoint.rpartition(":")[0]
     route = None if local else route_to(host)
-    hosts_rendezvous = route is not None and route[0] == _ipv4(host) and d.node_rank in (0, None)
+    hosts_rendezvous = route is not None and route[0] == ipv4_of(host) and d.node_rank in (0, None)
     if route is not None and route[1] is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
         env["GLOO_SOCKET_IFNAME"] = route[1]  # the user's own setting wins
     runner = loopback_runner() if local else [sys.executable, "-m", "torch.distributed.run"]
@@ -80,13 +79,6 @@ def rank_command(d, program: list[str], log_dir: str) -> list[str]:
                            endpoint=endpoint, max_restarts=d.max_restarts, log_dir=log_dir,
                            runner=runner, local_addr=route[0] if route else None,
                            hosts_rendezvous=hosts_rendezvous)]
-
-
-def _ipv4(host: str) -> str | None:
-    try:
-        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
-    except OSError:
-        return None
 
 
 def loopback_env() -> dict[str, str]:

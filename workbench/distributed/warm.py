@@ -82,6 +82,10 @@ class Spare:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def fits(self, key: tuple | None) -> bool:
+        """Alive, and shaped for a run whose fit is `key` (None: that run never takes a spare)."""
+        return key is not None and self.key == key and self.alive()
+
     def ready(self) -> bool:
         """Every rank has warmed up and waits for its job."""
         return all(ready_marker(self.folder, r).is_file() for r in range(self.nproc))
@@ -145,7 +149,7 @@ class Spares:
             if not self._wanted or self._going:
                 return
             spare = self._spare
-            if key is not None and not (spare and spare.key == key and spare.alive()):
+            if key is not None and not (spare and spare.fits(key)):
                 if spare is not None:
                     spare.end()
                 self._spare = self._start_spare(cfg, env, key)
@@ -176,10 +180,8 @@ class Spares:
 
     def would_take(self, cfg: RunConfig, env: dict[str, str]) -> Spare | None:
         """The spare that would take a run of `cfg` started with `env` now, without taking it."""
-        key = _fit(cfg, env)
         spare = self._spare
-        fits = spare is not None and key is not None and spare.key == key and spare.alive()
-        return spare if fits else None
+        return spare if spare is not None and spare.fits(_fit(cfg, env)) else None
 
     def take(self, cfg: RunConfig, env: dict[str, str]) -> Spare | None:
         """The spare run that fits `cfg` started with `env`, now this run's; None: start cold. A
@@ -188,7 +190,7 @@ class Spares:
         with self._lock:
             self._going += 1
             spare, self._spare = self._spare, None
-        if spare is not None and key is not None and spare.key == key and spare.alive():
+        if spare is not None and spare.fits(key):
             return spare
         if spare is not None:
             spare.end()
