@@ -27,9 +27,14 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(VENV)/bin/workbench lab --dir notebooks
 
-# WORKBENCH_QUICK=1 shrinks the notebooks' work; their defaults are for people.
+# WORKBENCH_QUICK=1 shrinks the notebooks' work; their defaults are for people. Most tests spend
+# their time starting Python and torch in one process at a time, so two run side by side (a file
+# and its notebook cells stay on one worker); tests marked `alone` set up a load of their own or
+# time a browser, and run afterwards with the machine to themselves.
+PYTEST := WORKBENCH_QUICK=1 $(PY) -m pytest -q --timeout=900 -p no:cacheprovider --durations=30
 test: $(STAMP)
-	WORKBENCH_QUICK=1 $(PY) -m pytest -q tests --nbval-lax notebooks --timeout=900 -p no:cacheprovider --durations=30
+	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests --nbval-lax notebooks
+	$(PYTEST) -m alone tests
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench

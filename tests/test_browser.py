@@ -83,6 +83,7 @@ def _check_no_widget_errors(page) -> None:
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.alone
 def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
     _needs_browser()
     from playwright.sync_api import sync_playwright
