@@ -1,7 +1,7 @@
 """The package's layout rules, read from its imports (every import, at module level or inside a
 function): folders follow the process that runs their code, imports point down, no cycles, nothing
-inside a rank imports the launcher, every folder says what it holds, and only the run-folder module
-names a run folder's files."""
+inside a rank imports the launcher, every folder says what it holds, only the run-folder module
+names a run folder's files, and only the events module spells the kinds of record a rank writes."""
 from __future__ import annotations
 
 import ast
@@ -154,3 +154,49 @@ def test_only_the_run_folder_module_names_run_folder_files():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
     assert not found, "name these through workbench.runfolder:\n" + "\n".join(found)
+
+
+def _is_event_field(node: ast.AST) -> bool:
+    """rec["event"] or rec.get("event")."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "event"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "event"
+    return False
+
+
+def _is_event_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "event"  # a profiler's event is one too
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_only_the_events_module_spells_the_kinds_of_record():
+    """A rank's records are told apart by their `event` field; its values are named once, in
+    workbench/events.py (START, STEP, DONE, ...). Comparing the field with a string, or writing a
+    record whose kind is a string, anywhere else fails."""
+    from workbench import events
+
+    kinds = {events.START, events.INIT, events.READY, events.STEP, events.RESUMED, events.DONE,
+             events.ERROR, events.HEARTBEAT}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "events.py" and path.parent == PACKAGE:
+            continue
+        where = path.relative_to(PACKAGE.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            sides = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
+            if any(map(_is_event_field, sides)):  # every string it is compared with
+                found += [f"{where}:{node.lineno}: {s!r}" for side in sides
+                          if not _is_event_field(side) for s in _strings(side)]
+            elif any(map(_is_event_name, sides)):  # a variable: the strings that are kinds
+                found += [f"{where}:{node.lineno}: {s!r}" for side in sides
+                          for s in _strings(side) if s in kinds]
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "write" and node.args and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value in kinds):
+                found.append(f"{where}:{node.lineno}: {node.args[0].value!r}")
+    assert not found, "name these through workbench.events (or the sweep's own constants):\n" + \
+        "\n".join(found)

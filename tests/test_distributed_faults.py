@@ -81,6 +81,29 @@ def test_rendezvous_held_by_a_silent_server_fails_at_start_timeout(smoke, tmp_pa
     assert_all_gone(pids, within=5)
 
 
+SLOW_IMPORT = """import time
+with open("/proc/self/cmdline", "rb") as f:
+    words = f.read().split(b"\\0")
+if b"-m" in words and words[words.index(b"-m") + 1] == b"workbench.worker":  # a rank, not torchrun
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_ranks_still_importing_at_the_start_timeout_are_not_blamed_on_rendezvous(smoke, tmp_path,
+                                                                               nproc):
+    """Python's start-up hook holds every rank before its first record, as a slow disk would."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
+    cfg = smoke.replace(**{"distributed.nproc": nproc, "distributed.start_timeout_s": 4.0})
+    handle = start_run(cfg, env={"PYTHONPATH": str(tmp_path)})
+    pids = _finish(handle, timeout=120)
+    s = handle.summary()
+    assert (s["status"], s["cause"]) == ("failed", "start_timeout"), s
+    assert f"{nproc} rank process(es) (pid " in s["message"], s["message"]
+    assert "still starting Python and importing, not waiting in rendezvous" in s["message"]
+    assert_all_gone(pids, within=5)
+
+
 def test_max_restarts_brings_the_group_back(smoke, tmp_path):
     cfg = _cfg(smoke, tmp_path, mode="raise", step=3, attempt=0).replace(
         **{"run.steps": 6, "distributed.max_restarts": 1})

@@ -62,6 +62,9 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
 @pytest.mark.parametrize("argv, words", [
     (["run", "--preset", "smoke", "--run-dir", "/proc/workbench-run"], "'/proc/workbench-run"),
     (["run", "--preset", "smoke", "--run-dir", "FILE/run"], "Not a directory"),
+    (["run", "--preset", "smoke", "--run-dir", ""], "run dir is empty: name a new folder"),
+    (["run", "--preset", "smoke", "--run-dir", "FILE"], "a_file' is a file; choose a new folder"),
+    (["run", "--preset", "smoke", "--run-dir", "FULL"], "is not empty (it holds 'notes.txt'): a run needs"),
     (["export", "--config", "CONFIG", "--to", "/proc/workbench-export"], "/proc/workbench-export"),
     (["export", "--config", "CONFIG", "--to", "FILE/export"], "Not a directory"),
     (["loader", "make-images", "/proc/workbench-images", "--count", "2"], "/proc/workbench-images"),
@@ -83,10 +86,24 @@ def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrup
     afile.write_text("not a folder")
     config = tmp_path / "config.json"
     RunConfig.smoke().save(config)
-    subs = {"FILE": str(afile), "CONFIG": str(config), "IMAGES": str(images), "CORRUPT": str(corrupt)}
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("the user's")
+    subs = {"FILE": str(afile), "FULL": str(full), "CONFIG": str(config), "IMAGES": str(images),
+            "CORRUPT": str(corrupt)}
     argv = [subs.get(a, a.replace("FILE/", f"{afile}/")) for a in argv]
     err = one_line(capsys, cli(argv))
     assert words in err, err
+
+
+def test_a_run_folder_named_with_a_leading_dash_runs_there(tmp_path, monkeypatch, capsys):
+    """'-dash' is a folder name, not an option: the supervisor and the rank get it absolute."""
+    monkeypatch.chdir(tmp_path)
+    assert cli(["run", "--preset", "smoke", "--steps", "3", "--run-dir=-dash"]) == 0, \
+        capsys.readouterr().err
+    summary = json.loads((tmp_path / "-dash" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    assert not (tmp_path / "config.json").exists()  # the run is in -dash, not here
 
 
 def test_quant_on_cuda_without_a_gpu_is_one_line(capsys):

@@ -1,9 +1,11 @@
 """Run folders are claimed atomically: two starts in one folder at the same instant, in threads or
-processes, give exactly one run and one clean ConfigError, many times over."""
+processes, give exactly one run and one clean ConfigError, many times over; a folder removed while
+its run goes is named as removed, and the run's processes end."""
 from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,6 +16,8 @@ from workbench.config import ConfigError, RunConfig
 from workbench.distributed.launch import start_run
 from workbench.events import read_events
 from workbench.runstore import create_run_dir
+
+from launch_helpers import assert_all_gone, run_pids, wait_for_steps
 
 TRIES = 25
 
@@ -115,3 +119,18 @@ def test_two_processes_starting_one_folder_give_one_run(runs_root, one_thread):
     assert sum(r["event"] == "start" for r in records) == 1
     assert sum(r["event"] == "step" for r in records) == 5
     assert sum(r["event"] == "done" for r in records) == 1
+
+
+@pytest.mark.slow
+def test_a_run_folder_removed_mid_run_is_named_and_its_processes_end(smoke, one_thread):
+    cfg = smoke.replace(**{"run.steps": 1_000_000, "run.time_budget_s": 600.0})
+    handle = start_run(cfg)
+    wait_for_steps(handle.run_dir, ranks=1)
+    pids = run_pids(handle.proc.pid, handle.run_dir)
+    shutil.rmtree(handle.run_dir)
+    handle.wait(cfg.distributed.timeout_s)  # named within the collective timeout, not at the budget
+    summary = handle.summary()
+    assert summary["cause"] == "folder_removed" and summary["status"] == "failed", summary
+    assert f"the run folder {str(handle.run_dir)!r} was removed" in summary["message"]
+    assert_all_gone(pids, within=30)
+    assert not handle.run_dir.exists()  # nothing wrote it back

@@ -129,6 +129,32 @@ def test_a_folder_made_here_is_trusted_but_not_a_copy_or_an_edit(cfg, canary, tm
     assert not canary.exists()
 
 
+def test_trust_follows_the_code_it_ran_not_only_the_config(canary, tmp_path, monkeypatch):
+    """A relative factory path resolves from where the folder is loaded: another folder's file of
+    that name, or an edit to a file it imports, asks for trust again, naming the file."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for folder in (here, elsewhere):
+        folder.mkdir()
+        (folder / "trusted_model.py").write_text("from trusted_helper import build\n")
+        (folder / "trusted_helper.py").write_text(CANARY_MODEL)
+    monkeypatch.chdir(here)
+    cfg = RunConfig.smoke().replace(**{"model.name": "trusted_model.py:build",
+                                       "model.kwargs": {"canary": str(canary)}})
+    run_dir = _finish_folder(create_run_dir(cfg))
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ConfigError, match=f"resolves to '{elsewhere}/trusted_model.py' from here"):
+        load_model(run_dir)
+    monkeypatch.chdir(here)
+    (here / "trusted_helper.py").write_text(CANARY_MODEL + "# edited\n")
+    with pytest.raises(ConfigError) as refused:
+        load_model(run_dir)
+    assert f"'{here}/trusted_helper.py' (model.name 'trusted_model.py:build') changed since" in \
+        str(refused.value) and "trust_code=True" in str(refused.value)
+    assert not canary.exists()
+    (here / "trusted_helper.py").write_text(CANARY_MODEL)  # as it was: trusted again
+    assert isinstance(load_model(run_dir), torch.nn.Module) and canary.exists()
+
+
 def test_built_in_models_need_no_trust(runs_root):
     run_dir = runs_root / "builtin"
     run_dir.mkdir(parents=True)

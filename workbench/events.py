@@ -19,6 +19,13 @@ from pathlib import Path
 
 from .runfolder import RunFolder
 
+# The kinds of record a rank writes (its `event` field), in the order a run writes them; every
+# writer and reader names them by these (tests/test_architecture.py keeps literals out).
+START, INIT, READY, STEP, RESUMED, DONE, ERROR = (
+    "start", "init", "ready", "step", "resumed", "done", "error")
+HEARTBEAT = "heartbeat"  # between any two of the above, while the rank lives
+ENDS = (DONE, ERROR)  # a rank's last record: completed (or diverged), or failed or stopped
+
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .config import ConfigError, RunConfig, require_config
 from .disk import disk_message, write_json_atomic  # noqa: F401 - write_json_atomic for callers
-from .events import read_events
+from .events import DONE, ENDS, START, STEP, read_events
 from .measure.compare import unpaired_ratio
 from .procs import same_process
 from .provenance import record_created
@@ -48,14 +48,14 @@ def create_run_dir(cfg: RunConfig, root: str | Path | None = None, *,
     ConfigError; a disk error is one line naming the path and leaves nothing half-made."""
     require_config(cfg)
     if path is not None:
-        path = Path(path)
+        path = usable_run_dir(path)
         made = _claim(path)
     else:
         path, made = _fresh(Path(root) if root is not None else runs_root(cfg), cfg)
     folder = RunFolder(path)
     try:
         folder.write_config(cfg)
-        record_created(path)
+        record_created(path, cfg)
     except OSError as e:
         _unclaim(path, made)
         raise ConfigError(disk_message(folder.config_file, e, "writing the run's config")) from None
@@ -83,6 +83,29 @@ def _fresh(root: Path, cfg: RunConfig) -> tuple[Path, bool]:
     raise ConfigError(f"could not make a fresh run folder under {str(root)!r}: 1000 names taken")
 
 
+def usable_run_dir(path: str | Path) -> Path:
+    """The folder a user named for a run, absolute (a name starting with a dash then never reads as
+    an option on a supervisor's or a rank's command line), or a one-line refusal: '' (not taken as
+    the current folder), a file, a folder that holds a run or other files. Asked before the
+    pre-launch checks, and again by the claim, which is the atomic step."""
+    if not str(path).strip():
+        raise ConfigError("run dir is empty: name a new folder, or leave it out for a fresh one "
+                          "under runs/")
+    path = Path(path).absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"run dir {str(path)!r} is a file; choose a new folder")
+    folder = RunFolder(path)
+    if folder.config_file.exists():
+        raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
+    if path.is_dir() and not folder.run_id_file.exists():  # a claim writes its id before all else
+        others = sorted(p.name for p in path.iterdir())
+        if others:
+            more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+            raise ConfigError(f"run dir {str(path)!r} is not empty (it holds {others[0]!r}{more}): "
+                              "a run needs a new or empty folder")
+    return path
+
+
 def _claim(path: Path, made: bool = False) -> bool:
     """Create RUN_ID in `path` with O_EXCL, the one atomic step of a claim. Returns whether this
     call made the folder, so a start that fails later removes exactly what it made."""
@@ -91,13 +114,10 @@ def _claim(path: Path, made: bool = False) -> bool:
             path.mkdir(parents=True)
             made = True
         except FileExistsError:
-            if not path.is_dir():
-                raise ConfigError(f"run dir {str(path)!r} is a file; choose a new folder") from None
+            usable_run_dir(path)
         except OSError as e:
             raise ConfigError(disk_message(path, e, "making the run folder")) from None
     folder = RunFolder(path)
-    if folder.config_file.exists():
-        raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
     try:
         fd = os.open(folder.run_id_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -146,26 +166,36 @@ def processes_alive(run_dir: str | Path) -> bool | None:
     if not procs:
         return None
     procs += [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
-              if r.get("event") == "start" and r.get("pid")]
+              if r.get("event") == START and r.get("pid")]
     return any(same_process(pid, created) for pid, created in procs)
+
+
+def removed_folder(run_dir: str | Path) -> dict:
+    """What is known of a run whose folder was removed: that, and nothing else."""
+    return {"status": "failed", "cause": "folder_removed", "error_type": "FolderRemoved",
+            "message": f"the run folder {str(run_dir)!r} was removed, with its config and events: "
+                       "its processes were stopped and nothing of the run can be read"}
 
 
 def read_summary(run_dir: str | Path) -> dict:
     """The run's summary.json, or one rebuilt from its events when the run never wrote it: still
-    running while its processes live, else ended without a record (killed with its supervisor)."""
+    running while its processes live, else ended without a record (killed with its supervisor);
+    or that its folder is gone."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return removed_folder(run_dir)
     summary = RunFolder(run_dir).summary()
     if summary is not None:
         return summary
     records = read_events(run_dir)
-    steps = [r for r in records if r.get("event") == "step"]
-    ends = [r for r in records if r.get("event") in ("done", "error")]
+    steps = [r for r in records if r.get("event") == STEP]
+    ends = [r for r in records if r.get("event") in ENDS]
     last = steps[-1]["step"] if steps else 0
     out = {"status": "running", "steps": last,
            "final_loss": steps[-1].get("loss") if steps else None}
     if ends:
         end = ends[-1]
-        out["status"] = end.get("status", "completed" if end["event"] == "done" else "failed")
+        out["status"] = end.get("status", "completed" if end["event"] == DONE else "failed")
     elif processes_alive(run_dir) is False:
         out.update(status="failed", cause="vanished", error_type="Vanished",
                    message=f"ended without a record after step {last}: every process of the run is "
@@ -208,7 +238,7 @@ def list_runs(root: str | Path | None = None):
     return pd.DataFrame(rows)
 
 
-def load_events(run_dirs, event: str = "step"):
+def load_events(run_dirs, event: str = STEP):
     """Records of one kind from several runs in one DataFrame, with a `run` column."""
     import pandas as pd
 
@@ -226,7 +256,7 @@ def run_to_first_step(run_dir: str | Path) -> dict:
     took the run (and had warmed up by then)."""
     run_dir = Path(run_dir)
     launch = read_json(RunFolder(run_dir).launch_file)
-    step = next((r for r in read_events(run_dir) if r.get("event") == "step" and r.get("rank") == 0),
+    step = next((r for r in read_events(run_dir) if r.get("event") == STEP and r.get("rank") == 0),
                 None)
     spare = launch.get("warm")
     return {"run": run_dir.name,
@@ -242,7 +272,7 @@ def load_config(run_dir: str | Path) -> RunConfig:
 def time_per_sample_ms(run_dir: str | Path) -> list[float]:
     """Milliseconds per sample of the whole run at each step of the latest attempt (samples/s
     summed over ranks), after the warm-up the summary leaves out."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == "step" and r.get("samples_per_s")]
+    steps = [r for r in read_events(run_dir) if r.get("event") == STEP and r.get("samples_per_s")]
     last = max((int(r.get("attempt", 0)) for r in steps), default=0)
     total: dict[int, float] = {}
     for r in steps:

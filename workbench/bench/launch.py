@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..distributed.launch import launcher, run, start_run
-from ..events import read_events
+from ..events import STEP, read_events
 from ..export.bundle import export
 from ..measure.compare import median_interval
 from ..runfolder import RunFolder
@@ -37,7 +37,7 @@ GOAL_WARM_VS_TORCHRUN = 0.6
 def _first_step_t(run_dir, nproc: int, timeout_s: float = 300) -> float:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        firsts = {r["rank"]: r["t"] for r in read_events(run_dir) if r.get("event") == "step"}
+        firsts = {r["rank"]: r["t"] for r in read_events(run_dir) if r.get("event") == STEP}
         if len(firsts) >= nproc:
             return max(firsts.values())
         time.sleep(0.01)

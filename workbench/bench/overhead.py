@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..events import EventWriter, read_events
+from ..events import STEP, EventWriter, read_events
 from ..machine.contention import ContentionMeter, busy_sentence
 from ..measure.compare import paired_ratio
 from ..train.data import build_data, make_loader
@@ -38,7 +38,7 @@ def instrumented_step_s(cfg: RunConfig) -> float:
         events = EventWriter(tmp)
         train(cfg, events, RankEnv(), Path(tmp))
         events.close()
-        steps = [r for r in read_events(tmp) if r["event"] == "step"]
+        steps = [r for r in read_events(tmp) if r["event"] == STEP]
     first, last = steps[WARMUP - 1], steps[-1]
     # The first stamp is taken after its step ends, so the span covers steps WARMUP+1..N.
     return (last["t"] - first["t"]) / (last["step"] - first["step"])
@@ -134,7 +134,7 @@ def bookkeeping_us(n: int = 20000) -> float:
             if b >= next_mem:
                 next_mem = b + 0.5
                 rec.update(sample(torch.device("cpu")))
-            events.write("step", **rec)
+            events.write(STEP, **rec)
         elapsed = time.perf_counter() - t0
         events.close()
     return elapsed / n * 1e6

@@ -43,7 +43,7 @@ def main(args) -> int:
     from ..config import ConfigError
     from ..loading.advice import recommend
     from ..machine.contention import busy_sentence
-    from ..loading.sweep import grid, run_sweep, summarize_sweep, train_step
+    from ..loading.sweep import MEASURE, grid, run_sweep, summarize_sweep, train_step
 
     for flag, value, low in (("--rounds", args.rounds, 1), ("--batches", args.batches, 2),
                              ("--nproc", args.nproc, 1)):
@@ -57,7 +57,7 @@ def main(args) -> int:
     records = []
     for rec in run_sweep(data, settings, rounds=args.rounds, max_batches=args.batches, step=step):
         records.append(rec)
-        if rec["event"] == "measure" and not args.json:
+        if rec["event"] == MEASURE and not args.json:
             print(f"[{rec['done']}/{rec['total']}] {rec['setting']:<22} {rec['samples_per_s']:>9.0f} samples/s",
                   flush=True)
     table = summarize_sweep(records)

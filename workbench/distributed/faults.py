@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..disk import DISK_FULL, Reserve, disk_message
-from ..events import read_events
+from ..events import ENDS, ERROR, HEARTBEAT, START, STEP, read_events
 from ..procs import same_process
 from ..runfolder import FINAL_KEY, RunFolder
 from ..runstore import read_summary
@@ -62,7 +62,7 @@ def _latest(records: list[dict], attempt: int | None = None) -> tuple[int, dict[
 
 
 def _last_step(recs: list[dict]) -> int:
-    return max((r["step"] for r in recs if r.get("event") == "step"), default=0)
+    return max((r["step"] for r in recs if r.get("event") == STEP), default=0)
 
 
 def _when(error: dict, recs: list[dict]) -> str:
@@ -102,7 +102,7 @@ def _multi_rank(run_dir: Path) -> bool:
 
 def last_step(run_dir: Path) -> int:
     """The last step any rank of the latest attempt recorded."""
-    _, by_rank = _latest([r for r in read_events(run_dir) if r.get("event") == "step"])
+    _, by_rank = _latest([r for r in read_events(run_dir) if r.get("event") == STEP])
     return max((_last_step(recs) for recs in by_rank.values()), default=0)
 
 
@@ -122,9 +122,9 @@ class Evidence:
     @classmethod
     def read(cls, run_dir: Path, returncode: int | None, log_text: str, attempt: int | None,
              agent_pid: int | None) -> "Evidence":
-        records = [r for r in read_events(run_dir) if r.get("event") != "heartbeat"]
+        records = [r for r in read_events(run_dir) if r.get("event") != HEARTBEAT]
         attempt, by_rank = _latest(records, attempt)
-        ends = {rank: next((r for r in reversed(recs) if r.get("event") in ("done", "error")), None)
+        ends = {rank: next((r for r in reversed(recs) if r.get("event") in ENDS), None)
                 for rank, recs in by_rank.items()}
         failed = sorted((r for r in ends.values() if r and r.get("status") == "failed"),
                         key=lambda r: r.get("t", 0))
@@ -204,7 +204,7 @@ def _rank_signalled(e: Evidence) -> Diagnosis | None:
     """The first rank to end stopped on a signal nobody in the workbench sent (a Stop or a
     watchdog's stop is recorded before the diagnosis is asked): another program signalled it.
     A rank that hung is stopped only after the others have failed, so it is not first."""
-    ended = sorted((r for r in e.ends.values() if r and r.get("event") == "error"),
+    ended = sorted((r for r in e.ends.values() if r and r.get("event") == ERROR),
                    key=lambda r: r.get("t", 0))
     if not ended or ended[0].get("status") != "stopped":
         return None
@@ -243,7 +243,7 @@ def _stalled(e: Evidence) -> Diagnosis | None:
     if not (e.failed and stalled):
         return None
     rank = stalled[0]
-    beats = [r for r in read_events(e.run_dir) if r.get("event") == "heartbeat"
+    beats = [r for r in read_events(e.run_dir) if r.get("event") == HEARTBEAT
              and r.get("rank") == rank and int(r.get("attempt", 0)) == e.attempt]
     where = f", last seen in {beats[-1].get('where')}" if beats else ""
     return Diagnosis("stalled", "Stalled", f"rank {rank} stalled after step "
@@ -369,7 +369,7 @@ def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: fl
     it (its ranks die with their parents; wait for that, then kill stragglers) and write the summary.
     Called by the launching process."""
     ranks = [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
-             if r.get("event") == "start" and r.get("pid")]
+             if r.get("event") == START and r.get("pid")]
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(same_process(*p) for p in ranks):
         time.sleep(0.1)

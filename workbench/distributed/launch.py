@@ -38,10 +38,10 @@ from ..machine.fit import backend_for, cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
 from ..runfolder import RunFolder
-from ..runstore import create_run_dir, read_summary, runs_root
+from ..provenance import named_code
+from ..runstore import create_run_dir, read_summary, runs_root, usable_run_dir
 from ..train.data import check_data_paths
 from ..train.factory import check_spec
-from ..train.trust import named_code
 from .faults import ended_by_supervisor, record_supervisor_death
 from .limits import Prechecks, check_limits
 from .owned import Lifelines
@@ -204,7 +204,7 @@ class Launcher:
         run of a comparison's round shares one). `env` adds environment variables for the ranks.
         Nothing is written or started."""
         meter = ContentionMeter()  # the checks below run meanwhile, in this process's tree
-        run_dir = Path(run_dir) if run_dir is not None else None
+        run_dir = usable_run_dir(run_dir) if run_dir is not None else None
         root = Path(root) if root is not None else None
         target = run_dir if run_dir is not None else root if root is not None else runs_root(cfg)
         notes, need = self.check(cfg, target)

@@ -39,6 +39,7 @@ import psutil
 from ..runfolder import RunFolder
 from ..disk import disk_message, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
+from ..runstore import removed_folder
 from ..train.warm import JOB
 from .faults import finish_summary, last_step
 from .watchdog import Watchdog
@@ -170,6 +171,7 @@ class Supervisor:
 
     def watch(self, child: subprocess.Popen) -> int:
         """Supervise the started run until it ends; returns the exit code to leave with."""
+        self.watchdog.tree_pid = child.pid
         returncode = None
         while returncode is None:
             _reap()
@@ -180,6 +182,8 @@ class Supervisor:
                 self.stop = {"cause": "launcher_exited",
                              "message": f"the process that started this run (the kernel or CLI) exited, "
                                         f"so every rank was stopped after step {last_step(self.run_dir)}"}
+            if self.stop is None and not self.run_dir.is_dir():  # nothing left to write into
+                self.stop = removed_folder(self.run_dir)
             if self.stop is None:
                 self.failure = self.watchdog.check()
             if self.stop or self.failure:

@@ -17,9 +17,10 @@ from pathlib import Path
 import psutil
 
 from ..config import RunConfig
-from ..events import RunTail
+from ..events import DONE, ERROR, HEARTBEAT, READY, START, STEP, RunTail
 from ..procs import same_process
 from .faults import is_knock_on
+from .torchrun import WORKER
 
 STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
@@ -51,6 +52,7 @@ class Watchdog:
     run_dir: Path
     cfg: RunConfig
     t0: float = field(default_factory=time.time)
+    tree_pid: int | None = None  # the run's first process (torchrun, or the one rank): set once started
 
     def __post_init__(self):
         self._tail = RunTail(self.run_dir)
@@ -60,19 +62,19 @@ class Watchdog:
         for r in self._tail.poll():
             key = (int(r.get("attempt", 0)), int(r.get("rank", 0)))
             s = self.ranks.setdefault(key, RankState())
-            ev, t = r.get("event"), float(r.get("t", 0))
-            if ev == "start":
+            event, t = r.get("event"), float(r.get("t", 0))
+            if event == START:
                 s.started_t, s.pid, s.created_t = t, r.get("pid"), r.get("created_t")
-            elif ev == "ready":
+            elif event == READY:
                 s.ready_t = s.progress_t = t
-            elif ev == "step":
+            elif event == STEP:
                 s.progress_t, s.step = t, int(r.get("step", s.step))
                 s.last_step = bool(r.get("last"))
-            elif ev == "heartbeat":
+            elif event == HEARTBEAT:
                 s.beat_t, s.where = t, r.get("where", "")
-            elif ev == "done":
+            elif event == DONE:
                 s.ended, s.ended_t = "done", t
-            elif ev == "error":
+            elif event == ERROR:
                 s.ended, s.ended_t = r.get("status", "failed"), t
                 s.own_error = s.ended == "failed" and not is_knock_on(r)
 
@@ -151,6 +153,12 @@ class Watchdog:
     def _start_message(self, ranks: dict[int, RankState], ready: list[int]) -> str:
         d = self.cfg.distributed
         where = d.rdzv_endpoint or "127.0.0.1 (single node)"
+        starting = self._rank_processes() if not ranks else []
+        if starting:
+            return (f"{len(starting)} rank process(es) (pid {', '.join(map(str, starting))}) did not "
+                    f"start within distributed.start_timeout_s={d.start_timeout_s:g} s: still "
+                    "starting Python and importing, not waiting in rendezvous (a busy machine or a "
+                    "slow file system); raise distributed.start_timeout_s")
         if not ranks:
             return (f"no rank started within distributed.start_timeout_s={d.start_timeout_s:g} s: "
                     f"torchrun is still waiting in rendezvous at {where}. Check that the endpoint "
@@ -160,6 +168,24 @@ class Watchdog:
         return (f"rank(s) {missing} started but did not report ready within "
                 f"distributed.start_timeout_s={d.start_timeout_s:g} s ({len(ready)} of {d.nproc} "
                 "ready): stuck joining the process group or building the model")
+
+    def _rank_processes(self) -> list[int]:
+        """The pids of rank processes in the run's tree that have not written a record yet."""
+        try:
+            top = psutil.Process(self.tree_pid) if self.tree_pid else None
+            procs = [top, *top.children(recursive=True)] if top else []
+        except psutil.Error:
+            return []
+        out = []
+        for proc in procs:
+            try:
+                words = proc.cmdline()
+            except psutil.Error:
+                continue
+            # python's own "-m" names what the process runs (torchrun's arguments name it too)
+            if "-m" in words and words[words.index("-m"):][:2] == WORKER:
+                out.append(proc.pid)
+        return sorted(out)
 
     @staticmethod
     def _stall_text(rank: int, s: RankState, now: float) -> str:

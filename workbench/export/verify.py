@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..config import RunConfig
-from ..events import read_events
+from ..events import STEP, read_events
 from ..runfolder import RunFolder
 from ..net import free_port
 from .commands import single_node
@@ -67,7 +67,7 @@ def reproduce(export_dir, run_dir=None, steps: int | None = None, rank: int = 0,
         columns={"loss": "script_loss"})
     if run_dir is not None:
         ours = {r["step"]: r["loss"] for r in read_events(run_dir)
-                if r.get("event") == "step" and r.get("rank") == rank}
+                if r.get("event") == STEP and r.get("rank") == rank}
         df["workbench_loss"] = df["step"].map(ours)
         df["abs_diff"] = (df["script_loss"] - df["workbench_loss"]).abs()
     return df

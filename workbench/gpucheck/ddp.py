@@ -22,7 +22,7 @@ import torch
 from ..config import DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from ..distributed.launch import run as launch_run
 from ..distributed.launch import start_run
-from ..events import read_events
+from ..events import DONE, START, STEP, read_events
 from ..hardware.allreduce import run_allreduce
 from ..machine.capability import unsupported_reason
 from ..trials.rounds import speed_config
@@ -49,7 +49,7 @@ def small_config(nproc: int = 1, backend: str = "auto", steps: int = STEPS) -> R
 
 def rank_ends(run_dir) -> dict[int, dict]:
     """Each rank's last `done` record: its memory figures and parameter sum."""
-    return {int(r["rank"]): r for r in read_events(run_dir) if r.get("event") == "done"}
+    return {int(r["rank"]): r for r in read_events(run_dir) if r.get("event") == DONE}
 
 
 def first_steps(handle, ranks: int, step: int = 3, timeout_s: float = FIRST_STEPS_S) -> None:
@@ -58,7 +58,7 @@ def first_steps(handle, ranks: int, step: int = 3, timeout_s: float = FIRST_STEP
     while time.monotonic() < deadline:
         seen = {}
         for r in read_events(handle.run_dir):
-            if r.get("event") == "step":
+            if r.get("event") == STEP:
                 seen[r["rank"]] = max(seen.get(r["rank"], 0), r["step"])
         if len([s for s in seen.values() if s >= step]) >= ranks:
             return
@@ -75,7 +75,7 @@ def run_pids(handle) -> dict[str, list[int]]:
         tree += [p.pid for p in psutil.Process(handle.proc.pid).children(recursive=True)]
     except psutil.Error:
         pass
-    ranks = {int(r["rank"]): r["pid"] for r in read_events(handle.run_dir) if r.get("event") == "start"}
+    ranks = {int(r["rank"]): r["pid"] for r in read_events(handle.run_dir) if r.get("event") == START}
     return {"tree": sorted(set(tree) | set(ranks.values())), "ranks": [ranks[k] for k in sorted(ranks)]}
 
 

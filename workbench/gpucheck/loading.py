@@ -21,7 +21,7 @@ import time
 import torch
 
 from ..loading.imageset import generate_image_set
-from ..loading.sweep import LoaderSetting, grid, run_sweep
+from ..loading.sweep import MEASURE, LoaderSetting, grid, run_sweep
 from ..machine.cpu import usable_cores
 from ..measure.compare import paired_ratio, paired_speed_ratio
 from ..measure.timer import interleaved
@@ -105,7 +105,7 @@ def sweep(ctx, rec) -> None:
     rates: dict[str, list] = {}
     waits: dict[str, list] = {}
     for r in records:
-        if r.get("event") == "measure":
+        if r.get("event") == MEASURE:
             rates.setdefault(r["setting"], []).append(r["samples_per_s"])
             waits.setdefault(r["setting"], []).append(r.get("data_wait_frac"))
     base = settings[0].label

@@ -16,7 +16,7 @@ import statistics
 from ..config import ConfigError, DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from ..distributed.launch import check_launch
 from ..distributed.launch import run as launch_run
-from ..events import read_events
+from ..events import STEP, read_events
 from ..measure.compare import min_rounds, paired_speed_ratio, unpaired_ratio
 from ..train.trainer import warmup_steps
 from ..trials.rounds import contention_of, run_rounds, speed_config
@@ -90,7 +90,7 @@ def run_records(run_dir) -> list[dict]:
 
 def step_times_ms(run_dir) -> list[float]:
     """Rank 0's step times after warm-up, as the summary's figures count them."""
-    times = [r["step_time_ms"] for r in run_records(run_dir) if r.get("event") == "step"]
+    times = [r["step_time_ms"] for r in run_records(run_dir) if r.get("event") == STEP]
     return times[warmup_steps(len(times)):]
 
 

@@ -26,6 +26,9 @@ from ..measure.timer import summarize
 from ..train.data import DataBundle, make_loader
 from ..train.models import build_model, loss_fn
 
+# The `event` of a sweep's records: one per setting and round, then one at its end.
+MEASURE, SWEPT = "measure", "done"
+
 
 @dataclass(frozen=True)
 class LoaderSetting:
@@ -152,7 +155,7 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
         for r in range(rounds):
             for k, setting in enumerate(settings):
                 rec = measure_setting(dataset, setting, max_batches, epochs, step)
-                rec.update(event="measure", round=r, done=r * len(settings) + k + 1, total=total)
+                rec.update(event=MEASURE, round=r, done=r * len(settings) + k + 1, total=total)
                 yield rec
     finally:
         torch.set_num_threads(old_threads)
@@ -164,7 +167,7 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
         if not left:
             break
         time.sleep(0.1)
-    yield {"event": "done", "leftover_processes": left, "cores": usable_cores(),
+    yield {"event": SWEPT, "leftover_processes": left, "cores": usable_cores(),
            "threads": used_threads, "contention": meter.read()}
 
 
@@ -176,7 +179,7 @@ def summarize_sweep(records: list[dict]):
 
     rows = {}
     for rec in records:
-        if rec.get("event") != "measure":
+        if rec.get("event") != MEASURE:
             continue
         rows.setdefault(rec["setting"], []).append(rec)
     table = []

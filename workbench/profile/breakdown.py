@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError
-from ..events import read_events
+from ..events import STEP, read_events
 from ..runfolder import RunFolder, read_json
 from ..runstore import read_summary
 from ..train.profiling import PHASES
@@ -133,7 +133,7 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
                           "config with workbench.profile.run.profile (or run.profile_steps > 0)")
     config = folder.config_data()
     records = {(r.get("rank", 0), r["step"]): r for r in read_events(run_dir)
-               if r.get("event") == "step" and r.get("profiled")}
+               if r.get("event") == STEP and r.get("profiled")}
     ranks = [_rank_profile(run_dir, f, records) for f in files]
     summary = read_summary(run_dir)
     shares, spread = ranks[0].group_spread() if len(ranks) == 1 else _mean_spread(ranks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError, RunConfig
-from ..events import read_events
+from ..events import STEP, read_events
 from ..quick import scaled
 from ..train.checkpointing import suggested
 from ..trials.ab import ABResult, ab_test
@@ -83,7 +83,7 @@ class CheckpointTrade:
 
 def _losses(run_dir) -> dict:
     return {r["step"]: r["loss"] for r in read_events(run_dir)
-            if r.get("event") == "step" and r.get("rank", 0) == 0}
+            if r.get("event") == STEP and r.get("rank", 0) == 0}
 
 
 def trade_modules(cfg: RunConfig, modules: list[str] | None = None) -> list[str]:

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 
-from ..events import EventWriter
+from ..events import HEARTBEAT, STEP, EventWriter
 from ..machine.contention import ContentionMeter
 
 INTERVAL_S = 1.0
@@ -29,7 +29,7 @@ class LockedWriter(EventWriter):
 
     def write(self, event: str, **fields) -> None:
         with self._lock:
-            if event == "step":
+            if event == STEP:
                 self.last_step = fields.get("step", self.last_step)
             if not self.closed:
                 super().write(event, **fields)
@@ -72,7 +72,7 @@ class Heartbeat(threading.Thread):
                 extra["contention"] = self.contention.read()
                 self.contention.restart()
             try:
-                self.writer.write("heartbeat", step=self.writer.last_step, where=where(self.main_id),
+                self.writer.write(HEARTBEAT, step=self.writer.last_step, where=where(self.main_id),
                                   **extra)
             except (OSError, ValueError):
                 return  # the file was closed under us: the rank is ending

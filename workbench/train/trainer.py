@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
-from ..events import EventWriter
+from ..events import INIT, READY, RESUMED, STEP, EventWriter
 from ..runfolder import RunFolder
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
@@ -131,7 +131,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     phase.name = "setting up the device and the process group"
     t_launch = time.time()
     torch.set_num_threads(threads_for(cfg))  # fixed and recorded: every figure says its threads
-    events.write("init", torch=torch.__version__, precision=cfg.precision.dtype,
+    events.write(INIT, torch=torch.__version__, precision=cfg.precision.dtype,
                  threads=torch.get_num_threads(), wait_policy=wait_policy())
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, env)
@@ -167,7 +167,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
                          seed=cfg.run.seed)
     s = Setup(device, data, model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
               loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch, contract, plan)
-    events.write("ready", device=str(device), params=params, task=data.task,
+    events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
     return s
@@ -219,7 +219,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         last = step < cfg.run.steps and budget.spent()
         if last:
             rec["last"] = True  # the watchdog: evaluating and saving from here, not stalled
-        events.write("step", **rec)
+        events.write(STEP, **rec)
         if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
             phase.name = f"saving the resumable state after step {step}"
             save_state(s, step, run_dir)
@@ -294,7 +294,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
         phase.name = "loading the resumable state"
         resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps)
         if resumed_from:
-            events.write("resumed", from_step=resumed_from)
+            events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.device, warmup_steps(cfg.run.steps))
     st = run_steps(cfg, s, events, env, profiler, phase, run_dir, resumed_from)
     phase.name = "evaluating and saving the weights"

@@ -3,7 +3,8 @@
 Reading a run folder (listing, comparing, attaching, exporting) never imports anything. Loading its
 model or data (load_model, `workbench prune/quant --run-dir`, the inference study) would call the
 factories its config names, so it runs them only when the folder is trusted: this user's workbench
-created it on this machine and its config is unchanged (workbench.provenance.created_here), or the
+created it on this machine and its config and the code it names are unchanged
+(workbench.provenance: created_here, code_changed), or the
 user says so with trust_code=True (`--trust-code`), as with Hugging Face's trust_remote_code.
 Built-in models and data name no code and need no trust; stdlib factories are refused always
 (workbench.train.factory).
@@ -15,19 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..config import BUILTIN_MODELS, ConfigError, RunConfig
-from ..provenance import created_here
+from ..config import ConfigError, RunConfig
+from ..provenance import code_changed, created_here, named_code
 from .factory import check_spec
-
-
-def named_code(cfg: RunConfig) -> list[tuple[str, str, dict]]:
-    """(field, import path, kwargs) of every factory the config would call."""
-    out = []
-    if cfg.model.name not in BUILTIN_MODELS:
-        out.append(("model.name", cfg.model.name, cfg.model.kwargs))
-    if cfg.data.name == "dataset":
-        out.append(("data.factory", cfg.data.factory, cfg.data.kwargs))
-    return out
 
 
 def describe(code: list[tuple[str, str, dict]]) -> str:
@@ -44,8 +35,16 @@ def check_trust(run_dir: str | Path, cfg: RunConfig, trust_code: bool = False) -
     for field, spec, _ in code:
         check_spec(spec, field)
     text = describe(code)
-    if trust_code or created_here(run_dir):
+    if trust_code:
         return f"will run {text}"
+    if created_here(run_dir):
+        changed = code_changed(run_dir, cfg)
+        if changed is None:
+            return f"will run {text}"
+        raise ConfigError(
+            f"run folder {str(run_dir)!r} was made here, but {changed}, and loading it would run "
+            f"that code: {text}. Nothing was run; read that code, then pass trust_code=True "
+            "(--trust-code on the command line) to run it")
     raise ConfigError(
         f"run folder {str(run_dir)!r} was not created by this workbench on this machine (or its "
         f"config was changed since), and loading it would run its code: {text}. Nothing was run; "

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, write_atomic
+from ..events import DONE, ERROR, START
 from ..procs import set_pdeathsig
 from ..runfolder import RunFolder
 from .heartbeat import Heartbeat, LockedWriter
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     env = RankEnv.from_environ()
     try:
         events = LockedWriter(run_dir, env.rank, env.attempt)
-        events.write("start", pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
+        events.write(START, pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
                      host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
                      **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
                      **({"warm": warm} if warm else {}))
@@ -103,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig.load(config_path)
         summary = train(cfg, events, env, run_dir, phase)
         ended = outcome(summary)  # completed, or diverged: the loss went NaN
-        events.write("done", **ended, **summary)
+        events.write(DONE, **ended, **summary)
         _record(run_dir, env, ended["status"], {**summary, **ended})
         return 0
     except (RunStopped, KeyboardInterrupt) as e:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the record
-        _try(events.write, "error", status="stopped", error_type="RunStopped",
+        _try(events.write, ERROR, status="stopped", error_type="RunStopped",
              message=str(e) or "stopped", wall_s=round(time.time() - t0, 3))
         _try(_record, run_dir, env, "stopped", {"message": str(e)})
         return EXIT_STOPPED
@@ -116,12 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.format_exc()
         if is_disk_full(e):  # nothing more fits: one line, no half-written files, no traceback
             message = disk_message(run_dir, e, "writing the run folder")
-            _try(events.write, "error", status="failed", error_type="DiskFull", message=message,
+            _try(events.write, ERROR, status="failed", error_type="DiskFull", message=message,
                  phase=phase.name)
             _try(print, f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
             return EXIT_DISK_FULL
         _try(write_atomic, RunFolder(run_dir).traceback_file(env.rank), tb)
-        _try(events.write, "error", status="failed", error_type=type(e).__name__, message=str(e),
+        _try(events.write, ERROR, status="failed", error_type=type(e).__name__, message=str(e),
              phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
         _try(_record, run_dir, env, "failed",
              {"error_type": type(e).__name__, "message": str(e), "rank": env.rank,

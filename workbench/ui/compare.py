@@ -13,7 +13,7 @@ from pathlib import Path
 import ipywidgets as widgets
 import pandas as pd
 
-from ..events import read_events
+from ..events import STEP, read_events
 from ..measure.compare import speedup_text
 from ..runstore import compare, list_runs, load_config
 from ..trials.ab import ab_test
@@ -27,7 +27,7 @@ FORMATS = {"samples_per_s": "{:,.0f}", "step_time_ms": "{:.2f}", "peak_mem_gib":
 
 def run_curves(run_dir: str | Path) -> pd.DataFrame:
     """Per step: rank 0's loss and the throughput summed over ranks (smoothed)."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == "step"]
+    steps = [r for r in read_events(run_dir) if r.get("event") == STEP]
     if not steps:
         return pd.DataFrame(columns=["step", "loss", "samples_per_s"])
     df = pd.DataFrame(steps)

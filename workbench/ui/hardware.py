@@ -11,7 +11,7 @@ import math
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..events import read_events
+from ..events import STEP, read_events
 from ..hardware.ceiling import Ceiling
 from ..hardware.chooser import choose
 from ..hardware.microbench import run_benchmarks
@@ -144,7 +144,7 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
 def mfu_figure(run_dir) -> go.FigureWidget:
     """MFU per step of one run, from its events: faint raw points under their rolling median (a
     share of the peak the summary names); a run that passed its peak says the peak is wrong."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == "step"]
+    steps = [r for r in read_events(run_dir) if r.get("event") == STEP]
     s = read_summary(run_dir)
     points = [(r["step"], 100 * r["mfu"]) for r in steps if "mfu" in r]
     median = RollingMedian(25)

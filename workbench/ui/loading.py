@@ -13,10 +13,10 @@ import time
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..events import read_events
+from ..events import STEP, read_events
 from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
-from ..loading.sweep import run_sweep, summarize_sweep
+from ..loading.sweep import MEASURE, run_sweep, summarize_sweep
 from .job import BackgroundJob
 
 REDRAW_EVERY_S = 0.25
@@ -86,7 +86,7 @@ class LoaderLab:
         for rec in run_sweep(self.dataset, self.settings, self.rounds, self.max_batches,
                              step=self.step):
             self.records.append(rec)
-            if rec["event"] == "measure":
+            if rec["event"] == MEASURE:
                 self.progress.value = rec["done"]
                 self.status.value = html.escape(f"{rec['done']}/{rec['total']}: {rec['setting']} "
                                                 f"{rec['samples_per_s']:.0f} samples/s")
@@ -139,7 +139,7 @@ def wait_chart(summaries: dict[str, dict]) -> go.Figure:
     computing, as shares of the step; the title of each bar says it in words."""
     labels, waits, computes, texts = [], [], [], []
     for label, summary in summaries.items():
-        steps = [e for e in read_events(summary["run_dir"]) if e["event"] == "step"]
+        steps = [e for e in read_events(summary["run_dir"]) if e["event"] == STEP]
         steps = steps[min(len(steps) // 5, 10):]  # after warm-up, as the run's summary does
         wait = sum(e["data_wait_ms"] for e in steps) / len(steps)
         total = sum(e["step_time_ms"] for e in steps) / len(steps)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from ..events import ENDS, ERROR, HEARTBEAT, READY, START, STEP
 from .curve import Curve, RollingMedian
 
 CURVES = ("loss", "samples_per_s", "step_time_ms")
@@ -65,17 +66,17 @@ class RunSeries:
             self.ranks.pop(rank, None)
             self.ended.pop(rank, None)
         self._attempt[rank] = max(attempt, self._attempt.get(rank, 0))
-        if event == "start":
+        if event == START:
             self.world_size = max(self.world_size, int(rec.get("world_size", 1)))
             if self.status == "waiting":
                 self.status = "starting"
-        elif event == "ready" and self.status in ("waiting", "starting"):
+        elif event == READY and self.status in ("waiting", "starting"):
             self.status = "running"
-        elif event == "step":
+        elif event == STEP:
             self._feed_step(rank, rec)
-        elif event == "heartbeat" and rec.get("contention"):
+        elif event == HEARTBEAT and rec.get("contention"):
             self.contention = rec["contention"]
-        elif event in ("done", "error"):
+        elif event in ENDS:
             self.ended[rank] = rec
             self._update_end()
 
@@ -112,7 +113,7 @@ class RunSeries:
                 del self._pending[step]
 
     def _update_end(self) -> None:
-        errors = [r for r in self.ended.values() if r.get("event") == "error"]
+        errors = [r for r in self.ended.values() if r.get("event") == ERROR]
         if errors:  # one failing rank ends the run; a stop reaches every rank
             first = min(errors, key=lambda r: r.get("t", 0))
             self.status = first.get("status", "failed")
