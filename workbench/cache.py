@@ -9,7 +9,9 @@ import json
 import os
 from pathlib import Path
 
-from .disk import write_json_atomic
+from .disk import make_dirs, write_json_atomic
+
+PRIVATE = 0o700  # the cache's folders: what a run loads from them is this user's alone
 
 
 def cache_dir() -> Path:
@@ -30,7 +32,7 @@ def write_json(name: str, data: dict) -> bool:
     which only means the thing is made again next time."""
     path = cache_dir() / name
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent, PRIVATE)
         write_json_atomic(path, data)
         return True
     except OSError:

@@ -43,6 +43,39 @@ def is_disk_full(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in DISK_FULL
 
 
+OTHERS_WRITE = 0o022  # write permission for the group and for others: on nothing the workbench makes
+
+
+def keep_writes_to_owner() -> None:
+    """What this process and its children create is writable by its owner only, whatever umask it
+    was started with: the workbench's own processes (supervisor, rank, pre-launch check) call this
+    first, so torchrun's logs and the cached data they write are never world-writable."""
+    os.umask(os.umask(OTHERS_WRITE) | OTHERS_WRITE)
+
+
+def make_dirs(path: str | Path, mode: int = 0o755) -> Path:
+    """Make `path` and any missing parents, each with `mode` (mkdir -p gives parents the umask's
+    default, which a umask of 000 makes world-writable). An existing folder is left as it is."""
+    target = Path(path)
+    missing, here = [], target
+    while not here.is_dir() and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=mode)
+        except FileExistsError:
+            if not folder.is_dir():  # a file where a folder must be: as mkdir -p says it
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
+                                         str(folder)) from None
+    return target
+
+
+def open_log(path: str | Path):
+    """`path` opened for appending bytes, made readable by all and writable by its owner only."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), "ab")
+
+
 def write_atomic(path: str | Path, content: str | bytes) -> None:
     """Write `content` to `path` through a uniquely named temporary file in the same folder, renamed
     into place: a reader sees the old file or the new one, two writers never share a temporary file,

@@ -18,9 +18,9 @@ import socket
 import sys
 from pathlib import Path
 
-from .cache import cache_dir
+from .cache import PRIVATE, cache_dir
 from .config import BUILTIN_MODELS, RunConfig
-from .disk import write_json_atomic
+from .disk import make_dirs, write_json_atomic
 from .runfolder import RunFolder
 
 
@@ -101,7 +101,7 @@ def _code(cfg: RunConfig) -> dict:
 def record_created(run_dir: str | Path, cfg: RunConfig) -> None:
     """Note, outside the folder, that this workbench made `run_dir` here, with the code it names."""
     path = _record_path(Path(run_dir))
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(path.parent, PRIVATE)
     write_json_atomic(path, {**_fingerprint(Path(run_dir)), "code": _code(cfg)})
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .config import ConfigError, RunConfig, require_config
-from .disk import disk_message, write_json_atomic  # noqa: F401 - write_json_atomic for callers
+from .disk import disk_message, make_dirs, write_json_atomic  # noqa: F401 - write_json_atomic for callers
 from .events import DONE, ENDS, START, STEP, read_events
 from .measure.compare import unpaired_ratio
 from .procs import same_process
@@ -64,7 +64,7 @@ def create_run_dir(cfg: RunConfig, root: str | Path | None = None, *,
 
 def _fresh(root: Path, cfg: RunConfig) -> tuple[Path, bool]:
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        make_dirs(root)
     except OSError as e:
         raise ConfigError(disk_message(root, e, "making the run store")) from None
     if not root.is_dir():
@@ -74,7 +74,7 @@ def _fresh(root: Path, cfg: RunConfig) -> tuple[Path, bool]:
     for n in range(1000):
         path = root / (base if n == 0 else f"{base}_{n}")
         try:
-            path.mkdir()  # atomic: of two starts, one makes it and the other tries the next name
+            path.mkdir(mode=0o755)  # atomic: of two starts, one makes it and the other tries the next name
         except FileExistsError:
             continue
         except OSError as e:
@@ -111,7 +111,7 @@ def _claim(path: Path, made: bool = False) -> bool:
     call made the folder, so a start that fails later removes exactly what it made."""
     if not made:
         try:
-            path.mkdir(parents=True)
+            make_dirs(path.parent).joinpath(path.name).mkdir(mode=0o755)
             made = True
         except FileExistsError:
             usable_run_dir(path)

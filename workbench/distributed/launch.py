@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig, require_config
-from ..disk import Reserve, disk_message
+from ..disk import Reserve, disk_message, open_log
 from ..machine.capability import resolve_device
 from ..machine.contention import ContentionMeter
 from ..machine.fit import backend_for, cannot_run
@@ -222,7 +222,7 @@ class Launcher:
         folder = RunFolder(run_dir)
         try:
             Reserve(run_dir).hold()  # room for summary.json even if the run fills the disk
-            log = open(folder.log_file, "ab")
+            log = open_log(folder.log_file)
         except OSError as e:
             raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
         ranks_env = supervisor_env(env)

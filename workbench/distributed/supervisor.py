@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 
 from ..runfolder import RunFolder
-from ..disk import disk_message, write_json_atomic
+from ..disk import disk_message, keep_writes_to_owner, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
 from ..runstore import removed_folder
 from ..train.warm import JOB
@@ -286,6 +286,7 @@ def _point_output_at(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_writes_to_owner()  # torchrun's logs and everything the ranks write, whatever the umask
     parser = argparse.ArgumentParser(prog="python -m workbench.distributed.supervisor")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--run-dir")

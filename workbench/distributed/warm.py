@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RunConfig
+from ..disk import open_log
 from ..runfolder import RunFolder
 from ..train.warm import ready_marker
 from .owned import Lifelines
@@ -136,7 +137,7 @@ class Spares:
         folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
         command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)],
                                str(RunFolder(folder).torchrun_logs))  # moved into the run it takes
-        with open(folder / SPARE_LOG, "ab") as log:
+        with open_log(folder / SPARE_LOG) as log:
             proc = self.lifelines.start_supervisor(["--warm", str(folder)], command, log, env)
         return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines)
 

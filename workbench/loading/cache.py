@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..cache import PRIVATE
 from ..config import ConfigError
+from ..disk import make_dirs
 from ..measure.timer import interleaved
 from ..train.data import make_loader
 from ..train.memory import GIB, rss_gib
@@ -75,7 +77,7 @@ class DecodedCache(Dataset):
             self.filled = torch.zeros(n, dtype=torch.bool).share_memory_()
         else:
             self.dir = Path(cache_dir) / self._key()
-            self.dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.dir, PRIVATE)
             if not (self.dir / "meta.json").is_file():
                 check_fits(self.nbytes, shutil.disk_usage(self.dir).free, what + " on disk")
                 self._create_files(n)

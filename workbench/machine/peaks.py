@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..cache import cache_dir
+from ..cache import PRIVATE, cache_dir
 from ..config import ConfigError
-from ..disk import disk_message, write_json_atomic
+from ..disk import disk_message, make_dirs, write_json_atomic
 from .cpu import cpu_info
 from .gpus import find_gpu
 
@@ -60,7 +60,7 @@ def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
         entry[table][name] = max(c.value, entry[table].get(name, 0.0))
     data[key] = entry
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent, PRIVATE)
         write_json_atomic(path, data)
     except OSError as e:
         raise ConfigError(disk_message(path, e, "writing the ceiling cache")) from None

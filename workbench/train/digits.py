@@ -6,11 +6,12 @@ pixels and labels as a small tensor file; every later run reads that file with t
 """
 from __future__ import annotations
 
-import os
+import io
 
 import torch
 
-from ..cache import cache_dir
+from ..cache import PRIVATE, cache_dir
+from ..disk import make_dirs, write_atomic
 
 FILE = "digits.pt"
 
@@ -29,10 +30,10 @@ def load_digits() -> tuple[torch.Tensor, torch.Tensor]:
     images = torch.tensor(raw.images, dtype=torch.uint8)
     labels = torch.tensor(raw.target, dtype=torch.long)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{FILE}.{os.getpid()}.tmp")
-        torch.save({"images": images, "labels": labels}, tmp)
-        tmp.replace(path)
+        make_dirs(path.parent, PRIVATE)
+        buffer = io.BytesIO()
+        torch.save({"images": images, "labels": labels}, buffer)
+        write_atomic(path, buffer.getvalue())
     except OSError:
         pass  # an unwritable cache: read through scikit-learn again next time
     return images, labels

@@ -22,6 +22,7 @@ T0 = time.time()
 import torch  # noqa: E402 - the cost every rank pays, measured below
 
 from ..config import ConfigError, RunConfig  # noqa: E402
+from ..disk import keep_writes_to_owner  # noqa: E402
 from ..machine.capability import resolve_device  # noqa: E402
 from .data import build_data  # noqa: E402
 from .factory import load_factory  # noqa: E402
@@ -106,6 +107,7 @@ def measure(cfg: RunConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_writes_to_owner()  # the cached data it may write, whatever the umask
     argv = sys.argv[1:] if argv is None else argv
     text = sys.stdin.read() if argv[0] == "-" else None  # a spare check waits here, imports done
     t_config = time.time()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
-from ..disk import disk_message, is_disk_full, write_atomic
+from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
 from ..events import DONE, ERROR, START
 from ..procs import set_pdeathsig
 from ..runfolder import RunFolder
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                        "SPARE_DIR/job.json (workbench.train.warm)")
     args = parser.parse_args(argv)
     set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
+    keep_writes_to_owner()  # a rank started by hand or by SLURM, not under the supervisor, too
     main_t, warm = T_MAIN, {}
     if args.warm:
         from .warm import take_job
