@@ -3,11 +3,13 @@ do, never a traceback: the command line, run in-process (an uncaught exception f
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 import torch
 
+from workbench.bench.refusals import CASES, imports_torch, refuse
 from workbench.cli import main as cli
 from workbench.config import ConfigError, RunConfig
 from workbench.loading.imageset import generate_image_set
@@ -63,6 +65,10 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
     (["run", "--preset", "smoke", "--run-dir", "/proc/workbench-run"], "'/proc/workbench-run"),
     (["run", "--preset", "smoke", "--run-dir", "FILE/run"], "Not a directory"),
     (["run", "--preset", "smoke", "--run-dir", ""], "run dir is empty: name a new folder"),
+    (["run", "--config", "BINARY"], "is not UTF-8 text (byte 0xff at position 0): a config is a JSON"),
+    (["run", "--config", "NESTED"], "its JSON is nested too deeply to read"),
+    (["run", "--preset", "smoke", "--set", "run.label=" + "y" * 3000], "yyy... (3,002 characters)"),
+    (["run", "--preset", "smoke", "--batch-size", "9" * 3000], "999... (3,000 characters); use a"),
     (["run", "--preset", "smoke", "--run-dir", "FILE"], "a_file' is a file; choose a new folder"),
     (["run", "--preset", "smoke", "--run-dir", "FULL"], "is not empty (it holds 'notes.txt'): a run needs"),
     (["export", "--config", "CONFIG", "--to", "/proc/workbench-export"], "/proc/workbench-export"),
@@ -80,16 +86,19 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
     (["run", "--preset", "smoke", "--batch-size", "1000000000000"], "loader.batch_size must be <= 1402"),
     (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
     (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+], ids=lambda v: " ".join(v)[:80] if isinstance(v, list) else None)
 def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrupt, capsys):
     afile = tmp_path / "a_file"
     afile.write_text("not a folder")
     config = tmp_path / "config.json"
     RunConfig.smoke().save(config)
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00binary")
+    (tmp_path / "nested.json").write_text("[" * 100_000 + "]" * 100_000)
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("the user's")
-    subs = {"FILE": str(afile), "FULL": str(full), "CONFIG": str(config), "IMAGES": str(images),
+    subs = {"FILE": str(afile), "FULL": str(full), "BINARY": str(tmp_path / "binary.json"),
+            "NESTED": str(tmp_path / "nested.json"), "CONFIG": str(config), "IMAGES": str(images),
             "CORRUPT": str(corrupt)}
     argv = [subs.get(a, a.replace("FILE/", f"{afile}/")) for a in argv]
     err = one_line(capsys, cli(argv))
@@ -158,3 +167,15 @@ def test_hw_bench_saves_its_figures_when_the_cache_cannot_be_written(tmp_path, m
     saved = json.loads(open(out["saved_to"]).read())
     assert next(iter(saved.values()))["bandwidth_gbs"]["copy"] > 0
     assert captured.err.strip().splitlines()[-1].startswith("workbench hw: writing the ceiling cache")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_command_line_refuses_before_importing_torch(name, tmp_path):
+    """The measured cases of `python -m workbench.bench refusals`: one line, exit code 2, and torch
+    never imported (that import is what made refusals take 8-28 s on a busy machine)."""
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00binary")
+    env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"),
+           "WORKBENCH_CACHE": str(tmp_path / "cache")}
+    _, done = refuse(CASES[name], tmp_path, env)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not imports_torch(CASES[name], tmp_path, env)

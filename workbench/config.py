@@ -30,8 +30,17 @@ class ConfigError(ValueError):
     """A config value is not allowed. The message names the dotted field."""
 
 
+SHOWN_CHARS = 80  # a value longer than this is cut in messages, with its length said
+
+
+def shown(value: Any) -> str:
+    """`value` as a message shows it: its repr, cut to the first SHOWN_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
 def _fail(path: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"{path} must be {allowed}, got {value!r}")
+    raise ConfigError(f"{path} must be {allowed}, got {shown(value)}")
 
 
 def _at_least(path: str, value: float, low: float) -> None:
@@ -442,6 +451,9 @@ class RunConfig(_Section):
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"config is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ConfigError("config is not a config: its JSON is nested too deeply to read (a "
+                              "config is a few levels of sections)") from None
         return cls.from_dict(data)
 
     @classmethod
@@ -449,7 +461,13 @@ class RunConfig(_Section):
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        return cls.from_json(path.read_text())
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
+                              f"at position {e.start}): a config is a JSON file") from None
+        return cls.from_json(text)
 
     def save(self, path: str | Path) -> None:
         """Write atomically, so a reader never sees half a config (workbench.disk.write_atomic)."""

@@ -30,9 +30,9 @@ from typing import Callable
 
 import torch
 
-from ..config import ConfigError, RunConfig
-from ..cache import cache_dir
-from ..disk import Reserve, free_bytes, mib, write_json_atomic
+from ..config import ConfigError, RunConfig, shown
+from ..cache import PRIVATE, cache_dir
+from ..disk import Reserve, free_bytes, make_dirs, mib, write_json_atomic
 from ..machine.cpu import memory_info
 from ..machine.gpu import gpu_free_gib
 from ..train.flops import StepCost, memory_need_gib
@@ -100,7 +100,7 @@ class Prechecks:
             self._answers[key] = result
         if keep:
             try:
-                _stored(key).parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(_stored(key).parent, PRIVATE)
                 write_json_atomic(_stored(key), result)
             except OSError:
                 pass  # not kept: measured again next time
@@ -140,7 +140,7 @@ def per_rank_batch(cfg: RunConfig, train_samples: int) -> int:
     if cfg.loader.batch_size > share:
         raise ConfigError(f"loader.batch_size must be <= {share}, the training samples each of the "
                           f"{ranks} rank(s) gets from data.name {cfg.data.name!r} ({train_samples} in "
-                          f"all), got {cfg.loader.batch_size}; use a smaller batch or more data")
+                          f"all), got {shown(cfg.loader.batch_size)}; use a smaller batch or more data")
     return cfg.loader.batch_size
 
 
