@@ -54,7 +54,7 @@ def test_verdicts_follow_the_interval_not_the_median():
     assert verdict("structured", timed(b64=(1.4, 0.8)))["verdict"] == "within noise"
     v = verdict("dynamic_int8", timed(b1=(0.5, 0.02), b64=(1.5, 0.02)))
     assert "memory-bound" in v["why"] and "slower at batch 1" in v["why"]
-    assert "at 50% their index overhead outweighs the skipped zeros" in verdict(
+    assert "at 50% sparsity the CSR kernel's index overhead outweighed the zeros it skipped" in verdict(
         "sparse_csr", timed(b64=(0.8, 0.02)), 0.5)["why"]
 
 
@@ -72,7 +72,11 @@ def test_magnitude_sweep_records(tmp_path):
     assert list(df["amount"]) == [0.0, 0.5, 0.9]
     assert df["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.9], abs=0.01)
     assert df["verdict"].iloc[0] == "reference" and "noise floor" in df["why"].iloc[0]
-    assert "over 6 rounds" in df["why"].iloc[0]  # the floor is itself an interval
+    assert ", 6 rounds at batch" in df["why"].iloc[0]  # the floor is itself an interval
+    floor = df["why"].iloc[0].split("not a speedup: ", 1)[1]
+    for word in ("faster", "slower", "within noise"):  # an A/A's ratio is no verdict
+        assert word not in floor
+    assert df["speedup_b32_verdict"].iloc[0] == "reference"
     assert df["coverage"].iloc[1] > 0.95 and df["timing_threads"].iloc[1] == 1
     assert df["model_sparsity"].iloc[1] == pytest.approx(0.5 * df["coverage"].iloc[1], abs=0.01)
     assert {"speedup_b32_low", "speedup_b32_high", "speedup_b32_rounds"} <= set(df.columns)
@@ -164,3 +168,37 @@ def test_cli_prunes_your_model_on_your_dataset_and_says_when_accuracy_means_noth
 def test_cli_bad_input_exits_2_with_the_reason(argv, message, capsys):
     assert cli_main(argv + ["--rounds", "3", "--width", "32"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_what_notebook_03_says_of_a_kind_comes_from_its_table():
+    import pandas as pd
+
+    from workbench.compress.reasons import measured_sentence
+
+    df = pd.DataFrame([
+        {"variant": "dense", "kind": "dense", "speedup_b64": 1.0},
+        {"variant": "sparse CSR 90%", "kind": "sparse_csr", "speedup_b64": 1.4, "speedup_b64_low": 1.2,
+         "speedup_b64_high": 1.6, "speedup_b64_rounds": 15, "speedup_b64_verdict": "faster"}])
+    assert measured_sentence(df, "sparse_csr", 64) == \
+        "sparse CSR 90%: 1.40x [1.20, 1.60] over 15 rounds: faster at batch 64"
+    assert measured_sentence(df, "masked", 64) == ""
+
+
+def test_an_a_a_that_reads_faster_marks_the_whole_sweep_unreliable(monkeypatch):
+    """The 0 % row times the dense model against itself; when that reads faster (here forced), the
+    timing method is not honest on this machine now, and every row says so."""
+    def timed(models, subject, batch_sizes, rounds):
+        rec = {}
+        for b in batch_sizes:
+            rec.update({f"latency_b{b}_ms": 1.0, f"speedup_b{b}": 1.3, f"speedup_b{b}_low": 1.2,
+                        f"speedup_b{b}_high": 1.4, f"speedup_b{b}_rounds": 6,
+                        f"speedup_b{b}_verdict": "faster"})
+        return {"dense": {f"latency_b{b}_ms": 1.3 for b in batch_sizes}, "pruned": rec}
+
+    monkeypatch.setattr("workbench.compress.sweep.latencies", timed)
+    subject = Subject.from_config(RunConfig.smoke())
+    df = run_sweep(subject, SweepConfig(amounts=[0.0, 0.5], finetune_epochs=0, **FAST))
+    assert df["verdict"].iloc[0] == "reference" and df["speedup_b32_verdict"].iloc[0] == "reference"
+    for why, unreliable in zip(df["why"], df["unreliable"]):
+        assert unreliable.startswith("the dense model timed against itself read faster at batch")
+        assert why.startswith(unreliable)

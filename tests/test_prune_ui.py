@@ -9,8 +9,11 @@ from workbench.compress.variants import pareto_front
 
 def test_lab_sweeps_compares_and_draws():
     lab = CompressLab(Subject.from_config(RunConfig.smoke()), big_batch=16, rounds=3)
-    lab.points.value, lab.max_amount.value, lab.method.value = 3, 0.9, "structured"
+    lab.points.value, lab.max_amount.value, lab.method.value = 3, 90, "structured"
     assert lab.sweep_config().amounts == [0.0, 0.45, 0.9]
+    lab.max_amount.value = 50  # what a person types into the readout for 50 %
+    assert lab.sweep_config().amounts[-1] == 0.5
+    lab.max_amount.value = 90
     lab.sweep(wait=True)
     assert lab.status.value.startswith("sweep done (structured)") and lab.progress.value == 3
     assert "reaches 100% of the weights" in lab.acc_fig.layout.title.text

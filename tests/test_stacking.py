@@ -103,6 +103,22 @@ def test_waterfall_steps_add_up_to_the_total():
     assert w["y"][:4] == pytest.approx([100.0, 50.0, 0.0, -30.0]) and w["y"][4] == 120.0
     assert sum(w["y"][:4]) == pytest.approx(w["y"][4])
     assert "pin_memory needs a GPU" in w["text"][2] and "slower" in w["text"][3]
+    assert w["base"] == pytest.approx([0.0, 100.0, 150.0, 150.0, 0.0])  # from the level before
+    assert w["status"] == ["baseline", "faster", "skipped", "slower", "baseline"]
+
+
+def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
+    from workbench.ui.stacking import STATUS_COLORS, waterfall_figure
+
+    df = pd.DataFrame([
+        {"step": "baseline", "status": "baseline", "samples_per_s": 100.0, "gain_vs_prev": 1.0,
+         "gain_vs_baseline": 1.0, "reason": ""},
+        {"step": "+ bf16", "status": "within noise", "samples_per_s": 103.0, "gain_vs_prev": 1.03,
+         "gain_vs_baseline": 1.03, "reason": ""}])
+    bars = waterfall_figure(df).data[0]
+    assert list(bars.marker.color) == [STATUS_COLORS["baseline"], STATUS_COLORS["within noise"],
+                                       STATUS_COLORS["baseline"]]
+    assert list(bars.y) == pytest.approx([100.0, 3.0, 103.0]) and list(bars.base) == [0.0, 100.0, 0.0]
 
 
 @pytest.mark.slow

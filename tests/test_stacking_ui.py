@@ -40,8 +40,10 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     df = panel.wait(timeout=60)
     assert asked == [["bf16", "pin_memory"]] and len(df) == 3
     waterfall = panel.fig.data[0]
-    assert list(waterfall.measure) == ["absolute", "relative", "relative", "total"]
+    assert list(waterfall.base) == [0.0, 1000.0, 1500.0, 0.0]
     assert list(waterfall.y) == [1000.0, 500.0, 0.0, 1500.0]
+    assert list(waterfall.marker.color) == [ui.STATUS_COLORS[s] for s in
+                                            ("baseline", rows[1]["status"], "skipped", "baseline")]
     assert "pin_memory needs a GPU" in waterfall.text[2]
     assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
     assert "skipped" in panel.table.value and "x1.50" in panel.status.value

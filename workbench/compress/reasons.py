@@ -27,8 +27,8 @@ REASONS = {
                            "cost the same multiplies, and the file stores them too",
     ("sparse_csr", "faster"): "at {sparsity:.0%} sparsity the CSR kernel skips enough zeros to "
                               "beat the dense matmul",
-    ("sparse_csr", "*"): "sparse kernels pay off only at high sparsity (about 90 % and up on a "
-                         "CPU); at {sparsity:.0%} their index overhead outweighs the skipped zeros",
+    ("sparse_csr", "*"): "at {sparsity:.0%} sparsity the CSR kernel's index overhead outweighed the "
+                         "zeros it skipped, here",
     ("structured", "faster"): "removing whole neurons/channels shrinks the matmuls themselves: "
                               "fewer multiplies, smaller weights",
     ("structured", "*"): "the layers shrank, but at this size per-call overhead, not the "
@@ -93,3 +93,13 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
     if busy:
         why += f"; {busy}"
     return {"verdict": partial_verdict(lab, coverage), "why": why}
+
+
+def measured_sentence(df, kind: str, batch: int) -> str:
+    """What the first variant of `kind` in a variants table did here, in one line: its paired
+    speedup at `batch` with the interval and verdict ('' when the table has none). The notebooks
+    print this instead of saying in prose what a kind of compression does on a CPU."""
+    rows = [r for r in df.to_dict("records") if r.get("kind") == kind]
+    if not rows:
+        return ""
+    return f"{rows[0]['variant']}: {speedup_label(rows[0], batch)} at batch {batch}"

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
+from ..measure.verdict import FASTER, SLOWER
 from ..train.models import loss_fn
 from ..train.data import iter_batches
 from .coverage import columns
@@ -26,7 +27,7 @@ from .prune import (METHODS, SCOPES, check_amount, check_not_quantized, magnitud
                     copy_model, pruning_coverage, refresh_masks)
 from .prune import sparsity as sparsity_of
 from .reasons import judge
-from .stats import latencies, num_threads, speedup_label, state_size_bytes
+from .stats import latencies, num_threads, speedup_short, state_size_bytes
 from .structured import structured_coverage, structured_prune
 from .subject import Subject
 
@@ -117,6 +118,7 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
     kind = "structured" if scfg.method == "structured" else "unstructured"
     example = subject.example(2)
     masked_cov = pruning_coverage(base) if kind == "unstructured" else None
+    unreliable = ""  # said on every later row once the dense model timed against itself differed
     for amount in scfg.amounts:
         if stop is not None and stop.is_set():
             return
@@ -137,12 +139,23 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
         rec.update(times["pruned"])
         rec.update({f"dense_{k}": v for k, v in times["dense"].items() if k.startswith("latency")})
         judged = judge(kind, times["pruned"], stats["sparsity"], cov)
-        if amount == 0:  # the same model: what it measures is the noise floor of the timing
-            floor = "; ".join(f"{speedup_label(times['pruned'], b)} at batch {b}"
+        if amount == 0:  # the same model twice: an A/A, whose ratios are a noise floor, no verdict
+            differed = [b for b in scfg.batch_sizes
+                        if rec.get(f"speedup_b{b}_verdict") in (FASTER, SLOWER)]
+            if differed:
+                unreliable = (f"the dense model timed against itself read "
+                              f"{rec[f'speedup_b{differed[0]}_verdict']} at batch {differed[0]}, so "
+                              "this sweep's timing is unreliable: rerun it on a quieter machine")
+            for b in scfg.batch_sizes:
+                rec[f"speedup_b{b}_verdict"] = "reference"
+            floor = "; ".join(f"{speedup_short(times['pruned'], b)} at batch {b}"
                               for b in scfg.batch_sizes)
-            judged = {"verdict": "reference", "why": f"nothing pruned, so this is the timing "
-                      f"noise floor of the sweep: {floor}"}
-        rec.update(judged, details=cov)
+            judged = {"verdict": "reference", "why": f"nothing pruned: the dense model timed against "
+                      f"itself, so these ratios are the sweep's timing noise floor, not a speedup: "
+                      f"{floor}"}
+        if unreliable:
+            judged = {**judged, "why": f"{unreliable}; {judged['why']}"}
+        rec.update(judged, unreliable=unreliable, details=cov)
         yield rec
 
 

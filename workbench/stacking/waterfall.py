@@ -1,5 +1,6 @@
-"""What a waterfall chart of a study's samples/s needs, from its table: labels, measures, deltas and
-hover text (plain data; workbench.ui.stacking draws it).
+"""What a waterfall chart of a study's samples/s needs, from its table: labels, measures, deltas,
+where each bar starts, each bar's verdict and hover text (plain data; workbench.ui.stacking draws
+it, coloured by verdict: a step that went up within noise is not drawn as a gain).
 """
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ def waterfall_records(df) -> dict:
     """What a waterfall chart of samples/s needs: labels, measures, deltas and hover text.
 
     The baseline is an absolute bar, each step a relative one (0 for a skipped or failed step, with
-    the reason as its text), and the last bar the total reached."""
-    x, measure, y, text = [], [], [], []
+    the reason as its text), and the last bar the total reached. `base` is where each bar starts
+    (the level before a step), `status` its verdict."""
+    x, measure, y, text, base, status = [], [], [], [], [], []
     prev = None
     for row in df.to_dict("records"):
         sps = number(row["samples_per_s"])
         x.append(row["step"])
+        status.append(row["status"])
+        base.append(0.0 if row["status"] == "baseline" or prev is None else prev)
         if row["status"] == "baseline":
             measure.append("absolute")
             y.append(sps)
@@ -45,4 +49,6 @@ def waterfall_records(df) -> dict:
         measure.append("total")
         y.append(done[-1]["samples_per_s"])
         text.append(f"x{done[-1]['gain_vs_baseline']:.2f} vs baseline")
-    return {"x": x, "measure": measure, "y": y, "text": text}
+        base.append(0.0)
+        status.append("baseline")
+    return {"x": x, "measure": measure, "y": y, "text": text, "base": base, "status": status}

@@ -44,12 +44,12 @@ class CompressLab:
         self.method = W.Dropdown(options=["magnitude", "random", "structured"], value="magnitude",
                                  description="method")
         self.scope = W.Dropdown(options=["global", "layer"], value="global", description="scope")
-        self.max_amount = W.FloatSlider(value=0.9, min=0.1, max=0.95, step=0.05,
-                                        description="up to", readout_format=".0%")
+        # Percent as whole numbers: a slider's typed-in readout is taken as its value, so a
+        # fraction slider shown as "50%" read a typed "50" as 5000 % and stopped at its maximum.
+        self.max_amount = W.IntSlider(value=90, min=10, max=95, step=5, description="up to %")
         self.points = W.IntSlider(value=5, min=2, max=12, description="points")
         self.epochs = W.IntSlider(value=0, min=0, max=10, description="fine-tune ep.")
-        self.amount = W.FloatSlider(value=0.5, min=0.0, max=0.95, step=0.05,
-                                    description="variants at", readout_format=".0%")
+        self.amount = W.IntSlider(value=50, min=0, max=95, step=5, description="variants at %")
         self.sweep_button = W.Button(description="Sweep", button_style="primary")
         self.compare_button = W.Button(description="Compare variants")
         self.stop_button = W.Button(description="Stop", button_style="warning")
@@ -77,7 +77,7 @@ class CompressLab:
 
     # --- actions -------------------------------------------------------------------------
     def sweep_config(self) -> SweepConfig:
-        n, top = self.points.value, self.max_amount.value
+        n, top = self.points.value, self.max_amount.value / 100
         amounts = [round(top * i / (n - 1), 4) for i in range(n)]
         return SweepConfig(amounts=amounts, method=self.method.value, scope=self.scope.value,
                            finetune_epochs=self.epochs.value, batch_sizes=(1, self.big),
@@ -90,7 +90,7 @@ class CompressLab:
 
     def compare(self, wait: bool = False) -> None:
         """Build and time every variant on a thread (wait=True: until it ends)."""
-        amount = self.amount.value
+        amount = self.amount.value / 100
         self._start(lambda: self._compare(amount), 1, wait)
 
     def wait(self, timeout: float | None = None):

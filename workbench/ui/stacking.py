@@ -40,11 +40,10 @@ class Waterfall:
         self.fig = go.FigureWidget(make_subplots(
             rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
             subplot_titles=(title, side[0][1], side[1][1])))
-        self.fig.add_trace(go.Waterfall(
-            name="samples/s", x=[], y=[], measure=[], text=[], textposition="outside",
-            increasing={"marker": {"color": STATUS_COLORS["faster"]}},
-            decreasing={"marker": {"color": STATUS_COLORS["slower"]}},
-            totals={"marker": {"color": STATUS_COLORS["baseline"]}}), row=1, col=1)
+        # Floating bars, not go.Waterfall: a waterfall colours a bar by its direction, and a step
+        # that went up within noise must not be drawn as a gain; each bar here takes its verdict's.
+        self.fig.add_trace(go.Bar(name="samples/s", x=[], y=[], base=[], text=[],
+                                  textposition="outside"), row=1, col=1)
         for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
             self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color), row=1, col=col)
         self.fig.update_layout(height=430, showlegend=False, margin=dict(t=40, b=110, l=50, r=20))
@@ -58,8 +57,9 @@ class Waterfall:
         rows = df.to_dict("records")
         labels = [r["step"] for r in rows]
         with self.fig.batch_update():
-            self.fig.data[0].update(x=wf["x"], y=wf["y"], measure=wf["measure"], text=wf["text"],
-                                    hovertext=wf["text"])
+            self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], text=wf["text"],
+                                    hovertext=wf["text"],
+                                    marker_color=[STATUS_COLORS.get(s, "#7f7f7f") for s in wf["status"]])
             for trace, (column, _) in zip(self.fig.data[1:], self.side):
                 values = [number(r.get(column)) for r in rows]
                 trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
