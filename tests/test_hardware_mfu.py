@@ -10,7 +10,7 @@ from torch import nn
 
 from workbench.config import ConfigError, RunConfig
 from workbench.machine import peaks as ceilings
-from workbench.hardware.chooser import Assumptions, choose, estimate, memory_need_gib
+from workbench.hardware.chooser import Assumptions, choose, estimate, fit_sentence, memory_need_gib
 from workbench.train.flops import StepCost, count_step, cost_of_config
 from workbench.machine.gpus import find_gpu
 from workbench.train.mfu import MfuMeter, run_dtype
@@ -146,6 +146,21 @@ def test_chooser_ranks_fitting_gpus_first_and_says_what_bounds_them():
     assert (df.bound == "compute").all()
     tiny = estimate(_cost(1000, 10**6, 10**4), find_gpu("NVIDIA H100 80GB HBM3"), "bf16")
     assert tiny["bound"] == "launch"
+
+
+def test_chooser_says_what_one_rank_holds_with_ddp_and_with_fsdp():
+    cost = _cost(2**31, 10**12, 2 * 2**30)  # 32 GiB of weights, gradients and AdamW state
+    rows = {r["gpu"]: r for r in choose(cost, "bf16", ranks=8).to_dict("records")}
+    small, big = rows["RTX 4090"], rows["H200"]
+    assert small["rank_gib_ddp"] == pytest.approx(32 + 2 + 1)  # whole state, activations, context
+    assert small["rank_gib_fsdp"] == pytest.approx(32 / 8 + 2 + 1)
+    assert fit_sentence(small) == "fits on 8 x 24 GiB (RTX 4090) with FSDP, not with DDP"
+    assert fit_sentence(big).startswith("fits on 8 x 141 GiB (H200) with DDP and with FSDP")
+    huge = {r["gpu"]: r for r in choose(_cost(2**35, 10**12, 2**30), ranks=2).to_dict("records")}
+    assert fit_sentence(huge["RTX 4090"]).startswith("does not fit on 2 x 24 GiB (RTX 4090)")
+    assert "rank_gib_ddp" not in choose(cost, "bf16").columns  # without ranks: one device
+    with pytest.raises(ConfigError, match="ranks must be an integer >= 1, got 0"):
+        choose(cost, ranks=0)
 
 
 def test_chooser_falls_back_to_what_a_run_would_use_and_refuses_bad_input():
