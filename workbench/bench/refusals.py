@@ -46,7 +46,7 @@ def refuse(case: list[str], folder: Path, env: dict, *extra: str):
 
 def imports_torch(case: list[str], folder: Path, env: dict) -> bool:
     _, done = refuse(case, folder, env, "-X", "importtime")
-    return any(line.rstrip().endswith("| torch") for line in done.stderr.splitlines())
+    return any(line.rpartition("|")[2].strip() == "torch" for line in done.stderr.splitlines())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,8 +38,6 @@ def add_parser(sub):
 
 
 def main(args) -> int:
-    from ..trials.ab import ab_test
-
     base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
     data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
     if args.model is not None:
@@ -64,6 +62,8 @@ def main(args) -> int:
         if not args.json:
             print(f"  round {r + 1} {label}: {summary['samples_per_s']:,.0f} samples/s", file=sys.stderr,
                   flush=True)
+
+    from ..trials.ab import ab_test  # torch: only once the input is checked
 
     result = ab_test(a, b, args.rounds, args.steps, labels, on_run=progress, budget_s=args.budget_s)
     print(json.dumps(result.as_dict(), indent=2) if args.json else result.text())

@@ -47,7 +47,7 @@ def add_parser(sub):
 
 
 def build_config(args) -> RunConfig:
-    from ..profile.run import default_transformer
+    from ..profile.presets import default_transformer
 
     if args.config:
         cfg = RunConfig.load(args.config)
@@ -62,15 +62,15 @@ def build_config(args) -> RunConfig:
 
 
 def main(args) -> int:
-    from ..profile.checkpoint import checkpoint_trade, trade_modules
-    from ..profile.optimizers import compare_optimizers
-    from ..profile.run import profile
-
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     if args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
     cfg = build_config(args)
+    from ..profile.checkpoint import checkpoint_trade, trade_modules  # torch: the input is checked
+    from ..profile.optimizers import compare_optimizers
+    from ..profile.run import profile
+
     modules = None if args.checkpoint_trade is None else trade_modules(cfg, args.checkpoint_trade)
     b = profile(cfg, args.profile_steps)
     out = b.as_dict()

@@ -12,6 +12,7 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..runstore import usable_run_dir
 
 EXIT_DIVERGED = 3
 
@@ -87,9 +88,11 @@ def parse_settings(items: list[str], flag: str) -> dict:
 
 
 def main(args) -> int:
+    cfg = build_config(args)  # the input is checked before torch is imported: a refusal is quick
+    if args.run_dir is not None:
+        usable_run_dir(args.run_dir)
     from ..distributed.launch import start_run
 
-    cfg = build_config(args)
     handle = start_run(cfg, args.run_dir)
     print(f"workbench run: {handle.run_dir}\n  {handle.shell_command}", file=sys.stderr, flush=True)
     for note in handle.notes:

@@ -11,21 +11,13 @@ cost shows beside the run's own step time; no evaluation and no saved weights.
 """
 from __future__ import annotations
 
-from ..config import ConfigError, DataConfig, LoaderConfig, ModelConfig, RunConfig
+from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
 from ..machine.capability import recommend_precision, resolve_device
-from ..quick import scaled
 from .breakdown import Breakdown, read_breakdown
+from .presets import default_transformer  # noqa: F401 - where the notebooks and benches find it
 
 PROFILE_STEPS = 5
-
-
-def default_transformer() -> RunConfig:
-    """The workbench's small transformer language model (d256, 2 layers, sequence 64, batch 64);
-    smaller under WORKBENCH_QUICK."""
-    return RunConfig(model=ModelConfig(name="transformer", width=scaled(256, 64), depth=2, heads=4),
-                     data=DataConfig(name="text", seq_len=64, num_samples=scaled(2048, 256)),
-                     loader=LoaderConfig(batch_size=scaled(64, 16)))
 
 
 def profile_config(cfg: RunConfig, profile_steps: int = PROFILE_STEPS) -> RunConfig:
