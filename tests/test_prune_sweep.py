@@ -202,3 +202,14 @@ def test_an_a_a_that_reads_faster_marks_the_whole_sweep_unreliable(monkeypatch):
     for why, unreliable in zip(df["why"], df["unreliable"]):
         assert unreliable.startswith("the dense model timed against itself read faster at batch")
         assert why.startswith(unreliable)
+
+
+def test_a_model_that_has_not_learned_is_flagged_before_its_sweep():
+    fresh = Subject.from_config(RunConfig.smoke())  # nobody trained it: about 1 in 10 right
+    flag = fresh.not_learned()
+    assert flag.startswith("this model has not learned: accuracy 0.") and "with 10 classes" in flag
+    df = run_sweep(fresh, SweepConfig(amounts=[0.0, 0.5], finetune_epochs=0, **FAST))
+    assert list(df["not_learned"]) == [flag, flag]
+    trained = Subject.from_config(RunConfig.smoke())
+    finetune(trained.model, trained, 5)
+    assert trained.evaluate(trained.model) > 0.5 and trained.not_learned() == ""

@@ -157,6 +157,9 @@ def main(args) -> int:
                        batch_sizes=tuple(parse_list(args.batch_sizes, int, "--batch-sizes")),
                        rounds=args.rounds)
     subject = subject_from_args(args)
+    flag = subject.not_learned()
+    if flag:  # before the sweep's minutes, not after
+        print(f"workbench prune: note: {flag}", file=sys.stderr, flush=True)
     df = run_sweep(subject, scfg)
     records = json.loads(df.to_json(orient="records"))
     note = accuracy_note(subject)

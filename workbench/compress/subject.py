@@ -26,6 +26,9 @@ from ..train.models import build_model
 from ..train.restore import load_model
 
 
+CHANCE_FACTOR = 1.5  # a classifier this close to guessing has not learned what pruning could lose
+
+
 @dataclass
 class Subject:
     """A model to compress and how to judge it. `evaluate(model) -> float` (higher is better,
@@ -72,6 +75,18 @@ class Subject:
             return torch.randint(0, max(self.vocab, 2), (batch, *self.input_shape), generator=g,
                                  dtype=self.input_dtype if self.task != "lm" else torch.long)
         return torch.rand(batch, *self.input_shape, generator=g, dtype=self.input_dtype)
+
+    def not_learned(self) -> str:
+        """'this model has not learned: accuracy 0.10 with 10 classes ...' when a classifier's held-out
+        accuracy is at most CHANCE_FACTOR x chance (1 / classes); '' otherwise, and when there is
+        no accuracy to read (a score of the user's own, no data, another task)."""
+        if self.eval_fn is not None or self.data is None or self.task != "classify" or self.vocab < 2:
+            return ""
+        acc, chance = self.evaluate(self.model), 1 / self.vocab
+        if acc > CHANCE_FACTOR * chance:
+            return ""
+        return (f"this model has not learned: accuracy {acc:.2f} with {self.vocab} classes (chance is "
+                f"{chance:.2f}), so what pruning does to its accuracy means nothing; train it first")
 
     def evaluate(self, model: nn.Module) -> float | None:
         if self.eval_fn is not None:

@@ -119,6 +119,7 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
     example = subject.example(2)
     masked_cov = pruning_coverage(base) if kind == "unstructured" else None
     unreliable = ""  # said on every later row once the dense model timed against itself differed
+    not_learned = subject.not_learned()  # said before the first point, and on every row
     for amount in scfg.amounts:
         if stop is not None and stop.is_set():
             return
@@ -155,7 +156,7 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
                       f"{floor}"}
         if unreliable:
             judged = {**judged, "why": f"{unreliable}; {judged['why']}"}
-        rec.update(judged, unreliable=unreliable, details=cov)
+        rec.update(judged, unreliable=unreliable, not_learned=not_learned, details=cov)
         yield rec
 
 
