@@ -16,6 +16,7 @@ from workbench.distributed.localslurm import LocalSlurm, missing_tools
 from workbench.events import read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
+from workbench.ui.attaching import attach
 
 from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
 
@@ -116,6 +117,20 @@ def test_cancel_stops_the_job_and_keeps_its_events(cluster, tmp_path):
     assert "cancelled with scancel" in summary["message"]
     assert summary["steps"] >= 2 and RunFolder(job.run_dir).final()
     assert_all_gone(pids, within=30)
+
+
+def test_stop_in_the_attached_dashboard_cancels_the_job(cluster):
+    cfg = small(**{"run.steps": 100000, "run.save_weights": False})
+    job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    dash = attach(job.run_dir, start=False, job=Job(job.run_dir, prefix=cluster.prefix, env=cluster.env))
+    assert dash.stop_button is not None and dash.stop_button in dash.widget.children
+    dash.stop_button.click()
+    assert dash.stop_button.disabled
+    summary = job.wait(timeout_s=120)
+    assert summary["status"] == "stopped" and summary["slurm"]["state"] == "CANCELLED", summary
+    assert "stopped from the notebook (scancel)" in summary["message"]
+    assert attach(job.run_dir, start=False).stop_button is not None  # any SLURM run folder has one
 
 
 def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster):

@@ -1,5 +1,6 @@
 """Attach a live dashboard to any run folder: watch a run started elsewhere (the CLI, another
-notebook, a SLURM job from `workbench submit`) while it goes, or replay a finished one.
+notebook, a SLURM job from `workbench submit`) while it goes, or replay a finished one. A SLURM
+job's dashboard has a Stop button: scancel, the run recorded as stopped.
 
     dash = attach("runs/20260101-120000_mlp-bf16"); dash   # in a notebook cell
 """
@@ -13,21 +14,25 @@ from ..runstore import processes_alive
 from .dashboard import LiveDashboard
 
 
-def attach(run_dir: str | Path, start: bool = True, **kwargs) -> LiveDashboard:
+def attach(run_dir: str | Path, start: bool = True, job=None, **kwargs) -> LiveDashboard:
     """A LiveDashboard on `run_dir`, sized from its config.json (ranks, steps), tailing it. Reads the
-    folder only: nothing its config names is imported."""
+    folder only: nothing its config names is imported. `job` (a workbench.distributed.jobs.Job) is
+    how to reach SLURM for a submitted run, when its commands need more than this environment."""
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
     if not folder.holds_run():
         raise ConfigError(f"run_dir {str(run_dir)!r} is not a run folder (no {folder.config_file.name}); "
                           "pick one from workbench.runstore.list_runs()")
     cfg = folder.config()
+    on_stop = None
     if folder.job() is not None:  # a SLURM job: alive while SLURM says it has not ended
         from ..distributed.jobs import Job
 
-        alive = Job(run_dir).running
+        job = job or Job(run_dir)
+        alive = job.running
+        on_stop = lambda: job.cancel("stopped from the notebook (scancel)")  # noqa: E731
     else:
         alive = lambda: processes_alive(run_dir) is not False  # noqa: E731
     dash = LiveDashboard(run_dir, world_size=cfg.distributed.world_size, total_steps=cfg.run.planned_steps(),
-                         alive=alive, **kwargs)
+                         alive=alive, on_stop=on_stop, **kwargs)
     return dash.start() if start else dash  # a run whose processes are gone is shown as ended

@@ -29,13 +29,19 @@ class LiveDashboard:
     def __init__(self, run_dir: str | Path | None = None, world_size: int = 1,
                  total_steps: int | None = None, max_redraws_per_s: float = 4.0,
                  poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
-                 alive: Callable[[], bool] | None = None):
+                 alive: Callable[[], bool] | None = None, on_stop: Callable[[], None] | None = None):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.poll_s, self.max_redraws_per_s, self.clock = poll_s, max_redraws_per_s, clock
         self.charts = LiveCharts()
         self.header = widgets.HTML()
         self.readout = widgets.HTML()
-        self.widget = widgets.VBox([self.header, self.readout, self.charts.widget])
+        self.stop_button = None  # a Stop for a run this dashboard can end (a SLURM job)
+        shown = [self.header, self.readout, self.charts.widget]
+        if on_stop is not None:
+            self.stop_button = widgets.Button(description="Stop", button_style="warning")
+            self.stop_button.on_click(lambda _: self._stop_pressed(on_stop))
+            shown.insert(0, self.stop_button)
+        self.widget = widgets.VBox(shown)
         self._listeners: list[Callable[[RunSeries], None]] = []
         self._finish_listeners: list[Callable[[RunSeries], None]] = []
         self._lock = threading.RLock()
@@ -44,6 +50,10 @@ class LiveDashboard:
         self._alive = alive  # whether the run's processes still live: a killed run is not waited on
         self._reset(world_size, total_steps)
         self.redraw()
+
+    def _stop_pressed(self, on_stop: Callable[[], None]) -> None:
+        self.stop_button.disabled = True  # one stop is enough; the run's end shows in the charts
+        on_stop()
 
     # --- wiring -----------------------------------------------------------------------------
     def on_update(self, callback: Callable[[RunSeries], None]) -> None:
