@@ -149,7 +149,7 @@ def test_a_restart_resumes_from_the_last_saved_step_on_the_same_trajectory(smoke
 
 
 @pytest.mark.parametrize("nproc, rank, sig", [(1, 0, signal.SIGTERM), (2, 1, signal.SIGTERM),
-                                              (2, 1, signal.SIGHUP)])
+                                              (2, 1, signal.SIGHUP), (2, 1, signal.SIGINT)])
 def test_a_signal_from_another_program_to_a_rank_is_named(smoke, tmp_path, nproc, rank, sig):
     handle = start_run(_cfg(smoke, tmp_path, mode="slow").replace(**{"distributed.nproc": nproc}))
     wait_for_steps(handle.run_dir, ranks=nproc)
