@@ -33,10 +33,10 @@ class ConfigError(ValueError):
 SHOWN_CHARS = 80  # a value longer than this is cut in messages, with its length said
 
 
-def shown(value: Any) -> str:
-    """`value` as a message shows it: its repr, cut to the first SHOWN_CHARS characters."""
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`value` as a message shows it: its repr, cut to its first `limit` characters."""
     text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _fail(path: str, value: Any, allowed: str) -> None:

@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from .config import shown
 from .runfolder import RunFolder
 
 # The kinds of record a rank writes (its `event` field), in the order a run writes them; every
@@ -136,9 +137,7 @@ def check_record(rec) -> str | None:
         return "no 'event' field"
     for key, (ok, allowed) in FIELDS.items():
         if key in rec and not ok(rec[key]):
-            shown = repr(rec[key])
-            shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
-            return f"{key!r} is not {allowed}, got {shown}"
+            return f"{key!r} is not {allowed}, got {shown(rec[key], 40)}"
     return None
 
 

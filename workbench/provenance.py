@@ -74,8 +74,9 @@ def _local_imports(path: Path) -> list[Path]:
 
 def code_files(spec: str) -> dict:
     """{"path": the file a factory spec resolves to from here, "files": {absolute path: sha256} of
-    it and of the files it imports from its folder, transitively}; no path and no files when no
-    source file is found (an installed package is trusted by its installation, not here)."""
+    it and of the files it imports from its folder, transitively}. A module spec is looked up as
+    `import` would find it (the current folder, then sys.path: an installed package's file counts
+    too); no path and no files when no source file is found (a compiled or namespace module)."""
     target = spec.rpartition(":")[0]
     first = (Path(target).resolve() if target.endswith(".py")
              else _module_file(target, [Path.cwd(), *(Path(p or os.curdir) for p in sys.path)]))

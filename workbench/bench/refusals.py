@@ -82,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if med < GOAL_S else 'missed'}); each a fresh process")
     print(f"imported torch: {', '.join(heavy) if heavy else 'none'}")
     print(f"other programs held {reading['other_cpu_cores']:.2f} cores meanwhile")
-    if busy_sentence(reading):
-        print(busy_sentence(reading))
+    busy = busy_sentence(reading)
+    if busy:
+        print(busy)
     for line in bad:
         print(f"not one line: {line}")
     return 1 if bad or heavy else 0
