@@ -68,5 +68,10 @@ def test_two_nodes_on_loopback(smoke, runs_root):
         assert len(done) == 1 and done[0]["world_size"] == 2
         sums.append(done[0]["param_sum"])
         ranks.add(done[0]["rank"])
-    assert ranks == {0, 1} and sums[0] == sums[1]
+    assert ranks == {0, 1}
+    # Replicas of one group: on this machine bitwise equal in every trial, also with different
+    # threads, OpenMP wait policies or CPU kernels (AVX2 against AVX-512) per node. Once, on another
+    # machine, the two nodes ended 2e-7 apart (cause not found): asked to agree to float32 rounding,
+    # which nodes that trained apart (different data, no averaged gradients) miss by far.
+    assert sums[0] == pytest.approx(sums[1], rel=1e-6), sums
     assert_all_gone(pids, within=5)
