@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .curve import MAX_BUCKETS
+from .figure import LiveFigure
 from .series import SMOOTH_STEPS, RunSeries
 
 MAX_POINTS = 3 * MAX_BUCKETS  # per trace whatever the run's length: low, high, a gap (ui.curve)
@@ -56,7 +57,7 @@ def publish(fig: go.FigureWidget, layout: bool = True) -> None:
 
 
 def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250) -> go.FigureWidget:
-    fig = go.FigureWidget()
+    fig = LiveFigure()
     fig.update_layout(title={"text": title, "x": 0.02, "font": {"size": 14}}, height=height,
                       width=430, margin={"l": 55, "r": 10, "t": 36, "b": 36},
                       template="plotly_white", showlegend=True,

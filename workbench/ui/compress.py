@@ -21,6 +21,7 @@ from ..compress.stats import busy_note, speedup_label, speedup_short
 from ..compress.subject import Subject
 from ..compress.sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
+from .figure import LiveFigure
 from .job import BackgroundJob
 
 TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "params", "size_ratio",
@@ -28,7 +29,7 @@ TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "par
 
 
 def _figure(title: str, x: str, y: str) -> go.FigureWidget:
-    fig = go.FigureWidget(layout=dict(title=title, height=320, width=460, xaxis_title=x,
+    fig = LiveFigure(layout=dict(title=title, height=320, width=460, xaxis_title=x,
                                       yaxis_title=y, margin=dict(l=50, r=10, t=40, b=40)))
     return fig
 

@@ -21,6 +21,7 @@ from ..machine import peaks
 from ..runstore import read_summary
 from .curve import RollingMedian
 from .dashboard import mfu_text
+from .figure import LiveFigure
 from .job import BackgroundJob
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
@@ -121,7 +122,7 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
     slope), and each model's training step at its intensity and achieved GFLOP/s."""
     bw = next((c.value for c in ceilings if c.name == "copy" and not math.isnan(c.value)), None)
     xs = [10 ** (k / 8) for k in range(-16, 33)]  # 0.01 .. 10,000 FLOP/byte
-    fig = go.FigureWidget()
+    fig = LiveFigure()
     with fig.batch_update():
         for c in ceilings:
             if c.kind != "compute" or math.isnan(c.value) or bw is None:
@@ -148,7 +149,7 @@ def mfu_figure(run_dir) -> go.FigureWidget:
     s = read_summary(run_dir)
     points = [(r["step"], 100 * r["mfu"]) for r in steps if "mfu" in r]
     median = RollingMedian(25)
-    fig = go.FigureWidget()
+    fig = LiveFigure()
     with fig.batch_update():
         fig.add_scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
                         opacity=0.25, marker={"size": 3}, name="MFU per step")
@@ -168,7 +169,7 @@ def mfu_figure(run_dir) -> go.FigureWidget:
 def chooser_figure(df, title: str = "") -> go.FigureWidget:
     """Estimated step time per GPU, green where the training state fits in memory, grey where not."""
     df = df.iloc[::-1]
-    fig = go.FigureWidget()
+    fig = LiveFigure()
     with fig.batch_update():
         fig.add_bar(x=df["step_ms"], y=df["gpu"], orientation="h",
                     marker_color=["#2ca02c" if f else "#bbbbbb" for f in df["fits"]],

@@ -17,6 +17,7 @@ from ..events import STEP, read_events
 from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
 from ..loading.sweep import MEASURE, run_sweep, summarize_sweep
+from .figure import LiveFigure
 from .job import BackgroundJob
 
 REDRAW_EVERY_S = 0.25
@@ -42,7 +43,7 @@ class LoaderLab:
         self.progress = widgets.IntProgress(value=0, min=0, max=len(settings) * rounds,
                                             description="sweep", bar_style="info")
         self.status = widgets.HTML("not started")
-        self.bars = go.FigureWidget(
+        self.bars = LiveFigure(
             data=[go.Bar(x=labels, y=[0] * len(labels), error_y=dict(type="data", array=[0] * len(labels)),
                          hovertemplate="%{x}: %{y:.0f} samples/s<extra></extra>")],
             layout=dict(title="samples/s per setting (median of rounds so far)", height=330,
@@ -50,7 +51,7 @@ class LoaderLab:
         rows = list(dict.fromkeys(_row_label(s) for s in settings))  # first-seen order
         cols = sorted({s.batch_size for s in settings})
         self._rows, self._cols = rows, cols
-        self.heat = go.FigureWidget(
+        self.heat = LiveFigure(
             data=[go.Heatmap(z=[[None] * len(cols) for _ in rows], x=[str(c) for c in cols], y=rows,
                              colorscale="Viridis", texttemplate="%{z:.0f}",
                              colorbar=dict(title="samples/s"))],

@@ -21,6 +21,7 @@ from ..profile.memory import PARTS, mib
 from ..profile.optimizers import IMPLS, compare_optimizers
 from ..profile.run import PROFILE_STEPS, profile
 from ..train.profiling import PHASES
+from .figure import LiveFigure
 from .job import BackgroundJob, show
 
 COLORS = {"data": "#ff7f0e", "copy": "#ffbb78", "forward": "#1f77b4", "backward": "#aec7e8",
@@ -97,12 +98,12 @@ class ProfileLab:
         self.optim_button.on_click(lambda _: self.optimizers())
         buttons = [self.profile_button, self.trade_button, self.optim_button]
         self.job = BackgroundJob(self.status, buttons, "profile")
-        self.phases = go.FigureWidget(
+        self.phases = LiveFigure(
             [go.Bar(name=LABELS[p], orientation="h", x=[], y=[], marker_color=COLORS[p],
                     hovertemplate=f"{LABELS[p]}: %{{x:.2f}} ms<extra></extra>") for p in PHASES],
             layout=dict(barmode="stack", height=260, xaxis_title="ms per step", title="not profiled yet",
                         margin=dict(t=40, b=40, l=70, r=10), legend=dict(orientation="h", y=-0.35)))
-        self.memory = go.FigureWidget(
+        self.memory = LiveFigure(
             [go.Bar(name=p.replace("_", " "), x=[], y=[], marker_color=PART_COLORS[p]) for p in PARTS],
             layout=dict(barmode="stack", height=300, yaxis_title="MiB", title="memory",
                         margin=dict(t=40, b=40, l=60, r=10)))

@@ -8,12 +8,13 @@ from __future__ import annotations
 import html
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import pandas as pd
+import plotly.graph_objects as go
 
 from ..config import RunConfig
 from ..trials.scaling import explain, study
 from .charts import COLORS
+from .figure import LiveFigure
 from .job import BackgroundJob
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
@@ -22,7 +23,7 @@ COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_ba
 
 
 def scaling_figure() -> go.FigureWidget:
-    fig = go.FigureWidget()
+    fig = LiveFigure()
     fig.update_layout(title={"text": "Samples/s against ideal", "x": 0.02}, height=320, width=560,
                       template="plotly_white", xaxis_title="processes", yaxis_title="samples/s",
                       xaxis={"dtick": 1}, margin={"l": 60, "r": 10, "t": 40, "b": 40})

@@ -21,6 +21,7 @@ from ..stacking.plan import plan
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
+from .figure import LiveFigure
 from .job import BackgroundJob
 
 STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
@@ -37,7 +38,7 @@ class Waterfall:
 
     def __init__(self, df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step"):
         self.side = side
-        self.fig = go.FigureWidget(make_subplots(
+        self.fig = LiveFigure(make_subplots(
             rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
             subplot_titles=(title, side[0][1], side[1][1])))
         # Floating bars, not go.Waterfall: a waterfall colours a bar by its direction, and a step

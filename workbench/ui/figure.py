@@ -1,0 +1,215 @@
+"""LiveFigure: plotly's FigureWidget, drawn on a busy machine too.
+
+    fig = LiveFigure()          # the same Python API as go.FigureWidget
+
+Why not plotly's own: its widget's front-end module is its whole bundle (about 5 MB, plotly.js
+inside), sent with every figure and evaluated once per figure while the page sets up the figure's
+model, and the widget library gives that set-up 2 s: on a busy machine it takes longer, and the
+figure stays blank ("[anywidget] Failed to initialize model." in the browser's console).
+
+Here a figure's module is a few lines that set up at once. plotly's bundle travels once per kernel,
+in one shared widget (PlotlyCode), and is evaluated once per page; each figure then hands its model
+to plotly's own widget code and draws with it. The messages a figure received before that code was
+there are replayed to it in order, minus those a newer copy of the figure's whole data or layout
+already holds (ui.charts.publish sends one after each change).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anywidget
+import plotly
+import plotly.graph_objects as go
+import traitlets
+
+PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
+
+# One promise per plotly version, shared by every figure of the page and every kernel it talks to.
+_SLOT_JS = """
+const VERSION = %s;
+function plotlyCode() {
+  const slots = (globalThis.__workbenchPlotly ??= {});
+  if (!slots[VERSION]) {
+    let resolve, reject;
+    const promise = new Promise((ok, fail) => { resolve = ok; reject = fail; });
+    slots[VERSION] = { promise, resolve, reject, started: false };
+  }
+  return slots[VERSION];
+}
+"""
+
+# The shared widget: evaluates plotly's bundle once, without holding up its own set-up.
+_CODE_JS = _SLOT_JS + """
+export default {
+  initialize({ model }) {
+    const slot = plotlyCode();
+    if (slot.started) return;
+    slot.started = true;
+    const url = URL.createObjectURL(new Blob([model.get("code")], { type: "text/javascript" }));
+    import(url).then(slot.resolve, slot.reject).finally(() => URL.revokeObjectURL(url));
+  },
+};
+"""
+
+# A figure: set up at once; recorded messages replayed once plotly's code is here.
+_FIGURE_JS = _SLOT_JS + """
+const DATA = ["_py2js_addTraces", "_py2js_deleteTraces", "_py2js_moveTraces", "_py2js_restyle",
+              "_py2js_removeTraceProps"];
+const LAYOUT = ["_py2js_relayout", "_py2js_removeLayoutProps"];
+const BOTH = ["_py2js_update", "_py2js_animate"];  // style_data and layout_data
+const REST_MS = 100;  // after a draw the page's charts rest at least this long, and as long as it took
+
+// Every chart's draws on the page, at most half the page's time: an update that comes while the
+// charts rest is drawn when its turn comes, from the model's copy of the whole figure (the latest,
+// whatever came between). A page that draws slower than updates come skips frames instead of
+// falling minutes behind (and the panel's status and Stop with it).
+const pace = (globalThis.__workbenchPace ??= { restUntil: 0, waiting: [], timer: null });
+
+function drawNow(draw) {
+  const start = performance.now();
+  try {
+    draw();
+  } finally {
+    pace.restUntil = performance.now() + Math.max(REST_MS, performance.now() - start);
+  }
+}
+
+function nextTurn() {
+  pace.timer = null;
+  const wait = pace.restUntil - performance.now();
+  if (wait > 0) { pace.timer = setTimeout(nextTurn, wait); return; }
+  const job = pace.waiting.shift();
+  if (job) drawNow(job);
+  if (pace.waiting.length) pace.timer = setTimeout(nextTurn, pace.restUntil - performance.now());
+}
+
+// The model's copy holds numbers as sent (arrays as {dtype, shape, value} with a buffer); plotly
+// draws typed arrays. A fresh copy, so that drawing never writes into the model.
+const TYPED = { int8: Int8Array, int16: Int16Array, int32: Int32Array, uint8: Uint8Array,
+                uint16: Uint16Array, uint32: Uint32Array, float32: Float32Array, float64: Float64Array };
+function drawable(x) {
+  if (Array.isArray(x)) return x.map(drawable);
+  if (ArrayBuffer.isView(x)) return x.slice();
+  if (x === "_undefined_") return undefined;
+  if (x === null || typeof x !== "object") return x;
+  if ("dtype" in x && "shape" in x && ("value" in x || "buffer" in x)) {
+    const view = x.value ?? x.buffer;
+    return new TYPED[x.dtype](view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength));
+  }
+  return Object.fromEntries(Object.entries(x).map(([k, v]) => [k, drawable(v)]));
+}
+
+function paced(model, el) {
+  let queued = false;
+  const catchUp = () => {
+    queued = false;
+    globalThis.Plotly.react(el, drawable(model.get("_widget_data")),
+                            drawable(model.get("_widget_layout")));
+  };
+  return (callback) => () => {
+    if (!globalThis.Plotly?.react) return callback();
+    if (queued) return;  // its turn draws the latest
+    if (performance.now() >= pace.restUntil && !pace.waiting.length) return drawNow(callback);
+    queued = true;
+    pace.waiting.push(catchUp);
+    pace.timer ??= setTimeout(nextTurn, Math.max(0, pace.restUntil - performance.now()));
+  };
+}
+
+export default () => {
+  let figure, render;  // plotly's widget for this model, once its code is here; a view's set-up
+  return {
+    initialize({ model }) {
+      let early = [];  // {name, value, data, layout}: what came before plotly's code, in order
+      const recorders = [];
+      const listen = (event, callback) => { model.on(event, callback); recorders.push([event, callback]); };
+      for (const name of [...DATA, ...LAYOUT, ...BOTH]) {
+        listen(`change:${name}`, () => {
+          const value = model.get(name);
+          if (value !== null) early.push({ name, value, data: !LAYOUT.includes(name),
+                                          layout: !DATA.includes(name) });
+        });
+      }
+      const superseded = (part) => () => {  // a newer copy of the whole data or layout holds them
+        for (const m of early) m[part] = false;
+        early = early.filter((m) => m.data || m.layout);
+      };
+      listen("change:_widget_data", superseded("data"));
+      listen("change:_widget_layout", superseded("layout"));
+
+      const handlers = new Map();  // event -> plotly's model callbacks, to replay to
+      const override = new Map();
+      let replayed = false;
+      const proxy = {
+        get: (name) => (override.has(name) ? override.get(name) : model.get(name)),
+        set: (...args) => model.set(...args),
+        on: (event, callback) => {
+          if (!replayed) handlers.set(event, [...(handlers.get(event) ?? []), callback]);
+          else if (drawing && event.startsWith("change:_py2js_")) callback = drawing(callback);
+          model.on(event, callback);
+        },
+        off: (...args) => model.off(...args),
+        save_changes: () => model.save_changes(),
+        send: (...args) => model.send(...args),
+      };
+      let drawing = null;  // while a view sets up: how its draws are paced
+      render = async (el) => {
+        el.textContent = "drawing the chart…";
+        const widget = await figure.catch((error) => {
+          el.textContent = `the chart cannot be drawn: ${error}`;
+          throw error;
+        });
+        el.textContent = "";
+        drawing = paced(proxy, el);
+        try {
+          return widget.render({ model: proxy, el });  // the view subscribes in here
+        } finally {
+          drawing = null;
+        }
+      };
+      figure = plotlyCode().promise.then((mod) => {
+        for (const [event, callback] of recorders) model.off(event, callback);
+        const widget = mod.default();
+        widget.initialize({ model: proxy });
+        for (const m of early) {
+          const value = { ...m.value };
+          if (BOTH.includes(m.name) && !m.data) value.style_data = {};
+          if (BOTH.includes(m.name) && !m.layout) value.layout_data = {};
+          override.set(m.name, value);
+          for (const callback of handlers.get(`change:${m.name}`) ?? []) callback();
+          override.delete(m.name);
+        }
+        replayed = true;
+        return widget;
+      });
+    },
+    render: ({ el }) => render(el),
+  };
+};
+"""
+
+
+class PlotlyCode(anywidget.AnyWidget):
+    """plotly's widget bundle, sent to the page once for every LiveFigure of this kernel."""
+    _esm = _CODE_JS % json.dumps(plotly.__version__)
+    code = traitlets.Bytes().tag(sync=True)
+
+
+_shared: PlotlyCode | None = None
+
+
+def plotly_code() -> PlotlyCode:
+    """The kernel's one PlotlyCode widget (again after Widget.close_all())."""
+    global _shared
+    if _shared is None or _shared.comm is None:
+        _shared = PlotlyCode(code=PLOTLY_BUNDLE.read_bytes())
+    return _shared
+
+
+class LiveFigure(go.FigureWidget):
+    _esm = _FIGURE_JS % json.dumps(plotly.__version__)
+
+    def __init__(self, *args, **kwargs):
+        plotly_code()  # its model reaches the page before this figure's
+        super().__init__(*args, **kwargs)
