@@ -306,11 +306,14 @@ def test_a_run_whose_whole_tree_died_is_shown_ended(smoke, tmp_path, runs_root, 
     supervisor = int(parent.stdout.readline())
     wait_for_steps(run_dir, ranks=2)
     pids = run_pids(supervisor, run_dir) | {parent.pid}
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # frozen first, then killed: killed one by one, a process that outlived another could record
+    # its death first (CI once read a summary without a cause here)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
     parent.wait()
     t0 = time.monotonic()
     assert_all_gone(pids, within=10)
