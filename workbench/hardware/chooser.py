@@ -100,7 +100,8 @@ def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: flo
         "compute" if compute_ms >= memory_ms else "memory")
     mem = memory_need_gib(cost, batch_scale, a)
     return {**per_rank(mem, gpu.memory_gib, ranks), "gpu": gpu.name, "dtype": used,
-            "peak_tflops": peak, "step_ms": step_ms, "compute_ms": compute_ms, "memory_ms": memory_ms, "launch_ms": launch_ms, "bound": bound,
+            "peak_tflops": peak, "step_ms": step_ms, "compute_ms": compute_ms,
+            "memory_ms": memory_ms, "launch_ms": launch_ms, "bound": bound,
             "samples_per_s": cost.batch_size * batch_scale / (step_ms / 1e3),
             "need_gib": mem["total_gib"], "memory_gib": gpu.memory_gib,
             "fits": mem["total_gib"] <= gpu.memory_gib, "note": note}
