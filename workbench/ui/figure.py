@@ -72,7 +72,8 @@ function drawNow(draw) {
   try {
     draw();
   } finally {
-    pace.restUntil = performance.now() + Math.max(REST_MS, performance.now() - start);
+    const end = performance.now();
+    pace.restUntil = end + Math.max(REST_MS, end - start);
   }
 }
 
