@@ -17,7 +17,7 @@ from workbench.train.models import build_model, loss_fn
 from workbench.train.precision import check_supported
 from workbench.train.profiling import StepProfiler
 from workbench.train.rank import RankEnv
-from workbench.train.step import cycle_batches, make_optimizer, train_step
+from workbench.train.step import StepParts, cycle_batches, make_optimizer, train_step
 from workbench.train.trainer import step_stats
 
 CPU = torch.device("cpu")
@@ -148,12 +148,12 @@ def test_the_phase_hook_does_not_change_the_step():
     for hook in (None, phase):
         torch.manual_seed(0)
         model = build_model(cfg, data)
-        opt = make_optimizer(cfg, model)
+        parts = StepParts(model, model, make_optimizer(cfg, model),
+                          torch.amp.GradScaler("cpu", enabled=False), nullcontext(),
+                          loss_fn(data.task), CPU, accum=2)
         batches = cycle_batches(make_loader(data.train, cfg, train=True))
-        scaler = torch.amp.GradScaler("cpu", enabled=False)
         kw = {"phase": hook} if hook else {}
-        losses.append([train_step(model, model, batches, opt, scaler, nullcontext(), loss_fn(data.task),
-                                  CPU, accum=2, **kw)[0] for _ in range(3)])
+        losses.append([train_step(parts, batches, **kw)[0] for _ in range(3)])
     assert losses[0] == losses[1]
     assert seen[:5] == ["data", "copy", "forward", "backward", "data"] and seen[8] == "optimizer"
 

@@ -41,7 +41,7 @@ def child(config_json: str, seconds: float) -> None:
     from ..train.data import build_data, make_loader
     from ..train.models import build_model, loss_fn
     from ..train.precision import autocast, grad_scaler
-    from ..train.step import cycle_batches, make_optimizer, train_step
+    from ..train.step import StepParts, cycle_batches, make_optimizer, train_step
 
     cfg = RunConfig.from_dict(json.loads(config_json))
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
@@ -49,12 +49,12 @@ def child(config_json: str, seconds: float) -> None:
     device = torch.device("cpu")
     data = build_data(cfg)
     model = build_model(cfg, data, check=False)
-    opt, lossf = make_optimizer(cfg, model), loss_fn(data.task)
+    parts = StepParts(model, model, make_optimizer(cfg, model), grad_scaler(cfg, device),
+                      autocast(cfg, device), loss_fn(data.task), device)
     batches = cycle_batches(make_loader(data.train, cfg, train=True, rank=0, world_size=1, seed=0))
-    scaler, amp = grad_scaler(cfg, device), autocast(cfg, device)
 
     def step() -> int:
-        return train_step(model, model, batches, opt, scaler, amp, lossf, device)[1]
+        return train_step(parts, batches)[1]
 
     for _ in range(5):
         step()

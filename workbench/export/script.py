@@ -168,7 +168,8 @@ def _step_code() -> str:
     """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
     impls = f"OPTIMIZER_IMPLS = {wb_step.OPTIMIZER_IMPLS!r}"
     return "\n\n\n".join([impls, _source(wb_step.make_optimizer, wb_step.cycle_batches,
-                                          wb_step.no_phase, wb_step.train_step)])
+                                          wb_step.no_phase, wb_step.StepParts,
+                                          wb_step.train_step)])
 
 
 def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
@@ -182,7 +183,6 @@ def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
 
 def script_source(cfg: RunConfig, specs: dict | None = None) -> str:
     """The whole train.py for this config, as text."""
-    kind = model_kind(cfg)
     extra = "" if not uses_user_code(cfg) else " and your code (copied next to it)"
     header = HEADER.format(label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
                            extra_dep=extra,

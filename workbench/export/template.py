@@ -41,14 +41,14 @@ def train(cfg, args):
     if world_size > 1:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
-    opt = make_optimizer(cfg, model)
-    scaler = grad_scaler(cfg, device)
-    amp = autocast(cfg, device)
-    lossf = loss_fn(data.task)
+    accum = cfg.optim.grad_accum_steps
+    parts = StepParts(model, step_model, make_optimizer(cfg, model), grad_scaler(cfg, device),
+                      autocast(cfg, device), loss_fn(data.task), device, accum=accum,
+                      world_size=world_size, channels_last=cfg.precision.channels_last,
+                      grad_clip=cfg.optim.grad_clip)
     loader = make_loader(data.train, cfg, train=True, rank=rank, world_size=world_size,
                          seed=cfg.run.seed)
     batches = cycle_batches(loader)
-    accum = cfg.optim.grad_accum_steps
     metrics = None
     if args.metrics:
         Path(args.metrics).mkdir(parents=True, exist_ok=True)
@@ -58,10 +58,7 @@ def train(cfg, args):
     budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
     for step in range(1, cfg.run.steps + 1):
         t0 = time.perf_counter()
-        loss_v, samples, _ = train_step(model, step_model, batches, opt, scaler, amp, lossf, device,
-                                        accum=accum, world_size=world_size,
-                                        channels_last=cfg.precision.channels_last,
-                                        grad_clip=cfg.optim.grad_clip)
+        loss_v, samples, _ = train_step(parts, batches)
         dt = time.perf_counter() - t0
         step_times.append(dt)
         if metrics:

@@ -14,6 +14,7 @@ are marked in their step records and left out of the run's throughput and step-t
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 from torch.autograd import Variable
@@ -25,7 +26,7 @@ from . import footprint
 from .checkpointing import resolve
 from .flops import first_batch, no_trace, step_cost
 from .rank import unwrap
-from .step import train_step
+from .step import StepParts, train_step
 
 PREFIX = "wb::"
 PHASES = ("data", "copy", "forward", "backward", "all_reduce", "optimizer", "rest")
@@ -75,11 +76,11 @@ class StepProfiler:
         self.prof.stop()
         self.running = False
 
-    def _profiled_step(self, model, step_model, batches, opt, scaler, amp, lossf, device, **kw):
-        self._model = model
+    def _profiled_step(self, parts: StepParts, batches):
+        self._model = parts.model
         with record_function(PREFIX + "step"):
-            return train_step(model, step_model, batches, opt, scaler, amp, self._watch(lossf),
-                              device, phase=self._phase, **kw)
+            return train_step(replace(parts, lossf=self._watch(parts.lossf)), batches,
+                              phase=self._phase)
 
     @contextmanager
     def _phase(self, name: str):
@@ -133,9 +134,9 @@ class StepProfiler:
     def _memory(self, s) -> dict:
         """Parameters, gradients and optimizer state counted from the tensors; activations from one
         forward pass on a batch read straight from the dataset (nothing else in the run changes)."""
-        cfg, plain = self.cfg, unwrap(s.model)
+        cfg, plain = self.cfg, unwrap(s.parts.model)
         mem = {"parameters": footprint.parameter_bytes(plain), "gradients": self.grad_bytes,
-               "optimizer_state": footprint.optimizer_state_bytes(s.opt), "optimizer": cfg.optim.name,
+               "optimizer_state": footprint.optimizer_state_bytes(s.parts.opt), "optimizer": cfg.optim.name,
                "optimizer_impl": cfg.optim.impl, "checkpointed": resolve(plain, cfg.train.checkpoint),
                "micro_batch": cfg.loader.batch_size, "accum": cfg.optim.grad_accum_steps,
                "device_memory": self.memory, "eager": cfg.compile.enabled,
@@ -147,17 +148,17 @@ class StepProfiler:
             if big <= len(s.data.train):
                 mem["activations_effective_batch"] = self._activations(s, plain, big)["total"]
         try:
-            mem["estimate_cost"] = step_cost(cfg, plain, s.data, s.device).as_dict()
+            mem["estimate_cost"] = step_cost(cfg, plain, s.data, s.parts.device).as_dict()
         except Exception as e:  # noqa: BLE001 - a model the FLOP counter cannot trace
             mem["estimate_error"] = f"{type(e).__name__}: {e}"[:200]
         return mem
 
     def _activations(self, s, plain, batch: int) -> dict:
-        x, y = first_batch(s.data.train, batch, s.device)
+        x, y = first_batch(s.data.train, batch, s.parts.device)
         if self.cfg.precision.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         with no_trace(plain):
-            return footprint.saved_activations(plain, x, y, s.lossf, s.amp,
+            return footprint.saved_activations(plain, x, y, s.parts.lossf, s.parts.amp,
                                                resolve(plain, self.cfg.train.checkpoint))
 
 

@@ -20,8 +20,8 @@ from .rank import unwrap
 
 def save_state(s, step: int, run_dir) -> None:
     """Rank 0: the state after `step`, replacing the previous one atomically."""
-    state = {"step": step, "model": unwrap(s.model).state_dict(), "optimizer": s.opt.state_dict(),
-             "scaler": s.scaler.state_dict()}
+    state = {"step": step, "model": unwrap(s.parts.model).state_dict(), "optimizer": s.parts.opt.state_dict(),
+             "scaler": s.parts.scaler.state_dict()}
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
     torch.save(state, buffer)
     write_atomic(RunFolder(run_dir).resume_file, buffer.getvalue())
@@ -33,10 +33,10 @@ def restore_state(s, run_dir, accum: int) -> int:
     path = RunFolder(run_dir).resume_file
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location=s.device, weights_only=True)
-    unwrap(s.model).load_state_dict(state["model"])
-    s.opt.load_state_dict(state["optimizer"])
-    s.scaler.load_state_dict(state["scaler"])
+    state = torch.load(path, map_location=s.parts.device, weights_only=True)
+    unwrap(s.parts.model).load_state_dict(state["model"])
+    s.parts.opt.load_state_dict(state["optimizer"])
+    s.parts.scaler.load_state_dict(state["scaler"])
     for _ in range(state["step"] * accum):  # the same data order as a run never interrupted
         next(s.batches)
     return int(state["step"])

@@ -1,12 +1,14 @@
 """One training step, the same function in the workbench's trainer and in an exported `train.py`
 (which copies this file's functions as source, so the two loops cannot drift apart).
 
-    loss, samples, wait_s = train_step(model, step_model, batches, opt, scaler, amp, lossf, device)
+    parts = StepParts(model, step_model, opt, scaler, amp, lossf, device)
+    loss, samples, wait_s = train_step(parts, batches)
 """
 from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
@@ -26,40 +28,56 @@ def no_phase(name):
     return nullcontext()
 
 
-def train_step(model, step_model, batches, opt, scaler, amp, lossf, device, *, accum=1,
-               world_size=1, channels_last=False, grad_clip=None, phase=no_phase):
-    """Forward and backward over `accum` micro-batches, then one optimizer step.
+@dataclass(frozen=True)
+class StepParts:
+    """What every optimizer step runs on, built once before the first step."""
 
-    `model` is the (DDP-wrapped) module, `step_model` what runs forward (compiled or the same).
+    model: torch.nn.Module  # whose gradients are averaged: DDP-wrapped under several ranks
+    step_model: torch.nn.Module  # what runs forward: compiled, or the model itself
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler  # fp16's loss scaling; a disabled scaler passes through
+    amp: object  # the autocast context (re-entered every micro-batch), or a nullcontext
+    lossf: object  # (output, target) -> the loss tensor
+    device: torch.device
+    accum: int = 1  # micro-batches per optimizer step (optim.grad_accum_steps)
+    world_size: int = 1
+    channels_last: bool = False
+    grad_clip: float | None = None
+
+
+def train_step(parts: StepParts, batches, phase=no_phase):
+    """Forward and backward over `parts.accum` micro-batches from `batches`, then one optimizer step.
+
     Gradients are all-reduced once per step, on the last micro-batch. Returns the step's loss,
     its sample count and the seconds spent waiting for batches; `loss.item()` is the step's one
     device sync. `phase(name)` is a context around each part of the step ("data", "copy",
     "forward", "backward", "optimizer"): nothing by default, the profiler's ranges when profiled."""
+    p = parts
     wait, samples = 0.0, 0
-    for micro in range(accum):
+    for micro in range(p.accum):
         tw = time.perf_counter()
         with phase("data"):
             x, y = next(batches)
         with phase("copy"):
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            if channels_last and x.dim() == 4:
+            x, y = x.to(p.device, non_blocking=True), y.to(p.device, non_blocking=True)
+            if p.channels_last and x.dim() == 4:
                 x = x.contiguous(memory_format=torch.channels_last)
         wait += time.perf_counter() - tw
         samples += len(x)
-        sync = nullcontext() if micro == accum - 1 or world_size == 1 else model.no_sync()
-        with sync:
-            with phase("forward"), amp:
-                loss = lossf(step_model(x), y) / accum
+        last = micro == p.accum - 1
+        with nullcontext() if last or p.world_size == 1 else p.model.no_sync():
+            with phase("forward"), p.amp:
+                loss = p.lossf(p.step_model(x), y) / p.accum
             with phase("backward"):
-                scaler.scale(loss).backward()
+                p.scaler.scale(loss).backward()
     with phase("optimizer"):
-        if grad_clip is not None:
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-    return loss.item() * accum, samples, wait
+        if p.grad_clip is not None:
+            p.scaler.unscale_(p.opt)
+            torch.nn.utils.clip_grad_norm_(p.model.parameters(), p.grad_clip)
+        p.scaler.step(p.opt)
+        p.scaler.update()
+        p.opt.zero_grad(set_to_none=True)
+    return loss.item() * p.accum, samples, wait
 
 
 # optim.impl -> the optimizer's keyword: "auto" leaves torch's own choice

@@ -14,6 +14,7 @@ import resource
 import math
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -38,7 +39,7 @@ from .profiling import StepProfiler
 from .sharding import apply_fsdp, held_bytes, per_rank_bytes
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
-from .step import cycle_batches, make_optimizer, train_step
+from .step import StepParts, cycle_batches, make_optimizer, train_step
 
 
 @dataclass
@@ -52,15 +53,9 @@ class Phase:
 class Setup:
     """Everything the loop needs, built once before the first step."""
 
-    device: torch.device
+    parts: StepParts  # the model, the optimizer and the rest of what every step runs on
     data: DataBundle
-    model: torch.nn.Module  # DDP-wrapped under several ranks
-    step_model: torch.nn.Module  # what runs forward: compiled, or the model itself
-    opt: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    amp: object
-    lossf: object
-    batches: object
+    batches: Iterator  # the training batches, cycling through epochs
     mfu: MfuMeter
     params: int
     t_launch: float
@@ -165,8 +160,11 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     opt = make_optimizer(cfg, model)
     loader = make_loader(data.train, cfg, train=True, rank=env.rank, world_size=env.world_size,
                          seed=cfg.run.seed)
-    s = Setup(device, data, model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
-              loss_fn(data.task), cycle_batches(loader), mfu, params, t_launch, contract, plan)
+    parts = StepParts(model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
+                      loss_fn(data.task), device, accum=cfg.optim.grad_accum_steps,
+                      world_size=env.world_size, channels_last=cfg.precision.channels_last,
+                      grad_clip=cfg.optim.grad_clip)
+    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan)
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
@@ -184,7 +182,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     next_mem = 0.0
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
-    budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.device)
+    budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
     save_every = cfg.run.save_every if env.rank == 0 and run_dir is not None else 0
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
@@ -192,11 +190,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
         phase.name = f"step {step}"
         t0 = time.perf_counter()
-        scale_before = s.scaler.get_scale() if fp16 else 1.0
-        loss_v, samples, wait = step_fn(
-            s.model, s.step_model, s.batches, s.opt, s.scaler, s.amp, s.lossf, s.device,
-            accum=cfg.optim.grad_accum_steps, world_size=env.world_size,
-            channels_last=cfg.precision.channels_last, grad_clip=cfg.optim.grad_clip)
+        scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
+        loss_v, samples, wait = step_fn(s.parts, s.batches)
         dt = time.perf_counter() - t0
         rec = {"step": step, "loss": loss_v, "step_time_ms": round(dt * 1e3, 4),
                "data_wait_ms": round(wait * 1e3, 4), "samples_per_s": round(samples / dt, 2),
@@ -209,13 +204,13 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
             out.first_nonfinite = out.first_nonfinite or step
             rec["nonfinite_losses"] = out.nonfinite
         if fp16:
-            scale = s.scaler.get_scale()
+            scale = s.parts.scaler.get_scale()
             out.skipped += scale < scale_before
             rec.update(grad_scale=scale, skipped_steps=out.skipped)
         now = time.perf_counter()
         if now >= next_mem:
             next_mem = now + cfg.run.mem_every_s
-            rec.update(memory.sample(s.device))
+            rec.update(memory.sample(s.parts.device))
         last = step < cfg.run.steps and budget.spent()
         if last:
             rec["last"] = True  # the watchdog: evaluating and saving from here, not stalled
@@ -247,7 +242,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     accum = cfg.optim.grad_accum_steps
     summary = {"steps": st.done, **ended_note(cfg, st.done), "params": s.params,
                "world_size": env.world_size,
-               "device": str(s.device), "precision": cfg.precision.dtype,
+               "device": str(s.parts.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
                "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
                "threads": torch.get_num_threads(), "wait_policy": wait_policy(), **s.contract}
@@ -262,13 +257,13 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
                               st.profiled))
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
-        summary.update(skipped_steps=st.skipped, grad_scale=s.scaler.get_scale())
-    plain = unwrap(s.model)
+        summary.update(skipped_steps=st.skipped, grad_scale=s.parts.scaler.get_scale())
+    plain = unwrap(s.parts.model)
     if cfg.run.eval_batches:
         test_loader = make_loader(s.data.test, cfg, train=False)
-        summary.update(evaluate(plain, test_loader, cfg, s.device, s.data.task, cfg.run.eval_batches))
+        summary.update(evaluate(plain, test_loader, cfg, s.parts.device, s.data.task, cfg.run.eval_batches))
     summary["param_sum"] = param_sum(plain)  # equal on every rank when DDP kept them in sync
-    mem = memory.sample(s.device)
+    mem = memory.sample(s.parts.device)
     summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
     if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
         summary["memory_per_rank"] = memory_per_rank(cfg, s, env)
@@ -279,7 +274,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
             torch.save(state, buffer)
             write_atomic(RunFolder(run_dir).weights_file, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
-        _NEVER_FREED.append(s.model)
+        _NEVER_FREED.append(s.parts.model)
         dist.destroy_process_group()
     return summary
 
@@ -295,7 +290,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
         resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps)
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
-    profiler = StepProfiler.for_run(cfg, env, s.device, warmup_steps(cfg.run.steps))
+    profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
     st = run_steps(cfg, s, events, env, profiler, phase, run_dir, resumed_from)
     phase.name = "evaluating and saving the weights"
     profiled = profiler.close(s, run_dir)  # trace and breakdown, before the group is torn down
@@ -340,8 +335,8 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv) -> dict:
     """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
     and the peak (the allocator's on a GPU, the process's resident set on a CPU). Gradients are
     predicted only: they are freed at every step's end."""
-    held = held_bytes(unwrap(s.model), s.opt)
-    held["peak"] = (torch.cuda.max_memory_allocated(s.device) if s.device.type == "cuda"
+    held = held_bytes(unwrap(s.parts.model), s.parts.opt)
+    held["peak"] = (torch.cuda.max_memory_allocated(s.parts.device) if s.parts.device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     mine = {"rank": env.rank, **held}
     measured: list = [None] * env.world_size
