@@ -92,9 +92,11 @@ if b"-m" in words and words[words.index(b"-m") + 1] == b"workbench.worker":  # a
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_ranks_still_importing_at_the_start_timeout_are_not_blamed_on_rendezvous(smoke, tmp_path,
                                                                                nproc):
-    """Python's start-up hook holds every rank before its first record, as a slow disk would."""
+    """Python's start-up hook holds every rank before its first record, as a slow disk would.
+    The start window counts from the launch, so it holds torchrun's own start too: 4 s was once
+    too short for torchrun to start any rank on a loaded machine."""
     (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
-    cfg = smoke.replace(**{"distributed.nproc": nproc, "distributed.start_timeout_s": 4.0})
+    cfg = smoke.replace(**{"distributed.nproc": nproc, "distributed.start_timeout_s": 10.0})
     handle = start_run(cfg, env={"PYTHONPATH": str(tmp_path)})
     pids = _finish(handle, timeout=120)
     s = handle.summary()

@@ -161,7 +161,8 @@ class Watchdog:
                     "slow file system); raise distributed.start_timeout_s")
         if not ranks:
             return (f"no rank started within distributed.start_timeout_s={d.start_timeout_s:g} s: "
-                    f"torchrun is still waiting in rendezvous at {where}. Check that the endpoint "
+                    f"torchrun started no rank process: it is still starting up (a busy machine) "
+                    f"or waiting in rendezvous at {where}. Check that the endpoint "
                     f"is reachable, not held by another server, and that all {d.nnodes} node(s) "
                     "were started with the same endpoint")
         missing = sorted(set(ranks) - set(ready))

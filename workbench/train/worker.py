@@ -43,6 +43,13 @@ def _stop(signum, frame):
     raise RunStopped(f"stopped by signal {signal.Signals(signum).name}")
 
 
+def _hold_stop_signals() -> None:
+    """While a rank records how it ended, a stop signal (torchrun stopping the others after one
+    failed) must not cut the record short: seen under load as a rank with no end record at all."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _record(run_dir: Path, env, status: str, summary: dict) -> None:
     if env.rank == 0:
         RunFolder(run_dir).write_summary({"status": status, **summary})
@@ -109,12 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         _record(run_dir, env, ended["status"], {**summary, **ended})
         return 0
     except (RunStopped, KeyboardInterrupt) as e:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the record
+        _hold_stop_signals()
         _try(events.write, ERROR, status="stopped", error_type="RunStopped",
              message=str(e) or "stopped", wall_s=round(time.time() - t0, 3))
         _try(_record, run_dir, env, "stopped", {"message": str(e)})
         return EXIT_STOPPED
     except BaseException as e:
+        _hold_stop_signals()
         tb = traceback.format_exc()
         if is_disk_full(e):  # nothing more fits: one line, no half-written files, no traceback
             message = disk_message(run_dir, e, "writing the run folder")
