@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,83 +84,94 @@ def _check_no_widget_errors(page) -> None:
         assert err not in text, f"the notebook shows {err!r}"
 
 
-@pytest.mark.browser
-@pytest.mark.slow
-@pytest.mark.alone
-def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
+@contextmanager
+def _lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
+    """JupyterLab on tmp_path/notebooks and a page of headless Chromium: yields (lab, page,
+    console). The page's console is kept in test-output/browser_{name}_console.log, pass or fail;
+    on a failure a screenshot and the server's log land beside it. At the end the server and every
+    process it started end, and a process left behind fails the test."""
     _needs_browser()
     from playwright.sync_api import sync_playwright
 
     OUT.mkdir(exist_ok=True)
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)  # the browser may save its copy
-    runs = tmp_path / "runs"
-    lab = LabServer(root, tmp_path / "jupyter", {"WORKBENCH_QUICK": "1", "WORKBENCH_RUNS": str(runs)})
-    page = None
+    lab = LabServer(tmp_path / "notebooks", tmp_path / "jupyter", env)
     console: list[str] = []
     try:
         lab.start()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = None
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-                page.set_default_timeout(60_000)
-                page.goto(lab.url(NOTEBOOK))
-                _run_all(page, lab)
-                _wait(lambda: lab.kernel_states() == ["idle"] and (p := _prompts(page))
-                      and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
-                _check_no_widget_errors(page)
-                assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
-                names = [p.name for p in runs.iterdir()]
-                ab_rounds = [n for n in names if re.search(r"-r\d+$", n)]
-                assert len(names) - len(ab_rounds) == 3, names  # the panel's fp32, bf16, fp16
-                assert len(ab_rounds) == 2, names  # one quick A/B round: each side once
-
-                # a person's turn: pick bf16, ask for many steps and no time budget, press Run
-                page.locator(".widget-toggle-button", has_text=re.compile(r"^bf16$")).first.click()
-                for label, value in (r"^steps$", "1000000"), (r"^budget \(s\)$", "0"):
-                    box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(
-                        label))).locator("input").first
-                    box.fill(value)
-                    box.press("Tab")
-                page.locator("button.widget-button.mod-success", has_text="Run").first.click()
-                chart = page.locator(".js-plotly-plot").first
-                chart.scroll_into_view_if_needed()
-                counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120,
-                                "the new run's first points")]
-                for _ in range(2):  # (a) the chart gains points while the run goes
-                    counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
-                                        and n, 60, "the chart to gain points"))
-                assert "running" in page.locator(".wb-panel-status").first.inner_text()
-                page.screenshot(path=str(OUT / "browser_live_run.png"))
-
-                page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
-                status = page.locator(".wb-panel-status").first
-                _wait(lambda: "stopped" in status.inner_text(), 60, "the panel to show 'stopped'")
-                _check_no_widget_errors(page)  # (b)
-
-                # (c) the panel's comparison table lists all four runs, the notebook's the three
-                names = sorted(p.name for p in runs.iterdir() if not re.search(r"-r\d+$", p.name))
-                assert len(names) == 4, names  # the A/B test's runs are not the panel's
-                tables = page.locator(".wb-compare-table")
-                _wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
-                      "the panel's table to list every run")
-                assert all(n in tables.nth(1).inner_text() for n in names[:3])
-                tables.first.scroll_into_view_if_needed()
-                page.screenshot(path=str(OUT / "browser_comparison.png"))
+                page.set_default_timeout(timeout_ms)
+                yield lab, page, console
             except BaseException:
                 if page is not None:
-                    page.screenshot(path=str(OUT / "browser_failure.png"))
-                (OUT / "browser_jupyterlab.log").write_text(lab.log_tail(20000))
+                    page.screenshot(path=str(OUT / f"browser_{name}_failure.png"))
+                (OUT / f"browser_{name}_jupyterlab.log").write_text(lab.log_tail(20000))
                 raise
             finally:
-                (OUT / "browser_console.log").write_text("\n".join(console))  # kept to read, pass or fail
+                (OUT / f"browser_{name}_console.log").write_text("\n".join(console))
                 browser.close()
     finally:
         left = lab.stop()
         assert not left, f"processes left behind: {left}"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.alone
+def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)  # the browser may save its copy
+    runs = tmp_path / "runs"
+    env = {"WORKBENCH_QUICK": "1", "WORKBENCH_RUNS": str(runs)}
+    with _lab_page(tmp_path, env, "precision", 60_000) as (lab, page, _):
+        page.goto(lab.url(NOTEBOOK))
+        _run_all(page, lab)
+        _wait(lambda: lab.kernel_states() == ["idle"] and (p := _prompts(page))
+              and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
+        _check_no_widget_errors(page)
+        assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
+        names = [p.name for p in runs.iterdir()]
+        ab_rounds = [n for n in names if re.search(r"-r\d+$", n)]
+        assert len(names) - len(ab_rounds) == 3, names  # the panel's fp32, bf16, fp16
+        assert len(ab_rounds) == 2, names  # one quick A/B round: each side once
+
+        # a person's turn: pick bf16, ask for many steps and no time budget, press Run
+        page.locator(".widget-toggle-button", has_text=re.compile(r"^bf16$")).first.click()
+        for label, value in (r"^steps$", "1000000"), (r"^budget \(s\)$", "0"):
+            box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(
+                label))).locator("input").first
+            box.fill(value)
+            box.press("Tab")
+        page.locator("button.widget-button.mod-success", has_text="Run").first.click()
+        chart = page.locator(".js-plotly-plot").first
+        chart.scroll_into_view_if_needed()
+        counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120,
+                        "the new run's first points")]
+        for _ in range(2):  # (a) the chart gains points while the run goes
+            counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
+                                and n, 60, "the chart to gain points"))
+        assert "running" in page.locator(".wb-panel-status").first.inner_text()
+        page.screenshot(path=str(OUT / "browser_live_run.png"))
+
+        page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
+        status = page.locator(".wb-panel-status").first
+        _wait(lambda: "stopped" in status.inner_text(), 60, "the panel to show 'stopped'")
+        _check_no_widget_errors(page)  # (b)
+
+        # (c) the panel's comparison table lists all four runs, the notebook's the three
+        names = sorted(p.name for p in runs.iterdir() if not re.search(r"-r\d+$", p.name))
+        assert len(names) == 4, names  # the A/B test's runs are not the panel's
+        tables = page.locator(".wb-compare-table")
+        _wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
+              "the panel's table to list every run")
+        assert all(n in tables.nth(1).inner_text() for n in names[:3])
+        tables.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(OUT / "browser_comparison.png"))
 
 
 BUSY_CELLS = [
@@ -197,62 +209,39 @@ def test_live_charts_draw_and_gain_points_on_a_busy_machine(tmp_path):
     model.": its module is 5 MB, evaluated per chart within a 2 s set-up limit) and the page fell
     minutes behind a live run (Stop was not shown in 120 s). With ui.figure.LiveFigure every chart
     draws, the panel's charts gain points while the run goes, and Stop shows."""
-    _needs_browser()
-    from playwright.sync_api import sync_playwright
-
-    OUT.mkdir(exist_ok=True)
     root = tmp_path / "notebooks"
     root.mkdir()
     (root / "busy.ipynb").write_text(json.dumps(BUSY_NOTEBOOK))
-    runs = tmp_path / "runs"
-    lab = LabServer(root, tmp_path / "jupyter", {"WORKBENCH_RUNS": str(runs)})
-    console: list[str] = []
-    try:
-        lab.start()
-        with OtherWork(2) as hogs, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-                page.set_default_timeout(180_000)
-                page.goto(lab.url("busy.ipynb"))
-                page.locator(".jp-Notebook .jp-CodeCell").first.wait_for()
-                page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate",
-                                                        {"rate": SLOWDOWN})  # from here on
-                _run_all(page, lab)
-                seen = []  # points on each of the eight charts, each time looked
+    env = {"WORKBENCH_RUNS": str(tmp_path / "runs")}
+    with _lab_page(tmp_path, env, "busy", 180_000) as (lab, page, console), OtherWork(2) as hogs:
+        page.goto(lab.url("busy.ipynb"))
+        page.locator(".jp-Notebook .jp-CodeCell").first.wait_for()
+        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate",
+                                                {"rate": SLOWDOWN})  # from here on
+        _run_all(page, lab)
+        seen = []  # points on each of the eight charts, each time looked
 
-                def eight_drawn():
-                    seen.append(page.evaluate(CHART_POINTS_JS))
-                    return len(seen[-1]) == 8 and min(seen[-1]) > 1 and seen[-1]
-                try:  # (a) eight charts shown at once draw, and gain points
-                    drawn = _wait(eight_drawn, 240, "the eight charts to draw their points", 2)
-                except AssertionError as e:
-                    raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}") from None
-                _wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
-                      "the eight charts to gain points", 2)
+        def eight_drawn():
+            seen.append(page.evaluate(CHART_POINTS_JS))
+            return len(seen[-1]) == 8 and min(seen[-1]) > 1 and seen[-1]
+        try:  # (a) eight charts shown at once draw, and gain points
+            drawn = _wait(eight_drawn, 240, "the eight charts to draw their points", 2)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}") from None
+        _wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
+              "the eight charts to gain points", 2)
 
-                # (b) the panel's live charts follow a run beside them
-                page.locator("button.widget-button.mod-success", has_text="Run").first.click()
-                counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300,
-                                "the run's first points")]
-                for _ in range(2):
-                    counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
-                                        and n, 120, "the chart to gain points", 2))
-                assert hogs.alive()  # the cores were held the whole time
-                page.screenshot(path=str(OUT / "browser_busy_live_run.png"))
-                page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
-                _wait(lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(), 120,
-                      "the panel to show 'stopped'")
-                _check_no_widget_errors(page)
-                assert not [c for c in console if "Failed to initialize model" in c], console
-            except BaseException:
-                page.screenshot(path=str(OUT / "browser_busy_failure.png"))
-                (OUT / "browser_busy_jupyterlab.log").write_text(lab.log_tail(20000))
-                raise
-            finally:
-                (OUT / "browser_busy_console.log").write_text("\n".join(console))
-                browser.close()
-    finally:
-        left = lab.stop()
-        assert not left, f"processes left behind: {left}"
+        # (b) the panel's live charts follow a run beside them
+        page.locator("button.widget-button.mod-success", has_text="Run").first.click()
+        counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300,
+                        "the run's first points")]
+        for _ in range(2):
+            counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
+                                and n, 120, "the chart to gain points", 2))
+        assert hogs.alive()  # the cores were held the whole time
+        page.screenshot(path=str(OUT / "browser_busy_live_run.png"))
+        page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
+        _wait(lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(), 120,
+              "the panel to show 'stopped'")
+        _check_no_widget_errors(page)
+        assert not [c for c in console if "Failed to initialize model" in c], console
