@@ -29,8 +29,8 @@ lab: $(STAMP)
 
 # WORKBENCH_QUICK=1 shrinks the notebooks' work; their defaults are for people. Most tests spend
 # their time starting Python and torch in one process at a time, so two run side by side (a file
-# and its notebook cells stay on one worker); tests marked `alone` set up a load of their own or
-# time a browser, and run afterwards with the machine to themselves.
+# and its notebook cells stay on one worker); tests marked `alone` set up a load of their own (busy
+# processes) and run afterwards with the machine to themselves.
 PYTEST := WORKBENCH_QUICK=1 $(PY) -m pytest -q --timeout=900 -p no:cacheprovider --durations=30
 test: $(STAMP)
 	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests --nbval-lax notebooks

@@ -120,8 +120,7 @@ def _lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
 
 
 @pytest.mark.browser
-@pytest.mark.slow
-@pytest.mark.alone
+@pytest.mark.slow  # beside the other tests: it passed in the same time beside two busy processes
 def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
     root = tmp_path / "notebooks"
     root.mkdir()
