@@ -129,6 +129,12 @@ FIELDS = {
 }
 
 
+# The fields each kind of record must hold: its readers index them without asking.
+REQUIRED = {STEP: ("step", "loss", "samples_per_s", "step_time_ms"), START: ("pid",)}
+# A step record's figures are numbers, charted as they come; these are its only other fields.
+STEP_FLAGS = ("profiled", "last", "mfu_over_peak")
+
+
 def check_record(rec) -> str | None:
     """What makes a record unusable, in a few words; None when it is fine."""
     if not isinstance(rec, dict):
@@ -138,6 +144,15 @@ def check_record(rec) -> str | None:
     for key, (ok, allowed) in FIELDS.items():
         if key in rec and not ok(rec[key]):
             return f"{key!r} is not {allowed}, got {shown(rec[key], 40)}"
+    missing = [k for k in REQUIRED.get(rec["event"], ()) if k not in rec]
+    if missing:
+        return f"a {rec['event']!r} record without {missing[0]!r}"
+    if rec["event"] == STEP:
+        for key, v in rec.items():
+            flag = key in STEP_FLAGS
+            if key != "event" and not (isinstance(v, bool) if flag else _number(v)):
+                return (f"{key!r} is not {'true or false' if flag else 'a number'}, "
+                        f"got {shown(v, 40)}")
     return None
 
 
