@@ -2,6 +2,8 @@
 GPUs are faked by monkeypatching torch.cuda, as the hardware checks are."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -92,10 +94,48 @@ def test_choice_buttons_act_as_one_choice():
     assert c.value == "b" and not c.buttons["a"].value and seen == ["b"]
     c.buttons["b"].value = False  # clicking the chosen one keeps it
     assert c.value == "b" and c.buttons["b"].value
-    with pytest.raises(ValueError, match="value must be one of a, b, c, got 'z'"):
+    with pytest.raises(ConfigError, match="value='z' is not allowed: one of a, b, c"):
         c.value = "z"
 
 
 def test_unknown_control_is_refused():
     with pytest.raises(ConfigError, match="unknown control 'colour'"):
         Controls(RunConfig.smoke()).set(colour="red")
+
+
+@pytest.mark.parametrize("values, field", [
+    ({"batch_size": 0}, "loader.batch_size"), ({"steps": -3}, "run.steps"),
+    ({"lr": 0.0}, "optim.lr"), ({"budget_s": -1}, "run.time_budget_s"),
+    ({"batch_size": "abc"}, "batch_size='abc'"), ({"precision": "fp8"}, "precision='fp8'"),
+    ({"model": "nope"}, "model='nope' is not allowed: one of mlp, cnn, transformer"),
+    ({"steps": 5, "batch_size": 0}, "loader.batch_size")])
+def test_a_setter_refuses_what_the_config_refuses_and_keeps_every_widget(values, field):
+    """No clamping: a number box that took 0 for a batch size used to show 1 without a word."""
+    c = Controls(RunConfig.smoke())
+    before = c.config()
+    with pytest.raises(ConfigError, match=f"^{re.escape(field)}") as refused:
+        c.set(**values)
+    assert "\n" not in str(refused.value)
+    assert c.config() == before  # nothing half-set: the valid part of the call went back too
+
+
+def test_sliders_refuse_a_value_out_of_range_instead_of_clamping_it():
+    from workbench.compress.subject import Subject
+    from workbench.ui.compress import CompressLab
+    from workbench.ui.distributed import DistributedPanel
+
+    panel = DistributedPanel(RunConfig.smoke())
+    most = panel.nproc.max
+    with pytest.raises(ConfigError, match=rf"^ranks={most + 1} is not allowed: 1 to {most} \(the "
+                                          "ranks this machine runs"):
+        panel.nproc.value = most + 1
+    with pytest.raises(ConfigError, match=f"^ranks={most + 1} is not allowed"):
+        panel.apply(nproc=most + 1)
+    with pytest.raises(ConfigError, match="^backend='mpi' is not allowed: one of auto, gloo, nccl$"):
+        panel.apply(steps=5, backend="mpi")
+    assert panel.steps.value == RunConfig.smoke().run.steps  # the call's valid part went back
+    assert panel.nproc.value <= most and panel.config().distributed.nproc == panel.nproc.value
+    lab = CompressLab(Subject.from_config(RunConfig.smoke()), big_batch=16, rounds=3)
+    with pytest.raises(ConfigError, match=r"^variants at %=99 is not allowed: 0 to 95$"):
+        lab.amount.value = 99
+    assert lab.amount.value == 50

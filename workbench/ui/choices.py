@@ -9,13 +9,14 @@ from typing import Callable
 
 import ipywidgets as widgets
 
+from ..config import ConfigError, shown
+
 
 class ChoiceButtons:
     def __init__(self, options: list[str], value: str, description: str = "",
                  tooltips: dict[str, str] | None = None):
-        if value not in options:
-            raise ValueError(f"value must be one of {', '.join(options)}, got {value!r}")
-        self.options = list(options)
+        self.options, self.description = list(options), description
+        self._check(value)
         self.buttons = {o: widgets.ToggleButton(description=o, value=o == value,
                                                 layout=widgets.Layout(width="72px"))
                         for o in options}
@@ -34,11 +35,16 @@ class ChoiceButtons:
 
     @value.setter
     def value(self, new: str) -> None:
-        if new not in self.options:
-            raise ValueError(f"value must be one of {', '.join(self.options)}, got {new!r}")
+        self._check(new)
         if self.buttons[new].disabled:
-            raise ValueError(f"{new!r} is not available here: {self.buttons[new].tooltip}")
+            raise ConfigError(f"{self.description or 'value'}={new!r} is not available here: "
+                              f"{self.buttons[new].tooltip}")
         self._select(new)
+
+    def _check(self, value) -> None:
+        if value not in self.options:
+            raise ConfigError(f"{self.description or 'value'}={shown(value)} is not allowed: one "
+                              f"of {', '.join(self.options)}")
 
     def _clicked(self, option: str, pressed: bool) -> None:
         if pressed and option != self._value:

@@ -23,6 +23,7 @@ from ..compress.sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
 from .figure import LiveFigure
 from .job import BackgroundJob
+from .refusing import RefusingIntSlider
 
 TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "params", "size_ratio",
                  "speedup b1", "speedup b{big}", "verdict", "why"]
@@ -47,10 +48,10 @@ class CompressLab:
         self.scope = W.Dropdown(options=["global", "layer"], value="global", description="scope")
         # Percent as whole numbers: a slider's typed-in readout is taken as its value, so a
         # fraction slider shown as "50%" read a typed "50" as 5000 % and stopped at its maximum.
-        self.max_amount = W.IntSlider(value=90, min=10, max=95, step=5, description="up to %")
-        self.points = W.IntSlider(value=5, min=2, max=12, description="points")
-        self.epochs = W.IntSlider(value=0, min=0, max=10, description="fine-tune ep.")
-        self.amount = W.IntSlider(value=50, min=0, max=95, step=5, description="variants at %")
+        self.max_amount = RefusingIntSlider(value=90, min=10, max=95, step=5, description="up to %")
+        self.points = RefusingIntSlider(value=5, min=2, max=12, description="points")
+        self.epochs = RefusingIntSlider(value=0, min=0, max=10, description="fine-tune ep.")
+        self.amount = RefusingIntSlider(value=50, min=0, max=95, step=5, description="variants at %")
         self.sweep_button = W.Button(description="Sweep", button_style="primary")
         self.compare_button = W.Button(description="Compare variants")
         self.stop_button = W.Button(description="Stop", button_style="warning")

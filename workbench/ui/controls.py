@@ -12,6 +12,7 @@ import torch
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices, matching_data, require_config
 from ..machine.capability import resolve_device, unsupported_reason
 from .choices import ChoiceButtons
+from .refusing import set_value
 
 PRECISION_TIPS = {"fp32": "full precision: the baseline",
                   "bf16": "bfloat16 autocast: fp32's range with fewer mantissa bits, no scaler",
@@ -35,16 +36,14 @@ class Controls:
                                     {"cpu": "train on the CPU", "cuda": "train on the GPU"})
         models = list(BUILTIN_MODELS) + ([cfg.model.name] if cfg.model.name not in BUILTIN_MODELS else [])
         self.model = widgets.Dropdown(options=models, value=cfg.model.name, description="model", **_w())
-        self.batch_size = widgets.BoundedIntText(cfg.loader.batch_size, min=1, max=65536,
-                                                 description="batch size", **_w())
-        self.steps = widgets.BoundedIntText(cfg.run.steps, min=1, max=10_000_000,
-                                            description="steps", **_w())
-        self.budget_s = widgets.BoundedFloatText(cfg.run.time_budget_s, min=0, max=86_400, step=1,
-                                                 description="budget (s)", **_w(),
-                                                 tooltip="seconds of steps a run may take; 0: "
-                                                         "the steps alone end it")
-        self.lr = widgets.BoundedFloatText(cfg.optim.lr, min=1e-8, max=10.0, step=1e-4,
-                                           description="learning rate", **_w())
+        # Plain number boxes: the config's rules judge them (a bounded box would clamp a typed
+        # value in the page without a word); Run shows the config's refusal in one line.
+        self.batch_size = widgets.IntText(cfg.loader.batch_size, description="batch size", **_w())
+        self.steps = widgets.IntText(cfg.run.steps, description="steps", **_w())
+        self.budget_s = widgets.FloatText(cfg.run.time_budget_s, step=1, description="budget (s)",
+                                          **_w(), tooltip="seconds of steps a run may take; 0: "
+                                                          "the steps alone end it")
+        self.lr = widgets.FloatText(cfg.optim.lr, step=1e-4, description="learning rate", **_w())
         self.toggles = {
             "tf32": widgets.Checkbox(cfg.precision.tf32, description=TOGGLES["tf32"], indent=False),
             "channels_last": widgets.Checkbox(cfg.precision.channels_last,
@@ -79,17 +78,27 @@ class Controls:
 
     def set(self, **values) -> None:
         """Set widgets by name, as a person would: precision, device, model, batch_size, steps,
-        budget_s, lr, tf32, channels_last, compile."""
+        budget_s, lr, tf32, channels_last, compile. A value the config refuses is refused here
+        (ConfigError, one line) and every widget keeps what it had."""
+        kept = {name: getattr(self, name).value for name in
+                ("precision", "device", "model", "batch_size", "steps", "budget_s", "lr")}
+        kept.update({name: box.value for name, box in self.toggles.items()})
+        try:
+            self._set(values)
+            self.config()
+        except ConfigError:
+            self._set(kept)
+            raise
+
+    def _set(self, values: dict) -> None:
         for name, value in values.items():
-            if name in ("precision", "device"):
-                getattr(self, name).value = value
-            elif name in ("model", "batch_size", "steps", "budget_s", "lr"):
-                getattr(self, name).value = value
-            elif name in self.toggles:
+            if name in self.toggles:
                 box = self.toggles[name]
                 if value and box.disabled:
                     raise ConfigError(f"{name} cannot be turned on here: {box.tooltip}")
                 box.value = bool(value)
+            elif name in ("precision", "device", "model", "batch_size", "steps", "budget_s", "lr"):
+                set_value(name, getattr(self, name), value)
             else:
                 raise ConfigError(f"unknown control {name!r}; allowed: precision, device, model, "
                                   f"batch_size, steps, budget_s, lr, {', '.join(self.toggles)}")

@@ -15,6 +15,7 @@ from ..config import ConfigError, RunConfig, choices
 from ..distributed.launch import RunHandle
 from ..machine.capability import resolve_device
 from ..machine.fit import max_ranks
+from .refusing import RefusingIntSlider, set_value
 from .run_control import RunControl
 
 
@@ -26,8 +27,9 @@ class DistributedPanel(RunControl):
         self.base = cfg or RunConfig.default()
         d = self.base.distributed
         most = max_ranks(self.base, resolve_device(self.base.run.device))  # what the launch allows
-        self.nproc = widgets.IntSlider(value=min(max(d.nproc, 2), most), min=1, max=most,
-                                       description="ranks")
+        self.nproc = RefusingIntSlider(value=min(max(d.nproc, 2), most), min=1, max=most,
+                                       description="ranks", why="the ranks this machine runs: "
+                                       "workbench.machine.fit.max_ranks")
         self.backend = widgets.Dropdown(options=choices("distributed.backend"), value=d.backend,
                                         description="backend")
         self.steps = widgets.IntText(value=self.base.run.steps, description="steps",
@@ -49,16 +51,22 @@ class DistributedPanel(RunControl):
                                     "run.steps": self.steps.value})
 
     def apply(self, **settings) -> None:
-        """nproc, backend, strategy, steps."""
+        """nproc, backend, strategy, steps. A value the config (or the ranks slider: what this
+        machine runs) refuses is refused in one line, and every control keeps what it had."""
         controls = {"nproc": self.nproc, "backend": self.backend, "strategy": self.strategy,
                     "steps": self.steps}
-        for name, value in settings.items():
-            if name not in controls:
-                raise ConfigError(f"unknown control {name!r}; allowed: {', '.join(controls)}")
-            if name == "nproc" and not 1 <= value <= self.nproc.max:
-                raise ConfigError(f"nproc must be between 1 and {self.nproc.max} (the ranks this machine "
-                                  f"runs: workbench.machine.fit.max_ranks), got {value}")
-            controls[name].value = value
+        unknown = [name for name in settings if name not in controls]
+        if unknown:
+            raise ConfigError(f"unknown control {unknown[0]!r}; allowed: {', '.join(controls)}")
+        kept = {name: c.value for name, c in controls.items()}
+        try:
+            for name, value in settings.items():
+                set_value(name, controls[name], value)
+            self.config()
+        except ConfigError:
+            for name, value in kept.items():
+                controls[name].value = value
+            raise
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:
         how = ("a spare took the run: started before Run with this command, it was handed the run "

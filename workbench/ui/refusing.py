@@ -1,0 +1,46 @@
+"""Widget values set from Python are refused in one line, as the config refuses a bad field: a
+slider out of its range instead of clamped (ipywidgets' own turns `panel.nproc.value = 4` on a
+2-core machine into 2 without a word; in the page a slider cannot leave its range), and a value
+of the wrong type or not among a list's choices with the control's name and what it allows.
+
+    ranks = RefusingIntSlider(value=2, min=1, max=2, description="ranks", why="the ranks this machine runs")
+    ranks.value = 4   # Refused: ranks=4 is not allowed: 1 to 2 (the ranks this machine runs)
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+from traitlets import TraitError, validate
+
+from ..config import ConfigError, shown
+
+
+class Refused(ConfigError, TraitError):
+    """A widget value out of range: a ConfigError for callers, a TraitError for traitlets (which
+    then keeps the old value)."""
+
+
+class RefusingIntSlider(widgets.IntSlider):
+    def __init__(self, *args, why: str = "", **kwargs):
+        self.why = why  # what the range comes from, said in the refusal
+        super().__init__(*args, **kwargs)
+
+    @validate("value")
+    def _validate_value(self, proposal):  # the name of IntSlider's clamping validator: replaces it
+        value = proposal["value"]
+        if not self.min <= value <= self.max:
+            because = f" ({self.why})" if self.why else ""
+            raise Refused(f"{self.description or 'value'}={shown(value)} is not allowed: "
+                          f"{self.min} to {self.max}{because}")
+        return value
+
+
+def set_value(name: str, widget, value) -> None:
+    """`widget.value = value`, or a one-line ConfigError naming the control and what it allows."""
+    try:
+        widget.value = value
+    except Refused:
+        raise
+    except TraitError as e:  # the wrong type, or not among a list's choices
+        options = getattr(widget, "options", None)
+        allowed = f"one of {', '.join(map(str, options))}" if options is not None else str(e)
+        raise ConfigError(f"{name}={shown(value)} is not allowed: {allowed}") from None
