@@ -25,7 +25,7 @@ def test_long_fields_are_cut_from_the_front_to_stay_under_4k(tmp_path):
 
 def test_nonfinite_values_survive_the_round_trip(tmp_path):
     w = EventWriter(tmp_path)
-    w.write("step", loss=float("nan"), grad_scale=float("inf"))
+    w.write("step", step=1, loss=float("nan"), grad_scale=float("inf"))
     w.close()
     (rec,) = read_events(tmp_path)
     assert rec["loss"] != rec["loss"] and rec["grad_scale"] == float("inf")
@@ -54,9 +54,9 @@ def test_garbage_lines_are_skipped_not_fatal(tmp_path):
 
 def test_run_tail_picks_up_ranks_as_they_appear_in_time_order(tmp_path):
     tail = RunTail(tmp_path)
-    (tmp_path / "rank0.jsonl").write_text('{"event":"step","t":2,"rank":0}\n')
+    (tmp_path / "rank0.jsonl").write_text('{"event":"step","step":1,"t":2,"rank":0}\n')
     assert len(tail.poll()) == 1
-    (tmp_path / "rank1.jsonl").write_text('{"event":"step","t":1,"rank":1}\n')
+    (tmp_path / "rank1.jsonl").write_text('{"event":"step","step":1,"t":1,"rank":1}\n')
     with open(tmp_path / "rank0.jsonl", "a") as f:
-        f.write('{"event":"step","t":3,"rank":0}\n')
+        f.write('{"event":"step","step":2,"t":3,"rank":0}\n')
     assert [r["t"] for r in tail.poll()] == [1, 3]

@@ -130,7 +130,7 @@ FIELDS = {
 
 
 # The fields each kind of record must hold: its readers index them without asking.
-REQUIRED = {STEP: ("step", "loss", "samples_per_s", "step_time_ms"), START: ("pid",)}
+REQUIRED = {STEP: ("step",)}
 # A step record's figures are numbers, charted as they come; these are its only other fields.
 STEP_FLAGS = ("profiled", "last", "mfu_over_peak")
 
