@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 # Floors, top to bottom; a unit is a folder of the package or a module at its top.
 FLOORS = {
     "faces": ["ui", "cli", "bench", "gpucheck", "worker", "loopback", "__main__", "__init__"],
-    "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile"],
+    "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile",
+             "tune"],
     "distributed": ["distributed"],
     "train": ["train"],
     "machine": ["machine"],

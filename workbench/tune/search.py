@@ -1,0 +1,186 @@
+"""The tune search: one setting at a time against the best config so far, each comparison in
+interleaved rounds that stop as soon as an interval decides, within a time budget.
+
+    result = search(order(candidates, bound_by="compute"), measure, budget_s=600)
+    result.settings        # the kept settings, dotted config fields -> values
+    result.decisions       # one Decision a candidate: kept or not, ratio [low, high], rounds, why
+
+Pure: a `Measure` runs the rounds (real runs of the config, or a simulated device with known true
+speedups in the calibration tests) and reads the clock, so what is proven on the simulation is the
+code that runs on the machine.
+
+How a comparison decides. Each round gives the candidate's speed over the best's, the two run side
+by side. After every round the median ratio's distribution-free interval is read at 99 %, stricter
+than the 95 % reported: the comparison looks many times, and each look is a chance to be fooled.
+- kept when that interval lies above 1 + the minimum effect: faster by more than a setting is worth;
+- dropped early when it lies below 1 + the minimum effect: it cannot bring the minimum gain;
+- dropped as undecided after `max_rounds`, or when the budget runs out.
+A round the measure flags busy (other programs held the cores) is not trusted: it is repeated, and
+the decision says how many were. A candidate that changes the numbers (bf16, fp16, compile,
+activation checkpointing) is kept only when its loss over the same steps stays within the measure's
+tolerance of the best's; the decision says how far it moved.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..measure.compare import CONFIDENCE, median_interval
+from ..measure.verdict import MIN_EFFECT
+
+DECIDE_CONFIDENCE = 0.99  # each look's interval: stricter than the reported one, since it looks often
+MAX_ROUNDS = 20  # an undecided comparison gives up here: the gain, if any, is too small to see
+MAX_BUSY = 10  # busy rounds repeated per comparison before it gives up
+
+# What to try first, by what the profile says bounds the step (workbench.profile.verdict).
+FIRST = {"data": ("loader",), "compute": ("precision", "compile", "layout"),
+         "communication": ("ranks",), "optimizer": ("optimizer",),
+         "framework overhead": ("compile", "batch")}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A setting to try: a name, the dotted config fields it sets, what kind of setting it is (for
+    the order) and whether it changes the numbers the run computes."""
+
+    key: str
+    settings: dict
+    kind: str  # loader, precision, compile, layout, optimizer, memory, batch, threads, ranks
+    changes_numbers: bool = False
+    about: str = ""
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round: the candidate's speed over the best's, measured side by side."""
+
+    ratio: float  # above 1: the candidate was faster
+    busy: bool = False  # other programs held the cores: not trusted, repeated
+
+
+@dataclass(frozen=True)
+class LossCheck:
+    ok: bool
+    moved: float  # how far the candidate's loss moved from the best's over the same steps (relative)
+    note: str
+
+
+class Measure(Protocol):
+    def round(self, best: dict, candidate: dict) -> Round:
+        """Run both configs once, side by side (settings on top of the baseline)."""
+
+    def loss_check(self, best: dict, candidate: dict) -> LossCheck:
+        """Whether the candidate's loss over the same steps stays close to the best's."""
+
+    def clock(self) -> float:
+        """Seconds, for the budget."""
+
+
+@dataclass
+class Decision:
+    """What the search did with one candidate, and why."""
+
+    setting: str
+    kept: bool
+    why: str  # why it was tried when it was (the order)
+    outcome: str  # why it was kept or dropped, in words
+    ratio: float | None = None  # median speed over the best so far, with the 95 % interval
+    low: float | None = None
+    high: float | None = None
+    rounds: int = 0
+    busy_rounds: int = 0
+    loss_check: str | None = None  # for a setting that changes the numbers: how far the loss moved
+    ratios: list = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict:
+        r = lambda v: None if v is None else round(v, 4)  # noqa: E731
+        return {"setting": self.setting, "kept": self.kept, "ratio": r(self.ratio),
+                "low": r(self.low), "high": r(self.high), "rounds": self.rounds,
+                "busy_rounds": self.busy_rounds, "loss_check": self.loss_check, "why": self.why,
+                "outcome": self.outcome}
+
+
+@dataclass
+class TuneResult:
+    settings: dict  # the kept settings, on top of the baseline
+    decisions: list[Decision]
+    spent_s: float
+
+
+def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candidate, str]]:
+    """The candidates in the order to try them, each with why there: the kinds the profile's
+    "bound by" verdict points at first, then the rest as listed."""
+    first = FIRST.get(bound_by or "", ())
+    lead = sorted((c for c in candidates if c.kind in first), key=lambda c: first.index(c.kind))
+    rest = [c for c in candidates if c.kind not in first]
+    why_lead = f"bound by {bound_by}: {' and '.join(first)} first"
+    why_rest = (f"after what the 'bound by {bound_by}' verdict puts first" if lead
+                else "in the listed order (no profile verdict to order by)")
+    return [(c, why_lead) for c in lead] + [(c, why_rest) for c in rest]
+
+
+def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MIN_EFFECT,
+            max_rounds: int = MAX_ROUNDS, deadline: float = float("inf")) -> Decision:
+    """Rounds of the trial against the best until the 99 % interval decides (see the module)."""
+    ratios: list[float] = []
+    busy = 0
+    outcome = f"undecided after {max_rounds} rounds: any gain is below what the rounds can show"
+    faster = False
+    while len(ratios) < max_rounds:
+        if measure.clock() >= deadline:
+            outcome = f"undecided when the budget ran out, after {len(ratios)} rounds"
+            break
+        r = measure.round(best, trial)
+        if r.busy:
+            busy += 1
+            if busy > MAX_BUSY:
+                outcome = f"undecided: {busy} rounds were busy (other programs held the cores)"
+                break
+            continue
+        ratios.append(r.ratio)
+        decide = median_interval(ratios, DECIDE_CONFIDENCE)
+        if decide is None:
+            continue
+        if decide[0] > 1 + min_effect:
+            faster, outcome = True, f"faster by more than {min_effect:.0%}"
+            break
+        if decide[1] < 1 + min_effect:
+            outcome = ("slower" if decide[1] < 1 else
+                       f"cannot bring the minimum gain of {min_effect:.0%}")
+            break
+    shown = median_interval(ratios, CONFIDENCE)
+    return Decision(setting="", kept=faster, why="", outcome=outcome,
+                    ratio=statistics.median(ratios) if ratios else None,
+                    low=shown[0] if shown else None, high=shown[1] if shown else None,
+                    rounds=len(ratios), busy_rounds=busy, ratios=ratios)
+
+
+def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: float,
+           min_effect: float = MIN_EFFECT, max_rounds: int = MAX_ROUNDS) -> TuneResult:
+    """Try each candidate in order against the best so far; keep what decides faster (and keeps
+    its loss); stop trying when the budget is spent."""
+    start = measure.clock()
+    deadline = start + budget_s
+    best: dict = {}
+    decisions: list[Decision] = []
+    for cand, why in ordered:
+        trial = {**best, **cand.settings}
+        if trial == best:
+            decisions.append(Decision(cand.key, False, why, "already part of the best config"))
+            continue
+        if measure.clock() >= deadline:
+            decisions.append(Decision(cand.key, False, why, "not tried: the budget was spent"))
+            continue
+        d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
+                    deadline=deadline)
+        d.setting, d.why = cand.key, why
+        if d.kept and cand.changes_numbers:
+            check = measure.loss_check(best, trial)
+            d.loss_check = check.note
+            if not check.ok:
+                d.kept, d.outcome = False, f"faster, but its loss moved: {check.note}"
+        if d.kept:
+            best = trial
+        decisions.append(d)
+    return TuneResult(best, decisions, measure.clock() - start)
