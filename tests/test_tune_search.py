@@ -85,3 +85,10 @@ def test_the_order_follows_what_bounds_the_step():
     assert [c.kind for c, _ in compute][:3] == ["precision", "compile", "layout"]
     assert compute[0][1] == "bound by compute: precision and compile and layout first"
     assert order(CANDIDATES, None)[0][1].startswith("in the listed order")
+
+
+def test_every_verdict_of_the_profile_has_an_order():
+    from workbench.profile.verdict import GROUPS
+    from workbench.tune.search import FIRST
+
+    assert set(FIRST) == set(GROUPS)

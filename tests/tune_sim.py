@@ -49,6 +49,9 @@ class SimulatedDevice:
         self.t += START_S
         return 1 / statistics.median(times)
 
+    def refusal(self, candidate: dict) -> str | None:
+        return None
+
     def round(self, best: dict, candidate: dict) -> Round:
         busy = self.rng.random() < self.busy
         hit = self.rng.choice(("best", "candidate")) if busy else None

@@ -29,6 +29,7 @@ CASES = {
     "--set loader.num_workers=-1": ["run", "--preset", "smoke", "--set", "loader.num_workers=-1"],
     "ab --rounds 0": ["ab", "--preset", "smoke", "--rounds", "0"],
     "profile --steps 0": ["profile", "--preset", "smoke", "--steps", "0"],
+    "tune --budget-min 0": ["tune", "--preset", "smoke", "--budget-min", "0"],
 }
 
 

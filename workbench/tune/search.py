@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..measure.compare import CONFIDENCE, median_interval
 from ..measure.verdict import MIN_EFFECT
@@ -55,8 +55,9 @@ class Candidate:
 class Round:
     """One round: the candidate's speed over the best's, measured side by side."""
 
-    ratio: float  # above 1: the candidate was faster
+    ratio: float | None  # above 1: the candidate was faster (None when a run failed)
     busy: bool = False  # other programs held the cores: not trusted, repeated
+    failed: str | None = None  # a run that did not complete: what it said
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class LossCheck:
 
 
 class Measure(Protocol):
+    def refusal(self, candidate: dict) -> str | None:
+        """Why this machine cannot run the candidate (what the launch would refuse), or None."""
+
     def round(self, best: dict, candidate: dict) -> Round:
         """Run both configs once, side by side (settings on top of the baseline)."""
 
@@ -132,6 +136,9 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
             outcome = f"undecided when the budget ran out, after {len(ratios)} rounds"
             break
         r = measure.round(best, trial)
+        if r.failed:
+            outcome = f"failed: {r.failed}"
+            break
         if r.busy:
             busy += 1
             if busy > MAX_BUSY:
@@ -157,20 +164,31 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
 
 
 def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: float,
-           min_effect: float = MIN_EFFECT, max_rounds: int = MAX_ROUNDS) -> TuneResult:
+           min_effect: float = MIN_EFFECT, max_rounds: int = MAX_ROUNDS,
+           on_decision: Callable[[Decision], None] | None = None) -> TuneResult:
     """Try each candidate in order against the best so far; keep what decides faster (and keeps
-    its loss); stop trying when the budget is spent."""
+    its loss); stop trying when the budget is spent. `on_decision` hears each decision made."""
     start = measure.clock()
     deadline = start + budget_s
     best: dict = {}
     decisions: list[Decision] = []
+
+    def decided(d: Decision) -> None:
+        decisions.append(d)
+        if on_decision is not None:
+            on_decision(d)
+
     for cand, why in ordered:
         trial = {**best, **cand.settings}
         if trial == best:
-            decisions.append(Decision(cand.key, False, why, "already part of the best config"))
+            decided(Decision(cand.key, False, why, "already part of the best config"))
             continue
         if measure.clock() >= deadline:
-            decisions.append(Decision(cand.key, False, why, "not tried: the budget was spent"))
+            decided(Decision(cand.key, False, why, "not tried: the budget was spent"))
+            continue
+        refused = measure.refusal(trial)
+        if refused:
+            decided(Decision(cand.key, False, why, f"cannot run here: {refused}"))
             continue
         d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
                     deadline=deadline)
@@ -182,5 +200,5 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
                 d.kept, d.outcome = False, f"faster, but its loss moved: {check.note}"
         if d.kept:
             best = trial
-        decisions.append(d)
+        decided(d)
     return TuneResult(best, decisions, measure.clock() - start)

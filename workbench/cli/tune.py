@@ -1,0 +1,61 @@
+"""`workbench tune`: measure the settings this machine can run on your model, keep only what
+interleaved rounds show faster by more than the minimum effect, and hand back the config, the
+exported script and a reason for every setting kept or dropped.
+
+    workbench tune --model mynet.py:build --budget-min 10
+    workbench tune --preset smoke --budget-min 2 --json --out tuned/   # also train.py, torchrun, SLURM
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..tune.search import FIRST
+
+
+def add_parser(sub):
+    p = sub.add_parser("tune", help="find the settings that make your model train faster here, "
+                                    "each kept only when measured faster", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="a RunConfig JSON file: the baseline")
+    p.add_argument("--preset", choices=["default", "smoke"], default="default")
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
+    p.add_argument("--data", help=" | ".join(choices("data.name")))
+    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+    p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
+    p.add_argument("--run-s", type=float, default=3.0, help="seconds of steps each run of a round gets")
+    p.add_argument("--bound-by", choices=sorted(FIRST), help="what bounds the step, instead of profiling it")
+    p.add_argument("--out", help="a folder for the recommended config's train.py, torchrun and SLURM files")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def main(args) -> int:
+    base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+    data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
+    if args.model is not None:
+        base = base.with_model(args.model) if not data else base.replace(**{"model.name": args.model, **data})
+    elif data:
+        base = base.replace(**data)
+    if not args.budget_min > 0:
+        raise ConfigError(f"--budget-min must be > 0 minutes, got {args.budget_min}")
+    if not args.run_s > 0:
+        raise ConfigError(f"--run-s must be > 0 seconds, got {args.run_s}")
+
+    def heard(d):
+        if not args.json:
+            print(f"  {'kept' if d.kept else 'dropped'} {d.setting}: {d.outcome}", file=sys.stderr, flush=True)
+
+    from ..tune.tuner import tune  # torch: only once the input is checked
+
+    report = tune(base, budget_s=60 * args.budget_min, run_s=args.run_s, bound_by=args.bound_by,
+                  on_decision=heard)
+    out = report.as_dict()
+    if args.out:
+        from ..export.bundle import export
+
+        written = export(report.config, args.out, overwrite=True)
+        out["export"] = {"dir": str(written.dir), "files": [p.name for p in written.files],
+                         "commands": written.single_node}
+    print(json.dumps(out, indent=2) if args.json else report.text())
+    return 0

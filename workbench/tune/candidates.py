@@ -1,0 +1,56 @@
+"""The settings the tune tries, each with the kind the search orders by and whether it changes
+the numbers a run computes (then its loss is checked too).
+
+    for cand, reason in reachable(baseline): ...   # reason: why it is not tried here, or None
+
+Not tried yet, and said so in every report (NOT_TRIED): torch.compile, whose compiling does not fit
+rounds of a few seconds; activation checkpointing and the largest batch that fits a memory budget,
+which trade speed for memory and need a search of their own; threads, which every run already
+chooses from what other programs leave free (workbench.machine.threads).
+"""
+from __future__ import annotations
+
+from ..config import RunConfig
+from ..machine.capability import resolve_device
+from ..machine.fit import cannot_run
+from ..stacking.changes import CHANGES
+from .search import Candidate
+
+CATALOG = [
+    Candidate("bf16", {"precision.dtype": "bf16"}, "precision", True, CHANGES["bf16"].why),
+    Candidate("fp16", {"precision.dtype": "fp16"}, "precision", True, CHANGES["fp16"].why),
+    Candidate("channels_last", {"precision.channels_last": True}, "layout", False,
+              CHANGES["channels_last"].why),
+    Candidate("workers", CHANGES["workers"].settings, "loader", False, CHANGES["workers"].why),
+    Candidate("foreach", {"optim.impl": "foreach"}, "optimizer", False,
+              "the optimizer updates all parameters in a few batched kernels"),
+    Candidate("fused", {"optim.impl": "fused"}, "optimizer", False,
+              "the optimizer's update as one fused kernel"),
+    Candidate("ddp", {"distributed.nproc": 2}, "ranks", False, CHANGES["ddp"].why),
+    Candidate("fsdp", {"distributed.nproc": 2, "distributed.strategy": "fsdp"}, "ranks", False,
+              "two ranks with FSDP2: each holds a shard of the parameters and optimizer state"),
+]
+FLAT_MODELS = ("mlp", "transformer")  # built-in models without image tensors (yours are tried)
+NOT_TRIED = {
+    "compile": "torch.compile's compiling does not fit rounds of a few seconds",
+    "activation checkpointing": "trades speed for memory: it belongs with a batch-size search",
+    "largest batch": "not searched yet: it changes the training, not only its speed",
+    "threads": "every run chooses them from what other programs leave free",
+}
+
+
+def reachable(baseline: RunConfig) -> list[tuple[Candidate, str | None]]:
+    """Every candidate with why it is not tried on this machine and model (None: it is tried).
+    Whether it still runs stacked on the settings kept before it is asked again in the search."""
+    device = resolve_device(baseline.run.device)
+    out = []
+    for cand in CATALOG:
+        after = baseline.replace(**cand.settings)
+        if after == baseline:
+            reason = "already part of the baseline"
+        elif cand.kind == "layout" and baseline.model.name in FLAT_MODELS:
+            reason = "channels_last changes only 4-D image tensors; this model has none"
+        else:
+            reason = cannot_run(after, device)
+        out.append((cand, reason))
+    return out
