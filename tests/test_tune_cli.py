@@ -31,3 +31,21 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert tuned == (smoke.replace(**report["settings"]) if report["settings"] else smoke)
     assert (out / "train.py").is_file() and report["export"]["files"]
     assert report["spent_s"] <= 15 + 60  # the budget, and at most one round more
+
+
+def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
+    import pytest
+
+    from workbench.config import ConfigError
+    from workbench.tune.search import Decision
+    from workbench.ui.tune import TunePanel
+
+    panel = TunePanel(RunConfig.smoke(), budget_min=0)
+    assert panel.run() is None and not panel.job.running  # refused before any run
+    assert "must be &gt; 0" in panel.status.value
+    panel._decided(Decision("bf16", True, "bound by compute: precision first",
+                            "faster by more than 5%", 1.3, 1.2, 1.4, 8, 2))
+    row = panel.table.value
+    assert all(s in row for s in ("bf16", "kept", "1.30x [1.20, 1.40]", "faster by more than 5%"))
+    with pytest.raises(ConfigError, match="nothing to export yet"):
+        panel.export(tmp_path)

@@ -34,7 +34,7 @@ FLAT_MODELS = ("mlp", "transformer")  # built-in models without image tensors (y
 NOT_TRIED = {
     "compile": "torch.compile's compiling does not fit rounds of a few seconds",
     "activation checkpointing": "trades speed for memory: it belongs with a batch-size search",
-    "largest batch": "not searched yet: it changes the training, not only its speed",
+    "largest batch": "it changes the training, not only its speed: a search of its own",
     "threads": "every run chooses them from what other programs leave free",
 }
 

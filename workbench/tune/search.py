@@ -118,7 +118,8 @@ def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candi
     first = FIRST.get(bound_by or "", ())
     lead = sorted((c for c in candidates if c.kind in first), key=lambda c: first.index(c.kind))
     rest = [c for c in candidates if c.kind not in first]
-    why_lead = f"bound by {bound_by}: {' and '.join(first)} first"
+    kinds = [k for k in first if any(c.kind == k for c in lead)]  # only what is there to try
+    why_lead = f"bound by {bound_by}: {' and '.join(kinds)} first"
     why_rest = (f"after what the 'bound by {bound_by}' verdict puts first" if lead
                 else "in the listed order (no profile verdict to order by)")
     return [(c, why_lead) for c in lead] + [(c, why_rest) for c in rest]
@@ -137,7 +138,7 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
             break
         r = measure.round(best, trial)
         if r.failed:
-            outcome = f"failed: {r.failed}"
+            outcome = f"ended: {r.failed}"
             break
         if r.busy:
             busy += 1

@@ -61,7 +61,7 @@ class RealMeasure:
 
     def round(self, best: dict, candidate: dict) -> Round:
         if self.stop is not None and self.stop():
-            return Round(None, failed="stopped")
+            return Round(None, failed="stopped by the user")
         other = other_cores_now()  # one look a round: both runs share what it saw
         sides = [("best", best), ("candidate", candidate)]
         out = {}

@@ -1,0 +1,112 @@
+"""The tune panel (notebook 08): a budget, Tune and Stop, a table that gains a row as each setting
+is decided (kept or dropped, the ratio with its interval, rounds, the loss check, why), and the
+recommended config with the export of it.
+
+    panel = TunePanel(RunConfig.default().with_model("mynet.py:build"), budget_min=3); display(panel)
+    panel.run(wait=True); panel.report.text(); panel.export("tuned/")
+"""
+from __future__ import annotations
+
+import html
+import threading
+
+import ipywidgets as w
+
+from ..config import ConfigError, RunConfig
+from ..tune.search import Decision
+from .job import BackgroundJob, show
+
+COLUMNS = ("setting", "kept", "ratio [95 % interval]", "rounds", "busy", "loss check", "what decided",
+           "why then")
+
+
+def decision_row(d: Decision) -> list[str]:
+    ratio = "" if d.ratio is None else f"{d.ratio:.2f}x" + (
+        f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
+    return [d.setting, "kept" if d.kept else "dropped", ratio, str(d.rounds or ""),
+            str(d.busy_rounds or ""), d.loss_check or "", d.outcome, d.why]
+
+
+def decisions_table(decisions: list[Decision]) -> str:
+    head = "".join(f"<th style='text-align:left'>{c}</th>" for c in COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>"
+                                    for v in decision_row(d)) + "</tr>" for d in decisions)
+    return f"<table class='wb-tune-table'><tr>{head}</tr>{rows}</table>"
+
+
+class TunePanel:
+    def __init__(self, cfg: RunConfig, budget_min: float = 3.0, run_s: float = 3.0):
+        self.cfg = cfg
+        self.budget = w.FloatText(budget_min, description="budget (min)",
+                                  tooltip="minutes for the whole tune, the profiling run included")
+        self.run_s = w.FloatText(run_s, description="run (s)",
+                                 tooltip="seconds of steps each run of a round gets, both sides alike")
+        self.tune_button = w.Button(description="Tune", button_style="primary")
+        self.stop_button = w.Button(description="Stop", button_style="warning")
+        self.status = w.HTML("")
+        self.table = w.HTML("")
+        self.result = w.HTML("")
+        self.decisions: list[Decision] = []
+        self.report = None
+        self._stop = threading.Event()
+        self._runs = 0
+        self.job = BackgroundJob(self.status, [self.tune_button], "workbench-tune", on_end=self._ended)
+        self.tune_button.on_click(lambda _: self.run())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.widget = w.VBox([w.HBox([self.budget, self.run_s, self.tune_button, self.stop_button]),
+                              self.status, self.table, self.result])
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def run(self, wait: bool = False):
+        """Start the tune on a thread (the kernel stays free); with `wait`, return its report."""
+        from ..tune.tuner import tune
+
+        budget_s, run_s = 60 * float(self.budget.value), float(self.run_s.value)
+        if not budget_s > 0 or not run_s > 0:  # refused here, in the status line, before any run
+            show(self.status, f"error: budget and run seconds must be > 0, got {self.budget.value} "
+                              f"min and {self.run_s.value} s", error=True)
+            return None
+        self.decisions, self.report, self._runs = [], None, 0
+        self._stop.clear()
+        self.table.value = self.result.value = ""
+        show(self.status, f"tuning for up to {budget_s / 60:g} min: profiling the baseline first")
+        started = self.job.start(lambda: tune(self.cfg, budget_s=budget_s, run_s=run_s,
+                                              on_decision=self._decided, on_run=self._ran,
+                                              stop=self._stop.is_set))
+        return self.job.wait() if (wait and started) else None
+
+    def stop(self) -> None:
+        """Stop after the run going now; the settings decided so far stay in the report."""
+        self._stop.set()
+        show(self.status, "stopping after the current run")
+
+    def _ran(self, side: str, summary: dict) -> None:
+        self._runs += 1
+        show(self.status, f"run {self._runs}: {side} {summary.get('samples_per_s') or 0:,.0f} "
+                          f"samples/s ({summary.get('status')})")
+
+    def _decided(self, d: Decision) -> None:
+        self.decisions.append(d)
+        self.table.value = decisions_table(self.decisions)
+
+    def _ended(self, job: BackgroundJob) -> None:
+        if job.error is not None:
+            return
+        self.report = job.result
+        self.table.value = decisions_table(self.report.decisions)
+        kept = ", ".join(f"{k}={v}" for k, v in self.report.settings.items()) or \
+            "nothing: the baseline stays"
+        show(self.status, f"done in {self.report.spent_s:.0f} s; {self.report.bound_by_note}")
+        self.result.value = (f"<b>recommended:</b> {html.escape(kept)}<br><small>not tried: "
+                             + html.escape("; ".join(f"{k} ({v})" for k, v in
+                                                     self.report.not_tried.items())) + "</small>")
+
+    def export(self, to_dir):
+        """The recommended config's train.py, torchrun commands and job.slurm in `to_dir`."""
+        if self.report is None:
+            raise ConfigError("nothing to export yet: run the tune first (panel.run(wait=True))")
+        from ..export import export
+
+        return export(self.report.config, to_dir, overwrite=True)
