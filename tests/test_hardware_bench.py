@@ -147,3 +147,15 @@ def test_allreduce_bus_bandwidth_across_two_gloo_ranks():
     assert busbw_gbs(10**9, 1000.0, 2) == pytest.approx(1.0)
     c = run_allreduce(2, "cpu", mib=4)
     assert c.name == "all-reduce" and c.value > 0 and "gloo" in c.note and "2 ranks" in c.size
+
+
+def test_notebook_03_reads_the_int8_ceiling_notebook_04_measured(private_cache):
+    """The two notebooks' int8 figures side by side: the bare matmul's ceiling from the cache, or
+    how to measure it."""
+    from workbench.hardware.lessons import int8_ceiling_line
+
+    assert int8_ceiling_line("cpu").startswith("no int8 ceiling is measured on this device yet")
+    ceilings.save_ceilings([_ceiling("fp32", 100.0), _ceiling("int8", 250.0)], "cpu")
+    line = int8_ceiling_line("cpu")
+    assert "a bare int8 matmul 250 GOP/s against fp32's 100 GFLOP/s, 2.50x" in line
+    assert "its speedup is the one this notebook measures" in line

@@ -19,7 +19,7 @@ import torch
 from ..machine.capability import recommend_precision
 from ..machine.cpu import cpu_flags
 from ..cache import read_json, write_json
-from ..machine.peaks import device_key
+from ..machine.peaks import device_key, load_ceilings
 from ..measure.compare import Ratio, paired_ratio
 from ..measure.timer import interleaved
 from ..train.precision import DTYPES
@@ -120,3 +120,19 @@ def ceilings_lesson(ceilings, flags: list[str] | None = None, device_type: str =
         text += (f"; this CPU lists {', '.join(listed)}" if listed
                  else "; this CPU lists no AVX-512 or AMX instructions")
     return text + "."
+
+
+def int8_ceiling_line(device) -> str:
+    """Notebook 04's int8 ceiling on this device, for notebook 03's quantized models: the bare int8
+    matmul against fp32's, from the ceiling cache (`workbench hw --bench`), or how to measure it."""
+    entry = load_ceilings(device)
+    gflops = (entry or {}).get("compute_gflops", {})
+    if "int8" not in gflops or "fp32" not in gflops:
+        return ("no int8 ceiling is measured on this device yet: notebook 04 (or `workbench hw "
+                "--bench`) measures and caches it")
+    ratio = gflops["int8"] / gflops["fp32"]
+    return (f"notebook 04's ceilings on this device (measured {entry['measured_at']}): a bare int8 "
+            f"matmul {gflops['int8']:,.0f} GOP/s against fp32's {gflops['fp32']:,.0f} GFLOP/s, "
+            f"{ratio:.2f}x. A dynamically quantized Linear also quantizes its input and dequantizes "
+            "its output at every call, at its own (smaller) size: its speedup is the one this "
+            "notebook measures, and the two need not agree")
