@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from workbench.config import ConfigError
 from workbench.events import EventWriter
 from workbench.hardware import microbench
 from workbench.train.flops import StepCost
@@ -64,6 +65,9 @@ def test_chooser_panel_redraws_when_the_batch_grows():
     panel.scale.value = 4096
     big = dict(zip(panel.fig.data[0].y, panel.fig.data[0].x))
     assert big["T4"] > small["T4"] * 10 and len(big) == 12
+    with pytest.raises(ConfigError, match=r"^batch x=8192.0 is not allowed: 1 to 4096$"):
+        panel.scale.value = 8192  # refused, not clamped to 4096 without a word
+    assert panel.scale.value == 4096
 
 
 def test_mfu_figure_plots_a_runs_step_records(tmp_path):

@@ -23,6 +23,7 @@ from .curve import RollingMedian
 from .dashboard import mfu_text
 from .figure import LiveFigure
 from .job import BackgroundJob
+from .refusing import RefusingFloatLogSlider
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
 
@@ -188,7 +189,7 @@ class ChooserPanel:
         self.cost = cost
         self.dtype = widgets.Dropdown(options=["fp32", "tf32", "bf16", "fp16", "fp8"], value=dtype,
                                       description="dtype")
-        self.scale = widgets.FloatLogSlider(value=batch_scale, base=2, min=0, max=12, step=1,
+        self.scale = RefusingFloatLogSlider(value=batch_scale, base=2, min=0, max=12, step=1,
                                             description="batch x")
         self.fig = chooser_figure(self.frame())
         self.dtype.observe(lambda _: self.redraw(), "value")

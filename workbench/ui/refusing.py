@@ -19,6 +19,14 @@ class Refused(ConfigError, TraitError):
     then keeps the old value)."""
 
 
+def _in_range(slider, value, low, high):
+    if not low <= value <= high:
+        because = f" ({slider.why})" if slider.why else ""
+        raise Refused(f"{slider.description or 'value'}={shown(value)} is not allowed: "
+                      f"{low:g} to {high:g}{because}")
+    return value
+
+
 class RefusingIntSlider(widgets.IntSlider):
     def __init__(self, *args, why: str = "", **kwargs):
         self.why = why  # what the range comes from, said in the refusal
@@ -26,12 +34,19 @@ class RefusingIntSlider(widgets.IntSlider):
 
     @validate("value")
     def _validate_value(self, proposal):  # the name of IntSlider's clamping validator: replaces it
-        value = proposal["value"]
-        if not self.min <= value <= self.max:
-            because = f" ({self.why})" if self.why else ""
-            raise Refused(f"{self.description or 'value'}={shown(value)} is not allowed: "
-                          f"{self.min} to {self.max}{because}")
-        return value
+        return _in_range(self, proposal["value"], self.min, self.max)
+
+
+class RefusingFloatLogSlider(widgets.FloatLogSlider):
+    """Its min and max are exponents of `base`: the values it allows are base**min to base**max."""
+
+    def __init__(self, *args, why: str = "", **kwargs):
+        self.why = why
+        super().__init__(*args, **kwargs)
+
+    @validate("value")
+    def _validate_value(self, proposal):  # replaces FloatLogSlider's clamping validator
+        return _in_range(self, proposal["value"], self.base ** self.min, self.base ** self.max)
 
 
 def set_value(name: str, widget, value) -> None:
