@@ -28,14 +28,16 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 WIDGET_ERRORS = ("Error displaying widget", "Failed to load model", "Model not found",
                  "Failed to create view", "Traceback (most recent call last)")
 
-# Points on the panel's live loss chart (the dashboard's figure titled "Loss ...").
+# The last step drawn on the panel's live loss chart (the dashboard's figure titled "Loss ..."):
+# not its number of points, which the chart's min/max buckets cap however far the run goes.
 LOSS_POINTS_JS = """() => {
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(gd => {
     const t = (((gd.layout || {}).title || {}).text) || '';
     return t.startsWith('Loss') && !t.startsWith('Loss by run');
   });
   if (!plots.length) return -1;
-  return (plots[0].data || []).reduce((n, tr) => n + ((tr.x && tr.x.length) || 0), 0);
+  const xs = (plots[0].data || []).flatMap(tr => Array.from(tr.x || []));
+  return xs.length ? Math.max(...xs) : 0;
 }"""
 
 
