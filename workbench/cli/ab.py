@@ -37,14 +37,19 @@ def add_parser(sub):
     return p
 
 
-def main(args) -> int:
+def base_config(args) -> RunConfig:
+    """The config a command starts from: --config or --preset, with --model, --data and
+    --data-factory applied (a model alone brings its matching data). `workbench tune` uses it too."""
     base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
     data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
     if args.model is not None:
-        base = base.with_model(args.model) if not data else base.replace(
+        return base.with_model(args.model) if not data else base.replace(
             **{"model.name": args.model, **data})
-    elif data:
-        base = base.replace(**data)
+    return base.replace(**data) if data else base
+
+
+def main(args) -> int:
+    base = base_config(args)
     a_changes, b_changes = parse_settings(args.set, "--set"), parse_settings(args.vs, "--vs")
     a = base.replace(**a_changes) if a_changes else base
     b = base.replace(**b_changes) if b_changes else base

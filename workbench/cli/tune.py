@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..config import BUILTIN_MODELS, ConfigError, choices
+from .ab import base_config
 from ..tune.search import FIRST
 
 
@@ -31,12 +32,7 @@ def add_parser(sub):
 
 
 def main(args) -> int:
-    base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
-    data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
-    if args.model is not None:
-        base = base.with_model(args.model) if not data else base.replace(**{"model.name": args.model, **data})
-    elif data:
-        base = base.replace(**data)
+    base = base_config(args)
     if not args.budget_min > 0:
         raise ConfigError(f"--budget-min must be > 0 minutes, got {args.budget_min}")
     if not args.run_s > 0:
