@@ -12,7 +12,7 @@ import torch
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices, matching_data, require_config
 from ..machine.capability import resolve_device, unsupported_reason
 from .choices import ChoiceButtons
-from .refusing import set_value
+from .refusing import set_controls
 
 PRECISION_TIPS = {"fp32": "full precision: the baseline",
                   "bf16": "bfloat16 autocast: fp32's range with fewer mantissa bits, no scaler",
@@ -80,28 +80,9 @@ class Controls:
         """Set widgets by name, as a person would: precision, device, model, batch_size, steps,
         budget_s, lr, tf32, channels_last, compile. A value the config refuses is refused here
         (ConfigError, one line) and every widget keeps what it had."""
-        kept = {name: getattr(self, name).value for name in
-                ("precision", "device", "model", "batch_size", "steps", "budget_s", "lr")}
-        kept.update({name: box.value for name, box in self.toggles.items()})
-        try:
-            self._set(values)
-            self.config()
-        except ConfigError:
-            self._set(kept)
-            raise
-
-    def _set(self, values: dict) -> None:
-        for name, value in values.items():
-            if name in self.toggles:
-                box = self.toggles[name]
-                if value and box.disabled:
-                    raise ConfigError(f"{name} cannot be turned on here: {box.tooltip}")
-                box.value = bool(value)
-            elif name in ("precision", "device", "model", "batch_size", "steps", "budget_s", "lr"):
-                set_value(name, getattr(self, name), value)
-            else:
-                raise ConfigError(f"unknown control {name!r}; allowed: precision, device, model, "
-                                  f"batch_size, steps, budget_s, lr, {', '.join(self.toggles)}")
+        controls = {name: getattr(self, name) for name in
+                    ("precision", "device", "model", "batch_size", "steps", "budget_s", "lr")}
+        set_controls({**controls, **self.toggles}, values, self.config)
 
     def refresh_support(self) -> None:
         """Grey out what this device and model cannot do, with the reason as the tooltip. Only the

@@ -15,7 +15,7 @@ from ..config import ConfigError, RunConfig, choices
 from ..distributed.launch import RunHandle
 from ..machine.capability import resolve_device
 from ..machine.fit import max_ranks
-from .refusing import RefusingIntSlider, set_value
+from .refusing import RefusingIntSlider, set_controls
 from .run_control import RunControl
 
 
@@ -55,18 +55,7 @@ class DistributedPanel(RunControl):
         machine runs) refuses is refused in one line, and every control keeps what it had."""
         controls = {"nproc": self.nproc, "backend": self.backend, "strategy": self.strategy,
                     "steps": self.steps}
-        unknown = [name for name in settings if name not in controls]
-        if unknown:
-            raise ConfigError(f"unknown control {unknown[0]!r}; allowed: {', '.join(controls)}")
-        kept = {name: c.value for name, c in controls.items()}
-        try:
-            for name, value in settings.items():
-                set_value(name, controls[name], value)
-            self.config()
-        except ConfigError:
-            for name, value in kept.items():
-                controls[name].value = value
-            raise
+        set_controls(controls, settings, self.config)
 
     def started(self, cfg: RunConfig, handle: RunHandle) -> None:
         how = ("a spare took the run: started before Run with this command, it was handed the run "

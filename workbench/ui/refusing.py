@@ -51,6 +51,10 @@ class RefusingFloatLogSlider(widgets.FloatLogSlider):
 
 def set_value(name: str, widget, value) -> None:
     """`widget.value = value`, or a one-line ConfigError naming the control and what it allows."""
+    if isinstance(widget, widgets.Checkbox):
+        if value and widget.disabled:
+            raise ConfigError(f"{name} cannot be turned on here: {widget.tooltip}")
+        value = bool(value)
     try:
         widget.value = value
     except Refused:
@@ -59,3 +63,21 @@ def set_value(name: str, widget, value) -> None:
         options = getattr(widget, "options", None)
         allowed = f"one of {', '.join(map(str, options))}" if options is not None else str(e)
         raise ConfigError(f"{name}={shown(value)} is not allowed: {allowed}") from None
+
+
+def set_controls(controls: dict, values: dict, check) -> None:
+    """Set controls by name as a person would, then `check()` them together (it builds the
+    config): a value its control or the config refuses is refused in one line, and every control
+    keeps what it had."""
+    unknown = [name for name in values if name not in controls]
+    if unknown:
+        raise ConfigError(f"unknown control {unknown[0]!r}; allowed: {', '.join(controls)}")
+    kept = {name: control.value for name, control in controls.items()}
+    try:
+        for name, value in values.items():
+            set_value(name, controls[name], value)
+        check()
+    except ConfigError:
+        for name, value in kept.items():
+            controls[name].value = value
+        raise
