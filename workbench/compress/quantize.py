@@ -9,8 +9,9 @@ sparsity on a GPU that has sparse tensor cores.
 A conversion that touches no module is an error, never a silent no-op; `info["coverage"]` says
 which layers were converted, which stayed float and why (convolutions, embeddings, attention's
 fused projections), and the share of the model's weights that became int8. Backend "auto": on a CPU,
-dynamic int8 uses `torch.ao` (its fbgemm/oneDNN kernels were measured 2-3x faster than fp32 here,
-torchao's eager int8 path slower than fp32 at batch 1); on a GPU torchao. Weight-only int8 needs
+dynamic int8 uses `torch.ao` (fbgemm/oneDNN kernels, x86's int8 path; torchao's eager int8 path
+is written for GPUs; whether either beats fp32 on this machine is what the compression lab
+measures); on a GPU torchao. Weight-only int8 needs
 torchao and is refused with that reason without it. `torch.ao.quantization` is deprecated: its
 warnings are filtered (`quiet.py`) and the record's notes say it once instead.
 """
