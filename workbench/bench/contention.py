@@ -3,6 +3,7 @@ with 1 thread, 2 threads, 2 threads with a passive OpenMP wait, and the workbenc
 (workbench.machine.threads), first idle, then while two busy processes hold the cores.
 
     python -m workbench.bench contention            # or: --rounds 6 --seconds 2 --only mlp
+    python -m workbench.bench contention --conditions busy --rounds 12   # narrower busy intervals
 
 Every measurement is a fresh process (OpenMP reads its wait policy once, at torch's import) that
 builds the config's model and data as a rank does, runs 5 warm-up steps, then trains for a fixed
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=scaled(6, 2))
     p.add_argument("--seconds", type=float, default=scaled(2.0, 0.5), help="timed seconds a process")
     p.add_argument("--only", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -135,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per process, "
           "variants alternating; ratios are the choice's samples/s over the other's, paired by round")
-    lines = report("idle", condition("idle", args.only, args.rounds, args.seconds), args.only)
-    with OtherWork(2):
-        busy = condition("busy", args.only, args.rounds, args.seconds)
-    lines += report("busy", busy, args.only)
+    lines = []
+    if "idle" in args.conditions:
+        lines += report("idle", condition("idle", args.only, args.rounds, args.seconds), args.only)
+    if "busy" in args.conditions:
+        with OtherWork(2):
+            busy = condition("busy", args.only, args.rounds, args.seconds)
+        lines += report("busy", busy, args.only)
     print("\n".join(lines))
     return 0
 
