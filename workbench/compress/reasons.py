@@ -35,8 +35,9 @@ REASONS = {
                          "matmuls, sets the time",
     ("dynamic_int8", "faster"): "int8 weights are 4x fewer bytes to read and int8 matmul "
                                 "kernels do more work per cycle",
-    ("dynamic_int8", "*"): "the converted layers are a small share of the time (layers left in "
-                           "float, quantizing activations per call, or a model too small)",
+    ("dynamic_int8", "*"): "what the int8 matmul saved did not outweigh quantizing each call's "
+                           "input and dequantizing its output at this size; layers left in float "
+                           "run as before (the share converted is below)",
     ("weight_only_int8", "faster"): "4x fewer weight bytes to read: a memory-bound (small-batch) "
                                     "workload gains",
     ("weight_only_int8", "*"): "weights are stored as int8 but widened to float for the matmul: "
