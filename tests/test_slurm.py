@@ -12,7 +12,7 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.distributed.jobs import Job, submit
-from workbench.distributed.localslurm import LocalSlurm, missing_tools
+from workbench.distributed.localslurm import LocalSlurm, find_cluster, missing_tools
 from workbench.events import read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
@@ -150,3 +150,20 @@ def test_sbatch_refusal_is_one_line_and_leaves_the_config(cluster, tmp_path):
     assert "\n" not in str(e.value)
     folder = RunFolder(tmp_path / "refused")
     assert folder.config() == small() and folder.summary()["cause"] == "submit"
+
+
+def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path):
+    access, where = find_cluster(cluster.folder)
+    assert access is not None and str(cluster.folder) in where
+    job = submit(small(), prefix=access.prefix, env=access.env)
+    assert job.wait(timeout_s=180)["status"] == "completed"
+    nothing, why = find_cluster(tmp_path)  # no cluster started there, none configured
+    assert nothing is None and "make slurm-up" in why and str(tmp_path) in why
+
+
+def test_a_relative_runs_folder_is_submitted_from_anywhere(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/ relative to here, as a notebook's default config has it
+    monkeypatch.delenv("WORKBENCH_RUNS", raising=False)
+    job = submit(small(**{"run.runs_dir": "runs"}), prefix=cluster.prefix, env=cluster.env)
+    assert job.run_dir.is_absolute() and job.run_dir.parent == tmp_path / "runs"
+    assert job.wait(timeout_s=180)["status"] == "completed"

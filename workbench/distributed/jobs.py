@@ -219,6 +219,7 @@ def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int =
     if nodes < 1:
         raise ConfigError(f"nodes must be >= 1, got {nodes}")
     run_dir = create_run_dir(cfg, path=run_dir) if run_dir is not None else create_run_dir(cfg)
+    run_dir = Path(run_dir).resolve()  # sbatch runs in the folder: a relative path would miss it
     folder = RunFolder(run_dir)
     folder.job_file.write_text(job_script(cfg, run_dir, nodes, port, time_limit, cpus_per_task))
     env_all = {**os.environ, **(env or {})}
