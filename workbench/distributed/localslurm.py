@@ -7,6 +7,7 @@
 
     with LocalSlurm(folder) as cluster:                    # the test fixture
         cluster.run(["sbatch", "--parsable", "job.slurm"])
+    access, why = find_cluster("slurm-cluster")           # a notebook: the cluster that answers
 
 The daemons live in a network namespace of their own, a test host with an address from the range
 reserved for network tests (198.18.0.0/15), joined to this machine by a veth pair
@@ -27,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..net import free_port
@@ -187,6 +189,40 @@ class LocalSlurm:
 
     def __exit__(self, *exc) -> None:
         self.down()
+
+
+@dataclass(frozen=True)
+class Access:
+    """How this process reaches a SLURM cluster: the words before each command and its environment
+    (what `workbench.distributed.jobs.submit` and `Job` take)."""
+    prefix: list[str]
+    env: dict[str, str] | None
+    where: str
+
+
+def find_cluster(folder: str | Path = "slurm-cluster") -> tuple[Access | None, str]:
+    """The cluster `make slurm-up` started in `folder`, else the one this machine's SLURM
+    configuration (or $SLURM_CONF) names: the first that answers `sinfo`. (None, why) when none
+    does, with how to start one."""
+    candidates = []
+    try:
+        local = LocalSlurm.load(folder)
+        candidates.append(Access(local.prefix, local.env, f"the local cluster in {local.folder}"))
+    except (OSError, ValueError, KeyError, TypeError):  # none started there, or its record is damaged
+        pass
+    if shutil.which("sinfo"):
+        candidates.append(Access([], None, "the cluster this machine's SLURM configuration names"))
+    for access in candidates:
+        try:
+            answered = subprocess.run([*access.prefix, "sinfo", "-h"], env=access.env,
+                                      capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            answered = False
+        if answered:
+            return access, access.where
+    why = "no SLURM cluster answers `sinfo` here" if candidates else "SLURM is not installed here"
+    return None, (f"{why}; `make slurm-up` starts a cluster of this machine in {folder} (root, "
+                  "Debian's slurmctld slurmd slurm-client munge)")
 
 
 def _alive(pid: int) -> bool:
