@@ -167,3 +167,29 @@ def test_a_relative_runs_folder_is_submitted_from_anywhere(cluster, tmp_path, mo
     job = submit(small(**{"run.runs_dir": "runs"}), prefix=cluster.prefix, env=cluster.env)
     assert job.run_dir.is_absolute() and job.run_dir.parent == tmp_path / "runs"
     assert job.wait(timeout_s=180)["status"] == "completed"
+
+
+def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(cluster, tmp_path):
+    """run.save_every: a job SLURM requeues mid-run (as after a node failure or a preemption) runs
+    again as attempt 1, goes on after its last saved step, and its losses are a local run's."""
+    from workbench.distributed.launch import run
+
+    cfg = small(**{"model.name": faulty_model(tmp_path), "model.kwargs": {"mode": "slow"},
+                   "run.steps": 60, "run.save_every": 10})
+    job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    assert "#SBATCH --requeue" in RunFolder(job.run_dir).job_file.read_text()
+    wait_for_steps(job.run_dir, ranks=1, step=25, timeout=180)
+    assert cluster.run(["scontrol", "requeue", job.job_id]).returncode == 0
+    summary = job.wait(timeout_s=300)
+    assert summary["status"] == "completed" and summary["attempts"] == 2, summary
+    records = read_events(job.run_dir)
+    saved = summary["resumed_from_step"]
+    assert saved >= 20 and saved % 10 == 0 and summary["steps"] == 60
+    assert [r["from_step"] for r in records if r["event"] == "resumed"] == [saved]
+    resumed = {r["step"]: r["loss"] for r in records if r["event"] == "step" and r["attempt"] == 1}
+    clean = run(cfg.replace(**{"model.kwargs": {"mode": "none"}, "run.save_every": 0}),
+                timeout_s=240)
+    never_failed = {r["step"]: r["loss"] for r in read_events(clean["run_dir"])
+                    if r["event"] == "step" and r["step"] > saved}
+    assert resumed.keys() == never_failed.keys() == set(range(saved + 1, 61))
+    assert resumed == pytest.approx(never_failed, abs=1e-5)

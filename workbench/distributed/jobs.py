@@ -32,6 +32,7 @@ from ..config import ConfigError, RunConfig, require_config
 from ..machine.threads import threads_for
 from ..runfolder import RunFolder
 from ..runstore import create_run_dir
+from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
 from .slurm import per_node, shell_word, slurm_job
 from .torchrun import RESTART_ENV, WORKER, torchrun_args
@@ -86,12 +87,14 @@ def job_script(cfg: RunConfig, run_dir: Path, nodes: int = 1, port: int = 29500,
             max_restarts=cfg.distributed.max_restarts,
             log_dir=f"{folder.torchrun_logs}_node$SLURM_NODEID",
             runner=[sys.executable, "-m", "torch.distributed.run"]))
-    env = {**RESTART_ENV, "OMP_NUM_THREADS": str(threads_for(cfg)), "PYTHONUNBUFFERED": "1"}
-    setup = "\n".join(f"export {k}={shell_word(v)}" for k, v in env.items())
+    env = {**RESTART_ENV, "OMP_NUM_THREADS": str(threads_for(cfg)), "PYTHONUNBUFFERED": "1",
+           ATTEMPT_BASE_ENV: f"$(( ${{SLURM_RESTART_COUNT:-0}} * {cfg.distributed.max_restarts + 1} ))"}
+    setup = "\n".join(f"export {k}={v if k == ATTEMPT_BASE_ENV else shell_word(v)}"
+                       for k, v in env.items())
     return slurm_job(line, name=f"workbench-{folder.path.name}"[:60], nodes=nodes,
                      nproc=cfg.distributed.nproc, gpus=cfg.run.device == "cuda", port=port,
                      cpus_per_task=cpus_per_task or _node_cpus(cfg), time_limit=time_limit,
-                     setup=setup, output=str(folder.log_file),
+                     setup=setup, output=str(folder.log_file), requeue=cfg.run.save_every > 0,
                      submit="workbench submit wrote this; it follows the job to its end")
 
 

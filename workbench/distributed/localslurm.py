@@ -126,7 +126,8 @@ class LocalSlurm:
             f"SlurmctldHost={self.node}({self.node_address})",
             "SlurmUser=root", "SlurmdUser=root",
             f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
-            "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'}",
+            # cred_expire also holds a requeued job back before it starts again (120 s by default)
+            "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'},cred_expire=10",
             "CredType=cred/munge",
             f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool'}",
             f"SlurmctldPidFile={f / 'slurmctld.pid'}", f"SlurmdPidFile={f / 'slurmd.pid'}",

@@ -27,11 +27,18 @@ def per_node(args: list[str]) -> str:
 
 def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port: int,
               cpus_per_task: int | None = None, time_limit: str = "01:00:00", setup: str = "",
-              submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out") -> str:
+              submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out",
+              requeue: bool | None = None) -> str:
     """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
-    node's name); `setup` is shell run once before it (writing a config file, say)."""
+    node's name); `setup` is shell run once before it (writing a config file, say). `requeue`: True
+    for a job that saves resumable state (SLURM runs it again after a node failure or preemption and
+    it goes on from its last saved step), False for one that would start over; None leaves it to
+    the cluster's default."""
     gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
            else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
+    again = {True: "#SBATCH --requeue\n# (requeued, the run resumes from its last saved step)\n",
+             False: "#SBATCH --no-requeue\n# (it saves no resumable state: requeued, it would start "
+                    "over)\n", None: ""}[requeue]
     env = "\n".join(f"export {k}={v}" for k, v in RESTART_ENV.items())
     return f"""#!/bin/bash
 #SBATCH --job-name={name}
@@ -41,7 +48,7 @@ def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port:
 {gpu}
 #SBATCH --time={time_limit}
 #SBATCH --output={output}
-# {submit}
+{again}# {submit}
 # srun starts one torchrun per node; torchrun starts {nproc} rank(s) per node; the c10d rendezvous
 # runs on the first node of the allocation, which also numbers the nodes.
 set -euo pipefail

@@ -19,6 +19,11 @@ from ..machine.fit import backend_for
 from ..net import is_loopback, listen_fd
 
 
+# Attempts that came before this launch: a SLURM job requeued n times starts torchrun afresh, so its
+# batch file sets this to n x (max_restarts + 1) and every attempt of the run keeps its own number.
+ATTEMPT_BASE_ENV = "WORKBENCH_ATTEMPT_BASE"
+
+
 @dataclass
 class RankEnv:
     """What torchrun tells a worker through its environment (defaults for a plain process)."""
@@ -26,13 +31,13 @@ class RankEnv:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    attempt: int = 0  # torchrun's restart count
+    attempt: int = 0  # torchrun's restart count, after the attempts of earlier SLURM requeues
 
     @classmethod
     def from_environ(cls, environ=os.environ) -> "RankEnv":
         get = lambda k, d: int(environ.get(k, d))  # noqa: E731
         return cls(get("RANK", 0), get("LOCAL_RANK", 0), get("WORLD_SIZE", 1),
-                   get("TORCHELASTIC_RESTART_COUNT", 0))
+                   get(ATTEMPT_BASE_ENV, 0) + get("TORCHELASTIC_RESTART_COUNT", 0))
 
 
 def pick_device(cfg, env: RankEnv) -> torch.device:
