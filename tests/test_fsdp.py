@@ -19,7 +19,6 @@ from workbench.train.sharding import block_names, per_rank_bytes
                                         "distributed.strategy is 'fsdp', got True"),
     ({"distributed.strategy": "fsdp", "precision.dtype": "fp16"}, "precision.dtype must be 'fp32' or 'bf16'"),
     ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
-    ({"distributed.strategy": "fsdp", "run.save_every": 5}, "run.save_every must be 0"),
     ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
     ({"distributed.strategy": "fsdp", "run.profile_steps": 2, "run.steps": 20},
      "run.profile_steps must be 0"),

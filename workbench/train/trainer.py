@@ -183,7 +183,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
-    save_every = cfg.run.save_every if env.rank == 0 and run_dir is not None else 0
+    sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
+    save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
@@ -217,7 +218,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         events.write(STEP, **rec)
         if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
             phase.name = f"saving the resumable state after step {step}"
-            save_state(s, step, run_dir)
+            save_state(s, step, run_dir, sharded)
         if out.first_step_s is None:
             out.first_step_s = time.time() - s.t_launch
         out.times.append(dt)
@@ -287,7 +288,8 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
     resumed_from = 0
     if cfg.run.save_every:
         phase.name = "loading the resumable state"
-        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps)
+        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps,
+                                     sharded=cfg.distributed.strategy == "fsdp")
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
