@@ -1,6 +1,6 @@
-"""FSDP2 beside DDP: the strategy setting and its refusals, the block rule, and a real two-rank run
-whose per-rank parameter and optimizer bytes are predicted exactly, trains as DDP does, and saves
-whole weights."""
+"""FSDP2 beside DDP: the strategy setting and its refusals, the block rule, and real runs (2 DDP
+ranks, 2 FSDP ranks, 1 process) whose per-rank parameter, gradient and optimizer bytes are measured
+as predicted, whose FSDP losses are DDP's, and whose saved weights are whole."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +19,6 @@ from workbench.train.sharding import block_names, per_rank_bytes
                                         "distributed.strategy is 'fsdp', got True"),
     ({"distributed.strategy": "fsdp", "precision.dtype": "fp16"}, "precision.dtype must be 'fp32' or 'bf16'"),
     ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
-    ({"distributed.strategy": "fsdp", "run.save_every": 5}, "run.save_every must be 0"),
     ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
     ({"distributed.strategy": "fsdp", "run.profile_steps": 2, "run.steps": 20},
      "run.profile_steps must be 0"),
@@ -48,22 +47,30 @@ def test_the_prediction_splits_each_parameter_by_rows_as_fsdp2_does():
 
 
 @pytest.mark.slow
-def test_two_ranks_shard_the_model_as_predicted_and_train_as_ddp(tmp_path):
+def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
+    """Parameters, gradients (read mid-step, before the optimizer zeroes them) and optimizer state,
+    measured on each rank, equal the prediction byte for byte: 2 DDP ranks, 2 FSDP ranks, 1 process."""
     base = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
-                                        "run.eval_batches": 0, "model.width": 50})  # 50 rows: uneven
-    runs = {s: run(base.replace(**{"distributed.strategy": s}), timeout_s=300) for s in ("ddp", "fsdp")}
+                                        "run.eval_batches": 0, "model.width": 51})  # 51 rows: 26 + 25
+    shapes = {"ddp": base, "fsdp": base.replace(**{"distributed.strategy": "fsdp"}),
+              "one process": base.replace(**{"distributed.nproc": 1, "distributed.strategy": "fsdp"})}
+    runs = {name: run(cfg, timeout_s=300) for name, cfg in shapes.items()}
     for strategy, summary in runs.items():
         assert summary["status"] == "completed", summary
         memory = summary["memory_per_rank"]
         assert memory["strategy"] == strategy
+        assert len(memory["measured"]) == summary["world_size"]
+        assert memory["not_measured"] == ["activations"]
         for predicted, measured in zip(memory["predicted"], memory["measured"]):
             assert predicted["rank"] == measured["rank"]
-            assert predicted["parameters"] == measured["parameters"]  # exactly, per rank
-            assert predicted["optimizer"] == measured["optimizer"]
+            for part in ("parameters", "gradients", "optimizer"):  # exactly, per rank
+                assert predicted[part] == measured[part], (strategy, measured["rank"], part)
             assert measured["peak"] > 0
     whole = runs["ddp"]["memory_per_rank"]["measured"][0]["parameters"]
+    assert runs["one process"]["memory_per_rank"]["measured"][0]["gradients"] == whole
     shards = [m["parameters"] for m in runs["fsdp"]["memory_per_rank"]["measured"]]
-    assert sum(shards) == whole and max(shards) < whole  # each rank holds part, together all
+    assert sum(shards) == whole and shards[0] > shards[1]  # each rank part (26 rows, 25), together all
+    assert sum(m["gradients"] for m in runs["fsdp"]["memory_per_rank"]["measured"]) == whole
     losses = {s: [r["loss"] for r in read_events(summary["run_dir"]) if r["event"] == "step"
                   and r["rank"] == 0] for s, summary in runs.items()}
     assert losses["fsdp"] == pytest.approx(losses["ddp"], abs=1e-5)  # the same training

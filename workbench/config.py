@@ -418,8 +418,6 @@ class RunConfig(_Section):
                                      "gradient scaler is not sharded)"),
                  "optim.grad_accum_steps": (self.optim.grad_accum_steps > 1, "1"),
                  "compile.enabled": (self.compile.enabled, "false"),
-                 "run.save_every": (self.run.save_every > 0, "0 (sharded resumable states are not "
-                                    "written yet)"),
                  "run.profile_steps": (self.run.profile_steps > 0, "0 (the profiler's memory "
                                        "breakdown reads parameter storage that FSDP frees)")}
         for name, (bad, allowed) in clash.items():

@@ -9,7 +9,8 @@ and the only module that names its files.
 
 Who writes what: the launcher claims the folder (RUN_ID), writes config.json and launch.json (the
 command and the supervisor's pid); each rank appends rankR.jsonl and, on an error, its traceback;
-rank 0 writes the weights and a first summary.json; the supervisor completes summary.json with the
+rank 0 writes the weights and a first summary.json; with run.save_every rank 0 keeps resume.pt
+(DDP), or every rank writes its shards into resume_sharded/ (FSDP); the supervisor completes summary.json with the
 return code (then the summary is final) and moves torchrun's logs in; a stop request is
 stop_reason.txt. Plain files only: nothing here imports what a config names, and the rank side may
 import it (it imports only the config and the disk helpers).
@@ -30,6 +31,9 @@ LAUNCHER_LOG = "launcher.log"  # the supervisor's and torchrun's output
 TORCHRUN_LOGS = "torchrun_logs"  # torchrun's per-rank logs (several ranks)
 WEIGHTS = "model.pt"  # the trained weights (rank 0)
 RESUME = "resume.pt"  # the latest resumable state (run.save_every): a restart continues from it
+SHARDED_RESUME = "resume_sharded"  # the same under FSDP: every rank's shards, a folder per saved step
+SHARDED_STEP = "step{step:08d}"  # one complete saved state in SHARDED_RESUME
+SHARDED_PARTIAL = ".partial"  # a state still being written there: never loaded
 RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed (provenance)
 EVENTS = "rank{rank}.jsonl"
 TRACEBACK = "rank{rank}.traceback.txt"
@@ -116,6 +120,25 @@ class RunFolder:
     @property
     def resume_file(self) -> Path:
         return self.path / RESUME
+
+    @property
+    def sharded_resume_dir(self) -> Path:
+        return self.path / SHARDED_RESUME
+
+    @property
+    def sharded_partial_dir(self) -> Path:
+        return self.sharded_resume_dir / SHARDED_PARTIAL
+
+    def sharded_step_dir(self, step: int) -> Path:
+        return self.sharded_resume_dir / SHARDED_STEP.format(step=step)
+
+    def sharded_steps(self) -> dict[int, Path]:
+        """The saved sharded states by step (the partial one left out); {} when none is saved."""
+        head = SHARDED_STEP.split("{")[0]
+        if not self.sharded_resume_dir.is_dir():
+            return {}
+        return {int(p.name[len(head):]): p for p in self.sharded_resume_dir.iterdir()
+                if p.name.startswith(head) and p.name[len(head):].isdigit() and p.is_dir()}
 
     @property
     def run_id_file(self) -> Path:

@@ -81,16 +81,19 @@ def memory_lines(b) -> list[str]:
 
 
 def per_rank_lines(per_rank: dict | None) -> list[str]:
-    """Each rank's parameter and optimizer bytes, predicted before launch against measured, and
-    its measured peak (several ranks: DDP replicas or FSDP shards)."""
+    """Each rank's parameter, gradient and optimizer bytes, predicted before launch against
+    measured, and its measured peak (several ranks: DDP replicas or FSDP shards)."""
     if not per_rank:
         return []
-    lines = [f"  per rank ({per_rank['strategy'].upper()}): {'parameters':>26} {'optimizer':>26} "
-             f"{'peak':>10}", f"  {'':<16}{'predicted':>13}{'measured':>13}{'predicted':>13}"
-             f"{'measured':>13}{'measured':>11}"]
+    parts = ("parameters", "gradients", "optimizer")
+    label = f"per rank ({per_rank['strategy'].upper()}):"
+    lines = [f"  {label:<16}" + "".join(f"{p:>26}" for p in parts) + f"{'peak':>11}",
+             f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts) + f"{'measured':>11}"]
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
-        lines.append(f"  rank {got['rank']:<11}{mib(want['parameters']):>13}{mib(got['parameters']):>13}"
-                     f"{mib(want['optimizer']):>13}{mib(got['optimizer']):>13}{mib(got['peak']):>11}")
+        measured = [mib(got[p]) if p in got else "-" for p in parts]  # older runs: no gradients
+        lines.append(f"  rank {got['rank']:<11}"
+                     + "".join(f"{mib(want[p]):>13}{m:>13}" for p, m in zip(parts, measured))
+                     + f"{mib(got['peak']):>11}")
     lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured'])}; not predicted: "
                  f"{', '.join(per_rank['not_predicted'])}")
     return lines

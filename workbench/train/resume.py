@@ -1,11 +1,13 @@
-"""Training that resumes after a failure: with run.save_every = N, rank 0 keeps the latest
-resumable state in the run folder every N steps (the model, the optimizer, the gradient scaler and
-the step), written whole or not at all; a restarted attempt (distributed.max_restarts) loads it on
-every rank, skips the batches already trained on, and goes on from the next step, so it continues
-the same trajectory instead of starting again from step 0.
+"""Training that resumes after a failure: with run.save_every = N, the latest resumable state (the
+model, the optimizer, the gradient scaler and the step) is kept in the run folder every N steps,
+written whole or not at all; a restarted attempt (distributed.max_restarts), or a new run started
+on the same folder, loads it on every rank, skips the batches already trained on, and goes on from
+the next step, so it continues the same trajectory instead of starting again from step 0.
 
 Under DDP the ranks hold identical replicas and optimizer states, so rank 0's state is every
-rank's. The run folder must be one the ranks share (one machine, or a shared file system).
+rank's: rank 0 writes it as one file. Under FSDP each rank holds only its shards, so every rank
+writes its own (workbench.train.sharded_resume), loadable on another number of ranks. The run
+folder must be one the ranks share (one machine, or a shared file system).
 """
 from __future__ import annotations
 
@@ -16,10 +18,15 @@ import torch
 from ..disk import write_atomic
 from ..runfolder import RunFolder
 from .rank import unwrap
+from .sharded_resume import restore_sharded, save_sharded
 
 
-def save_state(s, step: int, run_dir) -> None:
-    """Rank 0: the state after `step`, replacing the previous one atomically."""
+def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
+    """The state after `step`, replacing the previous one atomically: rank 0 alone, or (sharded)
+    every rank its shards."""
+    if sharded:
+        save_sharded(s, step, run_dir)
+        return
     state = {"step": step, "model": unwrap(s.parts.model).state_dict(), "optimizer": s.parts.opt.state_dict(),
              "scaler": s.parts.scaler.state_dict()}
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
@@ -27,9 +34,16 @@ def save_state(s, step: int, run_dir) -> None:
     write_atomic(RunFolder(run_dir).resume_file, buffer.getvalue())
 
 
-def restore_state(s, run_dir, accum: int) -> int:
+def restore_state(s, run_dir, accum: int, sharded: bool = False) -> int:
     """Load the saved state, if any, into the set-up model, optimizer and scaler, and advance the
     batches past the steps it covers. Returns the step it was saved after (0: nothing saved)."""
+    step = restore_sharded(s, run_dir) if sharded else _restore_whole(s, run_dir)
+    for _ in range(step * accum):  # the same data order as a run never interrupted
+        next(s.batches)
+    return step
+
+
+def _restore_whole(s, run_dir) -> int:
     path = RunFolder(run_dir).resume_file
     if not path.is_file():
         return 0
@@ -37,6 +51,4 @@ def restore_state(s, run_dir, accum: int) -> int:
     unwrap(s.parts.model).load_state_dict(state["model"])
     s.parts.opt.load_state_dict(state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])
-    for _ in range(state["step"] * accum):  # the same data order as a run never interrupted
-        next(s.batches)
     return int(state["step"])

@@ -3,6 +3,7 @@
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
     per_rank_bytes(model, world_size)       # predicted from the full shapes, before sharding
     held_bytes(model, opt)                  # measured: the local shards this rank holds
+    grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
 Which modules are blocks: `distributed.fsdp_blocks` (names or patterns, as train.checkpoint takes
 them), else the rule: the layers of the model's first nn.ModuleList (a transformer's blocks), or,
@@ -101,3 +102,10 @@ def held_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     state = sum(_local(v).numel() * v.element_size() for s in opt.state.values()
                 for v in s.values() if torch.is_tensor(v))
     return {"parameters": params, "optimizer": state}
+
+
+def grad_bytes(model: nn.Module) -> int:
+    """The gradient bytes this rank holds now (local shards under FSDP): 0 between steps, when the
+    optimizer has zeroed them to None."""
+    return sum(_local(p.grad).numel() * p.grad.element_size() for p in model.parameters()
+               if p.grad is not None)

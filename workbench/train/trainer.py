@@ -15,7 +15,9 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -36,7 +38,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .sharding import apply_fsdp, held_bytes, per_rank_bytes
+from .sharding import apply_fsdp, grad_bytes, held_bytes, per_rank_bytes
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
@@ -77,6 +79,7 @@ class Steps:
     profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
     resumed_from: int = 0  # the step a restarted attempt continued after (run.save_every)
+    held: dict = field(default_factory=dict)  # bytes this rank held mid-step: {"gradients": n}
 
     @property
     def done(self) -> int:
@@ -183,11 +186,14 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
-    save_every = cfg.run.save_every if env.rank == 0 and run_dir is not None else 0
+    sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
+    save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if meter is not None and step == warmup + 1:
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
+        if step_fn is train_step and not out.held:  # once: the first step not profiled
+            step_fn = partial(train_step, phase=measuring_grads(s.parts.model, out.held))
         phase.name = f"step {step}"
         t0 = time.perf_counter()
         scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
@@ -217,7 +223,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         events.write(STEP, **rec)
         if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
             phase.name = f"saving the resumable state after step {step}"
-            save_state(s, step, run_dir)
+            save_state(s, step, run_dir, sharded)
         if out.first_step_s is None:
             out.first_step_s = time.time() - s.t_launch
         out.times.append(dt)
@@ -266,7 +272,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
     mem = memory.sample(s.parts.device)
     summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
     if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
-        summary["memory_per_rank"] = memory_per_rank(cfg, s, env)
+        summary["memory_per_rank"] = memory_per_rank(cfg, s, env, st.held)
     if cfg.run.save_weights:
         state = full_state(plain, cfg)  # under FSDP every rank gathers; rank 0 writes
         if env.rank == 0:
@@ -287,7 +293,8 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
     resumed_from = 0
     if cfg.run.save_every:
         phase.name = "loading the resumable state"
-        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps)
+        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps,
+                                     sharded=cfg.distributed.strategy == "fsdp")
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
@@ -331,11 +338,24 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv) -> dict:
+def measuring_grads(model: torch.nn.Module, into: dict):
+    """A step's phase context that records, as the step's optimizer part begins (after backward,
+    before the gradients are zeroed), the gradient bytes this rank holds: into["gradients"]."""
+    @contextmanager
+    def phase(name: str):
+        if name == "optimizer":
+            into["gradients"] = grad_bytes(unwrap(model))
+        yield
+    return phase
+
+
+def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None) -> dict:
     """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
-    and the peak (the allocator's on a GPU, the process's resident set on a CPU). Gradients are
-    predicted only: they are freed at every step's end."""
-    held = held_bytes(unwrap(s.parts.model), s.parts.opt)
+    the gradients held in one step (`mid_step`: they are freed at every step's end), and the peak
+    (the allocator's on a GPU, the process's resident set on a CPU)."""
+    params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
+    held = {"parameters": params_opt["parameters"], **(mid_step or {}),
+            "optimizer": params_opt["optimizer"]}
     held["peak"] = (torch.cuda.max_memory_allocated(s.parts.device) if s.parts.device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     mine = {"rank": env.rank, **held}
@@ -346,7 +366,8 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv) -> dict:
         measured = [mine]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
     return {"strategy": strategy, "predicted": s.memory_plan,
-            "measured": measured, "not_measured": ["gradients", "activations"],
+            "measured": measured,
+            "not_measured": [k for k in ("gradients", "activations") if k not in held],
             "not_predicted": ["activations", "peak"]}
 
 
