@@ -129,8 +129,8 @@ def test_grouped_query_attention_is_kept_whole_and_named_while_the_mlps_are_prun
 
 def test_a_search_that_does_not_end_is_refused_in_one_line_naming_where_it_stopped(monkeypatch):
     """With the attention left in the trace, torch-pruning's group search on this model does not
-    end (seen for 19-21 minutes): the time limit ends it with a one-line refusal naming the layer
-    it was searching from, progress is said while it runs, and the model is untouched."""
+    end (nor had it when stopped at 25 s): the time limit ends it with a one-line refusal naming
+    the layer it was searching from, progress is said while it runs, and the model is untouched."""
     import time
 
     from workbench.compress import graph_prune
