@@ -103,14 +103,19 @@ def gqa_llama():
 def test_grouped_query_attention_is_kept_whole_and_named_while_the_mlps_are_pruned():
     import time
 
+    from workbench.compress.long_search import QUIET_S, search_progress
     from workbench.compress.structured import structured_coverage
 
     model = gqa_llama()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     example = torch.randint(0, 128, (2, 16))
+    said = []
     t0 = time.monotonic()
-    small = structured_prune(model, 0.5, example=example)
-    assert time.monotonic() - t0 < 60
+    with search_progress(said.append):
+        small = structured_prune(model, 0.5, example=example)
+    took = time.monotonic() - t0
+    assert took < 60
+    assert said == [] or took >= QUIET_S  # a short search says nothing: progress is for long ones
     assert small(example).logits.shape == (2, 16, 128)  # the pruned model runs
     for layer in small.model.layers:
         assert layer.mlp.gate_proj.out_features == layer.mlp.up_proj.out_features == 64
