@@ -1,6 +1,8 @@
 """Structured pruning rebuilds smaller layers consistently, or refuses with the reason."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -87,25 +89,72 @@ def test_refusals_name_the_reason():
         structured_prune(masked, 0.5)
 
 
-def test_a_llama_with_grouped_query_attention_is_refused_in_bounded_time(monkeypatch):
-    """torch-pruning's group search never ends on this model (seen for 19-21 minutes): the time
-    limit ends it with a one-line refusal, and the model is untouched."""
-    import time
-
+def gqa_llama():
+    """A Llama-family model with grouped-query attention (2 KV heads for 4 query heads), built
+    from a config: no download."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=128, num_hidden_layers=2, vocab_size=128)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_grouped_query_attention_is_kept_whole_and_named_while_the_mlps_are_pruned():
+    import time
+
+    from workbench.compress.long_search import QUIET_S, search_progress
+    from workbench.compress.structured import structured_coverage
+
+    model = gqa_llama()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    example = torch.randint(0, 128, (2, 16))
+    said = []
+    t0 = time.monotonic()
+    with search_progress(said.append):
+        small = structured_prune(model, 0.5, example=example)
+    took = time.monotonic() - t0
+    assert took < 60
+    assert said == [] or took >= QUIET_S  # a short search says nothing: progress is for long ones
+    assert small(example).logits.shape == (2, 16, 128)  # the pruned model runs
+    for layer in small.model.layers:
+        assert layer.mlp.gate_proj.out_features == layer.mlp.up_proj.out_features == 64
+        assert layer.mlp.down_proj.in_features == 64
+        assert (layer.self_attn.q_proj.out_features, layer.self_attn.k_proj.out_features) == (64, 32)
+    cov = structured_coverage(model, small)
+    left = {r["layer"]: r["why"] for r in cov["layers_left"]}
+    for i in range(2):
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            assert left[f"model.layers.{i}.self_attn.{proj}"] == (
+                "grouped-query attention: its query heads share KV groups, a layout a trace does "
+                "not give; kept whole")
+        assert f"model.layers.{i}.mlp.up_proj" in cov["layers_touched"]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
+
+
+def test_a_search_that_does_not_end_is_refused_in_one_line_naming_where_it_stopped(monkeypatch):
+    """With the attention left in the trace, torch-pruning's group search on this model does not
+    end (nor had it when stopped at 25 s): the time limit ends it with a one-line refusal naming
+    the layer it was searching from, progress is said while it runs, and the model is untouched."""
+    import time
+
     from workbench.compress import graph_prune
+    from workbench.compress.long_search import search_progress
 
     monkeypatch.setattr(graph_prune, "GRAPH_TIME_LIMIT_S", 5.0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-    model = LlamaForCausalLM(config).eval()
+    monkeypatch.setattr(graph_prune, "attention_blocks", lambda model: {})
+    model = gqa_llama()
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    said = []
     t0 = time.monotonic()
-    with pytest.raises(ConfigError) as e:
-        structured_prune(model, 0.5, example=torch.randint(0, 64, (2, 16)))
+    with pytest.raises(ConfigError) as e, search_progress(said.append):
+        structured_prune(model, 0.5, example=torch.randint(0, 128, (2, 16)))
     assert time.monotonic() - t0 < 60
     message = str(e.value)
     assert message.startswith("structured pruning of LlamaForCausalLM: torch-pruning's search of "
-                              "its dependency graph did not end within 5 s") and "\n" not in message
+                              "its dependency graph did not end within 5 s, stopped while "
+                              "searching the layers coupled to model.layers.") and "\n" not in message
+    assert re.search(r"coupled to model\.layers\.\d\.self_attn\.v_proj;", message), message
+    assert said and all(s.startswith("structured pruning of LlamaForCausalLM: ") for s in said)
+    assert "s of at most 5 s)" in said[-1]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

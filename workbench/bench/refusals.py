@@ -30,6 +30,7 @@ CASES = {
     "ab --rounds 0": ["ab", "--preset", "smoke", "--rounds", "0"],
     "profile --steps 0": ["profile", "--preset", "smoke", "--steps", "0"],
     "tune --budget-min 0": ["tune", "--preset", "smoke", "--budget-min", "0"],
+    "stack --changes turbo": ["stack", "--preset", "smoke", "--changes", "turbo"],
 }
 
 

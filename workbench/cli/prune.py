@@ -149,6 +149,7 @@ COLUMNS = ["amount", "accuracy", "accuracy_finetuned", "coverage", "sparsity", "
 def main(args) -> int:
     import torch
 
+    from ..compress.long_search import search_progress
     from ..compress.stats import speedup_label
     from ..compress.sweep import SweepConfig, run_sweep
 
@@ -160,7 +161,13 @@ def main(args) -> int:
     flag = subject.not_learned()
     if flag:  # before the sweep's minutes, not after
         print(f"workbench prune: note: {flag}", file=sys.stderr, flush=True)
-    df = run_sweep(subject, scfg)
+
+    def heard(line):  # a long dependency-graph search says what it is doing
+        if not args.json:
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+    with search_progress(heard):
+        df = run_sweep(subject, scfg)
     records = json.loads(df.to_json(orient="records"))
     note = accuracy_note(subject)
     if args.json:

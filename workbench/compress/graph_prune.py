@@ -10,16 +10,17 @@ What it leaves alone, so that the result still runs and keeps its output: the ou
 outputs are the logits), embeddings (their width is a transformer's residual stream, which the
 model's own attributes such as n_embd or split sizes record), and groups whose channels are split
 into attention heads inside the model's forward (a fused qkv projection: pruning it needs the head
-layout). nn.MultiheadAttention is pruned with its head count (`num_heads`), and `round_to` keeps
-widths a multiple of a number. The pruned copy is run on two batch sizes and must give the
-model's output shape, else it is refused with the reason. Hugging Face's Conv1D layers are swapped
-for the nn.Linear they are first (torch-pruning knows Linear).
+layout). Hugging Face attention blocks that share key/value heads among query heads (Llama and
+its kin, with or without grouped-query attention) are kept whole and left out of the trace: the
+group search loops on their head splits. nn.MultiheadAttention is pruned with its head count
+(`num_heads`), and `round_to` keeps widths a multiple of a number. The search runs under a time
+limit; a longer one says what it is doing (`long_search`). The pruned copy is run on two batch
+sizes and must give the model's output shape, else it is refused with the reason. Hugging Face's
+Conv1D layers are swapped for the nn.Linear they are first (torch-pruning knows Linear).
 """
 from __future__ import annotations
 
 import copy
-import sys
-import time
 from contextlib import contextmanager
 import warnings
 
@@ -29,6 +30,7 @@ from torch import nn
 from ..config import ConfigError
 from ..train.contract import TakeLogits, output_adapter
 from .layers import conv1d_to_linear, kind_of
+from .long_search import Search, SearchTimeout
 
 # Ops after which a group's channels are split into heads (or multiplied with another
 # activation): pruning such a group needs the model's head layout, which a trace does not give.
@@ -44,6 +46,10 @@ REASONS = {
     "parameter": "a bare parameter coupled to the residual stream",
     "coupled": "its channels are coupled to a layer kept whole (the residual stream, the output "
                "or an attention head split)",
+    "gqa": "grouped-query attention: its query heads share KV groups, a layout a trace does not "
+           "give; kept whole",
+    "rotary": "attention that splits its projections into heads and rotates them inside forward, "
+              "a layout a trace does not give; kept whole",
 }
 
 
@@ -91,31 +97,36 @@ def _bare_params(model: nn.Module) -> dict[str, nn.Parameter]:
 GRAPH_TIME_LIMIT_S = 30.0  # torch-pruning's graph search loops forever on some layouts
 
 
-class GraphTimeout(Exception):
-    pass
+def attention_blocks(model: nn.Module) -> dict[str, nn.Module]:
+    """Hugging Face attention blocks that say how many query heads share a key/value head
+    (`num_key_value_groups`: Llama, Mistral, Qwen2 and their kin, with or without grouped-query
+    attention). Their forward splits the projections into heads, rotates halves of each head and
+    repeats the KV heads for their query groups: torch-pruning's search of the layers coupled to
+    v_proj never ends on that (a 2-layer Llama, with 2 KV heads for 4 query heads and with 4)."""
+    return {n: m for n, m in model.named_modules()
+            if isinstance(getattr(m, "num_key_value_groups", None), int)}
+
+
+def attention_reason(block: nn.Module) -> str:
+    if block.num_key_value_groups > 1:
+        return REASONS["gqa"]
+    return REASONS["rotary"]
 
 
 @contextmanager
-def time_limit(seconds: float, what: str):
-    """Raise GraphTimeout inside the code run in this block once `seconds` have passed. The check
-    rides on Python's profile hook (every thousandth call), so it stops a loop in pure Python
-    code, in whichever thread runs the block, without a signal."""
-    end = time.monotonic() + seconds
-    calls = [0]
+def out_of_trace(blocks):
+    """The blocks' outputs detached while torch-pruning traces the model: the graph it builds
+    follows autograd, so their inner ops (and their projections) are left out of it, and the
+    residual stream they add to is still there, coupled to the embeddings that keep it whole."""
+    def cut(module, args, out):
+        return (out[0].detach(), *out[1:]) if isinstance(out, tuple) else out.detach()
 
-    def check(frame, event, arg):
-        if event == "call":
-            calls[0] += 1
-            if calls[0] % 1000 == 0 and time.monotonic() > end:
-                sys.setprofile(None)
-                raise GraphTimeout(what)
-
-    before = sys.getprofile()
-    sys.setprofile(check)
+    hooks = [b.register_forward_hook(cut) for b in blocks]
     try:
         yield
     finally:
-        sys.setprofile(before)
+        for h in hooks:
+            h.remove()
 
 
 def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
@@ -147,20 +158,36 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
     for name, p in _bare_params(small).items():
         ignored.append(p)
         reasons[name.rpartition(".")[0]] = REASONS["parameter"]
+    blocks = attention_blocks(small)
+    for name, block in blocks.items():
+        ignored.append(block)
+        for inner, m in block.named_modules():
+            if isinstance(m, ROOTS):
+                reasons[f"{name}.{inner}"] = attention_reason(block)
     sizes = {n: sum(p.numel() for p in m.parameters()) for n, m in modules.items()}
     heads = {m: m.num_heads for m in small.modules() if isinstance(m, nn.MultiheadAttention)}
+    search = Search(f"structured pruning of {type(model).__name__}", time_limit_s)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), out_of_trace(blocks.values()), search.bounded():
             warnings.simplefilter("ignore")  # its notes on unwrapped parameters: handled above
-            with time_limit(time_limit_s, "the dependency graph"):
-                graph = tp.DependencyGraph().build_dependency(small, example_inputs=example,
-                                                              output_transform=logits_of)
-                layers = [m for m in ignored if isinstance(m, nn.Module)]
-                for group in graph.get_all_groups(ignored_layers=layers, root_module_types=ROOTS):
-                    if _splits_heads(group):
-                        root = group[0][0].target.module
-                        ignored.append(root)
-                        reasons[names[root]] = REASONS["heads"]
+            search.at("tracing its forward")
+            graph = tp.DependencyGraph().build_dependency(small, example_inputs=example,
+                                                          output_transform=logits_of)
+            group_of = graph.get_pruning_group
+
+            def named(module, *args):  # the group search names the layer it starts from
+                name = names.get(module, type(module).__name__)
+                search.at(f"searching the layers coupled to {name}")
+                return group_of(module, *args)
+
+            graph.get_pruning_group = named
+            layers = [sub for m in ignored if isinstance(m, nn.Module) for sub in m.modules()]
+            for group in graph.get_all_groups(ignored_layers=layers, root_module_types=ROOTS):
+                if _splits_heads(group):
+                    root = group[0][0].target.module
+                    ignored.append(root)
+                    reasons[names[root]] = REASONS["heads"]
+            search.at("pruning the groups (torch-pruning traces and groups the model again)")
             pruner = tp.pruner.BasePruner(
                 small, example, importance=tp.importance.MagnitudeImportance(p=2),
                 pruning_ratio=amount, ignored_layers=ignored, num_heads=heads, round_to=round_to,
@@ -169,12 +196,11 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
         _check_runs(model, small, example)
     except ConfigError:
         raise
-    except GraphTimeout:
+    except SearchTimeout as stuck:
         raise ConfigError(f"structured pruning of {type(model).__name__}: torch-pruning's search "
-                          f"of its dependency graph did not end within {time_limit_s:g} s (it loops "
-                          "on some attention layouts, Llama-family and grouped-query attention "
-                          "among them); unstructured pruning (masks) and int8 still apply to this "
-                          "model") from None
+                          f"of its dependency graph did not end within {time_limit_s:g} s, "
+                          f"stopped while {stuck}; unstructured pruning (masks) and int8 still "
+                          "apply to this model") from None
     except Exception as e:
         raise ConfigError(f"structured pruning of {type(model).__name__} with torch-pruning "
                           f"failed: {type(e).__name__}: {e}; unstructured pruning (masks) and int8 "

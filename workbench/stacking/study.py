@@ -85,11 +85,13 @@ def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | N
 def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
               on_update: Callable[["pd.DataFrame"], None] | None = None,  # noqa: F821
               timeout_s: float = 900, min_effect: float = MIN_EFFECT,
-              stop: Callable[[], bool] | None = None):
+              stop: Callable[[], bool] | None = None,
+              on_run: Callable[[str, int, dict], None] | None = None):
     """Run the baseline and every applicable change, cumulatively, `rounds` times each (default:
     the fewest that carry a 95 % interval); returns a pandas DataFrame.
 
-    `on_update(table)` is called after every run with the table so far (the UI redraws from it);
+    `on_update(table)` is called after every run with the table so far (the UI redraws from it),
+    `on_run(step, round, summary)` with that run alone (a terminal prints a line);
     `stop()` returning True ends the study before the next run.
     """
     import pandas as pd
@@ -117,8 +119,12 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             rows.append(row)
         return pd.DataFrame(rows, columns=COLUMNS)
 
-    def on_run(label, r, summary):
+    names = {labels[i]: steps[i].change.label for i in labels}
+
+    def heard(label, r, summary):
         results[label].append(summary)
+        if on_run is not None:
+            on_run(names[label], r, summary)
         if on_update is not None:
             on_update(table())
         if label == labels.get(0) and summary.get("status") != "completed":
@@ -126,7 +132,7 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
 
     try:
         run_rounds(configs, rounds, timeout_s=timeout_s, speed_only=False, keep_going=True,
-                   on_run=on_run, stop=stop)
+                   on_run=heard, stop=stop)
     except _BaselineFailed:
         pass
     return table()

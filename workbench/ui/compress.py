@@ -17,6 +17,7 @@ import threading
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from ..compress.long_search import search_progress
 from ..compress.stats import busy_note, speedup_label, speedup_short
 from ..compress.subject import Subject
 from ..compress.sweep import SweepConfig, iter_sweep
@@ -108,13 +109,17 @@ class CompressLab:
         if wait:
             self.job.join()
 
+    def _said(self, line: str) -> None:  # a long dependency-graph search says what it is doing
+        self.status.value = line
+
     def _sweep(self, scfg: SweepConfig) -> list[dict]:
         self.records = []
-        for rec in iter_sweep(self.subject, scfg, stop=self._stop):
-            self.records.append(rec)
-            self.progress.value = len(self.records)
-            self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
-            self.redraw()
+        with search_progress(self._said):  # set in the worker thread, which runs the search
+            for rec in iter_sweep(self.subject, scfg, stop=self._stop):
+                self.records.append(rec)
+                self.progress.value = len(self.records)
+                self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
+                self.redraw()
         busy = next((busy_note(r) for r in self.records if r.get("busy")), "")
         self.status.value = ("stopped" if self._stop.is_set() else
                              f"sweep done ({scfg.method})" + (f"; {busy}" if busy else ""))
@@ -122,8 +127,9 @@ class CompressLab:
 
     def _compare(self, amount: float):
         self.status.value = "building and timing every variant..."
-        self.variants = compare_variants(self.subject, amount, self.epochs.value,
-                                         batch_sizes=(1, self.big), rounds=self.rounds)
+        with search_progress(self._said):
+            self.variants = compare_variants(self.subject, amount, self.epochs.value,
+                                             batch_sizes=(1, self.big), rounds=self.rounds)
         self.progress.value = 1
         self.status.value = "variants compared"
         self.redraw()

@@ -1,0 +1,48 @@
+"""`workbench stack`: the stacking study from a terminal, with real runs sized to a test, and its
+refusals of bad arguments in one line before any run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from workbench.stacking.report import study_text
+
+
+def workbench(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "workbench", "stack", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_a_short_study_on_the_smoke_preset(runs_root):
+    done = workbench("--preset", "smoke", "--changes", "bf16,pin_memory", "--budget-s", "0.5",
+                     "--rounds", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["changes"] == ["bf16", "pin_memory"] and report["rounds"] == 2
+    assert report["baseline"]["run"]["time_budget_s"] == 0.5
+    base, bf16, pinned = report["study"]
+    assert base["step"] == "baseline" and base["status"] == "baseline" and base["samples_per_s"] > 0
+    assert bf16["adds"] == {"precision.dtype": "bf16"} and bf16["samples_per_s"] > 0
+    assert bf16["rounds"] == 2 and bf16["steps"] >= 1 and base["steps"] >= 1  # a run each round
+    assert bf16["status"] == "within noise" and "too few" in bf16["note"]  # 2 rounds: no verdict
+    assert pinned["status"] == "skipped" and "pin_memory needs a GPU" in pinned["reason"]
+    text = study_text(report["study"])  # what the command prints without --json
+    assert text.splitlines()[0].split() == ["step", "adds", "samples/s", "vs", "the", "step",
+                                            "before", "verdict", "steps", "(this", "/", "before)"]
+    assert "+ pinned memory: skipped: pin_memory needs a GPU" in text
+    assert "over 2 rounds" in text and "x the baseline's" in text
+
+
+def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
+    for args, said in [
+            (["--changes", "bf16,turbo"], "workbench stack: --changes: 'turbo' is not a change the "
+                                          "study knows; allowed: bf16, fp16, tf32"),
+            (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
+            (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
+            (["--budget-s", "0"], "workbench stack: --budget-s must be > 0 seconds, got 0.0"),
+            (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0")]:
+        done = workbench("--preset", "smoke", *args, timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith(said), (args, done.stderr)
+        assert done.stderr.strip().count("\n") == 0
+    assert not runs_root.exists() or not any(runs_root.iterdir())

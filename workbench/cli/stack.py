@@ -1,0 +1,103 @@
+"""`workbench stack`: the stacking study on your model: from a baseline, add changes one at a time,
+cumulatively, every step real training runs in alternating rounds, and print the waterfall as a
+table: what each step added, samples/s, the ratio to the step before with its interval, the
+verdict, the steps each side ran, and every skipped step with the reason.
+
+    workbench stack --model mynet.py:build --data dataset --data-factory mydata.py:build
+    workbench stack --preset smoke --changes bf16,workers,ddp --budget-s 3 --rounds 6 --json
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..config import BUILTIN_MODELS, ConfigError, choices
+from ..stacking.changes import CHANGES
+from .ab import base_config
+from .run import parse_settings
+
+DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
+
+
+def add_parser(sub):
+    p = sub.add_parser("stack", help="add changes one at a time on your model, each step measured "
+                                     "in rounds: the waterfall as a table",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="a RunConfig JSON file: the baseline")
+    p.add_argument("--preset", choices=["default", "smoke"], default="default")
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
+                                               "file.py:factory"]))
+    p.add_argument("--data", help=" | ".join(choices("data.name")))
+    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                   help="a setting of the baseline (repeatable)")
+    p.add_argument("--changes", default=DEFAULT_CHANGES,
+                   help=f"comma-separated, stacked in this order: {' | '.join(CHANGES)} "
+                        f"(default {DEFAULT_CHANGES})")
+    p.add_argument("--budget-s", type=float, default=3.0,
+                   help="seconds of steps every run gets, the same for all (run.time_budget_s; "
+                        "default 3); the study makes steps x rounds runs")
+    p.add_argument("--steps", type=int, help="the most steps a run takes (default: its budget ends it)")
+    p.add_argument("--rounds", type=int, help="rounds of every step (default: the fewest that carry "
+                                               "a 95%% interval)")
+    p.add_argument("--json", action="store_true", help="print the study as JSON")
+    return p
+
+
+def parse_changes(text: str) -> list[str]:
+    items = [c.strip() for c in text.split(",") if c.strip()]
+    allowed = ", ".join(CHANGES)
+    if not items:
+        raise ConfigError(f"--changes must name at least one of {allowed}, got {text!r}")
+    for item in items:
+        if item not in CHANGES:
+            raise ConfigError(f"--changes: {item!r} is not a change the study knows; "
+                              f"allowed: {allowed}")
+    return items
+
+
+def main(args) -> int:
+    base = base_config(args)
+    settings = parse_settings(args.set, "--set")
+    base = base.replace(**settings) if settings else base
+    changes = parse_changes(args.changes)
+    if not args.budget_s > 0:
+        raise ConfigError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
+
+    from ..measure.compare import min_rounds
+    from ..stacking.plan import plan
+    from ..stacking.study import run_study  # torch: only once the input is checked
+    from ..trials.ab import BUDGET_MAX_STEPS
+
+    base = base.replace(**{"run.steps": args.steps or BUDGET_MAX_STEPS,
+                           "run.time_budget_s": args.budget_s})
+    rounds = args.rounds or min_rounds()
+    planned = plan(base, changes)
+    runs = rounds * sum(s.reason is None for s in planned)
+    if not args.json:
+        print(f"stacking {len(changes)} change(s): {runs} runs of {args.budget_s:g} s of steps "
+              f"({rounds} round(s))", file=sys.stderr, flush=True)
+
+    def heard(step, r, summary):
+        if not args.json:
+            rate = summary.get("samples_per_s")
+            said = f"{rate:,.0f} samples/s" if rate else summary.get("status")
+            print(f"  round {r + 1} {step}: {said}", file=sys.stderr, flush=True)
+
+    df = run_study(base, changes, rounds=rounds, on_run=heard)
+    records = json.loads(df.to_json(orient="records"))
+    adds = {s.change.label: s.change.settings for s in planned}
+    for rec in records:
+        rec["adds"] = adds.get(rec["step"], {})
+    if args.json:
+        print(json.dumps({"baseline": base.to_dict(), "changes": changes, "rounds": rounds,
+                          "budget_s": args.budget_s, "study": records}, indent=2))
+    else:
+        from ..stacking.report import study_text
+
+        print(study_text(records))
+    return 0
