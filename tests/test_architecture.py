@@ -157,12 +157,19 @@ def test_only_the_run_folder_module_names_run_folder_files():
     assert not found, "name these through workbench.runfolder:\n" + "\n".join(found)
 
 
+def _is_kind_key(node: ast.AST) -> bool:
+    """The key "event", spelled, or named as workbench.events names it (EVENT, events.EVENT)."""
+    return (isinstance(node, ast.Constant) and node.value == "event"
+            or isinstance(node, ast.Name) and node.id == "EVENT"
+            or isinstance(node, ast.Attribute) and node.attr == "EVENT")
+
+
 def _is_event_field(node: ast.AST) -> bool:
-    """rec["event"] or rec.get("event")."""
+    """rec["event"] or rec.get("event"), the key spelled or named."""
     if isinstance(node, ast.Subscript):
-        return isinstance(node.slice, ast.Constant) and node.slice.value == "event"
+        return _is_kind_key(node.slice)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
-        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "event"
+        return bool(node.args) and _is_kind_key(node.args[0])
     return False
 
 

@@ -14,13 +14,15 @@ import io
 import torch
 
 from ..disk import write_atomic
+from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
 from .rank import unwrap
 
 
 def save_state(s, step: int, run_dir) -> None:
     """Rank 0: the state after `step`, replacing the previous one atomically."""
-    state = {"step": step, "model": unwrap(s.parts.model).state_dict(), "optimizer": s.parts.opt.state_dict(),
+    state = {STEP_NUMBER: step, "model": unwrap(s.parts.model).state_dict(),
+             "optimizer": s.parts.opt.state_dict(),
              "scaler": s.parts.scaler.state_dict()}
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
     torch.save(state, buffer)
@@ -37,6 +39,6 @@ def restore_state(s, run_dir, accum: int) -> int:
     unwrap(s.parts.model).load_state_dict(state["model"])
     s.parts.opt.load_state_dict(state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])
-    for _ in range(state["step"] * accum):  # the same data order as a run never interrupted
+    for _ in range(state[STEP_NUMBER] * accum):  # the same data order as a run never interrupted
         next(s.batches)
-    return int(state["step"])
+    return int(state[STEP_NUMBER])
