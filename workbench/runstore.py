@@ -25,7 +25,7 @@ from .events import (ATTEMPT, CREATED_T, DONE, ENDS, EVENT, LOSS, MEM_PEAK_GIB, 
 from .measure.compare import unpaired_ratio
 from .procs import same_process
 from .provenance import record_created
-from .runfolder import RunFolder, read_json
+from .runfolder import RunFolder, Summary, read_json
 
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
@@ -172,14 +172,14 @@ def processes_alive(run_dir: str | Path) -> bool | None:
     return any(same_process(pid, created) for pid, created in procs)
 
 
-def removed_folder(run_dir: str | Path) -> dict:
+def removed_folder(run_dir: str | Path) -> Summary:
     """What is known of a run whose folder was removed: that, and nothing else."""
     return {"status": "failed", "cause": "folder_removed", "error_type": "FolderRemoved",
             "message": f"the run folder {str(run_dir)!r} was removed, with its config and events: "
                        "its processes were stopped and nothing of the run can be read"}
 
 
-def read_summary(run_dir: str | Path) -> dict:
+def read_summary(run_dir: str | Path) -> Summary:
     """The run's summary.json, or one rebuilt from its events when the run never wrote it: still
     running while its processes live, else ended without a record (killed with its supervisor);
     or that its folder is gone."""

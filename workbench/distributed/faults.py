@@ -30,7 +30,7 @@ from ..disk import DISK_FULL, Reserve, disk_message
 from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, PID, RANK, START,
                       STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
 from ..procs import same_process
-from ..runfolder import FINAL_KEY, RunFolder
+from ..runfolder import FINAL_KEY, RunFolder, Summary
 from ..runstore import read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
@@ -323,7 +323,7 @@ def restarts(run_dir: Path, log_text: str) -> list[dict]:
 
 
 def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: dict | None = None,
-                   failure: dict | None = None, agent_pid: int | None = None) -> dict:
+                   failure: dict | None = None, agent_pid: int | None = None) -> Summary:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
     purpose; `failure`: the watchdog's diagnosis, which wins over what the processes did after.
@@ -365,7 +365,8 @@ def ended_by_supervisor(run_dir: Path) -> bool:
     return RunFolder(run_dir).final()
 
 
-def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> dict:
+def record_supervisor_death(run_dir: Path, pid: int, returncode: int,
+                            wait_s: float = 10.0) -> Summary:
     """The supervisor itself died by a signal, so no one wrote how the run ended: end what is left of
     it (its ranks die with their parents; wait for that, then kill stragglers) and write the summary.
     Called by the launching process."""

@@ -26,7 +26,7 @@ from ..disk import write_atomic
 from ..events import (DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
                       NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
                       SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, EventWriter)
-from ..runfolder import RunFolder
+from ..runfolder import RunFolder, Summary
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
 from . import memory
@@ -239,7 +239,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
 _NEVER_FREED: list = []
 
 
-def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
+def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summary:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
     summary = {"steps": st.done, **ended_note(cfg, st.done), "params": s.params,
@@ -282,7 +282,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
 
 
 def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Phase | None = None
-          ) -> dict:
+          ) -> Summary:
     """Train per the config, writing events as it goes; returns the summary figures."""
     phase = phase or Phase()
     s = setup(cfg, events, env, phase)

@@ -27,7 +27,7 @@ from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
 from ..events import DONE, ERROR, RANK, START
 from ..procs import set_pdeathsig
-from ..runfolder import RunFolder
+from ..runfolder import RunFolder, Summary
 from .heartbeat import Heartbeat, LockedWriter
 
 EXIT_STOPPED = 143
@@ -50,7 +50,7 @@ def _hold_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _record(run_dir: Path, env, status: str, summary: dict) -> None:
+def _record(run_dir: Path, env, status: str, summary: Summary) -> None:
     if env.rank == 0:
         RunFolder(run_dir).write_summary({"status": status, **summary})
 
