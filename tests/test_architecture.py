@@ -1,7 +1,8 @@
 """The package's layout rules, read from its imports (every import, at module level or inside a
 function): folders follow the process that runs their code, imports point down, no cycles, nothing
 inside a rank imports the launcher, every folder says what it holds, only the run-folder module
-names a run folder's files, and only the events module spells the kinds of record a rank writes."""
+names a run folder's files, and only the events module spells the kinds of record a rank writes and
+the fields readers compute with."""
 from __future__ import annotations
 
 import ast
@@ -157,12 +158,19 @@ def test_only_the_run_folder_module_names_run_folder_files():
     assert not found, "name these through workbench.runfolder:\n" + "\n".join(found)
 
 
+def _is_kind_key(node: ast.AST) -> bool:
+    """The key "event", spelled, or named as workbench.events names it (EVENT, events.EVENT)."""
+    return (isinstance(node, ast.Constant) and node.value == "event"
+            or isinstance(node, ast.Name) and node.id == "EVENT"
+            or isinstance(node, ast.Attribute) and node.attr == "EVENT")
+
+
 def _is_event_field(node: ast.AST) -> bool:
-    """rec["event"] or rec.get("event")."""
+    """rec["event"] or rec.get("event"), the key spelled or named."""
     if isinstance(node, ast.Subscript):
-        return isinstance(node.slice, ast.Constant) and node.slice.value == "event"
+        return _is_kind_key(node.slice)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
-        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "event"
+        return bool(node.args) and _is_kind_key(node.args[0])
     return False
 
 
@@ -201,3 +209,67 @@ def test_only_the_events_module_spells_the_kinds_of_record():
                 found.append(f"{where}:{node.lineno}: {node.args[0].value!r}")
     assert not found, "name these through workbench.events (or the sweep's own constants):\n" + \
         "\n".join(found)
+
+
+# Field names too common to keep out of every dict: a plot's top margin is "t", a GPU's process
+# listing has "pid", and "status"/"message" say how anything went. Readers of records still name
+# them through workbench.events; the rule leaves them out.
+COMMON_WORDS = {"t", "pid", "status", "message"}
+
+
+def _key_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """Strings used as a dict's key: {"k": ...}, d["k"], d.get/pop/setdefault("k"), "k" in d, and
+    the keywords of dict(k=...) and d.update(k=...)."""
+    def text(n):
+        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            out += [(node.lineno, text(k)) for k in node.keys if k is not None and text(k)]
+        elif isinstance(node, ast.Subscript) and text(node.slice):
+            out.append((node.lineno, text(node.slice)))
+        elif isinstance(node, ast.Compare) and text(node.left) and isinstance(
+                node.ops[0], (ast.In, ast.NotIn)):
+            out.append((node.lineno, text(node.left)))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            method = func.attr if isinstance(func, ast.Attribute) else None
+            if method in ("get", "pop", "setdefault") and node.args and text(node.args[0]):
+                out.append((node.lineno, text(node.args[0])))
+            if method == "update" or isinstance(func, ast.Name) and func.id == "dict":
+                out += [(node.lineno, k.arg) for k in node.keywords if k.arg]
+    return out
+
+
+def test_only_the_events_module_spells_the_fields_of_a_record():
+    """The fields of a rank's records (step, loss, samples_per_s, rank, ...) are named once, in
+    workbench/events.py; a summary or table that carries the same figure uses the same name. One of
+    them spelled as a dict key anywhere else fails, naming the file and line."""
+    from workbench import events
+
+    names = set(events.KEYS) - COMMON_WORDS
+    assert {"step", "loss", "samples_per_s", "rank", "attempt", "mfu", "rss_gib", "last"} <= names
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "events.py" and path.parent == PACKAGE:
+            continue
+        where = path.relative_to(PACKAGE.parent)
+        found += [f"{where}:{line}: {key!r}" for line, key in _key_literals(ast.parse(path.read_text()))
+                  if key in names]
+    assert not found, "name these through workbench.events:\n" + "\n".join(found)
+
+
+def test_the_field_rule_sees_every_way_of_spelling_a_key():
+    code = """
+a = {"loss": 1}
+b = r["step"]
+c = r.get("mfu")
+d = "rss_gib" in r
+e = dict(rank=0)
+r.update(attempt=1)
+f = r.pop("last")
+g = {LOSS: 1, "other": 2}
+"""
+    keys = sorted(key for _, key in _key_literals(ast.parse(code)))
+    assert keys == ["attempt", "last", "loss", "mfu", "other", "rank", "rss_gib", "step"]

@@ -1,6 +1,7 @@
 """Run folders are claimed atomically: two starts in one folder at the same instant, in threads or
 processes, give exactly one run and one clean ConfigError, many times over; a folder removed while
-its run goes is named as removed, and the run's processes end."""
+its run goes is named as removed, and the run's processes end; every key a run writes into its
+summary.json is declared in its type (workbench.runfolder.Summary)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ import threading
 import pytest
 
 from workbench.config import ConfigError, RunConfig
-from workbench.distributed.launch import start_run
+from workbench.distributed.faults import Diagnosis
+from workbench.distributed.launch import run, start_run
 from workbench.events import read_events
+from workbench.runfolder import RunFolder, Summary, is_final
 from workbench.runstore import create_run_dir
 
 from launch_helpers import assert_all_gone, run_pids, wait_for_steps
@@ -89,7 +92,8 @@ def test_two_processes_claiming_one_folder_give_one_claim(tmp_path):
 START = """
 import sys
 from workbench.config import ConfigError, RunConfig
-from workbench.distributed.launch import start_run
+from workbench.distributed.faults import Diagnosis
+from workbench.distributed.launch import run, start_run
 sys.stdin.readline()  # both processes are up: go
 try:
     handle = start_run(RunConfig.smoke().replace(**{"run.steps": 5, "run.eval_batches": 0}), sys.argv[1])
@@ -134,3 +138,18 @@ def test_a_run_folder_removed_mid_run_is_named_and_its_processes_end(smoke, one_
     assert f"the run folder {str(handle.run_dir)!r} was removed" in summary["message"]
     assert_all_gone(pids, within=30)
     assert not handle.run_dir.exists()  # nothing wrote it back
+
+
+def test_every_key_a_run_writes_into_its_summary_is_declared(smoke, runs_root, one_thread):
+    """summary.json's keys are listed, with their types, in workbench.runfolder.Summary: a real
+    one-step run (fp16, so the loss scaler's keys come too), completed by its supervisor, writes
+    none it does not declare; nor does the diagnosis of a failed run."""
+    result = run(smoke.replace(**{"run.steps": 1, "precision.dtype": "fp16"}), timeout_s=120)
+    assert result["status"] == "completed", result
+    written = RunFolder(result["run_dir"]).summary()
+    declared = Summary.__required_keys__ | Summary.__optional_keys__
+    assert is_final(written) and {"grad_scale", "samples_per_s", "steps"} <= set(written)
+    assert set(written) <= declared, f"declare in Summary: {sorted(set(written) - declared)}"
+    diagnosis = Diagnosis("raised", "E", "m", failed_rank=0, signal="SIGKILL", traceback="tb",
+                          status="stopped").as_dict(attempt=0)
+    assert set(diagnosis) <= declared, f"declare in Summary: {sorted(set(diagnosis) - declared)}"

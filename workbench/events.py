@@ -27,6 +27,29 @@ START, INIT, READY, STEP, RESUMED, DONE, ERROR = (
 HEARTBEAT = "heartbeat"  # between any two of the above, while the rank lives
 ENDS = (DONE, ERROR)  # a rank's last record: completed (or diverged), or failed or stopped
 
+# The fields of a record that readers compute with, named once here as the kinds are. A summary or
+# a table that carries the same figure under the same name (a summary's samples_per_s) uses the
+# same constant, so a renamed field cannot leave a reader behind.
+EVENT = "event"  # the kind of record: one of the kinds above
+TIME, RANK, ATTEMPT = "t", "rank", "attempt"  # every record: wall time (s), rank, restart attempt
+# The step a step record (or a heartbeat) is about. It is spelled as the kind STEP is, but it is
+# another name: STEP says what kind of record it is, STEP_NUMBER which step it holds.
+STEP_NUMBER = "step"
+LOSS, SAMPLES_PER_S = "loss", "samples_per_s"
+STEP_TIME_MS, DATA_WAIT_MS = "step_time_ms", "data_wait_ms"  # the whole step; waiting for its batch
+TFLOPS, MFU = "tflops", "mfu"  # achieved TFLOP/s and its share of the device's peak
+RSS_GIB = "rss_gib"  # the process's resident memory, any device (workbench.train.memory)
+# a GPU's caching allocator: held now, reserved now, the peak so far
+MEM_ALLOCATED_GIB, MEM_RESERVED_GIB = "mem_allocated_gib", "mem_reserved_gib"
+MEM_PEAK_GIB = "mem_peak_gib"
+GRAD_SCALE, SKIPPED_STEPS = "grad_scale", "skipped_steps"  # fp16 only: the loss scale, skips so far
+NONFINITE_LOSSES = "nonfinite_losses"  # how many losses so far were NaN or infinite
+PROFILED = "profiled"  # flag: the step ran under the profiler (left out of the figures)
+LAST = "last"  # flag: the time budget ended the steps here; evaluating and saving next
+MFU_OVER_PEAK = "mfu_over_peak"  # flag: the step went faster than the peak allows (a wrong peak)
+PID, CREATED_T, WORLD_SIZE = "pid", "created_t", "world_size"  # the start record: the process
+STATUS, MESSAGE = "status", "message"  # an end record: how the rank ended, in words
+
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
 
 
@@ -53,8 +76,8 @@ class EventWriter:
         return self._fd is None
 
     def write(self, event: str, **fields) -> None:
-        record = {"event": event, "t": round(time.time(), 4), "rank": self.rank,
-                  "attempt": self.attempt}
+        record = {EVENT: event, TIME: round(time.time(), 4), RANK: self.rank,
+                  ATTEMPT: self.attempt}
         record.update({k: _clean(v) for k, v in fields.items()})
         line = json.dumps(record, separators=(",", ":"))
         if len(line) > MAX_LINE:
@@ -88,7 +111,7 @@ class EventWriter:
             key = max((k for k, v in record.items() if isinstance(v, str)),
                       key=lambda k: len(record[k]), default=None)
             if key is None or len(record[key]) < 40:
-                return json.dumps({k: record[k] for k in ("event", "t", "rank", "attempt")})
+                return json.dumps({k: record[k] for k in (EVENT, TIME, RANK, ATTEMPT)})
             excess = len(line) - MAX_LINE + 20
             record[key] = "..." + record[key][excess + 3:]
 
@@ -112,45 +135,49 @@ def _finite(v) -> bool:
 
 # The fields readers compute with, and what each must be; others are passed through unchecked.
 FIELDS = {
-    "event": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "t": (_finite, "a number"),
-    "rank": (_count, "an integer >= 0"),
-    "attempt": (_count, "an integer >= 0"),
-    "step": (_count, "an integer >= 0"),  # a heartbeat before the first step says 0
-    "loss": (_number, "a number"),
-    "samples_per_s": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
-    "step_time_ms": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
-    "data_wait_ms": (lambda v: _finite(v) and v >= 0, "a number >= 0"),
-    "pid": (lambda v: _count(v) and v > 0, "a process id"),
-    "created_t": (_finite, "a number"),
-    "world_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
-    "status": (lambda v: isinstance(v, str), "a string"),
-    "message": (lambda v: isinstance(v, str), "a string"),
+    EVENT: (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    TIME: (_finite, "a number"),
+    RANK: (_count, "an integer >= 0"),
+    ATTEMPT: (_count, "an integer >= 0"),
+    STEP_NUMBER: (_count, "an integer >= 0"),  # a heartbeat before the first step says 0
+    LOSS: (_number, "a number"),
+    SAMPLES_PER_S: (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    STEP_TIME_MS: (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    DATA_WAIT_MS: (lambda v: _finite(v) and v >= 0, "a number >= 0"),
+    PID: (lambda v: _count(v) and v > 0, "a process id"),
+    CREATED_T: (_finite, "a number"),
+    WORLD_SIZE: (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    STATUS: (lambda v: isinstance(v, str), "a string"),
+    MESSAGE: (lambda v: isinstance(v, str), "a string"),
 }
 
 
 # The fields each kind of record must hold: its readers index them without asking.
-REQUIRED = {STEP: ("step",)}
+REQUIRED = {STEP: (STEP_NUMBER,)}
 # A step record's figures are numbers, charted as they come; these are its only other fields.
-STEP_FLAGS = ("profiled", "last", "mfu_over_peak")
+STEP_FLAGS = (PROFILED, LAST, MFU_OVER_PEAK)
+# The step record's other figures the trainer writes (numbers, checked as every figure is).
+STEP_FIGURES = (TFLOPS, MFU, RSS_GIB, MEM_ALLOCATED_GIB, MEM_RESERVED_GIB, MEM_PEAK_GIB, GRAD_SCALE,
+                SKIPPED_STEPS, NONFINITE_LOSSES)
+KEYS = (*FIELDS, *STEP_FIGURES, *STEP_FLAGS)  # every field named here
 
 
 def check_record(rec) -> str | None:
     """What makes a record unusable, in a few words; None when it is fine."""
     if not isinstance(rec, dict):
         return f"not a JSON object, got {type(rec).__name__}"
-    if "event" not in rec:
-        return "no 'event' field"
+    if EVENT not in rec:
+        return f"no {EVENT!r} field"
     for key, (ok, allowed) in FIELDS.items():
         if key in rec and not ok(rec[key]):
             return f"{key!r} is not {allowed}, got {shown(rec[key], 40)}"
-    missing = [k for k in REQUIRED.get(rec["event"], ()) if k not in rec]
+    missing = [k for k in REQUIRED.get(rec[EVENT], ()) if k not in rec]
     if missing:
-        return f"a {rec['event']!r} record without {missing[0]!r}"
-    if rec["event"] == STEP:
+        return f"a {rec[EVENT]!r} record without {missing[0]!r}"
+    if rec[EVENT] == STEP:
         for key, v in rec.items():
             flag = key in STEP_FLAGS
-            if key != "event" and not (isinstance(v, bool) if flag else _number(v)):
+            if key != EVENT and not (isinstance(v, bool) if flag else _number(v)):
                 return (f"{key!r} is not {'true or false' if flag else 'a number'}, "
                         f"got {shown(v, 40)}")
     return None
@@ -218,7 +245,7 @@ class RunTail:
         out: list[dict] = []
         for tail in self._tails.values():
             out.extend(tail.poll())
-        out.sort(key=lambda r: r.get("t", 0))
+        out.sort(key=lambda r: r.get(TIME, 0))
         return out
 
     @property

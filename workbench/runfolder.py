@@ -4,7 +4,7 @@ and the only module that names its files.
     folder = RunFolder(run_dir)
     folder.config()                # the run's RunConfig (config.json)
     folder.events_file(rank)       # where that rank appends its events (workbench.events)
-    folder.summary()               # summary.json, or None while the run has not written one
+    folder.summary()               # summary.json (a Summary), or None while none is written
     folder.final()                 # whether the supervisor has recorded how the run ended
 
 Who writes what: the launcher claims the folder (RUN_ID), writes config.json and launch.json (the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 from .config import ConfigError, RunConfig
 from .disk import disk_message, write_atomic, write_json_atomic
@@ -42,6 +43,87 @@ TRACE = "trace_rank{rank}.json"  # Chrome/Perfetto trace of the profiled steps
 JOB = "slurm_job.json"  # a submitted run's SLURM job id and how to reach its cluster
 JOB_FILE = "job.slurm"  # the batch file a submitted run was started with
 FINAL_KEY = "returncode"  # the key the supervisor adds when it completes the summary
+
+
+class Summary(TypedDict, total=False):
+    """summary.json, key by key. Rank 0 writes its figures when its steps end (or why it failed);
+    the supervisor completes it with how the run ended, FINAL_KEY last (then it is final). A failed
+    run holds few of these, so every key is optional and readers ask with .get. A figure a step
+    record carries too has the name workbench.events gives it. tests/test_run_folders.py checks
+    that a real run writes nothing undeclared here."""
+
+    # how the run ended: rank 0's outcome, then the supervisor's (workbench.distributed.faults)
+    status: str  # completed | diverged | failed | stopped (read_summary: running, empty too)
+    message: str  # one line: why it failed, stopped or diverged
+    returncode: int | None  # FINAL_KEY: the supervisor's exit code; present once final
+    cause: str  # what ended a failed or stopped run (raised, killed, stalled, ...)
+    error_type: str  # the exception's class, or a cause's name (Stalled, DiskFull, ...)
+    failed_rank: int  # the rank at fault, when one is
+    failed_ranks: list[int]  # every rank the watchdog named (stalled, or not ready in time)
+    rank: int  # the failing rank in rank 0's own record of an error (dropped once final)
+    phase: str  # what that rank was doing ("building the model", "step 3")
+    signal: str  # the signal that ended a process ("SIGKILL")
+    traceback: str  # the rank at fault's traceback
+    attempt: int  # the attempt the diagnosis is about (distributed.max_restarts)
+    restarts: list[dict]  # each earlier attempt's diagnosis: attempt, cause, failed_rank, message
+    attempts: int  # how many attempts ran, when torchrun restarted any
+    slurm: dict  # a submitted run's job id, state, reason and exit code
+    # the steps
+    steps: int  # the steps run, an earlier attempt's included
+    steps_planned: int  # run.steps, when the time budget ended the steps first
+    ended_by: str  # steps | time_budget
+    ended_note: str  # what ended the steps, in words
+    resumed_from_step: int  # the step a restarted attempt continued after
+    final_loss: float
+    first_nonfinite_step: int
+    nonfinite_losses: int  # how many losses were NaN or infinite
+    skipped_steps: int  # fp16: steps the gradient scaler skipped
+    grad_scale: float  # fp16: the loss scale at the end
+    eval_loss: float  # on the held-out split (run.eval_batches)
+    eval_accuracy: float
+    param_sum: float  # every parameter summed: equal on every rank when DDP kept them in sync
+    # where and how it ran
+    world_size: int
+    device: str
+    precision: str
+    params: int
+    threads: int  # torch threads per rank
+    threads_why: str  # why the launcher chose them
+    wait_policy: str  # how OpenMP threads wait: default | passive
+    output_adapter: str  # where the model's logits were found (workbench.train.contract)
+    output_shape: list[int]  # the logits' shape on one batch
+    contention: dict  # what other programs did meanwhile (workbench.machine.contention)
+    # the figures, after warm-up and without profiled steps
+    time_to_first_step_s: float
+    wall_s: float
+    step_time_ms_median: float
+    step_time_ms_p10: float
+    step_time_ms_p90: float
+    samples_per_s: float  # the whole run's, at the median step
+    data_wait_frac: float  # the share of step time spent waiting for data
+    flops_per_step: int
+    tflops: float  # at the median step
+    mfu: float  # of the peak named by mfu_basis
+    mfu_dtype: str
+    mfu_basis: str | None
+    mfu_spec: float  # of the datasheet peak
+    mfu_measured: float  # of the measured peak
+    mfu_error: str  # why there is no MFU, or why a peak is wrong
+    peak_tflops: float
+    spec_basis: str
+    spec_tflops: float
+    measured_tflops: float
+    rss_gib: float  # memory at the end (workbench.train.memory)
+    mem_reserved_gib: float
+    mem_peak_gib: float
+    memory_per_rank: dict  # predicted and measured bytes per rank (workbench.train.trainer)
+    profiled_steps: list[int]  # the steps run under the profiler (run.profile_steps)
+    profile: str  # their breakdown's file, in the run folder
+
+
+def is_final(summary: Summary | None) -> bool:
+    """Whether the supervisor has recorded how the run ended: the one rule for a final summary."""
+    return summary is not None and FINAL_KEY in summary
 
 
 def read_json(path: str | Path) -> dict:
@@ -184,18 +266,18 @@ class RunFolder:
         cfg.save(self.config_file)
 
     # --- the summary ---------------------------------------------------------------------------
-    def summary(self) -> dict | None:
+    def summary(self) -> Summary | None:
         """summary.json, or None while no process has written it."""
         return read_json(self.summary_file) if self.summary_file.is_file() else None
 
-    def write_summary(self, summary: dict) -> None:
+    def write_summary(self, summary: Summary) -> None:
         write_json_atomic(self.summary_file, summary)
 
     def final(self) -> bool:
         """Whether the supervisor has recorded how the run ended (the summary has its return code).
         A summary written by rank 0 alone is not final: the supervisor may still name a fault."""
         try:
-            return FINAL_KEY in (self.summary() or {})
+            return is_final(self.summary())
         except ConfigError:
             return False
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 from ..config import RunConfig
+from ..events import SAMPLES_PER_S
 from ..machine.cpu import usable_cores
 from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
 from ..measure.compare import paired_speed_ratio
@@ -62,7 +63,7 @@ def child(config_json: str, seconds: float) -> None:
     samples, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         samples += step()
-    print(json.dumps({"samples_per_s": samples / (time.perf_counter() - t0)}))
+    print(json.dumps({SAMPLES_PER_S: samples / (time.perf_counter() - t0)}))
 
 
 def measure(cfg: RunConfig, variant: str, seconds: float) -> tuple[float, str]:
@@ -80,7 +81,7 @@ def measure(cfg: RunConfig, variant: str, seconds: float) -> tuple[float, str]:
                           "--seconds", str(seconds)], env=env, capture_output=True, text=True,
                          timeout=600, check=True)
     setting = f"{threads}t {'passive' if env.get(WAIT_ENV) else 'spin'}"
-    return json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"], setting
+    return json.loads(out.stdout.strip().splitlines()[-1])[SAMPLES_PER_S], setting
 
 
 def condition(name: str, models: list[str], rounds: int, seconds: float) -> dict:

@@ -17,6 +17,8 @@ import time
 
 from ..config import RunConfig
 from ..distributed.launch import start_run
+from ..events import (ATTEMPT, DATA_WAIT_MS, EVENT, LOSS, RANK, RSS_GIB, SAMPLES_PER_S, STEP,
+                      STEP_NUMBER, STEP_TIME_MS, TIME)
 from ..measure.compare import paired_speed_ratio
 from ..quick import scaled
 from ..ui.dashboard import LiveDashboard  # imported before any timing: plotly and ipywidgets
@@ -45,7 +47,7 @@ def one_run(cfg: RunConfig, watched: bool) -> dict:
         raise RuntimeError(f"benchmark run {handle.run_dir} ended {summary.get('status')!r}: "
                            f"{handle.log_tail(500)}")
     wall = time.monotonic() - wall0
-    return {"samples_per_s": summary["samples_per_s"], "wall_s": wall,
+    return {SAMPLES_PER_S: summary[SAMPLES_PER_S], "wall_s": wall,
             "cpu_ms_per_s": (time.process_time() - cpu0) * 1e3 / wall,
             "redraws": dash.redraws if dash else 0}
 
@@ -60,9 +62,9 @@ def redraw_cost(lengths=(1_000, 1_000_000), rounds: int = 7) -> dict[int, float]
     for n in lengths:
         series = RunSeries()
         for start in range(1, n + 1, 10_000):  # the tailer feeds batches, not one record at a time
-            series.feed([{"event": "step", "t": i * 0.01, "rank": 0, "attempt": 0, "step": i,
-                          "loss": 2.0 / i, "step_time_ms": 10.0, "data_wait_ms": 1.0,
-                          "samples_per_s": 100.0 + (i % 7), **({"rss_gib": 0.5} if i % 50 == 1 else {})}
+            series.feed([{EVENT: STEP, TIME: i * 0.01, RANK: 0, ATTEMPT: 0, STEP_NUMBER: i,
+                          LOSS: 2.0 / i, STEP_TIME_MS: 10.0, DATA_WAIT_MS: 1.0,
+                          SAMPLES_PER_S: 100.0 + (i % 7), **({RSS_GIB: 0.5} if i % 50 == 1 else {})}
                          for i in range(start, min(start + 10_000, n + 1))])
         charts[n] = (LiveCharts(), series)
     times = interleaved({n: (lambda c=c, s=s: c.redraw(s)) for n, (c, s) in charts.items()},
@@ -89,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             r = one_run(cfg, watched)
             results[watched].append(r)
             print(f"  round {i + 1} {'dashboard' if watched else 'no dashboard':>12}: "
-                  f"{r['samples_per_s']:>9,.0f} samples/s, {r['redraws']:>3} redraws in "
+                  f"{r[SAMPLES_PER_S]:>9,.0f} samples/s, {r['redraws']:>3} redraws in "
                   f"{r['wall_s']:.1f} s, this process used {r['cpu_ms_per_s']:.0f} ms CPU/s",
                   flush=True)
-    gain = paired_speed_ratio([r["samples_per_s"] for r in results[False]],
-                              [r["samples_per_s"] for r in results[True]])
+    gain = paired_speed_ratio([r[SAMPLES_PER_S] for r in results[False]],
+                              [r[SAMPLES_PER_S] for r in results[True]])
     print(f"samples/s with the dashboard / without, per round: {gain.label()}")
     cpu = statistics.median(r["cpu_ms_per_s"] for r in results[True])
     print(f"the watching process used {cpu:.0f} ms of CPU per second of run (median; "

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..distributed.launch import launcher, run, start_run
-from ..events import STEP, read_events
+from ..events import (CREATED_T, EVENT, INIT, RANK, READY, SAMPLES_PER_S, START, STEP, TIME,
+                      read_events)
 from ..export.bundle import export
 from ..measure.compare import median_interval
 from ..runfolder import RunFolder
@@ -37,7 +38,7 @@ GOAL_WARM_VS_TORCHRUN = 0.6
 def _first_step_t(run_dir, nproc: int, timeout_s: float = 300) -> float:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        firsts = {r["rank"]: r["t"] for r in read_events(run_dir) if r.get("event") == STEP}
+        firsts = {r[RANK]: r[TIME] for r in read_events(run_dir) if r.get(EVENT) == STEP}
         if len(firsts) >= nproc:
             return max(firsts.values())
         time.sleep(0.01)
@@ -98,13 +99,13 @@ PHASES = ["launcher; torchrun start and agent rendezvous; or hand-over to the wa
 def breakdown(run_dir, t0: float) -> dict[str, float]:
     """Seconds per phase of rank 0's launch, from its own records. A warm rank started and
     imported before the run: those phases are 0, and its start is when it took the job."""
-    recs = [r for r in read_events(run_dir) if r.get("rank") == 0]
-    first = {r["event"]: r for r in reversed(recs)}  # earliest record of each kind
-    launch, start, ready, step = first["start"], first["init"], first["ready"], first["step"]
-    created = launch["main_t"] if "warm" in launch else (launch.get("created_t") or launch["main_t"])
+    recs = [r for r in read_events(run_dir) if r.get(RANK) == 0]
+    first = {r[EVENT]: r for r in reversed(recs)}  # earliest record of each kind
+    launch, start, ready, step = first[START], first[INIT], first[READY], first[STEP]
+    created = launch["main_t"] if "warm" in launch else (launch.get(CREATED_T) or launch["main_t"])
     pg = ready.get("init_pg_s", 0.0)
-    return dict(zip(PHASES, [created - t0, launch["main_t"] - created, start["t"] - launch["main_t"],
-                             pg, ready["t"] - start["t"] - pg, step["t"] - ready["t"]]))
+    return dict(zip(PHASES, [created - t0, launch["main_t"] - created, start[TIME] - launch["main_t"],
+                             pg, ready[TIME] - start[TIME] - pg, step[TIME] - ready[TIME]]))
 
 
 def _launch_t0(run_dir) -> float:
@@ -189,7 +190,7 @@ def samples_per_s(steps: int, base: RunConfig) -> None:
         for name, (n, threads) in variants.items():
             s = run(base.replace(**{"distributed.nproc": n, "run.steps": steps, "run.threads": threads,
                                     "run.warm_worker": False, "run.label": f"bench-rate-{n}p"}))
-            rates[name].append(s.get("samples_per_s") or 0.0)
+            rates[name].append(s.get(SAMPLES_PER_S) or 0.0)
     print(f"\nsamples/s in total, {base.model.name} width {base.model.width}, batch "
           f"{base.loader.batch_size} per rank, {os.cpu_count()} cores, medians of 2 interleaved runs:")
     med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}

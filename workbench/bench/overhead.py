@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..events import STEP, EventWriter, read_events
+from ..events import (DATA_WAIT_MS, EVENT, LOSS, MFU, SAMPLES_PER_S, STEP, STEP_NUMBER,
+                      STEP_TIME_MS, TFLOPS, TIME, EventWriter, read_events)
 from ..machine.contention import ContentionMeter, busy_sentence
 from ..measure.compare import paired_ratio
 from ..train.data import build_data, make_loader
@@ -38,10 +39,10 @@ def instrumented_step_s(cfg: RunConfig) -> float:
         events = EventWriter(tmp)
         train(cfg, events, RankEnv(), Path(tmp))
         events.close()
-        steps = [r for r in read_events(tmp) if r["event"] == STEP]
+        steps = [r for r in read_events(tmp) if r[EVENT] == STEP]
     first, last = steps[WARMUP - 1], steps[-1]
     # The first stamp is taken after its step ends, so the span covers steps WARMUP+1..N.
-    return (last["t"] - first["t"]) / (last["step"] - first["step"])
+    return (last[TIME] - first[TIME]) / (last[STEP_NUMBER] - first[STEP_NUMBER])
 
 
 def bare_step_s(cfg: RunConfig) -> float:
@@ -128,9 +129,9 @@ def bookkeeping_us(n: int = 20000) -> float:
         for step in range(n):
             a = time.perf_counter()
             b = time.perf_counter()
-            rec = {"step": step, "loss": 2.3025, "step_time_ms": round((b - a) * 1e3, 4),
-                   "data_wait_ms": round(0.01234, 4), "samples_per_s": round(128 / 0.0044, 2),
-                   "tflops": 0.0123, "mfu": 0.0456}
+            rec = {STEP_NUMBER: step, LOSS: 2.3025, STEP_TIME_MS: round((b - a) * 1e3, 4),
+                   DATA_WAIT_MS: round(0.01234, 4), SAMPLES_PER_S: round(128 / 0.0044, 2),
+                   TFLOPS: 0.0123, MFU: 0.0456}
             if b >= next_mem:
                 next_mem = b + 0.5
                 rec.update(sample(torch.device("cpu")))

@@ -12,6 +12,7 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..events import SAMPLES_PER_S
 from .run import parse_settings
 
 
@@ -65,7 +66,7 @@ def main(args) -> int:
 
     def progress(label, r, summary):
         if not args.json:
-            print(f"  round {r + 1} {label}: {summary['samples_per_s']:,.0f} samples/s", file=sys.stderr,
+            print(f"  round {r + 1} {label}: {summary[SAMPLES_PER_S]:,.0f} samples/s", file=sys.stderr,
                   flush=True)
 
     from ..trials.ab import ab_test  # torch: only once the input is checked

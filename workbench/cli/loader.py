@@ -41,6 +41,7 @@ def main(args) -> int:
         print(f"{args.count} images of {args.size}x{args.size} under {root}")
         return 0
     from ..config import ConfigError
+    from ..events import EVENT, SAMPLES_PER_S
     from ..loading.advice import recommend
     from ..machine.contention import busy_sentence
     from ..loading.sweep import MEASURE, grid, run_sweep, summarize_sweep, train_step
@@ -57,8 +58,8 @@ def main(args) -> int:
     records = []
     for rec in run_sweep(data, settings, rounds=args.rounds, max_batches=args.batches, step=step):
         records.append(rec)
-        if rec["event"] == MEASURE and not args.json:
-            print(f"[{rec['done']}/{rec['total']}] {rec['setting']:<22} {rec['samples_per_s']:>9.0f} samples/s",
+        if rec[EVENT] == MEASURE and not args.json:
+            print(f"[{rec['done']}/{rec['total']}] {rec['setting']:<22} {rec[SAMPLES_PER_S]:>9.0f} samples/s",
                   flush=True)
     table = summarize_sweep(records)
     advice = recommend(table, nproc=args.nproc)

@@ -12,6 +12,7 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..events import MEM_PEAK_GIB, MFU, RSS_GIB, SAMPLES_PER_S, WORLD_SIZE
 from ..runstore import usable_run_dir
 
 EXIT_DIVERGED = 3
@@ -126,10 +127,10 @@ def main(args) -> int:
 def format_summary(result: dict) -> str:
     from ..machine.contention import busy_sentence
 
-    keys = ["status", "run_dir", "device", "precision", "world_size", "threads", "wait_policy",
+    keys = ["status", "run_dir", "device", "precision", WORLD_SIZE, "threads", "wait_policy",
             "threads_why", "steps", "ended_note", "final_loss",
-            "eval_loss", "eval_accuracy", "step_time_ms_median", "samples_per_s", "data_wait_frac",
-            "mfu", "rss_gib", "mem_peak_gib", "wall_s"]
+            "eval_loss", "eval_accuracy", "step_time_ms_median", SAMPLES_PER_S, "data_wait_frac",
+            MFU, RSS_GIB, MEM_PEAK_GIB, "wall_s"]
     width = max(map(len, keys))
     lines = []
     for k in keys:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 
+from ..events import SAMPLES_PER_S
+
 COLUMNS = ["run", "status", "model", "precision", "ranks", "steps", "final_loss", "eval_accuracy",
-           "samples_per_s", "step_time_ms_median"]
+           SAMPLES_PER_S, "step_time_ms_median"]
 
 
 def add_parser(sub):

@@ -12,7 +12,8 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError, choices
-from ..stacking.changes import CHANGES
+from ..events import SAMPLES_PER_S
+from ..stacking.changes import CHANGES, STACK_STEP
 from .ab import base_config
 from .run import parse_settings
 
@@ -84,7 +85,7 @@ def main(args) -> int:
 
     def heard(step, r, summary):
         if not args.json:
-            rate = summary.get("samples_per_s")
+            rate = summary.get(SAMPLES_PER_S)
             said = f"{rate:,.0f} samples/s" if rate else summary.get("status")
             print(f"  round {r + 1} {step}: {said}", file=sys.stderr, flush=True)
 
@@ -92,7 +93,7 @@ def main(args) -> int:
     records = json.loads(df.to_json(orient="records"))
     adds = {s.change.label: s.change.settings for s in planned}
     for rec in records:
-        rec["adds"] = adds.get(rec["step"], {})
+        rec["adds"] = adds.get(rec[STACK_STEP], {})
     if args.json:
         print(json.dumps({"baseline": base.to_dict(), "changes": changes, "rounds": rounds,
                           "budget_s": args.budget_s, "study": records}, indent=2))

@@ -27,9 +27,10 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..disk import DISK_FULL, Reserve, disk_message
-from ..events import ENDS, ERROR, HEARTBEAT, START, STEP, read_events
+from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, PID, RANK, START,
+                      STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
 from ..procs import same_process
-from ..runfolder import FINAL_KEY, RunFolder
+from ..runfolder import FINAL_KEY, RunFolder, Summary
 from ..runstore import read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
@@ -40,7 +41,7 @@ _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s
 
 
 def is_knock_on(record: dict) -> bool:
-    text = f"{record.get('error_type', '')} {record.get('message', '')}".lower()
+    text = f"{record.get('error_type', '')} {record.get(MESSAGE, '')}".lower()
     return any(k in text for k in KNOCK_ON)
 
 
@@ -53,16 +54,16 @@ def signal_name(code: int) -> str:
 
 def _latest(records: list[dict], attempt: int | None = None) -> tuple[int, dict[int, list[dict]]]:
     if attempt is None:
-        attempt = max((int(r.get("attempt", 0)) for r in records), default=0)
+        attempt = max((int(r.get(ATTEMPT, 0)) for r in records), default=0)
     by_rank: dict[int, list[dict]] = {}
     for r in records:
-        if int(r.get("attempt", 0)) == attempt:
-            by_rank.setdefault(int(r.get("rank", 0)), []).append(r)
+        if int(r.get(ATTEMPT, 0)) == attempt:
+            by_rank.setdefault(int(r.get(RANK, 0)), []).append(r)
     return attempt, by_rank
 
 
 def _last_step(recs: list[dict]) -> int:
-    return max((r["step"] for r in recs if r.get("event") == STEP), default=0)
+    return max((r[STEP_NUMBER] for r in recs if r.get(EVENT) == STEP), default=0)
 
 
 def _when(error: dict, recs: list[dict]) -> str:
@@ -102,7 +103,7 @@ def _multi_rank(run_dir: Path) -> bool:
 
 def last_step(run_dir: Path) -> int:
     """The last step any rank of the latest attempt recorded."""
-    _, by_rank = _latest([r for r in read_events(run_dir) if r.get("event") == STEP])
+    _, by_rank = _latest([r for r in read_events(run_dir) if r.get(EVENT) == STEP])
     return max((_last_step(recs) for recs in by_rank.values()), default=0)
 
 
@@ -122,12 +123,12 @@ class Evidence:
     @classmethod
     def read(cls, run_dir: Path, returncode: int | None, log_text: str, attempt: int | None,
              agent_pid: int | None) -> "Evidence":
-        records = [r for r in read_events(run_dir) if r.get("event") != HEARTBEAT]
+        records = [r for r in read_events(run_dir) if r.get(EVENT) != HEARTBEAT]
         attempt, by_rank = _latest(records, attempt)
-        ends = {rank: next((r for r in reversed(recs) if r.get("event") in ENDS), None)
+        ends = {rank: next((r for r in reversed(recs) if r.get(EVENT) in ENDS), None)
                 for rank, recs in by_rank.items()}
-        failed = sorted((r for r in ends.values() if r and r.get("status") == "failed"),
-                        key=lambda r: r.get("t", 0))
+        failed = sorted((r for r in ends.values() if r and r.get(STATUS) == "failed"),
+                        key=lambda r: r.get(TIME, 0))
         return cls(run_dir, returncode, log_text, attempt, agent_pid, by_rank, ends, failed)
 
     @property
@@ -154,15 +155,15 @@ class Diagnosis:
 
     def as_dict(self, attempt: int) -> dict:
         fields = {k: v for k, v in vars(self).items() if v is not None or k == "error_type"}
-        return {**fields, "attempt": attempt}
+        return {**fields, ATTEMPT: attempt}
 
 
 def _disk_full(e: Evidence) -> Diagnosis | None:
     if e.own and e.own[0].get("error_type") == "DiskFull":
         r = e.own[0]
-        rank = int(r["rank"])
+        rank = int(r[RANK])
         return Diagnosis("disk_full", "DiskFull", f"rank {rank} stopped after step "
-                         f"{_last_step(e.by_rank[rank])}: {r.get('message')}", failed_rank=rank)
+                         f"{_last_step(e.by_rank[rank])}: {r.get(MESSAGE)}", failed_rank=rank)
     return None
 
 
@@ -171,9 +172,9 @@ def _raised(e: Evidence) -> Diagnosis | None:
     if not e.own:
         return None
     r = e.own[0]
-    rank = int(r["rank"])
+    rank = int(r[RANK])
     return Diagnosis("raised", r.get("error_type"), f"rank {rank} raised {r.get('error_type')} "
-                     f"{_when(r, e.by_rank[rank])}: {r.get('message')}", failed_rank=rank,
+                     f"{_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}", failed_rank=rank,
                      traceback=traceback_of(e.run_dir, rank, r))
 
 
@@ -204,13 +205,13 @@ def _rank_signalled(e: Evidence) -> Diagnosis | None:
     """The first rank to end stopped on a signal nobody in the workbench sent (a Stop or a
     watchdog's stop is recorded before the diagnosis is asked): another program signalled it.
     A rank that hung is stopped only after the others have failed, so it is not first."""
-    ended = sorted((r for r in e.ends.values() if r and r.get("event") == ERROR),
-                   key=lambda r: r.get("t", 0))
-    if not ended or ended[0].get("status") != "stopped":
+    ended = sorted((r for r in e.ends.values() if r and r.get(EVENT) == ERROR),
+                   key=lambda r: r.get(TIME, 0))
+    if not ended or ended[0].get(STATUS) != "stopped":
         return None
     r = ended[0]
-    rank = int(r["rank"])
-    found = re.search(r"signal (SIG[A-Z0-9]+)", str(r.get("message", "")))
+    rank = int(r[RANK])
+    found = re.search(r"signal (SIG[A-Z0-9]+)", str(r.get(MESSAGE, "")))
     how = found.group(1) if found else "a signal"
     others = " (the other ranks ended after it)" if len(e.by_rank) > 1 else ""
     return Diagnosis("rank_signalled", "RankSignalled",
@@ -239,16 +240,16 @@ def _killed(e: Evidence) -> Diagnosis | None:
 
 def _stalled(e: Evidence) -> Diagnosis | None:
     """The others timed out waiting for a rank that never raised: it hung."""
-    stalled = [rank for rank, end in e.ends.items() if end and end.get("status") == "stopped"]
+    stalled = [rank for rank, end in e.ends.items() if end and end.get(STATUS) == "stopped"]
     if not (e.failed and stalled):
         return None
     rank = stalled[0]
-    beats = [r for r in read_events(e.run_dir) if r.get("event") == HEARTBEAT
-             and r.get("rank") == rank and int(r.get("attempt", 0)) == e.attempt]
+    beats = [r for r in read_events(e.run_dir) if r.get(EVENT) == HEARTBEAT
+             and r.get(RANK) == rank and int(r.get(ATTEMPT, 0)) == e.attempt]
     where = f", last seen in {beats[-1].get('where')}" if beats else ""
     return Diagnosis("stalled", "Stalled", f"rank {rank} stalled after step "
                      f"{_last_step(e.by_rank[rank])}{where}; the others timed out waiting for it: "
-                     f"{e.failed[0].get('message')}", failed_rank=rank)
+                     f"{e.failed[0].get(MESSAGE)}", failed_rank=rank)
 
 
 def _first_failure(e: Evidence) -> Diagnosis | None:
@@ -256,9 +257,9 @@ def _first_failure(e: Evidence) -> Diagnosis | None:
     if not e.failed:
         return None
     r = e.failed[0]
-    rank = int(r["rank"])
+    rank = int(r[RANK])
     return Diagnosis("raised", r.get("error_type"), f"rank {rank}: {r.get('error_type')}: "
-                     f"{r.get('message')}", failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
+                     f"{r.get(MESSAGE)}", failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
 
 
 def _rendezvous(e: Evidence) -> Diagnosis | None:
@@ -313,16 +314,16 @@ def disk_is_full(run_dir: Path) -> str | None:
 
 def restarts(run_dir: Path, log_text: str) -> list[dict]:
     """The diagnosis of every attempt torchrun restarted after (distributed.max_restarts)."""
-    attempts = sorted({int(r.get("attempt", 0)) for r in read_events(run_dir)})
+    attempts = sorted({int(r.get(ATTEMPT, 0)) for r in read_events(run_dir)})
     out = []
     for a in attempts[:-1]:
         d = diagnose(run_dir, None, log_text, attempt=a)
-        out.append({k: d[k] for k in ("attempt", "cause", "failed_rank", "message") if k in d})
+        out.append({k: d[k] for k in (ATTEMPT, "cause", "failed_rank", "message") if k in d})
     return out
 
 
 def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: dict | None = None,
-                   failure: dict | None = None, agent_pid: int | None = None) -> dict:
+                   failure: dict | None = None, agent_pid: int | None = None) -> Summary:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
     purpose; `failure`: the watchdog's diagnosis, which wins over what the processes did after.
@@ -351,8 +352,8 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
                 "message": f"{disk} (the run stopped after step {last_step(run_dir)})"}
     else:
         info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
-    summary = {k: v for k, v in summary.items() if k not in ("traceback", "rank")}
-    summary.update(info, world_size=cfg.distributed.world_size, **{FINAL_KEY: returncode})
+    summary = {k: v for k, v in summary.items() if k not in ("traceback", RANK)}
+    summary.update(info, **{WORLD_SIZE: cfg.distributed.world_size, FINAL_KEY: returncode})
     if again:
         summary.update(restarts=again, attempts=len(again) + 1)
     folder.write_summary(summary)
@@ -364,12 +365,13 @@ def ended_by_supervisor(run_dir: Path) -> bool:
     return RunFolder(run_dir).final()
 
 
-def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> dict:
+def record_supervisor_death(run_dir: Path, pid: int, returncode: int,
+                            wait_s: float = 10.0) -> Summary:
     """The supervisor itself died by a signal, so no one wrote how the run ended: end what is left of
     it (its ranks die with their parents; wait for that, then kill stragglers) and write the summary.
     Called by the launching process."""
-    ranks = [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
-             if r.get("event") == START and r.get("pid")]
+    ranks = [(r[PID], r.get(CREATED_T)) for r in read_events(run_dir)
+             if r.get(EVENT) == START and r.get(PID)]
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(same_process(*p) for p in ranks):
         time.sleep(0.1)

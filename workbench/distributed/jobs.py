@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig, require_config
 from ..machine.threads import threads_for
-from ..runfolder import RunFolder
+from ..runfolder import FINAL_KEY, RunFolder
 from ..runstore import create_run_dir
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
@@ -233,7 +233,7 @@ def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int =
         why = (out.stderr.strip() or out.stdout.strip() or f"exit code {out.returncode}").splitlines()
         folder.write_summary({"status": "failed", "cause": "submit", "error_type": "SubmitFailed",
                               "message": f"sbatch refused the job: {why[-1]}",
-                              "returncode": out.returncode})
+                              FINAL_KEY: out.returncode})
         raise ConfigError(f"sbatch refused the job: {why[-1]}")
     folder.write_job({"job_id": job_id, "submitted_t": round(time.time(), 4), "nodes": nodes,
                       "job_file": folder.job_file.name})

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 
 from ..config import RunConfig
-from ..events import DONE, ERROR, HEARTBEAT, READY, START, STEP, RunTail
+from ..events import (ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBEAT, LAST, PID, RANK, READY,
+                      START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
 from ..procs import same_process
 from .faults import is_knock_on
 from .torchrun import WORKER
@@ -60,22 +61,22 @@ class Watchdog:
 
     def update(self) -> None:
         for r in self._tail.poll():
-            key = (int(r.get("attempt", 0)), int(r.get("rank", 0)))
+            key = (int(r.get(ATTEMPT, 0)), int(r.get(RANK, 0)))
             s = self.ranks.setdefault(key, RankState())
-            event, t = r.get("event"), float(r.get("t", 0))
+            event, t = r.get(EVENT), float(r.get(TIME, 0))
             if event == START:
-                s.started_t, s.pid, s.created_t = t, r.get("pid"), r.get("created_t")
+                s.started_t, s.pid, s.created_t = t, r.get(PID), r.get(CREATED_T)
             elif event == READY:
                 s.ready_t = s.progress_t = t
             elif event == STEP:
-                s.progress_t, s.step = t, int(r.get("step", s.step))
-                s.last_step = bool(r.get("last"))
+                s.progress_t, s.step = t, int(r.get(STEP_NUMBER, s.step))
+                s.last_step = bool(r.get(LAST))
             elif event == HEARTBEAT:
                 s.beat_t, s.where = t, r.get("where", "")
             elif event == DONE:
                 s.ended, s.ended_t = "done", t
             elif event == ERROR:
-                s.ended, s.ended_t = r.get("status", "failed"), t
+                s.ended, s.ended_t = r.get(STATUS, "failed"), t
                 s.own_error = s.ended == "failed" and not is_knock_on(r)
 
     def observe(self, now: float) -> None:

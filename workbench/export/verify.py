@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..config import RunConfig
-from ..events import STEP, read_events
+from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
 from ..runfolder import RunFolder
 from ..net import free_port
 from .commands import single_node
@@ -63,11 +63,11 @@ def reproduce(export_dir, run_dir=None, steps: int | None = None, rank: int = 0,
 
     metrics = run_script(export_dir, steps, timeout_s)
     lines = RunFolder(metrics).events_file(rank).read_text().splitlines()  # named as a run's
-    df = pd.DataFrame([json.loads(line) for line in lines])[["step", "loss"]].rename(
-        columns={"loss": "script_loss"})
+    df = pd.DataFrame([json.loads(line) for line in lines])[[STEP_NUMBER, LOSS]].rename(
+        columns={LOSS: "script_loss"})
     if run_dir is not None:
-        ours = {r["step"]: r["loss"] for r in read_events(run_dir)
-                if r.get("event") == STEP and r.get("rank") == rank}
-        df["workbench_loss"] = df["step"].map(ours)
+        ours = {r[STEP_NUMBER]: r[LOSS] for r in read_events(run_dir)
+                if r.get(EVENT) == STEP and r.get(RANK) == rank}
+        df["workbench_loss"] = df[STEP_NUMBER].map(ours)
         df["abs_diff"] = (df["script_loss"] - df["workbench_loss"]).abs()
     return df

@@ -22,7 +22,8 @@ import torch
 from ..config import DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from ..distributed.launch import run as launch_run
 from ..distributed.launch import start_run
-from ..events import DONE, START, STEP, read_events
+from ..events import (DONE, EVENT, MEM_PEAK_GIB, MEM_RESERVED_GIB, PID, RANK, SAMPLES_PER_S, START,
+                      STEP, STEP_NUMBER, read_events)
 from ..hardware.allreduce import run_allreduce
 from ..machine.capability import unsupported_reason
 from ..trials.rounds import speed_config
@@ -49,7 +50,7 @@ def small_config(nproc: int = 1, backend: str = "auto", steps: int = STEPS) -> R
 
 def rank_ends(run_dir) -> dict[int, dict]:
     """Each rank's last `done` record: its memory figures and parameter sum."""
-    return {int(r["rank"]): r for r in read_events(run_dir) if r.get("event") == DONE}
+    return {int(r[RANK]): r for r in read_events(run_dir) if r.get(EVENT) == DONE}
 
 
 def first_steps(handle, ranks: int, step: int = 3, timeout_s: float = FIRST_STEPS_S) -> None:
@@ -58,8 +59,8 @@ def first_steps(handle, ranks: int, step: int = 3, timeout_s: float = FIRST_STEP
     while time.monotonic() < deadline:
         seen = {}
         for r in read_events(handle.run_dir):
-            if r.get("event") == STEP:
-                seen[r["rank"]] = max(seen.get(r["rank"], 0), r["step"])
+            if r.get(EVENT) == STEP:
+                seen[r[RANK]] = max(seen.get(r[RANK], 0), r[STEP_NUMBER])
         if len([s for s in seen.values() if s >= step]) >= ranks:
             return
         if not handle.running():
@@ -75,7 +76,7 @@ def run_pids(handle) -> dict[str, list[int]]:
         tree += [p.pid for p in psutil.Process(handle.proc.pid).children(recursive=True)]
     except psutil.Error:
         pass
-    ranks = {int(r["rank"]): r["pid"] for r in read_events(handle.run_dir) if r.get("event") == START}
+    ranks = {int(r[RANK]): r[PID] for r in read_events(handle.run_dir) if r.get(EVENT) == START}
     return {"tree": sorted(set(tree) | set(ranks.values())), "ranks": [ranks[k] for k in sorted(ranks)]}
 
 
@@ -99,7 +100,7 @@ def nccl(ctx, rec) -> None:
     if gpus >= 2:
         s = launch_run(speed_config(small_config(2, "nccl"), "ddp-nccl-2r"), timeout_s=ctx.left())
         ok = s.get("status") == "completed"
-        rec.item("nccl, 2 ranks", "ok" if ok else "failed", samples_per_s=s.get("samples_per_s"),
+        rec.item("nccl, 2 ranks", "ok" if ok else "failed", samples_per_s=s.get(SAMPLES_PER_S),
                  ranks=rank_memory(s["run_dir"]), run_dir=s["run_dir"],
                  **({} if ok else {"reason": s.get("message", "")}))
         return
@@ -110,8 +111,8 @@ def nccl(ctx, rec) -> None:
 
 
 def rank_memory(run_dir) -> dict:
-    return {str(rank): {k: r.get(k) for k in ("mem_peak_gib", "mem_reserved_gib", "param_sum",
-                                              "samples_per_s")}
+    return {str(rank): {k: r.get(k) for k in (MEM_PEAK_GIB, MEM_RESERVED_GIB, "param_sum",
+                                              SAMPLES_PER_S)}
             for rank, r in rank_ends(run_dir).items()}
 
 
@@ -123,13 +124,13 @@ def gloo_two_ranks(ctx, rec) -> None:
     problems = []
     if s.get("status") != "completed":
         problems.append(f"the run ended {s.get('status')}: {s.get('message', '')}")
-    with_memory = sum(r.get("mem_peak_gib") is not None for r in ranks.values())
+    with_memory = sum(r.get(MEM_PEAK_GIB) is not None for r in ranks.values())
     if with_memory != 2:
         problems.append(f"expected device memory in the events of 2 ranks, found it in {with_memory}")
     if len(sums) == 2 and abs(sums[0] - sums[1]) > 1e-3 * max(1.0, abs(sums[0])):
         problems.append(f"the ranks' weights differ after DDP: parameter sums {sums}")
     rec.item("gloo, 2 ranks" + (" sharing the GPU" if torch.cuda.device_count() == 1 else ""),
-             "failed" if problems else "ok", nccl_refused=refused, samples_per_s=s.get("samples_per_s"),
+             "failed" if problems else "ok", nccl_refused=refused, samples_per_s=s.get(SAMPLES_PER_S),
              ranks=ranks, run_dir=s["run_dir"], **({"reason": "; ".join(problems)} if problems else {}))
 
 

@@ -7,6 +7,8 @@ On another GPU the same goals are judged and the note says they were set for an 
 """
 from __future__ import annotations
 
+from ..events import MEM_PEAK_GIB, TFLOPS
+
 GOAL_GPU = "H200"
 BF16_SPEEDUP = 2.5  # bf16 over fp32 samples/s, transformer training
 MFU_SPEC = 0.40  # of the dense bf16 datasheet peak
@@ -46,12 +48,12 @@ def judge(parts: list[dict], gpu_name: str = "") -> list[dict]:
 
     bf16 = find_item(parts, "training", "transformer bf16")
     mfu = bf16.get("mfu_spec")
-    measured = (f"{mfu:.1%} ({bf16.get('tflops')} TFLOP/s of {bf16.get('spec_tflops')} datasheet)"
+    measured = (f"{mfu:.1%} ({bf16.get(TFLOPS)} TFLOP/s of {bf16.get('spec_tflops')} datasheet)"
                 if mfu is not None else bf16.get("mfu_error") or bf16.get("reason") or "not run")
     out.append(_goal("MFU of bf16 transformer training vs the dense bf16 datasheet peak",
                      f">= {MFU_SPEC:.0%}", None if mfu is None else mfu >= MFU_SPEC, measured, note))
 
-    alloc, nvml = bf16.get("mem_peak_gib"), bf16.get("nvml_peak_gib")
+    alloc, nvml = bf16.get(MEM_PEAK_GIB), bf16.get("nvml_peak_gib")
     both = None if not bf16 else (alloc is not None and nvml is not None)
     out.append(_goal("device memory of a training run from the allocator and from NVML", "both shown",
                      both, f"allocator peak {_gib(alloc)}, NVML peak {_gib(nvml)}"

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from ..events import EVENT, SAMPLES_PER_S
 from ..loading.imageset import generate_image_set
 from ..loading.sweep import MEASURE, LoaderSetting, grid, run_sweep
 from ..machine.cpu import usable_cores
@@ -105,14 +106,14 @@ def sweep(ctx, rec) -> None:
     rates: dict[str, list] = {}
     waits: dict[str, list] = {}
     for r in records:
-        if r.get("event") == MEASURE:
-            rates.setdefault(r["setting"], []).append(r["samples_per_s"])
+        if r.get(EVENT) == MEASURE:
+            rates.setdefault(r["setting"], []).append(r[SAMPLES_PER_S])
             waits.setdefault(r["setting"], []).append(r.get("data_wait_frac"))
     base = settings[0].label
     rows = []
     for s in settings:
         ratio = paired_speed_ratio(rates[base], rates[s.label]) if s.label != base else None
-        rows.append({"setting": s.label, "samples_per_s": statistics.median(rates[s.label]),
+        rows.append({"setting": s.label, SAMPLES_PER_S: statistics.median(rates[s.label]),
                      "data_wait_frac": statistics.median(waits[s.label]),
                      **({"vs_0_workers": ratio.label(), **ratio.as_dict("speedup")} if ratio else {})})
     left = records[-1].get("leftover_processes", [])
@@ -137,7 +138,7 @@ def summary(items: list[dict]) -> str:
         parts.append(f"non_blocking {by['non_blocking overlap']['speedup_label']}")
     rows = by.get("loader sweep", {}).get("rows")
     if rows:
-        best = max(rows, key=lambda r: r["samples_per_s"])
-        parts.append(f"loader best {best['setting']} at {best['samples_per_s']:,.0f} samples/s")
+        best = max(rows, key=lambda r: r[SAMPLES_PER_S])
+        parts.append(f"loader best {best['setting']} at {best[SAMPLES_PER_S]:,.0f} samples/s")
     failed = [f"{i['name']} {i['status']}" for i in items if i["status"] != "ok"]
     return "; ".join(parts + failed)

@@ -16,7 +16,8 @@ import statistics
 from ..config import ConfigError, DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from ..distributed.launch import check_launch
 from ..distributed.launch import run as launch_run
-from ..events import STEP, read_events
+from ..events import (EVENT, GRAD_SCALE, MEM_PEAK_GIB, MEM_RESERVED_GIB, MFU, NONFINITE_LOSSES, RANK,
+                      SAMPLES_PER_S, SKIPPED_STEPS, STEP, STEP_TIME_MS, TFLOPS, TIME, read_events)
 from ..measure.compare import min_rounds, paired_speed_ratio, unpaired_ratio
 from ..train.trainer import warmup_steps
 from ..trials.rounds import contention_of, run_rounds, speed_config
@@ -43,11 +44,11 @@ SINGLES = [  # name, model, changes, the reference it is compared with, seconds 
     ("transformer tf32", "transformer", {"precision.tf32": True}, "transformer fp32", RUN_S),
     ("cnn tf32", "cnn", {"precision.tf32": True}, "cnn fp32", RUN_S),
 ]
-ROW = ("samples_per_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "threads",
-       "precision", "tflops", "flops_per_step", "mfu", "mfu_basis", "mfu_spec", "mfu_measured",
-       "peak_tflops", "spec_tflops", "measured_tflops", "mfu_error", "mem_peak_gib", "mem_reserved_gib",
-       "time_to_first_step_s", "wall_s", "data_wait_frac", "final_loss", "skipped_steps", "grad_scale",
-       "nonfinite_losses", "contention")
+ROW = (SAMPLES_PER_S, "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "threads",
+       "precision", TFLOPS, "flops_per_step", MFU, "mfu_basis", "mfu_spec", "mfu_measured",
+       "peak_tflops", "spec_tflops", "measured_tflops", "mfu_error", MEM_PEAK_GIB, MEM_RESERVED_GIB,
+       "time_to_first_step_s", "wall_s", "data_wait_frac", "final_loss", SKIPPED_STEPS, GRAD_SCALE,
+       NONFINITE_LOSSES, "contention")
 
 
 def transformer_flops_per_sample() -> float:
@@ -85,12 +86,12 @@ def refusal(cfg: RunConfig) -> str | None:
 
 
 def run_records(run_dir) -> list[dict]:
-    return [r for r in read_events(run_dir) if r.get("rank", 0) == 0]
+    return [r for r in read_events(run_dir) if r.get(RANK, 0) == 0]
 
 
 def step_times_ms(run_dir) -> list[float]:
     """Rank 0's step times after warm-up, as the summary's figures count them."""
-    times = [r["step_time_ms"] for r in run_records(run_dir) if r.get("event") == STEP]
+    times = [r[STEP_TIME_MS] for r in run_records(run_dir) if r.get(EVENT) == STEP]
     return times[warmup_steps(len(times)):]
 
 
@@ -99,7 +100,7 @@ def row_of(summary: dict, sampler: Sampler | None = None, baseline_gib: float | 
     row = {k: summary[k] for k in ROW if k in summary}
     row.update(run_status=summary.get("status"), run_dir=summary.get("run_dir"))
     if sampler is not None and summary.get("run_dir"):
-        ts = [r["t"] for r in run_records(summary["run_dir"]) if "t" in r]
+        ts = [r[TIME] for r in run_records(summary["run_dir"]) if TIME in r]
         row.update(sampler.window(min(ts), max(ts)) if ts else sampler.window(0, 0))
         if row.get("nvml_peak_gib") is not None and baseline_gib is not None:
             row["nvml_added_gib"] = round(row["nvml_peak_gib"] - baseline_gib, 3)
@@ -114,7 +115,7 @@ def median_row(rows: list[dict]) -> dict:
         if values and len(values) == len(rows):
             out[k] = statistics.median(values)
     out["rounds"] = len(rows)
-    out["samples_per_s_rounds"] = [r.get("samples_per_s") for r in rows]
+    out["samples_per_s_rounds"] = [r.get(SAMPLES_PER_S) for r in rows]
     out["run_dirs"] = [r.get("run_dir") for r in rows]
     return out
 
@@ -138,7 +139,7 @@ class Runs:
         if summary.get("status") == "completed":
             self.steps.setdefault(name, []).extend(step_times_ms(summary["run_dir"]))
         mfu = row.get("mfu_spec")
-        self.ctx.log(f"[training] {name}: {row.get('samples_per_s') or 0:,.0f} samples/s"
+        self.ctx.log(f"[training] {name}: {row.get(SAMPLES_PER_S) or 0:,.0f} samples/s"
                      + (f", MFU {mfu:.1%} of the datasheet" if mfu is not None else "")
                      + f" ({row.get('run_status')})")
         return row
@@ -169,8 +170,8 @@ def ab_bf16_fp32(rec, runs: Runs, batch: int) -> None:
                 rec.item(f"transformer {label}", "ok", batch=batch, steps=TRANSFORMER_STEPS,
                          **median_row(got))
         n = min(len(rows["fp32"]), len(rows["bf16"]))
-        ratio = paired_speed_ratio([r["samples_per_s"] for r in rows["fp32"][:n]],
-                                   [r["samples_per_s"] for r in rows["bf16"][:n]])
+        ratio = paired_speed_ratio([r[SAMPLES_PER_S] for r in rows["fp32"][:n]],
+                                   [r[SAMPLES_PER_S] for r in rows["bf16"][:n]])
         rec.item("transformer bf16 vs fp32", outcome[0], **ratio_fields(ratio),
                  **({"reason": outcome[1]} if outcome[1] else {}), batch=batch,
                  steps=TRANSFORMER_STEPS, note=f"{n} interleaved rounds of {TRANSFORMER_STEPS} steps "

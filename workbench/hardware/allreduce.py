@@ -49,9 +49,12 @@ def main(argv=None) -> int:
     else:
         device = torch.device("cpu")
     store = process_group_store(env.rank, env.world_size, timeout_s=120)
-    where = {"store": store, "rank": env.rank, "world_size": env.world_size} if store else {}
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo",
-                            timeout=timedelta(seconds=120), **where)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    if store:  # torch's own arguments, not a record's fields
+        dist.init_process_group(backend, timeout=timedelta(seconds=120), store=store,
+                                rank=env.rank, world_size=env.world_size)
+    else:
+        dist.init_process_group(backend, timeout=timedelta(seconds=120))
     try:
         x = torch.randn(args.mib * 2**20 // 4, device=device)
         t = measure(lambda: dist.all_reduce(x), device=device, warmup=2, repeats=args.repeats)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError
+from ..events import SAMPLES_PER_S
 from ..machine.gpus import GPUS, GPUSpec
 from ..train.flops import StepCost
 from ..train.flops import memory_need_gib as training_memory_gib
@@ -102,7 +103,7 @@ def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: flo
     return {**per_rank(mem, gpu.memory_gib, ranks), "gpu": gpu.name, "dtype": used,
             "peak_tflops": peak, "step_ms": step_ms, "compute_ms": compute_ms,
             "memory_ms": memory_ms, "launch_ms": launch_ms, "bound": bound,
-            "samples_per_s": cost.batch_size * batch_scale / (step_ms / 1e3),
+            SAMPLES_PER_S: cost.batch_size * batch_scale / (step_ms / 1e3),
             "need_gib": mem["total_gib"], "memory_gib": gpu.memory_gib,
             "fits": mem["total_gib"] <= gpu.memory_gib, "note": note}
 

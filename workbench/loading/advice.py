@@ -12,6 +12,7 @@ import math
 import torch
 
 from ..config import ConfigError
+from ..events import SAMPLES_PER_S
 from ..machine.cpu import usable_cores
 from .sweep import vs_zero_workers
 
@@ -43,13 +44,13 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     rows = [r for r in table.to_dict("records") if r["num_workers"] <= per_proc]
     if not rows:
         rows = table.to_dict("records")
-    best = max(rows, key=lambda r: r["samples_per_s"])
+    best = max(rows, key=lambda r: r[SAMPLES_PER_S])
     base = next((r for r in rows if r["num_workers"] == 0 and r["batch_size"] == best["batch_size"]), None)
     reasons = [f"{cores} usable core(s) and {nproc} training process(es): at most {per_proc} "
                f"loader worker(s) per process; settings with more were not considered"]
     if base is not None and base is not best:
-        gain = vs_zero_workers(base.get("rates") or [base["samples_per_s"]],
-                               best.get("rates") or [best["samples_per_s"]])
+        gain = vs_zero_workers(base.get("rates") or [base[SAMPLES_PER_S]],
+                               best.get("rates") or [best[SAMPLES_PER_S]])
         if gain.verdict != "faster":
             reasons.append(f"the fastest ({best['setting']}) against 0 workers: {gain.label()}, "
                            "within the noise: keep the simpler setting")
@@ -57,8 +58,8 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
         else:
             reasons.append(f"{best['setting']} against 0 workers at batch size "
                            f"{best['batch_size']}: {gain.label()}")
-    speedup = (vs_zero_workers(base.get("rates") or [base["samples_per_s"]],
-                               best.get("rates") or [best["samples_per_s"]]).ratio
+    speedup = (vs_zero_workers(base.get("rates") or [base[SAMPLES_PER_S]],
+                               best.get("rates") or [best[SAMPLES_PER_S]]).ratio
                if base is not None else float("nan"))
     e1, e2 = best.get("first_batch_ms_epoch1"), best.get("first_batch_ms_epoch2")
     if best["num_workers"] > 0 and not best["persistent_workers"] and _num(e2):

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import ConfigError, RunConfig
+from ..events import EVENT, SAMPLES_PER_S
 from ..machine.contention import ContentionMeter
 from ..machine.cpu import usable_cores
 from ..measure.compare import Ratio, paired_speed_ratio
@@ -120,7 +121,7 @@ def measure_setting(dataset: Dataset, setting: LoaderSetting, max_batches: int =
     if not samples:
         raise ConfigError(f"the data set ({len(dataset)} samples) gives fewer than 2 batches of "
                           f"{setting.batch_size}; lower loader.batch_size or use more samples")
-    out["samples_per_s"] = round(samples / steady_s, 2)
+    out[SAMPLES_PER_S] = round(samples / steady_s, 2)
     if step is not None:  # without a step the loop only waits, and the share says nothing
         out["data_wait_frac"] = round(sum(waits) / sum(steps), 4)
     out["batches"] = len(steps)
@@ -155,7 +156,7 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
         for r in range(rounds):
             for k, setting in enumerate(settings):
                 rec = measure_setting(dataset, setting, max_batches, epochs, step)
-                rec.update(event=MEASURE, round=r, done=r * len(settings) + k + 1, total=total)
+                rec.update({EVENT: MEASURE}, round=r, done=r * len(settings) + k + 1, total=total)
                 yield rec
     finally:
         torch.set_num_threads(old_threads)
@@ -167,7 +168,7 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
         if not left:
             break
         time.sleep(0.1)
-    yield {"event": SWEPT, "leftover_processes": left, "cores": usable_cores(),
+    yield {EVENT: SWEPT, "leftover_processes": left, "cores": usable_cores(),
            "threads": used_threads, "contention": meter.read()}
 
 
@@ -179,15 +180,15 @@ def summarize_sweep(records: list[dict]):
 
     rows = {}
     for rec in records:
-        if rec.get("event") != MEASURE:
+        if rec.get(EVENT) != MEASURE:
             continue
         rows.setdefault(rec["setting"], []).append(rec)
     table = []
     for label, recs in rows.items():
         row = {k: recs[0][k] for k in ("setting", *LoaderSetting.__dataclass_fields__)}
-        rate = summarize([r["samples_per_s"] for r in recs])
-        row.update(samples_per_s=rate.median_ms, samples_per_s_spread=round(rate.spread, 3),
-                   rounds=len(recs), rates=[r["samples_per_s"] for r in recs])
+        rate = summarize([r[SAMPLES_PER_S] for r in recs])
+        row.update({SAMPLES_PER_S: rate.median_ms}, samples_per_s_spread=round(rate.spread, 3),
+                   rounds=len(recs), rates=[r[SAMPLES_PER_S] for r in recs])
         for key in ("first_batch_ms_epoch1", "first_batch_ms_epoch2", "data_wait_frac"):
             vals = [r[key] for r in recs if key in r]
             if vals:

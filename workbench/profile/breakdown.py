@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError
-from ..events import STEP, read_events
+from ..events import (EVENT, PROFILED, RANK, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE,
+                      read_events)
 from ..runfolder import RunFolder, read_json
 from ..runstore import read_summary
 from ..train.profiling import PHASES
@@ -41,11 +42,11 @@ class RankProfile:
 
     @property
     def step_ms(self) -> float:
-        return statistics.median(s["step_time_ms"] for s in self.steps)
+        return statistics.median(s[STEP_TIME_MS] for s in self.steps)
 
     def sum_error(self) -> float:
         """The largest gap between a step's phases and its measured time, as a fraction."""
-        return max(abs(sum(s["phases_ms"].values()) - s["step_time_ms"]) / s["step_time_ms"]
+        return max(abs(sum(s["phases_ms"].values()) - s[STEP_TIME_MS]) / s[STEP_TIME_MS]
                    for s in self.steps)
 
     def group_spread(self) -> tuple[dict, dict]:
@@ -89,9 +90,9 @@ class Breakdown:
                 "bound_by": self.verdict.bound_by, "verdict": self.verdict.as_dict(),
                 "params": self.summary.get("params"), "memory_bytes": self.memory.bytes,
                 "memory": self.memory.as_dict(), "top_ops": self.ranks[0].top_ops,
-                "profiled_steps": [s["step"] for s in self.ranks[0].steps],
+                "profiled_steps": [s[STEP_NUMBER] for s in self.ranks[0].steps],
                 "threads": self.ranks[0].threads, "device": self.ranks[0].device,
-                "world_size": len(self.ranks), "traces": [str(r.trace) for r in self.ranks],
+                WORLD_SIZE: len(self.ranks), "traces": [str(r.trace) for r in self.ranks],
                 "memory_per_rank": self.summary.get("memory_per_rank"), "notes": self.notes}
 
     def text(self, top: int = 10) -> str:
@@ -109,14 +110,14 @@ class Breakdown:
 
 def _rank_profile(run_dir: Path, path: Path, step_records: dict) -> RankProfile:
     data = read_json(path)
-    rank = data["rank"]
+    rank = data[RANK]
     steps = []
     for n, s in zip(data["profiled_steps"], data["steps"]):
         rec = step_records.get((rank, n))
         if rec is None:
             raise ConfigError(f"{path.name}: step {n} has no step record in "
                               f"{RunFolder(run_dir).events_file(rank).name}")
-        steps.append({"step": n, "step_time_ms": rec["step_time_ms"], **s})
+        steps.append({STEP_NUMBER: n, STEP_TIME_MS: rec[STEP_TIME_MS], **s})
     if not steps:
         raise ConfigError(f"{path.name} holds no profiled step")
     return RankProfile(rank, steps, data["top_ops"], data["memory"], run_dir / data["trace"],
@@ -132,8 +133,8 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
         raise ConfigError(f"{str(run_dir)!r} holds no {folder.profile_file('*').name}: profile a "
                           "config with workbench.profile.run.profile (or run.profile_steps > 0)")
     config = folder.config_data()
-    records = {(r.get("rank", 0), r["step"]): r for r in read_events(run_dir)
-               if r.get("event") == STEP and r.get("profiled")}
+    records = {(r.get(RANK, 0), r[STEP_NUMBER]): r for r in read_events(run_dir)
+               if r.get(EVENT) == STEP and r.get(PROFILED)}
     ranks = [_rank_profile(run_dir, f, records) for f in files]
     summary = read_summary(run_dir)
     shares, spread = ranks[0].group_spread() if len(ranks) == 1 else _mean_spread(ranks)

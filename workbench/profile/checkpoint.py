@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError, RunConfig
-from ..events import STEP, read_events
+from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
 from ..quick import scaled
 from ..train.checkpointing import suggested
 from ..trials.ab import ABResult, ab_test
@@ -82,8 +82,8 @@ class CheckpointTrade:
 
 
 def _losses(run_dir) -> dict:
-    return {r["step"]: r["loss"] for r in read_events(run_dir)
-            if r.get("event") == STEP and r.get("rank", 0) == 0}
+    return {r[STEP_NUMBER]: r[LOSS] for r in read_events(run_dir)
+            if r.get(EVENT) == STEP and r.get(RANK, 0) == 0}
 
 
 def trade_modules(cfg: RunConfig, modules: list[str] | None = None) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..events import WORLD_SIZE
 from ..hardware.chooser import GIB, Assumptions, memory_need_gib
 from ..train.flops import StepCost
 
@@ -89,7 +90,7 @@ def memory_breakdown(memory: dict) -> MemoryBreakdown:
                      f"{mib(acts.get('kept_for_recompute'))} of inputs for the recompute)")
     if memory.get("eager"):
         notes.append("activations were measured on the eager model; torch.compile may save others")
-    if memory.get("world_size", 1) > 1:
+    if memory.get(WORLD_SIZE, 1) > 1:
         notes.append("under DDP the reducer's buckets hold another copy of the gradients (not counted)")
     return MemoryBreakdown(measured, estimate, per_module, memory.get("device_memory", {}), notes,
                            memory.get("micro_batch", 0), memory.get("accum", 1),

@@ -1,6 +1,7 @@
 """The breakdown as text: what `workbench profile` prints and the notebook shows under its charts."""
 from __future__ import annotations
 
+from ..events import RANK, STEP_NUMBER
 from ..train.profiling import PHASES
 from .memory import mib
 
@@ -20,7 +21,7 @@ def _model(cfg: dict) -> str:
 def header(b) -> str:
     cfg = b.config
     r0 = b.ranks[0]
-    steps = [s["step"] for s in r0.steps]
+    steps = [s[STEP_NUMBER] for s in r0.steps]
     accum = cfg["optim"]["grad_accum_steps"]
     batch = f"batch {cfg['loader']['batch_size']}" + (f" x {accum} micro-batches" if accum > 1 else "")
     return (f"profile of {_model(cfg)}, {batch}, {cfg['precision']['dtype']}, {len(b.ranks)} rank(s) "
@@ -91,7 +92,7 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
              f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts) + f"{'measured':>11}"]
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
         measured = [mib(got[p]) if p in got else "-" for p in parts]  # older runs: no gradients
-        lines.append(f"  rank {got['rank']:<11}"
+        lines.append(f"  rank {got[RANK]:<11}"
                      + "".join(f"{mib(want[p]):>13}{m:>13}" for p, m in zip(parts, measured))
                      + f"{mib(got['peak']):>11}")
     lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured'])}; not predicted: "

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 from ..config import ConfigError
 
+# The tables' column that names each step of a study (a change stacked on the last): a stacking
+# step, not a training step, though a record's step number is spelled the same.
+STACK_STEP = "step"
+
 
 @dataclass(frozen=True)
 class Change:

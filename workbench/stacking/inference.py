@@ -21,11 +21,13 @@ from ..compress.stats import latencies, state_size_bytes
 from ..compress.structured import structured_coverage, structured_prune
 from ..compress.subject import Subject
 from ..config import ConfigError
+from ..events import SAMPLES_PER_S
 from ..machine.contention import busy_sentence
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT
+from .changes import STACK_STEP
 
-COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_low", "gain_high",
+COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
            "gain_vs_baseline", "rounds", "coverage", "size_mib", "accuracy", "latency_ms", "reason"]
 
 
@@ -64,13 +66,13 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
     reasons = dict(skipped)
     for label in sorted(labels, key=lambda name: _position(name)):
         if label in reasons:
-            rows.append({"step": label, "status": "skipped", "reason": reasons[label]})
+            rows.append({STACK_STEP: label, "status": "skipped", "reason": reasons[label]})
             continue
         t = times[label]
         ms, per_round = t[f"latency_b{batch}_ms"], t[f"latency_b{batch}_rounds_ms"]
         sps = round(batch / ms * 1e3, 2)
         cov = covered.get(label)
-        row = {"step": label, "samples_per_s": sps, "latency_ms": round(ms, 4),
+        row = {STACK_STEP: label, SAMPLES_PER_S: sps, "latency_ms": round(ms, 4),
                "size_mib": round(state_size_bytes(models[label]) / 2**20, 4),
                "accuracy": subject.evaluate(models[label]),
                "coverage": cov["coverage"] if cov else None,

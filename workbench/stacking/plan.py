@@ -12,7 +12,7 @@ from ..config import ConfigError, RunConfig, require_config
 from ..machine.capability import resolve_device
 from ..machine.fit import cannot_run
 from ..machine.threads import threads_for
-from .changes import Change, as_change
+from .changes import STACK_STEP, Change, as_change
 
 
 def skip_reason(change: Change, before: RunConfig, after: RunConfig, device) -> str | None:
@@ -69,7 +69,7 @@ def plan_table(baseline: RunConfig, changes):
     """The plan as a DataFrame: each step, what it sets, whether it will run, and why not."""
     import pandas as pd
 
-    return pd.DataFrame([{"step": s.change.label, "will_run": s.reason is None,
+    return pd.DataFrame([{STACK_STEP: s.change.label, "will_run": s.reason is None,
                           "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
                           "skip_reason": s.reason or "", "note": s.note}
                          for s in plan(baseline, changes)])

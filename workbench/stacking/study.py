@@ -18,22 +18,23 @@ import statistics
 from typing import Callable
 
 from ..config import RunConfig
-from ..events import read_events
+from ..events import MEM_PEAK_GIB, RANK, RSS_GIB, SAMPLES_PER_S, STEP_TIME_MS, read_events
 from ..machine.contention import busy_sentence
 from ..measure.compare import min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
 from ..trials.rounds import run_rounds
+from .changes import STACK_STEP
 from .plan import PlannedStep, plan
 
-COLUMNS = ["step", "status", "samples_per_s", "gain_vs_prev", "gain_low", "gain_high",
+COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
            "gain_vs_baseline", "rounds", "steps", "peak_mem_gib", "final_loss", "eval_accuracy",
-           "step_time_ms", "threads", "other_cpu_cores", "reason", "note", "run_dir"]
+           STEP_TIME_MS, "threads", "other_cpu_cores", "reason", "note", "run_dir"]
 
 
 def peak_memory_gib(run_dir) -> float | None:
     """The highest memory reading of rank 0 (GPU allocator peak on a GPU, else process RSS)."""
-    peaks = [r.get("mem_peak_gib", r.get("rss_gib")) for r in read_events(run_dir)
-             if r.get("rank") == 0 and ("mem_peak_gib" in r or "rss_gib" in r)]
+    peaks = [r.get(MEM_PEAK_GIB, r.get(RSS_GIB)) for r in read_events(run_dir)
+             if r.get(RANK) == 0 and (MEM_PEAK_GIB in r or RSS_GIB in r)]
     peaks = [p for p in peaks if isinstance(p, (int, float))]
     return max(peaks) if peaks else None
 
@@ -43,11 +44,11 @@ def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | N
     """One table row from a step's runs, one per round (None when the step was skipped), against
     the runs of the previous measured step and of the baseline (None for the baseline itself)."""
     row = {c: None for c in COLUMNS}
-    row.update(step=planned.change.label, status="skipped", reason=planned.reason or "",
+    row.update({STACK_STEP: planned.change.label}, status="skipped", reason=planned.reason or "",
                note=planned.note)
     if runs is None:
         return row
-    done = [s for s in runs if s.get("status") == "completed" and s.get("samples_per_s")]
+    done = [s for s in runs if s.get("status") == "completed" and s.get(SAMPLES_PER_S)]
     first = (done or runs)[0]
     row.update(run_dir=first.get("run_dir"), final_loss=first.get("final_loss"),
                eval_accuracy=first.get("eval_accuracy"), threads=first.get("threads"),
@@ -59,9 +60,9 @@ def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | N
         return row
     peaks = [p for p in (peak_memory_gib(s["run_dir"]) for s in done if s.get("run_dir"))
              if p is not None]
-    row.update(samples_per_s=statistics.median(s["samples_per_s"] for s in done),
+    row.update({SAMPLES_PER_S: statistics.median(s[SAMPLES_PER_S] for s in done),
+                STEP_TIME_MS: statistics.median(s["step_time_ms_median"] for s in done)},
                steps=statistics.median(s["steps"] for s in done),  # differs under a time budget
-               step_time_ms=statistics.median(s["step_time_ms_median"] for s in done),
                peak_mem_gib=max(peaks) if peaks else None)
     readings = [s["contention"] for s in done if s.get("contention")]
     if readings:
@@ -70,10 +71,10 @@ def step_row(planned: PlannedStep, runs: list[dict] | None, prev: list[dict] | N
         row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
         return row
     n = min(len(done), len(prev), len(base))  # rounds in which both sides ran
-    gain = paired_speed_ratio([s["samples_per_s"] for s in prev[:n]],
-                              [s["samples_per_s"] for s in done[:n]], min_effect)
-    total = paired_speed_ratio([s["samples_per_s"] for s in base[:n]],
-                               [s["samples_per_s"] for s in done[:n]], min_effect)
+    gain = paired_speed_ratio([s[SAMPLES_PER_S] for s in prev[:n]],
+                              [s[SAMPLES_PER_S] for s in done[:n]], min_effect)
+    total = paired_speed_ratio([s[SAMPLES_PER_S] for s in base[:n]],
+                               [s[SAMPLES_PER_S] for s in done[:n]], min_effect)
     row.update(status=gain.verdict, gain_vs_prev=gain.ratio, gain_low=gain.low,
                gain_high=gain.high, gain_vs_baseline=total.ratio)
     notes = [row["note"], gain.note,
@@ -109,7 +110,7 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             if runs is not None and not runs:
                 continue  # not measured yet
             row = step_row(planned, runs, prev, base, min_effect)
-            if row["samples_per_s"] is not None:
+            if row[SAMPLES_PER_S] is not None:
                 prev = runs
                 base = base if base is not None else runs
             elif i == 0:

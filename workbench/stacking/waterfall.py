@@ -4,7 +4,9 @@ it, coloured by verdict: a step that went up within noise is not drawn as a gain
 """
 from __future__ import annotations
 
+from ..events import SAMPLES_PER_S
 from ..measure.compare import speedup_text
+from .changes import STACK_STEP
 
 
 def number(value) -> float | None:
@@ -21,8 +23,8 @@ def waterfall_records(df) -> dict:
     x, measure, y, text, base, status = [], [], [], [], [], []
     prev = None
     for row in df.to_dict("records"):
-        sps = number(row["samples_per_s"])
-        x.append(row["step"])
+        sps = number(row[SAMPLES_PER_S])
+        x.append(row[STACK_STEP])
         status.append(row["status"])
         base.append(0.0 if row["status"] == "baseline" or prev is None else prev)
         if row["status"] == "baseline":
@@ -43,11 +45,11 @@ def waterfall_records(df) -> dict:
             text.append(f"{gain} ({row['status']}{over})")
         if sps is not None:
             prev = sps
-    done = [r for r in df.to_dict("records") if number(r["samples_per_s"]) is not None]
+    done = [r for r in df.to_dict("records") if number(r[SAMPLES_PER_S]) is not None]
     if done and done[0]["status"] == "baseline":
         x.append("total")
         measure.append("total")
-        y.append(done[-1]["samples_per_s"])
+        y.append(done[-1][SAMPLES_PER_S])
         text.append(f"x{done[-1]['gain_vs_baseline']:.2f} vs baseline")
         base.append(0.0)
         status.append("baseline")

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 
-from ..events import HEARTBEAT, STEP, EventWriter
+from ..events import HEARTBEAT, STEP, STEP_NUMBER, EventWriter
 from ..machine.contention import ContentionMeter
 
 INTERVAL_S = 1.0
@@ -30,7 +30,7 @@ class LockedWriter(EventWriter):
     def write(self, event: str, **fields) -> None:
         with self._lock:
             if event == STEP:
-                self.last_step = fields.get("step", self.last_step)
+                self.last_step = fields.get(STEP_NUMBER, self.last_step)
             if not self.closed:
                 super().write(event, **fields)
 

@@ -9,6 +9,8 @@ import os
 
 import torch
 
+from ..events import MEM_ALLOCATED_GIB, MEM_PEAK_GIB, MEM_RESERVED_GIB, RSS_GIB
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 GIB = 2**30
 
@@ -26,9 +28,9 @@ def rss_gib() -> float:
 
 def sample(device: torch.device) -> dict:
     """One memory reading as a dict of *_gib keys. No device sync: allocator counters only."""
-    out = {"rss_gib": round(rss_gib(), 4)}
+    out = {RSS_GIB: round(rss_gib(), 4)}
     if device.type == "cuda":
-        out["mem_allocated_gib"] = round(torch.cuda.memory_allocated(device) / GIB, 4)
-        out["mem_reserved_gib"] = round(torch.cuda.memory_reserved(device) / GIB, 4)
-        out["mem_peak_gib"] = round(torch.cuda.max_memory_allocated(device) / GIB, 4)
+        out[MEM_ALLOCATED_GIB] = round(torch.cuda.memory_allocated(device) / GIB, 4)
+        out[MEM_RESERVED_GIB] = round(torch.cuda.memory_reserved(device) / GIB, 4)
+        out[MEM_PEAK_GIB] = round(torch.cuda.max_memory_allocated(device) / GIB, 4)
     return out

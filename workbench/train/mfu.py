@@ -16,6 +16,7 @@ import hashlib
 import torch
 
 from ..cache import read_json, write_json
+from ..events import MFU, MFU_OVER_PEAK, TFLOPS
 from ..machine.peaks import peak_for
 from .flops import step_cost
 
@@ -82,10 +83,10 @@ class MfuMeter:
         if not self.flops or dt_s <= 0:
             return {}
         tflops = self.flops / dt_s / 1e12
-        out = {"tflops": _sig(tflops)}
+        out = {TFLOPS: _sig(tflops)}
         if self.peak:
             share = tflops / self.peak
-            out.update({"mfu": _sig(share)} if share <= 1 else {"mfu_over_peak": True})
+            out.update({MFU: _sig(share)} if share <= 1 else {MFU_OVER_PEAK: True})
         return out
 
     def summary(self, step_time_ms_median: float | None) -> dict:
@@ -96,10 +97,10 @@ class MfuMeter:
         if not step_time_ms_median:
             return out
         tflops = self.flops / (step_time_ms_median / 1e3) / 1e12
-        out["tflops"] = _sig(tflops)
+        out[TFLOPS] = _sig(tflops)
         p = self.peaks
         wrong = []
-        for key, peak, basis in (("mfu", self.peak, p.get("basis")),
+        for key, peak, basis in ((MFU, self.peak, p.get("basis")),
                                  ("mfu_spec", p.get("spec_tflops"), p.get("spec_basis")),
                                  ("mfu_measured", p.get("measured_tflops"), "measured")):
             if not peak:

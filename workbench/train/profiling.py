@@ -21,6 +21,7 @@ from torch.autograd import Variable
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..disk import write_json_atomic
+from ..events import RANK, WORLD_SIZE
 from ..runfolder import RunFolder
 from . import footprint
 from .checkpointing import resolve
@@ -123,7 +124,7 @@ class StepProfiler:
         events = [e for e in self.prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
         steps = phases_per_step(events, self.env.world_size > 1)
         self.prof.export_chrome_trace(str(run_dir / trace))
-        out = {"rank": rank, "world_size": self.env.world_size, "device": str(self.device),
+        out = {RANK: rank, WORLD_SIZE: self.env.world_size, "device": str(self.device),
                "threads": torch.get_num_threads(), "profiled_steps": self.steps[:len(steps)],
                "steps": steps, "top_ops": top_ops(events, len(steps), self.cuda), "trace": trace,
                "memory": self._memory(s)}
@@ -140,7 +141,7 @@ class StepProfiler:
                "optimizer_impl": cfg.optim.impl, "checkpointed": resolve(plain, cfg.train.checkpoint),
                "micro_batch": cfg.loader.batch_size, "accum": cfg.optim.grad_accum_steps,
                "device_memory": self.memory, "eager": cfg.compile.enabled,
-               "world_size": self.env.world_size}
+               WORLD_SIZE: self.env.world_size}
         mem["activations_measured"] = self._activations(s, plain, cfg.loader.batch_size)
         mem["activations"] = mem["activations_measured"]["total"]
         if cfg.optim.grad_accum_steps > 1:  # what the same effective batch costs in one pass

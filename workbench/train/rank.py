@@ -90,9 +90,12 @@ def join_group(cfg, env: RankEnv, device: torch.device) -> None:
     if env.world_size == 1 or dist.is_initialized():
         return
     store = process_group_store(env.rank, env.world_size, cfg.distributed.timeout_s)
-    where = {"store": store, "rank": env.rank, "world_size": env.world_size} if store else {}
-    dist.init_process_group(backend_for(cfg, device),
-                            timeout=timedelta(seconds=cfg.distributed.timeout_s), **where)
+    timeout = timedelta(seconds=cfg.distributed.timeout_s)
+    if store:  # torch's own arguments, not a record's fields
+        dist.init_process_group(backend_for(cfg, device), timeout=timeout, store=store,
+                                rank=env.rank, world_size=env.world_size)
+    else:
+        dist.init_process_group(backend_for(cfg, device), timeout=timeout)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

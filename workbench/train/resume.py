@@ -16,6 +16,7 @@ import io
 import torch
 
 from ..disk import write_atomic
+from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
 from .rank import unwrap
 from .sharded_resume import restore_sharded, save_sharded
@@ -27,7 +28,8 @@ def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
     if sharded:
         save_sharded(s, step, run_dir)
         return
-    state = {"step": step, "model": unwrap(s.parts.model).state_dict(), "optimizer": s.parts.opt.state_dict(),
+    state = {STEP_NUMBER: step, "model": unwrap(s.parts.model).state_dict(),
+             "optimizer": s.parts.opt.state_dict(),
              "scaler": s.parts.scaler.state_dict()}
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
     torch.save(state, buffer)
@@ -51,4 +53,4 @@ def _restore_whole(s, run_dir) -> int:
     unwrap(s.parts.model).load_state_dict(state["model"])
     s.parts.opt.load_state_dict(state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])
-    return int(state["step"])
+    return int(state[STEP_NUMBER])

@@ -24,6 +24,7 @@ from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..config import ConfigError
+from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
 from .rank import unwrap
 
@@ -33,7 +34,7 @@ def _state(s, step: int) -> dict:
     can load. On a fresh optimizer this creates its state first, so there is somewhere to load to."""
     model, optimizer = get_state_dict(unwrap(s.parts.model), s.parts.opt)
     return {"model": model, "optimizer": optimizer, "scaler": s.parts.scaler.state_dict(),
-            "step": step}
+            STEP_NUMBER: step}
 
 
 def _rank() -> int:
@@ -95,8 +96,8 @@ def restore_sharded(s, run_dir) -> int:
     set_state_dict(unwrap(s.parts.model), s.parts.opt, model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])
-    if state["step"] != step:
-        raise ConfigError(f"the resumable state {str(path)!r} holds step {state['step']}, not "
+    if state[STEP_NUMBER] != step:
+        raise ConfigError(f"the resumable state {str(path)!r} holds step {state[STEP_NUMBER]}, not "
                           f"{step} as its name says; the folder is damaged")
     return step
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..config import RunConfig
+from ..events import RANK
 from .checkpointing import resolve
 
 
@@ -87,7 +88,7 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[di
             rows = _rows(p.shape, rank, world_size) if cfg.distributed.strategy == "fsdp" else (
                 p.shape[0] if p.dim() else 1)
             total += rows * per_row * p.element_size()
-        out.append({"rank": rank, "parameters": total, "gradients": total,
+        out.append({RANK: rank, "parameters": total, "gradients": total,
                     "optimizer": shaped * total + scalar * len(params)})
     return out
 

@@ -25,8 +25,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
-from ..events import INIT, READY, RESUMED, STEP, EventWriter
-from ..runfolder import RunFolder
+from ..events import (DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
+                      NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
+                      SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, EventWriter)
+from ..runfolder import RunFolder, Summary
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
 from . import memory
@@ -199,27 +201,27 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
         loss_v, samples, wait = step_fn(s.parts, s.batches)
         dt = time.perf_counter() - t0
-        rec = {"step": step, "loss": loss_v, "step_time_ms": round(dt * 1e3, 4),
-               "data_wait_ms": round(wait * 1e3, 4), "samples_per_s": round(samples / dt, 2),
+        rec = {STEP_NUMBER: step, LOSS: loss_v, STEP_TIME_MS: round(dt * 1e3, 4),
+               DATA_WAIT_MS: round(wait * 1e3, 4), SAMPLES_PER_S: round(samples / dt, 2),
                **s.mfu.step(dt)}
         if profiler and profiler.profiled(step):
-            rec["profiled"] = True
+            rec[PROFILED] = True
             out.profiled.add(step)
         if not math.isfinite(loss_v):
             out.nonfinite += 1
             out.first_nonfinite = out.first_nonfinite or step
-            rec["nonfinite_losses"] = out.nonfinite
+            rec[NONFINITE_LOSSES] = out.nonfinite
         if fp16:
             scale = s.parts.scaler.get_scale()
             out.skipped += scale < scale_before
-            rec.update(grad_scale=scale, skipped_steps=out.skipped)
+            rec.update({GRAD_SCALE: scale, SKIPPED_STEPS: out.skipped})
         now = time.perf_counter()
         if now >= next_mem:
             next_mem = now + cfg.run.mem_every_s
             rec.update(memory.sample(s.parts.device))
         last = step < cfg.run.steps and budget.spent()
         if last:
-            rec["last"] = True  # the watchdog: evaluating and saving from here, not stalled
+            rec[LAST] = True  # the watchdog: evaluating and saving from here, not stalled
         events.write(STEP, **rec)
         if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
             phase.name = f"saving the resumable state after step {step}"
@@ -243,14 +245,14 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
 _NEVER_FREED: list = []
 
 
-def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
+def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summary:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
     summary = {"steps": st.done, **ended_note(cfg, st.done), "params": s.params,
-               "world_size": env.world_size,
+               WORLD_SIZE: env.world_size,
                "device": str(s.parts.device), "precision": cfg.precision.dtype,
                "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
-               "wall_s": round(time.time() - s.t_launch, 3), "nonfinite_losses": st.nonfinite,
+               "wall_s": round(time.time() - s.t_launch, 3), NONFINITE_LOSSES: st.nonfinite,
                "threads": torch.get_num_threads(), "wait_policy": wait_policy(), **s.contract}
     summary.update(threads_why(run_dir))
     if st.first_nonfinite is not None:
@@ -263,14 +265,14 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
                               st.profiled))
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
-        summary.update(skipped_steps=st.skipped, grad_scale=s.parts.scaler.get_scale())
+        summary.update({SKIPPED_STEPS: st.skipped, GRAD_SCALE: s.parts.scaler.get_scale()})
     plain = unwrap(s.parts.model)
     if cfg.run.eval_batches:
         test_loader = make_loader(s.data.test, cfg, train=False)
         summary.update(evaluate(plain, test_loader, cfg, s.parts.device, s.data.task, cfg.run.eval_batches))
     summary["param_sum"] = param_sum(plain)  # equal on every rank when DDP kept them in sync
     mem = memory.sample(s.parts.device)
-    summary.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
+    summary.update({k: v for k, v in mem.items() if k != MEM_ALLOCATED_GIB})
     if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
         summary["memory_per_rank"] = memory_per_rank(cfg, s, env, st.held)
     if cfg.run.save_weights:
@@ -286,7 +288,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> dict:
 
 
 def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Phase | None = None
-          ) -> dict:
+          ) -> Summary:
     """Train per the config, writing events as it goes; returns the summary figures."""
     phase = phase or Phase()
     s = setup(cfg, events, env, phase)
@@ -313,7 +315,7 @@ def outcome(summary: dict) -> dict:
     first = summary.get("first_nonfinite_step")
     return {"status": "diverged",
             "message": f"the loss became {loss} at step {first} and ended {loss} "
-                       f"({summary.get('nonfinite_losses')} of {summary.get('steps')} steps "
+                       f"({summary.get(NONFINITE_LOSSES)} of {summary.get('steps')} steps "
                        "non-finite); lower optim.lr, clip gradients (optim.grad_clip) or use bf16 "
                        "instead of fp16"}
 
@@ -358,7 +360,7 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
             "optimizer": params_opt["optimizer"]}
     held["peak"] = (torch.cuda.max_memory_allocated(s.parts.device) if s.parts.device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    mine = {"rank": env.rank, **held}
+    mine = {RANK: env.rank, **held}
     measured: list = [None] * env.world_size
     if env.world_size > 1:
         dist.all_gather_object(measured, mine)
@@ -383,5 +385,5 @@ def step_stats(step_times: list[float], waits: list[float], batch: int, world_si
     q = statistics.quantiles(times, n=10) if len(times) >= 2 else [med] * 9
     return {"step_time_ms_median": round(med * 1e3, 4), "step_time_ms_p10": round(q[0] * 1e3, 4),
             "step_time_ms_p90": round(q[-1] * 1e3, 4),
-            "samples_per_s": round(batch * world_size / med, 2),
+            SAMPLES_PER_S: round(batch * world_size / med, 2),
             "data_wait_frac": round(sum(wait) / sum(times), 4)}

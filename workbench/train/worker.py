@@ -25,9 +25,9 @@ from pathlib import Path
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
-from ..events import DONE, ERROR, START
+from ..events import DONE, ERROR, RANK, START
 from ..procs import set_pdeathsig
-from ..runfolder import RunFolder
+from ..runfolder import RunFolder, Summary
 from .heartbeat import Heartbeat, LockedWriter
 
 EXIT_STOPPED = 143
@@ -50,7 +50,7 @@ def _hold_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _record(run_dir: Path, env, status: str, summary: dict) -> None:
+def _record(run_dir: Path, env, status: str, summary: Summary) -> None:
     if env.rank == 0:
         RunFolder(run_dir).write_summary({"status": status, **summary})
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         _try(events.write, ERROR, status="failed", error_type=type(e).__name__, message=str(e),
              phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
         _try(_record, run_dir, env, "failed",
-             {"error_type": type(e).__name__, "message": str(e), "rank": env.rank,
+             {"error_type": type(e).__name__, "message": str(e), RANK: env.rank,
               "phase": phase.name})
         raise
     finally:

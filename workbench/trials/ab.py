@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import RunConfig
+from ..events import SAMPLES_PER_S
 from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
 from .rounds import contention_of, run_rounds
@@ -59,7 +60,7 @@ class ABResult:
 
     def as_dict(self) -> dict:
         return {"a": self.labels[0], "b": self.labels[1], **self.ratio.as_dict("speedup"),
-                "label": self.ratio.label(), "samples_per_s": self.samples_per_s,
+                "label": self.ratio.label(), SAMPLES_PER_S: self.samples_per_s,
                 "threads": self.threads, "steps": self.steps, "contention": self.contention,
                 "busy": self.busy, "run_dirs": self.run_dirs}
 
@@ -76,7 +77,7 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | 
         sized = {"run.steps": steps or BUDGET_MAX_STEPS, "run.time_budget_s": budget_s}
     a, b = (c.replace(**sized) for c in (a, b))
     runs = run_rounds({labels[0]: a, labels[1]: b}, rounds, on_run=on_run)
-    rates = {k: [s["samples_per_s"] for s in v] for k, v in runs.items()}
+    rates = {k: [s[SAMPLES_PER_S] for s in v] for k, v in runs.items()}
     ratio = paired_speed_ratio(rates[labels[0]], rates[labels[1]], min_effect)
     return ABResult(labels, ratio, rates, {k: v[0].get("threads") for k, v in runs.items()},
                     {k: [s.get("steps") for s in v] for k, v in runs.items()},

@@ -17,6 +17,7 @@ import sys
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
+from ..events import SAMPLES_PER_S, STEP_TIME_MS
 from ..machine.capability import resolve_device
 from ..machine.cpu import usable_cores
 from ..machine.fit import cannot_run
@@ -102,15 +103,15 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
             runs = [s for s in results[_key(e)] if s.get("status") == "completed"]
             last = (results[_key(e)] or [{}])[-1]
             threads = (runs or [last])[0].get("threads")
-            row.update(threads_per_process=threads,
-                       total_threads=threads * e["processes"] if threads else None,
-                       samples_per_s=statistics.median(s["samples_per_s"] for s in runs) if runs else None,
-                       step_time_ms=statistics.median(s["step_time_ms_median"] for s in runs) if runs else None,
-                       rounds=len(runs), status=last.get("status"), device=last.get("device"),
-                       run_dir=last.get("run_dir"),
-                       other_cpu_cores=max((s.get("contention") or {}).get("other_cpu_cores", 0.0)
-                                           for s in runs) if runs else None)
-            row["_rates"] = [s["samples_per_s"] for s in runs]
+            row.update({"threads_per_process": threads,
+                        "total_threads": threads * e["processes"] if threads else None,
+                        SAMPLES_PER_S: _median(runs, SAMPLES_PER_S),
+                        STEP_TIME_MS: _median(runs, "step_time_ms_median"),
+                        "rounds": len(runs), "status": last.get("status"),
+                        "device": last.get("device"), "run_dir": last.get("run_dir"),
+                        "other_cpu_cores": max((s.get("contention") or {}).get("other_cpu_cores", 0.0)
+                                               for s in runs) if runs else None})
+            row["_rates"] = [s[SAMPLES_PER_S] for s in runs]
             out.append(row)
         return add_ideal(out)
 
@@ -126,6 +127,10 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
     return pd.DataFrame(rows()).drop(columns=["_rates"])
 
 
+def _median(runs: list[dict], key: str):
+    return statistics.median(s[key] for s in runs) if runs else None
+
+
 def _key(entry: dict) -> str:
     return f"{entry['processes']}p-b{entry['batch_per_rank']}-a{entry['grad_accum_steps']}"
 
@@ -134,23 +139,23 @@ def add_ideal(rows: list[dict]) -> list[dict]:
     """Ideal = the mode's 1-process (smallest count) rate times the process-count ratio; the
     speedup is paired over rounds when the rows carry their per-round rates (`_rates`)."""
     for row in rows:
-        same = [r for r in rows if r["mode"] == row["mode"] and r.get("samples_per_s")]
+        same = [r for r in rows if r["mode"] == row["mode"] and r.get(SAMPLES_PER_S)]
         base = min(same, key=lambda r: r["processes"], default=None)
-        if base is None or not row.get("samples_per_s"):
+        if base is None or not row.get(SAMPLES_PER_S):
             row.update(ideal_samples_per_s=None, speedup=None, speedup_low=None, speedup_high=None,
                        efficiency=None)
             continue
-        ideal = base["samples_per_s"] * row["processes"] / base["processes"]
+        ideal = base[SAMPLES_PER_S] * row["processes"] / base["processes"]
         a, b = base.get("_rates"), row.get("_rates")
         if a and b:
             n = min(len(a), len(b))
             ratio = paired_speed_ratio(a[:n], b[:n])
             speedup, low, high = ratio.ratio, ratio.low, ratio.high
         else:
-            speedup, low, high = row["samples_per_s"] / base["samples_per_s"], None, None
+            speedup, low, high = row[SAMPLES_PER_S] / base[SAMPLES_PER_S], None, None
         row.update(ideal_samples_per_s=round(ideal, 1), speedup=round(speedup, 3),
                    speedup_low=low, speedup_high=high,
-                   efficiency=round(row["samples_per_s"] / ideal, 3))
+                   efficiency=round(row[SAMPLES_PER_S] / ideal, 3))
     return rows
 
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
-from ..events import STEP, read_events
+from ..events import EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, read_events
 from ..machine.capability import resolve_device
 from ..machine.fit import cannot_run
 from ..machine.threads import choose_threads, other_cores_now
@@ -33,8 +33,8 @@ def _key(settings: dict) -> tuple:
 
 
 def _losses(run_dir) -> list[float]:
-    return [r["loss"] for r in read_events(run_dir) if r.get("event") == STEP and r.get("rank") == 0
-            and isinstance(r.get("loss"), (int, float))]
+    return [r[LOSS] for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK) == 0
+            and isinstance(r.get(LOSS), (int, float))]
 
 
 class RealMeasure:
@@ -71,14 +71,14 @@ class RealMeasure:
                           threads=choose_threads(cfg, other))
             if self.on_run is not None:
                 self.on_run(side, summary)
-            if summary.get("status") != "completed" or not summary.get("samples_per_s"):
+            if summary.get("status") != "completed" or not summary.get(SAMPLES_PER_S):
                 return Round(None, failed=f"the {side} run ended {summary.get('status')}: "
                                           f"{summary.get('message', '')} ({summary.get('run_dir')})")
             out[side] = summary
         self.rounds += 1
         self.pairs.setdefault((_key(best), _key(candidate)), []).append((out["best"], out["candidate"]))
         busy = any((s.get("contention") or {}).get("busy") for s in out.values())
-        return Round(out["candidate"]["samples_per_s"] / out["best"]["samples_per_s"], busy)
+        return Round(out["candidate"][SAMPLES_PER_S] / out["best"][SAMPLES_PER_S], busy)
 
     def loss_check(self, best: dict, candidate: dict) -> LossCheck:
         """The mean loss over the steps both runs of a round took (same seed: same data, same

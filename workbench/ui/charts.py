@@ -14,6 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 
+from ..events import LOSS, MEM_RESERVED_GIB, RSS_GIB, SAMPLES_PER_S, STEP_TIME_MS
 from .curve import MAX_BUCKETS
 from .figure import LiveFigure
 from .series import SMOOTH_STEPS, RunSeries
@@ -21,9 +22,9 @@ from .series import SMOOTH_STEPS, RunSeries
 MAX_POINTS = 3 * MAX_BUCKETS  # per trace whatever the run's length: low, high, a gap (ui.curve)
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 CHARTS = {  # name: (title, y-axis label)
-    "loss": ("Loss", "loss"),
-    "samples_per_s": ("Throughput", "samples/s"),
-    "step_time_ms": ("Step time", "ms"),
+    LOSS: ("Loss", "loss"),
+    SAMPLES_PER_S: ("Throughput", "samples/s"),
+    STEP_TIME_MS: ("Step time", "ms"),
     "memory": ("Memory", "GiB"),
 }
 RAW = {"mode": "markers", "opacity": 0.25, "marker": {"size": 3}}
@@ -73,8 +74,8 @@ class LiveCharts:
     def __init__(self):
         self.figures = {name: make_figure(*CHARTS[name]) for name in CHARTS}
         f = self.figures
-        self.widget = widgets.VBox([widgets.HBox([f["loss"], f["samples_per_s"]]),
-                                    widgets.HBox([f["step_time_ms"], f["memory"]])])
+        self.widget = widgets.VBox([widgets.HBox([f[LOSS], f[SAMPLES_PER_S]]),
+                                    widgets.HBox([f[STEP_TIME_MS], f["memory"]])])
         self.redraws = 0
         self.points_sent = 0  # the work of every redraw: bounded per trace, not by the run's length
         self._styles: dict[str, list] = {}
@@ -87,33 +88,33 @@ class LiveCharts:
         for rank in sorted(series.ranks):
             r = series.ranks[rank]
             line = {"color": COLORS[rank % len(COLORS)], "width": 1.5}
-            out["loss"].append((f"rank {rank}", *r["loss"].xy(), {**LINE, "line": line}))
-            if r["loss"].nonfinite:  # where the loss was NaN or inf: marked, never thinned away
-                x = np.asarray(r["loss"].nonfinite, dtype=float)
-                _, ys = r["loss"].xy()
+            out[LOSS].append((f"rank {rank}", *r[LOSS].xy(), {**LINE, "line": line}))
+            if r[LOSS].nonfinite:  # where the loss was NaN or inf: marked, never thinned away
+                x = np.asarray(r[LOSS].nonfinite, dtype=float)
+                _, ys = r[LOSS].xy()
                 y = np.full(len(x), np.nanmin(ys) if np.isfinite(ys).any() else 0.0)
-                out["loss"].append((f"rank {rank} non-finite", x, y,
-                                    {"mode": "markers", "opacity": 1.0,
-                                     "marker": {"symbol": "x", "color": "#d62728", "size": 9}}))
-            out["samples_per_s"].append((f"rank {rank}", *r["samples_per_s"].xy(),
-                                         {**RAW, "marker": {**RAW["marker"], "color": line["color"]}}))
-            out["samples_per_s"].append((f"rank {rank} (median of {SMOOTH_STEPS})",
-                                         *r["samples_per_s_median"].xy(), {**LINE, "line": line}))
-            out["step_time_ms"].append((f"rank {rank}", *r["step_time_ms"].xy(), {**LINE, "line": line}))
-            if len(r["mem_reserved_gib"]):
-                out["memory"].append((f"rank {rank} device", *r["mem_reserved_gib"].xy(),
+                out[LOSS].append((f"rank {rank} non-finite", x, y,
+                                  {"mode": "markers", "opacity": 1.0,
+                                   "marker": {"symbol": "x", "color": "#d62728", "size": 9}}))
+            out[SAMPLES_PER_S].append((f"rank {rank}", *r[SAMPLES_PER_S].xy(),
+                                       {**RAW, "marker": {**RAW["marker"], "color": line["color"]}}))
+            out[SAMPLES_PER_S].append((f"rank {rank} (median of {SMOOTH_STEPS})",
+                                       *r["samples_per_s_median"].xy(), {**LINE, "line": line}))
+            out[STEP_TIME_MS].append((f"rank {rank}", *r[STEP_TIME_MS].xy(), {**LINE, "line": line}))
+            if len(r[MEM_RESERVED_GIB]):
+                out["memory"].append((f"rank {rank} device", *r[MEM_RESERVED_GIB].xy(),
                                       {**LINE, "line": line}))
-                out["memory"].append((f"rank {rank} RSS", *r["rss_gib"].xy(),
+                out["memory"].append((f"rank {rank} RSS", *r[RSS_GIB].xy(),
                                       {**LINE, "line": dict(line, dash="dot")}))
             else:
-                out["memory"].append((f"rank {rank} RSS", *r["rss_gib"].xy(), {**LINE, "line": line}))
+                out["memory"].append((f"rank {rank} RSS", *r[RSS_GIB].xy(), {**LINE, "line": line}))
         if series.world_size > 1 or len(series.ranks) > 1:
             black = {"color": "black", "width": 2}
-            out["samples_per_s"].append(("total", *series.total["samples_per_s"].xy(),
-                                         {**RAW, "marker": {**RAW["marker"], "color": "black"}}))
-            out["samples_per_s"].append((f"total (median of {SMOOTH_STEPS})",
-                                         *series.total["samples_per_s_median"].xy(),
-                                         {**LINE, "line": black}))
+            out[SAMPLES_PER_S].append(("total", *series.total[SAMPLES_PER_S].xy(),
+                                       {**RAW, "marker": {**RAW["marker"], "color": "black"}}))
+            out[SAMPLES_PER_S].append((f"total (median of {SMOOTH_STEPS})",
+                                       *series.total["samples_per_s_median"].xy(),
+                                       {**LINE, "line": black}))
         return out
 
     def redraw(self, series: RunSeries) -> None:

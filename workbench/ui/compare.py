@@ -13,7 +13,8 @@ from pathlib import Path
 import ipywidgets as widgets
 import pandas as pd
 
-from ..events import STEP, read_events
+from ..events import (ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS,
+                      read_events)
 from ..measure.compare import speedup_text
 from ..runstore import compare, list_runs, load_config
 from ..trials.ab import ab_test
@@ -21,21 +22,21 @@ from .charts import COLORS, make_figure, publish, thin
 from .job import BackgroundJob
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
-FORMATS = {"samples_per_s": "{:,.0f}", "step_time_ms": "{:.2f}", "peak_mem_gib": "{:.3f}",
+FORMATS = {SAMPLES_PER_S: "{:,.0f}", STEP_TIME_MS: "{:.2f}", "peak_mem_gib": "{:.3f}",
            "final_loss": "{:.4f}", "eval_accuracy": "{:.1%}", "other_cpu_cores": "{:.2f}"}
 
 
 def run_curves(run_dir: str | Path) -> pd.DataFrame:
     """Per step: rank 0's loss and the throughput summed over ranks (smoothed)."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == STEP]
+    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP]
     if not steps:
-        return pd.DataFrame(columns=["step", "loss", "samples_per_s"])
+        return pd.DataFrame(columns=[STEP_NUMBER, LOSS, SAMPLES_PER_S])
     df = pd.DataFrame(steps)
-    last = df[df["attempt"] == df["attempt"].max()]
-    loss = last[last["rank"] == last["rank"].min()].groupby("step")["loss"].last()
-    sps = last.groupby("step")["samples_per_s"].sum()
+    last = df[df[ATTEMPT] == df[ATTEMPT].max()]
+    loss = last[last[RANK] == last[RANK].min()].groupby(STEP_NUMBER)[LOSS].last()
+    sps = last.groupby(STEP_NUMBER)[SAMPLES_PER_S].sum()
     sps = sps.rolling(SMOOTH, min_periods=1).median()
-    return pd.DataFrame({"loss": loss, "samples_per_s": sps}).reset_index()
+    return pd.DataFrame({LOSS: loss, SAMPLES_PER_S: sps}).reset_index()
 
 
 def table_html(df: pd.DataFrame) -> str:
@@ -110,14 +111,14 @@ class CompareView:
             self.run_dirs = [Path(p) for p in run_dirs]
         self.frame = compare(self.run_dirs) if self.run_dirs else pd.DataFrame()
         curves = [(p.name, run_curves(p)) for p in self.run_dirs]
-        for fig, key in ((self.loss_fig, "loss"), (self.speed_fig, "samples_per_s")):
+        for fig, key in ((self.loss_fig, LOSS), (self.speed_fig, SAMPLES_PER_S)):
             while len(fig.data) < len(curves):
                 fig.add_scatter(x=[], y=[], mode="lines")
             with fig.batch_update():
                 for i, trace in enumerate(fig.data):
                     if i < len(curves):
                         name, df = curves[i]
-                        x, y = thin(df["step"].tolist(), df[key].tolist())
+                        x, y = thin(df[STEP_NUMBER].tolist(), df[key].tolist())
                         trace.x, trace.y, trace.name = x, y, name
                         trace.line = {"color": COLORS[i % len(COLORS)], "width": 1.5}
                     else:

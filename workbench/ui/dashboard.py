@@ -13,7 +13,7 @@ from typing import Callable
 
 import ipywidgets as widgets
 
-from ..events import RunTail
+from ..events import GRAD_SCALE, NONFINITE_LOSSES, SAMPLES_PER_S, SKIPPED_STEPS, RunTail
 from ..machine.contention import busy_sentence
 from .charts import LiveCharts
 from .series import RunSeries
@@ -108,7 +108,7 @@ class LiveDashboard:
     @staticmethod
     def _readout_html(s: RunSeries) -> str:
         parts = [f"step {s.last_step}" + (f"/{s.total_steps}" if s.total_steps else "")]
-        sps = s.latest("samples_per_s")
+        sps = s.latest(SAMPLES_PER_S)
         if sps is not None:
             parts.append(f"{sps:,.0f} samples/s" + (" total" if s.world_size > 1 else ""))
         share = s.data_wait_share()
@@ -121,9 +121,9 @@ class LiveDashboard:
         if s.amp:
             a = s.amp
             parts.append("AMP health: " + ", ".join(
-                [f"grad scale {a['grad_scale']:g}" if "grad_scale" in a else "",
-                 f"skipped steps {a.get('skipped_steps', 0):g}",
-                 f"non-finite losses {a.get('nonfinite_losses', 0):g}"]).lstrip(", "))
+                [f"grad scale {a[GRAD_SCALE]:g}" if GRAD_SCALE in a else "",
+                 f"skipped steps {a.get(SKIPPED_STEPS, 0):g}",
+                 f"non-finite losses {a.get(NONFINITE_LOSSES, 0):g}"]).lstrip(", "))
         elif s.ranks and s.status != "waiting":
             parts.append("non-finite losses 0")
         busy = busy_sentence(s.contention)

@@ -11,7 +11,7 @@ import math
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..events import STEP, read_events
+from ..events import EVENT, MFU, STEP, STEP_NUMBER, read_events
 from ..hardware.ceiling import Ceiling
 from ..hardware.chooser import choose
 from ..hardware.microbench import run_benchmarks
@@ -146,9 +146,9 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
 def mfu_figure(run_dir) -> go.FigureWidget:
     """MFU per step of one run, from its events: faint raw points under their rolling median (a
     share of the peak the summary names); a run that passed its peak says the peak is wrong."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == STEP]
+    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP]
     s = read_summary(run_dir)
-    points = [(r["step"], 100 * r["mfu"]) for r in steps if "mfu" in r]
+    points = [(r[STEP_NUMBER], 100 * r[MFU]) for r in steps if MFU in r]
     median = RollingMedian(25)
     fig = LiveFigure()
     with fig.batch_update():
@@ -157,8 +157,8 @@ def mfu_figure(run_dir) -> go.FigureWidget:
         fig.add_scatter(x=[p[0] for p in points], y=[median.push(p[1]) for p in points],
                         mode="lines", name="median of 25 steps")
         peak = (s.get("peak_tflops") or 0) * 1e3
-        if s.get("mfu") is not None:
-            title = (f"MFU per step: {mfu_text(s['mfu'])} at the median step, against the "
+        if s.get(MFU) is not None:
+            title = (f"MFU per step: {mfu_text(s[MFU])} at the median step, against the "
                      f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s")
         else:
             title = f"MFU: {s.get('mfu_error', 'not measured')}"[:160]

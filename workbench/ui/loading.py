@@ -13,7 +13,7 @@ import time
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..events import STEP, read_events
+from ..events import DATA_WAIT_MS, EVENT, SAMPLES_PER_S, STEP, STEP_TIME_MS, read_events
 from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
 from ..loading.sweep import MEASURE, run_sweep, summarize_sweep
@@ -87,10 +87,10 @@ class LoaderLab:
         for rec in run_sweep(self.dataset, self.settings, self.rounds, self.max_batches,
                              step=self.step):
             self.records.append(rec)
-            if rec["event"] == MEASURE:
+            if rec[EVENT] == MEASURE:
                 self.progress.value = rec["done"]
                 self.status.value = html.escape(f"{rec['done']}/{rec['total']}: {rec['setting']} "
-                                                f"{rec['samples_per_s']:.0f} samples/s")
+                                                f"{rec[SAMPLES_PER_S]:.0f} samples/s")
                 if time.monotonic() - self._last_draw >= REDRAW_EVERY_S:
                     self._redraw()
             else:
@@ -140,10 +140,10 @@ def wait_chart(summaries: dict[str, dict]) -> go.Figure:
     computing, as shares of the step; the title of each bar says it in words."""
     labels, waits, computes, texts = [], [], [], []
     for label, summary in summaries.items():
-        steps = [e for e in read_events(summary["run_dir"]) if e["event"] == STEP]
+        steps = [e for e in read_events(summary["run_dir"]) if e[EVENT] == STEP]
         steps = steps[min(len(steps) // 5, 10):]  # after warm-up, as the run's summary does
-        wait = sum(e["data_wait_ms"] for e in steps) / len(steps)
-        total = sum(e["step_time_ms"] for e in steps) / len(steps)
+        wait = sum(e[DATA_WAIT_MS] for e in steps) / len(steps)
+        total = sum(e[STEP_TIME_MS] for e in steps) / len(steps)
         labels.append(label)
         waits.append(wait)
         computes.append(total - wait)

@@ -15,6 +15,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from ..config import RunConfig
+from ..events import SAMPLES_PER_S
 from ..profile.report import LABELS
 from ..profile.checkpoint import checkpoint_trade
 from ..profile.memory import PARTS, mib
@@ -145,7 +146,7 @@ class ProfileLab:
         """Checkpointing on vs off: two profiles and an A/B test of the two configs."""
         def work():
             def progress(label, r, summary):
-                show(self.status, f"A/B round {r + 1}: {label} {summary['samples_per_s']:,.0f} samples/s")
+                show(self.status, f"A/B round {r + 1}: {label} {summary[SAMPLES_PER_S]:,.0f} samples/s")
 
             show(self.status, "checkpointing trade: profiling with and without ...")
             t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, steps=self.steps,

@@ -12,13 +12,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..config import RunConfig
+from ..events import SAMPLES_PER_S
 from ..trials.scaling import explain, study
 from .charts import COLORS
 from .figure import LiveFigure
 from .job import BackgroundJob
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
-           "threads_per_process", "total_threads", "rounds", "samples_per_s", "ideal_samples_per_s",
+           "threads_per_process", "total_threads", "rounds", SAMPLES_PER_S, "ideal_samples_per_s",
            "speedup", "speedup_low", "speedup_high", "efficiency", "other_cpu_cores", "status"]
 
 
@@ -35,11 +36,11 @@ def draw(fig: go.FigureWidget, rows: list[dict]) -> None:
     with fig.batch_update():
         fig.data = []
         for i, mode in enumerate(dict.fromkeys(r["mode"] for r in rows)):
-            part = sorted((r for r in rows if r["mode"] == mode and r.get("samples_per_s")),
+            part = sorted((r for r in rows if r["mode"] == mode and r.get(SAMPLES_PER_S)),
                           key=lambda r: r["processes"])
             xs = [r["processes"] for r in part]
             color = COLORS[i % len(COLORS)]
-            fig.add_scatter(x=xs, y=[r["samples_per_s"] for r in part], name=f"{mode}: measured",
+            fig.add_scatter(x=xs, y=[r[SAMPLES_PER_S] for r in part], name=f"{mode}: measured",
                             mode="lines+markers", line={"color": color})
             fig.add_scatter(x=xs, y=[r["ideal_samples_per_s"] for r in part], name=f"{mode}: ideal",
                             mode="lines", line={"color": color, "dash": "dash"})

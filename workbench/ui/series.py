@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..events import ENDS, ERROR, HEARTBEAT, READY, START, STEP
+from ..events import (ATTEMPT, DATA_WAIT_MS, ENDS, ERROR, EVENT, GRAD_SCALE, HEARTBEAT, LOSS,
+                      MEM_ALLOCATED_GIB, MEM_RESERVED_GIB, MESSAGE, MFU, MFU_OVER_PEAK,
+                      NONFINITE_LOSSES, RANK, READY, RSS_GIB, SAMPLES_PER_S, SKIPPED_STEPS, START,
+                      STATUS, STEP, STEP_NUMBER, STEP_TIME_MS, TIME, WORLD_SIZE)
 from .curve import Curve, RollingMedian
 
-CURVES = ("loss", "samples_per_s", "step_time_ms")
-MEMORY_KEYS = ("rss_gib", "mem_reserved_gib", "mem_allocated_gib")
-AMP_KEYS = ("grad_scale", "skipped_steps", "nonfinite_losses")
+CURVES = (LOSS, SAMPLES_PER_S, STEP_TIME_MS)
+MEMORY_KEYS = (RSS_GIB, MEM_RESERVED_GIB, MEM_ALLOCATED_GIB)
+AMP_KEYS = (GRAD_SCALE, SKIPPED_STEPS, NONFINITE_LOSSES)
 SMOOTH_STEPS = 25  # the rolling median of samples/s drawn over the raw points
 
 
@@ -35,7 +38,7 @@ class RunSeries:
         self.world_size = world_size
         self.total_steps = total_steps
         self.ranks: dict[int, dict] = {}
-        self.total = {"samples_per_s": Curve(), "samples_per_s_median": Curve()}  # summed over ranks
+        self.total = {SAMPLES_PER_S: Curve(), "samples_per_s_median": Curve()}  # summed over ranks
         self._total_median = RollingMedian(SMOOTH_STEPS)
         self._pending: dict[int, dict[int, float]] = defaultdict(dict)
         self.status = "waiting"  # waiting, starting, running, completed, diverged, stopped, failed
@@ -60,14 +63,14 @@ class RunSeries:
             self.version += 1
 
     def _feed_one(self, rec: dict) -> None:
-        event, rank = rec.get("event"), int(rec.get("rank", 0))
-        attempt = int(rec.get("attempt", 0))
+        event, rank = rec.get(EVENT), int(rec.get(RANK, 0))
+        attempt = int(rec.get(ATTEMPT, 0))
         if attempt > self._attempt.get(rank, 0):  # torchrun restarted the ranks: show the new try
             self.ranks.pop(rank, None)
             self.ended.pop(rank, None)
         self._attempt[rank] = max(attempt, self._attempt.get(rank, 0))
         if event == START:
-            self.world_size = max(self.world_size, int(rec.get("world_size", 1)))
+            self.world_size = max(self.world_size, int(rec.get(WORLD_SIZE, 1)))
             if self.status == "waiting":
                 self.status = "starting"
         elif event == READY and self.status in ("waiting", "starting"):
@@ -83,48 +86,48 @@ class RunSeries:
     def _feed_step(self, rank: int, rec: dict) -> None:
         if self.status in ("waiting", "starting"):
             self.status = "running"
-        step = int(rec.get("step", 0))
+        step = int(rec.get(STEP_NUMBER, 0))
         r = self.ranks.setdefault(rank, _empty_rank())
         for k in CURVES + MEMORY_KEYS:
             r[k].append(step, rec.get(k))
-        if rec.get("samples_per_s") is not None:
-            r["samples_per_s_median"].append(step, r["_median"].push(rec["samples_per_s"]))
+        if rec.get(SAMPLES_PER_S) is not None:
+            r["samples_per_s_median"].append(step, r["_median"].push(rec[SAMPLES_PER_S]))
         self.last_step = max(self.last_step, step)
-        self.wait_ms += rec.get("data_wait_ms") or 0.0
-        self.step_ms += rec.get("step_time_ms") or 0.0  # seconds of steps: what a time budget counts
-        loss = rec.get("loss")
+        self.wait_ms += rec.get(DATA_WAIT_MS) or 0.0
+        self.step_ms += rec.get(STEP_TIME_MS) or 0.0  # seconds of steps: what a time budget counts
+        loss = rec.get(LOSS)
         if self.first_nonfinite is None and isinstance(loss, float) and not math.isfinite(loss):
             self.first_nonfinite = step  # the chart's loss line stops here: say why
             self.message = f"loss non-finite ({loss}) since step {step}"
         for k in AMP_KEYS:
             if k in rec:
                 self.amp[k] = rec[k]
-        if rec.get("mfu") is not None:  # the readout shows the recent median, not one noisy step
-            self.mfu = self._mfu_median.push(rec["mfu"])
-        self.mfu_over_peak = bool(rec.get("mfu_over_peak"))
-        sps = rec.get("samples_per_s")
+        if rec.get(MFU) is not None:  # the readout shows the recent median, not one noisy step
+            self.mfu = self._mfu_median.push(rec[MFU])
+        self.mfu_over_peak = bool(rec.get(MFU_OVER_PEAK))
+        sps = rec.get(SAMPLES_PER_S)
         if sps is not None:  # total throughput: the sum over ranks once every rank did this step
             got = self._pending[step]
             got[rank] = sps
             if len(got) >= self.world_size:
                 total = sum(got.values())
-                self.total["samples_per_s"].append(step, total)
+                self.total[SAMPLES_PER_S].append(step, total)
                 self.total["samples_per_s_median"].append(step, self._total_median.push(total))
                 del self._pending[step]
 
     def _update_end(self) -> None:
-        errors = [r for r in self.ended.values() if r.get("event") == ERROR]
+        errors = [r for r in self.ended.values() if r.get(EVENT) == ERROR]
         if errors:  # one failing rank ends the run; a stop reaches every rank
-            first = min(errors, key=lambda r: r.get("t", 0))
-            self.status = first.get("status", "failed")
-            self.message = first.get("message", "")
+            first = min(errors, key=lambda r: r.get(TIME, 0))
+            self.status = first.get(STATUS, "failed")
+            self.message = first.get(MESSAGE, "")
             if self.status == "failed":
-                self.message = f"rank {first.get('rank', 0)}: {first.get('error_type', 'error')}: " \
+                self.message = f"rank {first.get(RANK, 0)}: {first.get('error_type', 'error')}: " \
                                f"{self.message}"
         elif len(self.ended) >= self.world_size:
             done = self.ended.get(0) or next(iter(self.ended.values()))
-            self.status = done.get("status", "completed")  # or diverged: the loss went NaN
-            self.message = done["message"] if self.status == "diverged" else _done_message(done)
+            self.status = done.get(STATUS, "completed")  # or diverged: the loss went NaN
+            self.message = done[MESSAGE] if self.status == "diverged" else _done_message(done)
 
     def mark_exited(self, returncode: int | None) -> None:
         """The worker process is gone without a final record (killed hard): say so."""
@@ -146,8 +149,8 @@ class RunSeries:
     def latest(self, key: str, window: int = 10) -> float | None:
         """The median of the last `window` values (the total over ranks for samples/s)."""
         values: list = []
-        if key == "samples_per_s" and len(self.total["samples_per_s"]):
-            values = list(self.total["samples_per_s"].recent)[-window:]
+        if key == SAMPLES_PER_S and len(self.total[SAMPLES_PER_S]):
+            values = list(self.total[SAMPLES_PER_S].recent)[-window:]
         else:
             for r in self.ranks.values():
                 if len(r[key]):
@@ -159,8 +162,8 @@ class RunSeries:
 
 def _done_message(done: dict) -> str:
     parts = []
-    if done.get("samples_per_s") is not None:
-        parts.append(f"{done['samples_per_s']:,.0f} samples/s (median)")
+    if done.get(SAMPLES_PER_S) is not None:
+        parts.append(f"{done[SAMPLES_PER_S]:,.0f} samples/s (median)")
     if done.get("eval_accuracy") is not None:
         parts.append(f"accuracy {done['eval_accuracy']:.1%}")
     if done.get("wall_s") is not None:

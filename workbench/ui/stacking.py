@@ -16,7 +16,8 @@ from plotly.subplots import make_subplots
 
 from ..config import RunConfig
 from ..export import export
-from ..stacking.changes import CHANGES, as_change
+from ..events import SAMPLES_PER_S
+from ..stacking.changes import CHANGES, STACK_STEP, as_change
 from ..stacking.plan import plan
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
@@ -56,7 +57,7 @@ class Waterfall:
         """Put the table's figures into the three panels in one batched update."""
         wf = waterfall_records(df)
         rows = df.to_dict("records")
-        labels = [r["step"] for r in rows]
+        labels = [r[STACK_STEP] for r in rows]
         with self.fig.batch_update():
             self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], text=wf["text"],
                                     hovertext=wf["text"],
@@ -161,7 +162,7 @@ class StackingPanel(w.VBox):
                            stop=self._stop.is_set)
         self.rows = result.to_dict("records")
         stopped = " (stopped early)" if self._stop.is_set() else ""
-        done = [r for r in self.rows if number(r["samples_per_s"]) is not None]
+        done = [r for r in self.rows if number(r[SAMPLES_PER_S]) is not None]
         total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""
         self.status.value = f"done{stopped}{total}"
         return result
@@ -176,7 +177,7 @@ class StackingPanel(w.VBox):
 
     def best_run_dir(self) -> str | None:
         """The last step that ran: it holds every change that applied, stacked."""
-        done = [r for r in self.rows if number(r["samples_per_s"]) is not None and r["run_dir"]]
+        done = [r for r in self.rows if number(r[SAMPLES_PER_S]) is not None and r["run_dir"]]
         return done[-1]["run_dir"] if done else None
 
     def export(self, to_dir: str | None = None):

@@ -13,6 +13,7 @@ import threading
 import ipywidgets as w
 
 from ..config import ConfigError, RunConfig
+from ..events import SAMPLES_PER_S
 from ..tune.search import Decision
 from .job import BackgroundJob, show
 
@@ -84,7 +85,7 @@ class TunePanel:
 
     def _ran(self, side: str, summary: dict) -> None:
         self._runs += 1
-        show(self.status, f"run {self._runs}: {side} {summary.get('samples_per_s') or 0:,.0f} "
+        show(self.status, f"run {self._runs}: {side} {summary.get(SAMPLES_PER_S) or 0:,.0f} "
                           f"samples/s ({summary.get('status')})")
 
     def _decided(self, d: Decision) -> None:
