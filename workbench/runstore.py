@@ -19,11 +19,13 @@ from pathlib import Path
 
 from .config import ConfigError, RunConfig, require_config
 from .disk import disk_message, make_dirs, write_json_atomic  # noqa: F401 - write_json_atomic for callers
-from .events import DONE, ENDS, START, STEP, read_events
+from .events import (ATTEMPT, CREATED_T, DONE, ENDS, EVENT, LOSS, MEM_PEAK_GIB, PID, RANK, RSS_GIB,
+                     SAMPLES_PER_S, START, STATUS, STEP, STEP_NUMBER, STEP_TIME_MS, TIME,
+                     read_events)
 from .measure.compare import unpaired_ratio
 from .procs import same_process
 from .provenance import record_created
-from .runfolder import RunFolder, read_json
+from .runfolder import RunFolder, Summary, read_json
 
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
@@ -99,6 +101,9 @@ def usable_run_dir(path: str | Path) -> Path:
         raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
     if path.is_dir() and not folder.run_id_file.exists():  # a claim writes its id before all else
         others = sorted(p.name for p in path.iterdir())
+        if folder.run_id_file.name in others:  # another start claimed it since the look above
+            raise ConfigError(f"run dir {str(path)!r} already holds a run (or another start claimed "
+                              "it at the same moment); choose a new folder")
         if others:
             more = f" and {len(others) - 1} more" if len(others) > 1 else ""
             raise ConfigError(f"run dir {str(path)!r} is not empty (it holds {others[0]!r}{more}): "
@@ -165,19 +170,19 @@ def processes_alive(run_dir: str | Path) -> bool | None:
         procs.append((info["supervisor_pid"], info.get("supervisor_created")))
     if not procs:
         return None
-    procs += [(r["pid"], r.get("created_t")) for r in read_events(run_dir)
-              if r.get("event") == START and r.get("pid")]
+    procs += [(r[PID], r.get(CREATED_T)) for r in read_events(run_dir)
+              if r.get(EVENT) == START and r.get(PID)]
     return any(same_process(pid, created) for pid, created in procs)
 
 
-def removed_folder(run_dir: str | Path) -> dict:
+def removed_folder(run_dir: str | Path) -> Summary:
     """What is known of a run whose folder was removed: that, and nothing else."""
     return {"status": "failed", "cause": "folder_removed", "error_type": "FolderRemoved",
             "message": f"the run folder {str(run_dir)!r} was removed, with its config and events: "
                        "its processes were stopped and nothing of the run can be read"}
 
 
-def read_summary(run_dir: str | Path) -> dict:
+def read_summary(run_dir: str | Path) -> Summary:
     """The run's summary.json, or one rebuilt from its events when the run never wrote it: still
     running while its processes live, else ended without a record (killed with its supervisor);
     or that its folder is gone."""
@@ -188,14 +193,14 @@ def read_summary(run_dir: str | Path) -> dict:
     if summary is not None:
         return summary
     records = read_events(run_dir)
-    steps = [r for r in records if r.get("event") == STEP]
-    ends = [r for r in records if r.get("event") in ENDS]
-    last = steps[-1]["step"] if steps else 0
+    steps = [r for r in records if r.get(EVENT) == STEP]
+    ends = [r for r in records if r.get(EVENT) in ENDS]
+    last = steps[-1][STEP_NUMBER] if steps else 0
     out = {"status": "running", "steps": last,
-           "final_loss": steps[-1].get("loss") if steps else None}
+           "final_loss": steps[-1].get(LOSS) if steps else None}
     if ends:
         end = ends[-1]
-        out["status"] = end.get("status", "completed" if end["event"] == DONE else "failed")
+        out["status"] = end.get(STATUS, "completed" if end[EVENT] == DONE else "failed")
     elif processes_alive(run_dir) is False:
         out.update(status="failed", cause="vanished", error_type="Vanished",
                    message=f"ended without a record after step {last}: every process of the run is "
@@ -244,7 +249,7 @@ def load_events(run_dirs, event: str = STEP):
 
     frames = []
     for run_dir in run_dirs:
-        recs = [r for r in read_events(run_dir) if r.get("event") == event]
+        recs = [r for r in read_events(run_dir) if r.get(EVENT) == event]
         df = pd.DataFrame(recs)
         df.insert(0, "run", Path(run_dir).name)
         frames.append(df)
@@ -256,11 +261,11 @@ def run_to_first_step(run_dir: str | Path) -> dict:
     took the run (and had warmed up by then)."""
     run_dir = Path(run_dir)
     launch = read_json(RunFolder(run_dir).launch_file)
-    step = next((r for r in read_events(run_dir) if r.get("event") == STEP and r.get("rank") == 0),
+    step = next((r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK) == 0),
                 None)
     spare = launch.get("warm")
     return {"run": run_dir.name,
-            "seconds": round(step["t"] - launch["t"], 3) if step and "t" in launch else None,
+            "seconds": round(step[TIME] - launch["t"], 3) if step and "t" in launch else None,
             "warm_worker": spare is not None,
             "warmed_up_when_taken": spare.get("ready_when_taken") if spare else None}
 
@@ -272,12 +277,12 @@ def load_config(run_dir: str | Path) -> RunConfig:
 def time_per_sample_ms(run_dir: str | Path) -> list[float]:
     """Milliseconds per sample of the whole run at each step of the latest attempt (samples/s
     summed over ranks), after the warm-up the summary leaves out."""
-    steps = [r for r in read_events(run_dir) if r.get("event") == STEP and r.get("samples_per_s")]
-    last = max((int(r.get("attempt", 0)) for r in steps), default=0)
+    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(SAMPLES_PER_S)]
+    last = max((int(r.get(ATTEMPT, 0)) for r in steps), default=0)
     total: dict[int, float] = {}
     for r in steps:
-        if int(r.get("attempt", 0)) == last:
-            total[r["step"]] = total.get(r["step"], 0.0) + r["samples_per_s"]
+        if int(r.get(ATTEMPT, 0)) == last:
+            total[r[STEP_NUMBER]] = total.get(r[STEP_NUMBER], 0.0) + r[SAMPLES_PER_S]
     times = [1e3 / total[k] for k in sorted(total)]
     return times[min(len(times) // 5, 10):]
 
@@ -301,13 +306,13 @@ def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
         rows.append({"run": run_dir.name, "status": s.get("status"),
                      "precision": cfg["precision"], "ranks": cfg["ranks"],
                      "steps": s.get("steps"), "threads": s.get("threads"),
-                     "samples_per_s": s.get("samples_per_s"),
+                     SAMPLES_PER_S: s.get(SAMPLES_PER_S),
                      "speedup": ratio.ratio if ratio else None,
                      "speedup_low": ratio.low if ratio else None,
                      "speedup_high": ratio.high if ratio else None,
                      "verdict": (ratio.verdict if ratio and rows else None),
-                     "step_time_ms": s.get("step_time_ms_median"),
-                     "peak_mem_gib": s.get("mem_peak_gib", s.get("rss_gib")),
+                     STEP_TIME_MS: s.get("step_time_ms_median"),
+                     "peak_mem_gib": s.get(MEM_PEAK_GIB, s.get(RSS_GIB)),
                      "final_loss": s.get("final_loss"), "eval_accuracy": s.get("eval_accuracy"),
                      "other_cpu_cores": c.get("other_cpu_cores"), "busy": c.get("busy")})
     df = pd.DataFrame(rows)
