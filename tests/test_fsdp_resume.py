@@ -185,3 +185,21 @@ def test_a_state_saved_on_2_ranks_trains_on_1_rank_and_back_on_2(smoke, tmp_path
         assert again.keys() == {7, 8}
         assert again == pytest.approx(never_moved, abs=1e-5)
     assert back["param_sum"] == pytest.approx(two["param_sum"], abs=1e-4)
+
+
+def test_a_state_of_the_other_strategy_or_a_damaged_one_is_one_line(tmp_path):
+    from workbench.train.resume import restore_state, save_state
+
+    saved = _setup(0)
+    save_sharded(saved, 2, tmp_path / "fsdp")
+    with pytest.raises(ConfigError, match=r"saved with distributed.strategy=fsdp, and this run's is ddp"):
+        restore_state(_setup(1), tmp_path / "fsdp", accum=1)
+    (tmp_path / "ddp").mkdir()
+    save_state(saved, 2, tmp_path / "ddp")
+    with pytest.raises(ConfigError, match=r"resume.pt' is a resumable state saved with "
+                                          r"distributed.strategy=ddp, and this run's is fsdp"):
+        restore_state(_setup(1), tmp_path / "ddp", accum=1, sharded=True)
+    whole = RunFolder(tmp_path / "ddp").resume_file
+    whole.write_bytes(whole.read_bytes()[:100])  # cut short, as a full disk or a copy might
+    with pytest.raises(ConfigError, match=r"resume.pt' cannot be read \(.*\); the folder is damaged$"):
+        restore_state(_setup(1), tmp_path / "ddp", accum=1)

@@ -15,6 +15,7 @@ import io
 
 import torch
 
+from ..config import ConfigError
 from ..disk import write_atomic
 from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
@@ -39,18 +40,40 @@ def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
 def restore_state(s, run_dir, accum: int, sharded: bool = False) -> int:
     """Load the saved state, if any, into the set-up model, optimizer and scaler, and advance the
     batches past the steps it covers. Returns the step it was saved after (0: nothing saved)."""
+    _check_kind(run_dir, sharded)
     step = restore_sharded(s, run_dir) if sharded else _restore_whole(s, run_dir)
     for _ in range(step * accum):  # the same data order as a run never interrupted
         next(s.batches)
     return step
 
 
+def _check_kind(run_dir, sharded: bool) -> None:
+    """A folder's saved state is of the strategy that wrote it: loaded as the other, the run would
+    start from step 0 without a word, so that is refused in one line."""
+    folder = RunFolder(run_dir)
+    if sharded and folder.resume_file.is_file():
+        found, saved_by = folder.resume_file, "ddp"
+    elif not sharded and folder.sharded_steps():
+        found, saved_by = folder.sharded_resume_dir, "fsdp"
+    else:
+        return
+    raise ConfigError(f"{str(found)!r} is a resumable state saved with distributed.strategy="
+                      f"{saved_by}, and this run's is {'fsdp' if sharded else 'ddp'}: resume it with "
+                      "the strategy it was saved with, or start in a new folder")
+
+
 def _restore_whole(s, run_dir) -> int:
     path = RunFolder(run_dir).resume_file
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location=s.parts.device, weights_only=True)
+    try:
+        state = torch.load(path, map_location=s.parts.device, weights_only=True)
+        step = int(state[STEP_NUMBER])
+    except Exception as e:  # noqa: BLE001 - a torn, foreign or truncated file is the same damage
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({type(e).__name__}: "
+                          f"{first}); the folder is damaged") from None
     unwrap(s.parts.model).load_state_dict(state["model"])
     s.parts.opt.load_state_dict(state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])
-    return int(state[STEP_NUMBER])
+    return step
