@@ -32,6 +32,12 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
                                             "before", "verdict", "steps", "(this", "/", "before)"]
     assert "+ pinned memory: skipped: pin_memory needs a GPU" in text
     assert "over 2 rounds" in text and "x the baseline's" in text
+    inference = workbench("--inference", bf16["run_dir"], "--rounds", "6", "--json")
+    assert inference.returncode == 0, inference.stderr
+    trained, pruned, int8 = json.loads(inference.stdout)["study"]  # the bf16 step's trained model
+    assert trained["status"] == "baseline" and trained["accuracy"] > 0.5
+    assert pruned["step"] == "+ structured pruning 50%" and pruned["rounds"] == 6
+    assert pruned["size_mib"] < trained["size_mib"] and int8["size_mib"] < pruned["size_mib"]
 
 
 def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
@@ -41,8 +47,13 @@ def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
             (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
             (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
             (["--budget-s", "0"], "workbench stack: --budget-s must be > 0 seconds, got 0.0"),
-            (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0")]:
-        done = workbench("--preset", "smoke", *args, timeout=120)
+            (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0"),
+            (["--inference", "runs/x", "--amount", "1.5"], "workbench stack: --amount must be "
+                                                            "between 0 and 1"),
+            (["--inference", "runs/x", "--changes", "bf16"], "workbench stack: --inference uses "
+                                                             "the run's own model")]:
+        smoke = [] if "--inference" in args else ["--preset", "smoke"]
+        done = workbench(*smoke, *args, timeout=120)
         assert done.returncode == 2 and done.stderr.startswith(said), (args, done.stderr)
         assert done.stderr.strip().count("\n") == 0
     assert not runs_root.exists() or not any(runs_root.iterdir())

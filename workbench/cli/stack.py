@@ -5,6 +5,7 @@ verdict, the steps each side ran, and every skipped step with the reason.
 
     workbench stack --model mynet.py:build --data dataset --data-factory mydata.py:build
     workbench stack --preset smoke --changes bf16,workers,ddp --budget-s 3 --rounds 6 --json
+    workbench stack --inference RUN_DIR          # the inference end: + structured pruning, + int8
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from ..config import BUILTIN_MODELS, ConfigError, choices
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP
 from .ab import base_config
+from .quant import CHOICES as QUANT_CHOICES
 from .run import parse_settings
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
+BUDGET_S = 3.0  # seconds of steps a run gets
 
 
 def add_parser(sub):
@@ -35,13 +38,24 @@ def add_parser(sub):
     p.add_argument("--changes", default=DEFAULT_CHANGES,
                    help=f"comma-separated, stacked in this order: {' | '.join(CHANGES)} "
                         f"(default {DEFAULT_CHANGES})")
-    p.add_argument("--budget-s", type=float, default=3.0,
+    p.add_argument("--budget-s", type=float, default=BUDGET_S,
                    help="seconds of steps every run gets, the same for all (run.time_budget_s; "
                         "default 3); the study makes steps x rounds runs")
     p.add_argument("--steps", type=int, help="the most steps a run takes (default: its budget ends it)")
     p.add_argument("--rounds", type=int, help="rounds of every step (default: the fewest that carry "
                                                "a 95%% interval)")
     p.add_argument("--json", action="store_true", help="print the study as JSON")
+    inference = p.add_argument_group("the inference study: a trained run's model, + structured "
+                                     "pruning, + int8, inference samples/s timed interleaved")
+    inference.add_argument("--inference", metavar="RUN_DIR",
+                           help="stack pruning and int8 on this run's trained weights instead")
+    inference.add_argument("--amount", type=float, default=0.5,
+                           help="share of channels/neurons structured pruning removes (default 0.5)")
+    inference.add_argument("--method", choices=QUANT_CHOICES[1:], default="dynamic_int8")
+    inference.add_argument("--batch", type=int, default=64, help="inference batch (default 64)")
+    inference.add_argument("--trust-code", action="store_true",
+                           help="run the model/data factory RUN_DIR names even though this "
+                                "workbench did not create that folder here (read its code first)")
     return p
 
 
@@ -57,7 +71,46 @@ def parse_changes(text: str) -> list[str]:
     return items
 
 
+def inference(args) -> int:
+    """The inference end of the study on a run's trained weights."""
+    given = [f for f in ("config", "model", "data", "data_factory", "steps") if getattr(args, f)]
+    given += [f for f, unset in (("set", []), ("changes", DEFAULT_CHANGES), ("preset", "default"),
+                                 ("budget_s", BUDGET_S)) if getattr(args, f) != unset]
+    if given:
+        flag = given[0].replace("_", "-")
+        raise ConfigError(f"--inference uses the run's own model, data and weights; drop --{flag}")
+    if not 0 < args.amount < 1:
+        raise ConfigError(f"--amount must be between 0 and 1 (a share to prune), got {args.amount}")
+    if args.batch < 1 or (args.rounds is not None and args.rounds < 1):
+        bad = ("--batch", args.batch) if args.batch < 1 else ("--rounds", args.rounds)
+        raise ConfigError(f"{bad[0]} must be >= 1, got {bad[1]}")
+    from ..runstore import load_config
+    from ..stacking.inference import inference_study
+    from ..train.trust import check_trust
+
+    what = check_trust(args.inference, load_config(args.inference), args.trust_code)
+    if what and not args.json:
+        print(f"workbench: loading {args.inference}: {what}", file=sys.stderr, flush=True)
+    df = inference_study(args.inference, amount=args.amount, method=args.method, batch=args.batch,
+                         rounds=args.rounds or 15, trust_code=args.trust_code)
+    records = json.loads(df.to_json(orient="records"))
+    if args.json:
+        print(json.dumps({"run_dir": str(args.inference), "amount": args.amount,
+                          "method": args.method, "batch": args.batch, "study": records}, indent=2))
+        return 0
+    from ..stacking.report import study_text
+
+    print(study_text(records))
+    for rec in records:
+        if rec.get("size_mib") is not None:
+            print(f"{rec[STACK_STEP]}: accuracy {rec['accuracy']:.3f}, {rec['size_mib']:.3f} MiB, "
+                  f"{rec['latency_ms']:.3f} ms a batch of {args.batch}")
+    return 0
+
+
 def main(args) -> int:
+    if args.inference:
+        return inference(args)
     base = base_config(args)
     settings = parse_settings(args.set, "--set")
     base = base.replace(**settings) if settings else base
@@ -101,4 +154,8 @@ def main(args) -> int:
         from ..stacking.report import study_text
 
         print(study_text(records))
+        last = [r for r in records if r.get("run_dir") and r.get(SAMPLES_PER_S)]
+        if last:
+            print(f"next, the inference end on the last step's model: workbench stack --inference "
+                  f"{last[-1]['run_dir']}")
     return 0
