@@ -134,6 +134,41 @@ def test_a_user_dataset_of_token_windows_is_a_language_models_data(tmp_path):
     assert data_facts(data)["vocab_size"] == 7
 
 
+TOKENS_TO_CLASSIFY = """
+import numpy as np
+import torch
+from torch import nn
+class Reviews(torch.utils.data.Dataset):  # token ids (numpy), one label each
+    classes = ["bad", "good"]
+    def __len__(self):
+        return 30
+    def __getitem__(self, i):
+        return np.array([i % 5, 3 * i % 41, 1]), i % 2
+class Named(Reviews):
+    vocab_size = 100
+def build():
+    return Reviews()
+def build_named():
+    return Named()
+def model(vocab_size, seq_len, num_classes):
+    net = nn.Sequential(nn.Embedding(vocab_size, 8), nn.Flatten(), nn.Linear(8 * seq_len, num_classes))
+    net.vocab_size = vocab_size
+    return net
+"""
+
+
+def test_a_dataset_of_token_ids_to_classify_gives_the_factory_its_vocab_size(tmp_path):
+    (tmp_path / "reviews.py").write_text(TOKENS_TO_CLASSIFY)
+    for factory, vocab in (("build", 41), ("build_named", 100)):  # the largest id + 1, or stated
+        cfg = RunConfig.smoke().replace(**{
+            "data.name": "dataset", "data.factory": f"{tmp_path}/reviews.py:{factory}",
+            "model.name": f"{tmp_path}/reviews.py:model"})
+        data = build_data(cfg)
+        assert data.task == "classify" and data.num_classes == 2
+        assert data_facts(data)["seq_len"] == 3
+        assert build_model(cfg, data).vocab_size == vocab
+
+
 def test_a_diverged_run_says_so_and_its_summary_stays_json(tmp_path):
     summary = {"final_loss": float("nan"), "first_nonfinite_step": 3, "nonfinite_losses": 8,
                "steps": 10, "eval_loss": float("inf")}

@@ -49,9 +49,6 @@ from torch import nn
 from ..config import ConfigError
 from .data import DataBundle, sample_batch
 
-FACTS = ("num_classes", "vocab_size", "in_channels", "seq_len", "input_shape")
-
-
 class ContractError(ConfigError):
     """The model does not fit the data: the message says what was expected and what came back."""
 
@@ -62,6 +59,8 @@ def data_facts(data) -> dict:
     facts = {"input_shape": shape, "num_classes": data.num_classes}
     if data.task == "lm":
         facts.update(vocab_size=data.num_classes, seq_len=shape[0])
+    elif data.vocab_of is not None:  # token ids to classify: read only if a factory asks
+        facts.update(vocab_size=data.vocab_of, seq_len=shape[0])
     elif len(shape) == 3:
         facts["in_channels"] = shape[0]
     return facts
@@ -77,7 +76,8 @@ def factory_kwargs(factory, kwargs: dict, facts: dict, where: str = "model.name"
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
         return dict(kwargs)
-    asked = {name: facts[name] for name in params if name in facts and name not in kwargs}
+    asked = {name: facts[name]() if callable(facts[name]) else facts[name]
+             for name in params if name in facts and name not in kwargs}
     for name, p in params.items():
         required = p.default is inspect.Parameter.empty and p.kind in (
             inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
@@ -58,6 +59,8 @@ class DataBundle:
     input_shape: tuple  # one sample, without the batch dimension
     num_classes: int  # classes, or vocabulary size for "lm"
     name: str = ""  # data.name, for messages
+    # Token ids to classify: their vocabulary size, read when a model factory asks for it.
+    vocab_of: Callable[[], int] | None = None
 
 
 def sample_batch(dataset: Dataset, n: int = 2):
@@ -182,7 +185,13 @@ def user_dataset(cfg: RunConfig) -> DataBundle:
     lm = y.dim() >= 1 and y.shape == x.shape and not x.is_floating_point()
     classes = getattr(source, "vocab_size" if lm else "classes", None)
     count = classes if isinstance(classes, int) else len(classes) if classes is not None else None
-    return DataBundle(train, test, "lm" if lm else "classify", tuple(x.shape), count or d.num_classes)
+    vocab_of = None
+    if not lm and x.dim() == 1 and not x.is_floating_point():  # token ids to classify
+        said = getattr(source, "vocab_size", None)  # else the largest id in any sample, plus one
+        vocab_of = (lambda: said) if isinstance(said, int) else (lambda: 1 + max(
+            int(torch.as_tensor(part[i][0]).max()) for part in (train, test) for i in range(len(part))))
+    return DataBundle(train, test, "lm" if lm else "classify", tuple(x.shape), count or d.num_classes,
+                      vocab_of=vocab_of)
 
 
 BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text,
