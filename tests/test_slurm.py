@@ -193,3 +193,18 @@ def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(
                     if r["event"] == "step" and r["step"] > saved}
     assert resumed.keys() == never_failed.keys() == set(range(saved + 1, 61))
     assert resumed == pytest.approx(never_failed, abs=1e-5)
+
+
+def test_the_run_panel_submits_a_job_follows_it_and_its_stop_cancels_it(cluster):
+    from workbench.distributed.localslurm import Access
+    from workbench.ui.panel import RunPanel
+
+    panel = RunPanel(small(**{"run.steps": 100000, "run.save_weights": False}))
+    job = panel.submit(Access(cluster.prefix, cluster.env, "the test cluster"))
+    assert job is panel.handle and f"as SLURM job {job.job_id}" in panel.status.value
+    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    panel.stop_button.click()
+    assert panel.wait(180)
+    assert panel.result["status"] == "stopped" and panel.result["slurm"]["state"] == "CANCELLED"
+    assert "stopped from the run panel (scancel)" in panel.result["message"]
+    assert panel.run_dirs == [job.run_dir] and panel.stop_button.disabled and not panel.run_button.disabled

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..config import ConfigError, RunConfig, require_config
 from ..machine.threads import threads_for
 from ..runfolder import FINAL_KEY, RunFolder
-from ..runstore import create_run_dir
+from ..runstore import create_run_dir, read_summary
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
 from .slurm import per_node, shell_word, slurm_job
@@ -99,7 +99,12 @@ def job_script(cfg: RunConfig, run_dir: Path, nodes: int = 1, port: int = 29500,
 
 
 class Job:
-    """A run submitted to SLURM: its run folder and its job id."""
+    """A run submitted to SLURM: its run folder and its job id. A run panel follows it as it follows
+    a local run (workbench.distributed.launch.RunHandle): running(), stop(), wait(), summary()."""
+
+    notes: tuple = ()  # what a local launch's pre-launch check overrode: nothing here
+    threads = None  # chosen inside the job (its batch file), not by this process
+    warm = False
 
     def __init__(self, run_dir: str | Path, prefix: list[str] | None = None,
                  env: dict[str, str] | None = None):
@@ -135,6 +140,16 @@ class Job:
         code, _, sig = field("ExitCode").partition(":")
         return JobState(field("JobState"), field("Reason"), int(code) if code.isdigit() else None,
                         int(sig) if sig.isdigit() and int(sig) else None)
+
+    @property
+    def command(self) -> list[str]:
+        return [*self.prefix, "sbatch", str(self.folder.job_file)]
+
+    def stop(self) -> None:
+        self.cancel("stopped from the run panel (scancel)")
+
+    def summary(self) -> dict:
+        return read_summary(self.run_dir)
 
     def cancel(self, reason: str = "cancelled with scancel by the user") -> None:
         """scancel the job; the run is recorded as stopped, with `reason`."""

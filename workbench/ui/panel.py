@@ -60,7 +60,8 @@ class RunPanel(RunControl):
         self.budget_s = cfg.run.time_budget_s  # a budgeted run's progress is its seconds of steps
         self.progress.max, self.progress.value = (100 if self.budget_s else cfg.run.steps), 0
         self.progress.bar_style = ""
-        self.monitor.start(pids=[handle.proc.pid])
+        proc = getattr(handle, "proc", None)  # a submitted job's ranks run where SLURM put them
+        self.monitor.start(pids=[proc.pid] if proc else [])
 
     def ended(self, series: RunSeries, summary: dict) -> None:
         self.monitor.stop()

@@ -68,14 +68,31 @@ class RunControl:
             self.wait(timeout)
         return self.handle
 
-    def _start(self) -> None:
+    def submit(self, access=None, wait: bool = False, timeout: float | None = None,
+               **settings):
+        """Set widgets and submit the run as a SLURM job, to `access` (a
+        workbench.distributed.localslurm.Access) or the cluster find_cluster() finds from here: the
+        same live charts from its run folder, Stop cancels it with scancel, and its end shows
+        SLURM's state with the rank's cause. Returns the Job."""
+        if settings:
+            self.apply(**settings)
+        self._start(lambda cfg: _submit(cfg, access))
+        if wait and self.handle is not None:
+            self.wait(timeout)
+        return self.handle
+
+    def _start(self, start=None) -> None:
+        """Start the config's run with the launcher, or with `start(cfg)` (a submitted job)."""
         if not self._finished.is_set():
             self.set_status("a run is going: stop it first", error=True)
             return
         try:
             cfg = self.config()
-            self.launcher.keep_warm()  # the next run after this one starts warm
-            handle = self.launcher.start(self.launcher.plan(cfg))
+            if start is None:
+                self.launcher.keep_warm()  # the next run after this one starts warm
+                handle = self.launcher.start(self.launcher.plan(cfg))
+            else:
+                handle = start(cfg)
         except ConfigError as e:
             self.set_status(f"cannot run: {e}", error=True)
             return
@@ -85,8 +102,9 @@ class RunControl:
         notes = "".join(f"; note: {n}" for n in handle.notes)  # what the pre-launch check overrode
         t = handle.threads
         threads = f", {t.threads} thread(s) each, {t.wait_policy} wait" if t else ""
-        self.set_status(f"running {handle.run_dir.name} on {cfg.distributed.world_size} rank(s)"
-                        f"{threads}{notes}")
+        where = f" as SLURM job {handle.job_id}" if start is not None else ""
+        self.set_status(f"running {handle.run_dir.name}{where} on {cfg.distributed.world_size} "
+                        f"rank(s){threads}{notes}")
         self.started(cfg, handle)
         self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.planned_steps(),
                              alive=handle.running)
@@ -131,3 +149,15 @@ class RunControl:
         except ConfigError:
             pass
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _submit(cfg: RunConfig, access=None):
+    from ..distributed.jobs import submit
+    from ..distributed.localslurm import find_cluster
+    from ..net import free_port
+
+    if access is None:
+        access, why = find_cluster()
+        if access is None:
+            raise ConfigError(why)
+    return submit(cfg, prefix=access.prefix, env=access.env, port=free_port())
