@@ -53,3 +53,20 @@ def test_failed_run_exits_nonzero_with_reason(tmp_path, runs_root):
 def test_runs_on_an_empty_store(runs_root):
     proc = workbench("runs")
     assert proc.returncode == 0 and "no runs yet" in proc.stdout
+
+
+def test_run_takes_your_model_and_your_dataset_by_flag(tmp_path, runs_root):
+    (tmp_path / "mydata.py").write_text(
+        "import numpy as np\nimport torch\n"
+        "class Points(torch.utils.data.Dataset):\n    classes = 3\n"
+        "    def __len__(self):\n        return 96\n"
+        "    def __getitem__(self, i):\n        return np.full(4, i % 3, dtype=np.float32), i % 3\n"
+        "def build():\n    return Points()\n")
+    (tmp_path / "mynet.py").write_text(
+        "from torch import nn\ndef build(num_classes):\n    return nn.Linear(4, num_classes)\n")
+    done = workbench("run", "--preset", "smoke", "--model", f"{tmp_path}/mynet.py:build", "--data",
+                     "dataset", "--data-factory", f"{tmp_path}/mydata.py:build", "--steps", "3",
+                     "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and result["steps"] == 3 and result["params"] == 15

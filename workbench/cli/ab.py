@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
+from ..config import BUILTIN_MODELS, ConfigError
 from ..events import SAMPLES_PER_S
-from .run import parse_settings
+from .run import add_data_args, base_config, parse_settings
 
 
 def add_parser(sub):
@@ -23,8 +23,7 @@ def add_parser(sub):
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]) + " (both sides)")
-    p.add_argument("--data", help=" | ".join(choices("data.name")) + " (both sides)")
-    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+    add_data_args(p)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of side A (repeatable); none: A is the base config")
     p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
@@ -36,17 +35,6 @@ def add_parser(sub):
                                                "95%% interval)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
-
-
-def base_config(args) -> RunConfig:
-    """The config a command starts from: --config or --preset, with --model, --data and
-    --data-factory applied (a model alone brings its matching data). `workbench tune` uses it too."""
-    base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
-    data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
-    if args.model is not None:
-        return base.with_model(args.model) if not data else base.replace(
-            **{"model.name": args.model, **data})
-    return base.replace(**data) if data else base
 
 
 def main(args) -> int:

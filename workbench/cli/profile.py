@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
-from .run import parse_settings
+from .run import add_data_args, base_config, parse_settings
 
 FLAGS = {"precision": "precision.dtype", "batch_size": "loader.batch_size", "steps": "run.steps",
          "nproc": "distributed.nproc", "device": "run.device", "threads": "run.threads"}
@@ -27,6 +27,7 @@ def add_parser(sub):
                    help="the base config without --config (transformer: the small language model)")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]))
+    add_data_args(p)
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--batch-size", type=int)
     p.add_argument("--steps", type=int, help="steps of the profiled run (run.steps)")
@@ -53,8 +54,7 @@ def build_config(args) -> RunConfig:
         cfg = RunConfig.load(args.config)
     else:
         cfg = default_transformer() if args.preset == "transformer" else getattr(RunConfig, args.preset)()
-    if args.model is not None:
-        cfg = cfg.with_model(args.model)
+    cfg = base_config(args, cfg)
     changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
                if getattr(args, flag) is not None}
     changes.update(parse_settings(args.set, "--set"))

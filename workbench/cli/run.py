@@ -17,8 +17,8 @@ from ..runstore import usable_run_dir
 
 EXIT_DIVERGED = 3
 
-FLAGS = {  # flag -> dotted config field
-    "precision": "precision.dtype", "model": "model.name", "steps": "run.steps",
+FLAGS = {  # flag -> dotted config field (--model and --data: base_config)
+    "precision": "precision.dtype", "steps": "run.steps",
     "budget_s": "run.time_budget_s",
     "batch_size": "loader.batch_size", "nproc": "distributed.nproc", "lr": "optim.lr",
     "device": "run.device", "seed": "run.seed", "label": "run.label",
@@ -37,6 +37,7 @@ def add_parser(sub):
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]))
+    add_data_args(p)
     p.add_argument("--steps", type=int, help="the most steps (run.steps)")
     p.add_argument("--budget-s", type=float, help="end the run after this many seconds of steps "
                                                   "(run.time_budget_s), or after --steps if sooner")
@@ -64,10 +65,26 @@ def add_parser(sub):
     return p
 
 
-def build_config(args) -> RunConfig:
-    cfg = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+def add_data_args(p) -> None:
+    """--data and --data-factory: the data every command that trains takes, with --model."""
+    p.add_argument("--data", help=" | ".join(choices("data.name")))
+    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+
+
+def base_config(args, base: RunConfig | None = None) -> RunConfig:
+    """The config a command starts from: `base`, else --config or --preset, with --model, --data
+    and --data-factory applied (a model alone brings its matching data)."""
+    if base is None:
+        base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+    data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
     if args.model is not None:
-        cfg = cfg.with_model(args.model)  # and the data it needs
+        return base.with_model(args.model) if not data else base.replace(
+            **{"model.name": args.model, **data})
+    return base.replace(**data) if data else base
+
+
+def build_config(args) -> RunConfig:
+    cfg = base_config(args)
     changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
                if getattr(args, flag) is not None}
     changes.update(parse_settings(args.set, "--set"))

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError, choices
+from ..config import BUILTIN_MODELS, ConfigError
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP
-from .ab import base_config
 from .quant import CHOICES as QUANT_CHOICES
-from .run import parse_settings
+from .run import add_data_args, base_config, parse_settings
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
 BUDGET_S = 3.0  # seconds of steps a run gets
@@ -31,8 +30,7 @@ def add_parser(sub):
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]))
-    p.add_argument("--data", help=" | ".join(choices("data.name")))
-    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+    add_data_args(p)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of the baseline (repeatable)")
     p.add_argument("--changes", default=DEFAULT_CHANGES,

@@ -15,7 +15,7 @@ import json
 import sys
 
 from ..config import ConfigError
-from .run import FLAGS, build_config, format_summary
+from .run import FLAGS, add_data_args, build_config, format_summary
 
 EXIT_FAILED = 1
 
@@ -27,6 +27,7 @@ def add_parser(sub):
     p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model")
+    add_data_args(p)
     for flag in ("steps", "batch_size", "nproc"):
         p.add_argument(f"--{flag.replace('_', '-')}", type=int, dest=flag)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",

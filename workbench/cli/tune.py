@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError, choices
-from .ab import base_config
+from ..config import BUILTIN_MODELS, ConfigError
 from ..tune.search import FIRST
+from .run import add_data_args, base_config
 
 
 def add_parser(sub):
@@ -21,8 +21,7 @@ def add_parser(sub):
     p.add_argument("--config", help="a RunConfig JSON file: the baseline")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
-    p.add_argument("--data", help=" | ".join(choices("data.name")))
-    p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+    add_data_args(p)
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
     p.add_argument("--run-s", type=float, default=3.0, help="seconds of steps each run of a round gets")
     p.add_argument("--bound-by", choices=sorted(FIRST), help="what bounds the step, instead of profiling it")
