@@ -179,6 +179,23 @@ def test_torchrun_two_ranks_reproduces_the_run(tmp_path, two_rank_run):
             workbench_losses(two_rank_run, rank), abs=1e-4)
 
 
+@pytest.mark.slow
+def test_an_fsdp_run_exports_a_script_that_shards_and_reproduces_it(tmp_path):
+    """distributed.strategy 'fsdp' travels: the script shards as the run did (FSDP2 per block, then
+    the root), its losses are the run's on both ranks, and the saved weights are whole."""
+    cfg = RunConfig.smoke().replace(**{"run.steps": 5, "distributed.nproc": 2, "run.eval_batches": 0,
+                                       "distributed.strategy": "fsdp"})
+    summary = run(cfg, tmp_path / "run", timeout_s=240)
+    assert summary["status"] == "completed", summary
+    result = export(summary["run_dir"], tmp_path / "out")
+    assert "def apply_fsdp(" in (result.dir / "train.py").read_text()
+    table = reproduce(result.dir, summary["run_dir"], timeout_s=240)
+    assert len(table) == 5 and table["abs_diff"].max() < 1e-4
+    for rank in (0, 1):
+        assert script_losses(result.dir / "reproduce_metrics", rank) == pytest.approx(
+            workbench_losses(summary["run_dir"], rank), abs=1e-4)
+
+
 def _slurm_job(job_dir: Path, env: dict, timeout: float):
     """Run job.slurm in its own session; on a timeout kill the whole tree and return None."""
     proc = subprocess.Popen(["bash", "job.slurm"], cwd=job_dir, env=env, text=True,

@@ -101,9 +101,6 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
 
 def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool) -> Export:
     cfg = resolve_config(source)
-    if cfg.distributed.strategy == "fsdp":
-        raise ConfigError("distributed.strategy 'fsdp' is not exported yet: the exported script "
-                          "trains with DDP; export the config with distributed.strategy 'ddp'")
     nodes = nodes if nodes is not None else commands.default_nodes(cfg)
     if nodes < 2:
         raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")

@@ -19,6 +19,7 @@ from ..train import data as wb_data
 from ..train import models as wb_models
 from ..train import precision as wb_precision
 from ..train import rank as wb_rank
+from ..train import sharding as wb_sharding
 from ..train import step as wb_step
 from ..train import trainer as wb_trainer
 from .template import MAIN
@@ -142,7 +143,7 @@ def _helpers_code() -> str:
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
         _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
-                wb_budget.TimeBudget)])
+                wb_trainer.full_state, wb_budget.TimeBudget)])
 
 
 CHECKPOINTING = '''import fnmatch
@@ -162,6 +163,11 @@ def _checkpoint_code() -> str:
     c = wb_checkpointing
     return "\n\n\n".join([CHECKPOINTING.format(shown=c.SHOWN), _source(
         c._matches, c.module_names, c._listing, c.resolve, c._checkpointed, c.apply_checkpointing)])
+
+
+def _sharding_code() -> str:
+    """distributed.strategy 'fsdp': the trainer's own FSDP2 wrapping, copied."""
+    return _source(wb_sharding.block_names, wb_sharding.apply_fsdp)
 
 
 def _step_code() -> str:
@@ -190,8 +196,12 @@ def script_source(cfg: RunConfig, specs: dict | None = None) -> str:
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
                 ("precision, loss and loading", _helpers_code()),
                 ("one training step (the workbench's own)", _step_code())]
-    if cfg.train.checkpoint:
+    fsdp = cfg.distributed.strategy == "fsdp"
+    if cfg.train.checkpoint or fsdp:  # FSDP's block names are matched as checkpointing's are
         sections.append(("activation checkpointing (train.checkpoint)", _checkpoint_code()))
+    if fsdp:
+        sections.append(("sharding: FSDP2 per block, then the root (distributed.strategy)",
+                         _sharding_code()))
     body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
     return header + body + MAIN
 

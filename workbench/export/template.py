@@ -2,7 +2,7 @@
 
 `script.py` puts the run's settings, the model and data code and a copy of the trainer's own step
 (`train_step`, workbench.train.step) in front of this text. This part keeps the trainer's order of
-random draws (seed, model init, DDP, optimizer, sampler) so the exported script reproduces the
+random draws (seed, model init, DDP or FSDP, optimizer, sampler) so the exported script reproduces the
 workbench run's losses step for step.
 """
 
@@ -39,7 +39,10 @@ def train(cfg, args):
     if cfg.train.checkpoint:
         apply_checkpointing(model, cfg.train.checkpoint)
     if world_size > 1:
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if cfg.distributed.strategy == "fsdp":
+            apply_fsdp(model, cfg)
+        else:
+            model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
     accum = cfg.optim.grad_accum_steps
     parts = StepParts(model, step_model, make_optimizer(cfg, model), grad_scaler(cfg, device),
@@ -81,10 +84,11 @@ def train(cfg, args):
         result = evaluate(unwrap(model), test_loader, cfg, device, data.task, cfg.run.eval_batches)
         if rank == 0 and result:
             print(f"eval: loss {result['eval_loss']:.4f}  accuracy {result['eval_accuracy']:.4f}")
-    if rank == 0 and args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
-        torch.save(state, Path(args.out) / "model.pt")
+    if args.out:
+        state = full_state(unwrap(model), cfg)  # every rank: under FSDP they gather the shards
+        if rank == 0:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            torch.save(state, Path(args.out) / "model.pt")
     if metrics:
         metrics.close()
     if world_size > 1 and dist.is_initialized():
