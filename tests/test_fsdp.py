@@ -83,3 +83,22 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
         ["rank", "0"], ["rank", "1"]]
     model = load_model(runs["fsdp"]["run_dir"])  # the saved weights are whole, not a shard
     assert sum(p.numel() for p in model.parameters()) * 4 == whole
+
+
+@pytest.mark.slow
+def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_side():
+    from workbench.trials.ab import ab_test
+
+    ddp = RunConfig.smoke().replace(**{"model.width": 256, "distributed.nproc": 2,
+                                       "run.oversubscribe": True, "run.eval_batches": 0,
+                                       "run.save_weights": False})
+    result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2, steps=4,
+                     labels=("ddp", "fsdp"))
+    assert result.ratio.rounds == 2 and len(result.samples_per_s["fsdp"]) == 2
+    held = {label: [r["parameters"] + r["gradients"] + r["optimizer"] for r in ranks]
+            for label, ranks in result.memory_per_rank.items()}
+    assert len(held["ddp"]) == len(held["fsdp"]) == 2
+    assert max(held["fsdp"]) < 0.6 * min(held["ddp"])  # each FSDP rank holds about half
+    text = result.text()
+    assert "ddp: held per rank (parameters, gradients, optimizer) rank 0" in text
+    assert "fsdp: held per rank" in text and "fsdp vs ddp:" in text

@@ -24,6 +24,8 @@ def add_parser(sub):
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]) + " (both sides)")
     add_data_args(p)
+    p.add_argument("--both", action="append", default=[], metavar="FIELD=JSON",
+                   help="a setting of both sides (repeatable), e.g. distributed.nproc=2")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of side A (repeatable); none: A is the base config")
     p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
@@ -39,6 +41,8 @@ def add_parser(sub):
 
 def main(args) -> int:
     base = base_config(args)
+    shared = parse_settings(args.both, "--both")
+    base = base.replace(**shared) if shared else base
     a_changes, b_changes = parse_settings(args.set, "--set"), parse_settings(args.vs, "--vs")
     a = base.replace(**a_changes) if a_changes else base
     b = base.replace(**b_changes) if b_changes else base

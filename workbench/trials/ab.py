@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import RunConfig
-from ..events import SAMPLES_PER_S
+from ..events import RANK, SAMPLES_PER_S
 from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
 from .rounds import contention_of, run_rounds
@@ -34,6 +34,7 @@ class ABResult:
     steps: dict = field(default_factory=dict)  # label -> steps of each round's run
     contention: dict = field(default_factory=dict)
     run_dirs: dict = field(default_factory=dict)
+    memory_per_rank: dict = field(default_factory=dict)  # label -> each rank's bytes (last run)
 
     @property
     def busy(self) -> bool:
@@ -48,6 +49,12 @@ class ABResult:
             ran = f", {min(steps)}-{max(steps)} steps a run" if steps else ""
             lines.append(f"  {label}: samples/s per round {rates} ({self.threads[label]} thread(s) "
                          f"per process{ran})")
+        for label in self.labels:
+            ranks = self.memory_per_rank.get(label)
+            if ranks:
+                held = "; ".join(f"rank {r[RANK]} {_mib(sum(r.get(k, 0) for k in HELD))}, peak "
+                                 f"{_mib(r.get('peak', 0))}" for r in ranks)
+                lines.append(f"  {label}: held per rank (parameters, gradients, optimizer) {held}")
         c = self.contention
         if c.get("runs"):
             lines.append(f"  other programs: up to {c['other_cpu_cores_max']:.2f} cores "
@@ -62,7 +69,8 @@ class ABResult:
         return {"a": self.labels[0], "b": self.labels[1], **self.ratio.as_dict("speedup"),
                 "label": self.ratio.label(), SAMPLES_PER_S: self.samples_per_s,
                 "threads": self.threads, "steps": self.steps, "contention": self.contention,
-                "busy": self.busy, "run_dirs": self.run_dirs}
+                "busy": self.busy, "run_dirs": self.run_dirs,
+                "memory_per_rank": self.memory_per_rank}
 
 
 def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | None = None,
@@ -82,4 +90,12 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | 
     return ABResult(labels, ratio, rates, {k: v[0].get("threads") for k, v in runs.items()},
                     {k: [s.get("steps") for s in v] for k, v in runs.items()},
                     contention_of([s for v in runs.values() for s in v]),
-                    {k: [s["run_dir"] for s in v] for k, v in runs.items()})
+                    {k: [s["run_dir"] for s in v] for k, v in runs.items()},
+                    {k: (v[-1].get("memory_per_rank") or {}).get("measured") for k, v in runs.items()})
+
+
+HELD = ("parameters", "gradients", "optimizer")  # what a strategy shards or replicates
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.2f} MiB"
