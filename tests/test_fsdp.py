@@ -102,3 +102,42 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     text = result.text()
     assert "ddp: held per rank (parameters, gradients, optimizer) rank 0" in text
     assert "fsdp: held per rank" in text and "fsdp vs ddp:" in text
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+
+
+LLAMA = """from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def build(vocab_size, seq_len):
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, max_position_embeddings=seq_len))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, data", [("gpt2.py:build", "text"), ("llama", "text"),
+                                         ("resnet.py:build", "digits")])
+def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model, data, tmp_path):
+    """Hugging Face's GPT-2 (a tied head, Conv1D layers), a Llama with grouped-query attention and
+    the residual CNN: the blocks FSDP will shard are a note of the launch, before any rank starts,
+    and the ranks shard those."""
+    from workbench.distributed.launch import start_run
+
+    if model == "llama":
+        (tmp_path / "llama.py").write_text(LLAMA)
+    name = f"{tmp_path / 'llama.py'}:build" if model == "llama" else f"{EXAMPLES / model}"
+    cfg = RunConfig.smoke().replace(**{
+        "model.name": name, "data.name": data, "distributed.nproc": 2,
+        "distributed.strategy": "fsdp", "run.steps": 3, "run.eval_batches": 0,
+        "run.oversubscribe": True, "run.save_weights": False})
+    handle = start_run(cfg, tmp_path / "run")
+    said = [n for n in handle.notes if n.startswith("FSDP shards")]
+    assert len(said) == 1, handle.notes
+    assert handle.wait(240) == 0 and handle.summary()["status"] == "completed", handle.log_tail()
+    ready = [r for r in read_events(handle.run_dir) if r["event"] == "ready"]
+    blocks = ready[0]["fsdp_blocks"]
+    assert len(ready) == 2 and all(r["fsdp_blocks"] == blocks for r in ready) and blocks
+    assert said[0].startswith(f"FSDP shards {len(blocks)} block(s), then the root: {blocks[0]}")

@@ -210,10 +210,19 @@ def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
                           "left on device; free some space or choose another folder (run.runs_dir, --run-dir)")
 
 
+def fsdp_note(blocks: list[str], shown: int = 4) -> str:
+    """Which modules FSDP shards, in one line: the first few, and how many."""
+    named = ", ".join(blocks[:shown]) + (f" ... {blocks[-1]}" if len(blocks) > shown else "")
+    return (f"FSDP shards {len(blocks)} block(s), then the root: {named or 'none (the root alone)'} "
+            "(distributed.fsdp_blocks, else the block rule)")
+
+
 def check_limits(cfg: RunConfig, device_type: str, folder: Path, need: dict) -> list[str]:
     """Every check against this machine, with what the precheck measured (`need`); returns notes
     (what was overridden, what was not measured)."""
     notes = check_cores(cfg)
+    if need.get("fsdp_blocks") is not None:
+        notes.append(fsdp_note(need["fsdp_blocks"]))
     if not need.get("timed_out"):
         notes += check_memory(cfg, need, device_type)
         check_disk(cfg, need, folder)

@@ -31,6 +31,7 @@ from .memory import rss_gib  # noqa: E402
 from .contract import ContractError  # noqa: E402
 from .models import build_model, loss_fn  # noqa: E402
 from .precision import autocast  # noqa: E402
+from .sharding import block_names  # noqa: E402
 
 GIB = 2**30
 REAL_BUILD_MAX_PARAMS = 50_000_000  # above this the activations are not measured (and said so)
@@ -82,6 +83,8 @@ def measure(cfg: RunConfig) -> dict:
     out.update(data_rss_gib=round(max(0.0, rss_gib() - rss), 4), train_samples=len(data.train),
                task=data.task)
     model, on_meta = _model(cfg, data)  # a factory's call and its return type, given the data
+    if cfg.distributed.strategy == "fsdp":  # what will be sharded, said before launch
+        out["fsdp_blocks"] = block_names(model, cfg.distributed.fsdp_blocks)
     params = sum(p.numel() for p in model.parameters())
     out.update(params=params, param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     if params > REAL_BUILD_MAX_PARAMS:
