@@ -124,7 +124,7 @@ def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model
     """Hugging Face's GPT-2 (a tied head, Conv1D layers), a Llama with grouped-query attention and
     the residual CNN: the blocks FSDP will shard are a note of the launch, before any rank starts,
     and the ranks shard those."""
-    from workbench.distributed.launch import start_run
+    from workbench.distributed.launch import launcher, start_run
 
     if model == "llama":
         (tmp_path / "llama.py").write_text(LLAMA)
@@ -133,6 +133,8 @@ def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model
         "model.name": name, "data.name": data, "distributed.nproc": 2,
         "distributed.strategy": "fsdp", "run.steps": 3, "run.eval_batches": 0,
         "run.oversubscribe": True, "run.save_weights": False})
+    ddp = launcher().plan(cfg.replace(**{"distributed.strategy": "ddp"}))  # checked first: its
+    assert not [n for n in ddp.notes if "FSDP" in n]  # answer is kept, and must not serve FSDP's
     handle = start_run(cfg, tmp_path / "run")
     said = [n for n in handle.notes if n.startswith("FSDP shards")]
     assert len(said) == 1, handle.notes

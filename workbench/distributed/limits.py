@@ -63,6 +63,7 @@ def _cache_key(cfg: RunConfig) -> str | None:
         files.append([str(Path(target).resolve()), st.st_mtime_ns, st.st_size])
     key = {k: d[k] for k in ("model", "data", "precision")}
     key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files,
+               fsdp=d["distributed"]["fsdp_blocks"] if d["distributed"]["strategy"] == "fsdp" else None,
                python=sys.executable, torch=torch.__version__, host=socket.gethostname())
     return json.dumps(key, sort_keys=True)
 
