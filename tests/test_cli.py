@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def workbench(*args, env=None, timeout=180):
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
@@ -70,3 +72,27 @@ def test_run_takes_your_model_and_your_dataset_by_flag(tmp_path, runs_root):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "completed" and result["steps"] == 3 and result["params"] == 15
+
+
+def test_run_resume_goes_on_from_a_runs_saved_state_in_a_new_folder(runs_root):
+    from workbench.events import read_events
+
+    def losses(run_dir):
+        return {r["step"]: r["loss"] for r in read_events(run_dir) if r["event"] == "step"}
+
+    quiet = ["--set", "run.eval_batches=0", "--set", "run.threads=1", "--json"]
+    first = json.loads(workbench("run", "--preset", "smoke", "--steps", "4", "--set",
+                                 "run.save_every=2", *quiet).stdout)
+    done = workbench("run", "--resume", first["run_dir"], "--steps", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    more = json.loads(done.stdout)
+    assert more["status"] == "completed" and more["resumed_from_step"] == 2 and more["steps"] == 8
+    assert more["run_dir"] != first["run_dir"] and set(losses(more["run_dir"])) == set(range(3, 9))
+    whole = json.loads(workbench("run", "--preset", "smoke", "--steps", "8", *quiet).stdout)
+    expected = {k: v for k, v in losses(whole["run_dir"]).items() if k > 2}
+    assert losses(more["run_dir"]) == pytest.approx(expected, abs=1e-6)
+    for args, said in [(["--resume", first["run_dir"], "--model", "cnn"], "--resume takes RUN_DIR's "
+                                                                          "own config; drop --model"),
+                       (["--resume", whole["run_dir"]], "holds no resumable state")]:
+        refused = workbench("run", *args)
+        assert refused.returncode != 0 and said in refused.stderr and refused.stderr.count("\n") == 1

@@ -355,6 +355,7 @@ class RunSection(_Section):
     oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores
     warm_worker: bool = True  # hand the run to a spare, pre-imported worker when one is ready
     save_every: int = 0  # > 0: keep a resumable state every N steps; a restart resumes from it
+    resume_from: str = ""  # a run folder whose saved state this run goes on from (run --resume)
 
     def planned_steps(self) -> int | None:
         """The steps a run takes, when known before it starts (None: a time budget may end it)."""

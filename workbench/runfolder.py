@@ -214,6 +214,10 @@ class RunFolder:
     def sharded_step_dir(self, step: int) -> Path:
         return self.sharded_resume_dir / SHARDED_STEP.format(step=step)
 
+    def holds_resumable_state(self) -> bool:
+        """Whether a run can go on from this folder: resume.pt, or a whole sharded step."""
+        return self.resume_file.is_file() or bool(self.sharded_steps())
+
     def sharded_steps(self) -> dict[int, Path]:
         """The saved sharded states by step (the partial one left out); {} when none is saved."""
         head = SHARDED_STEP.split("{")[0]

@@ -61,6 +61,12 @@ def add_parser(sub):
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="any config field, e.g. --set loader.num_workers=2 (repeatable)")
     p.add_argument("--run-dir", help="folder for this run (default: a new one under runs/)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="go on from RUN_DIR's last saved state (it ran with run.save_every), with "
+                        "its config, in a new run folder; --steps can take it further")
+    p.add_argument("--trust-code", action="store_true",
+                   help="with --resume: run the model/data factory RUN_DIR names even though this "
+                        "workbench did not create that folder here (read its code first)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
@@ -83,8 +89,28 @@ def base_config(args, base: RunConfig | None = None) -> RunConfig:
     return base.replace(**data) if data else base
 
 
+def resumed_config(args) -> RunConfig:
+    """--resume RUN_DIR: that run's config, going on from its saved state (run.resume_from)."""
+    given = [f for f in ("config", "model", "data", "data_factory") if getattr(args, f, None)]
+    if given or args.preset != "default":
+        flag = given[0].replace("_", "-") if given else "preset"
+        raise ConfigError(f"--resume takes RUN_DIR's own config; drop --{flag}")
+    from ..runfolder import RunFolder
+    from ..train.trust import check_trust
+
+    folder = RunFolder(args.resume)
+    if not folder.holds_run():
+        raise ConfigError(f"--resume {args.resume!r} is not a run folder (no "
+                          f"{folder.config_file.name}); pick one from `workbench runs`")
+    cfg = folder.config()
+    what = check_trust(folder.path, cfg, args.trust_code)
+    if what:
+        print(f"workbench run: resuming {folder.path}: {what}", file=sys.stderr, flush=True)
+    return cfg.replace(**{"run.resume_from": str(folder.path.resolve())})
+
+
 def build_config(args) -> RunConfig:
-    cfg = base_config(args)
+    cfg = resumed_config(args) if getattr(args, "resume", None) else base_config(args)
     changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
                if getattr(args, flag) is not None}
     changes.update(parse_settings(args.set, "--set"))

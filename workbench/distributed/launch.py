@@ -154,6 +154,14 @@ class RunHandle:
         return RunFolder(self.run_dir).log_tail(n_chars)
 
 
+def check_resume_from(cfg: RunConfig) -> None:
+    """run.resume_from names a folder that holds a saved state (config validation reads no disk)."""
+    source = cfg.run.resume_from
+    if source and not RunFolder(source).holds_resumable_state():
+        raise ConfigError(f"run.resume_from {source!r} holds no resumable state (resume.pt, or a "
+                          "whole step in resume_sharded/): resume a run that had run.save_every > 0")
+
+
 class Launcher:
     """Starts runs and owns what they leave between them: the supervisors' lifelines, the spares
     (workbench.distributed.warm) and the pre-launch check's answers. One per kernel or CLI process
@@ -188,6 +196,7 @@ class Launcher:
         cfg = require_config(cfg)
         device = resolve_device(cfg.run.device)
         check_data_paths(cfg)
+        check_resume_from(cfg)
         for name, spec, _ in named_code(cfg):
             check_spec(spec, name)
         reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too

@@ -37,9 +37,12 @@ def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
     write_atomic(RunFolder(run_dir).resume_file, buffer.getvalue())
 
 
-def restore_state(s, run_dir, accum: int, sharded: bool = False) -> int:
+def restore_state(s, run_dir, accum: int, sharded: bool = False, resume_from: str = "") -> int:
     """Load the saved state, if any, into the set-up model, optimizer and scaler, and advance the
-    batches past the steps it covers. Returns the step it was saved after (0: nothing saved)."""
+    batches past the steps it covers. The run's own folder first (a restarted attempt), else the
+    folder it resumes from (run.resume_from). Returns the step it was saved after (0: none)."""
+    if resume_from and not RunFolder(run_dir).holds_resumable_state():
+        run_dir = resume_from
     _check_kind(run_dir, sharded)
     step = restore_sharded(s, run_dir) if sharded else _restore_whole(s, run_dir)
     for _ in range(step * accum):  # the same data order as a run never interrupted

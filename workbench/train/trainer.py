@@ -293,10 +293,11 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
     phase = phase or Phase()
     s = setup(cfg, events, env, phase)
     resumed_from = 0
-    if cfg.run.save_every:
+    if cfg.run.save_every or cfg.run.resume_from:
         phase.name = "loading the resumable state"
         resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps,
-                                     sharded=cfg.distributed.strategy == "fsdp")
+                                     sharded=cfg.distributed.strategy == "fsdp",
+                                     resume_from=cfg.run.resume_from)
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
