@@ -260,3 +260,9 @@ def test_reproduce_reports_a_failing_script(tmp_path):
     (tmp_path / "train.py").write_text("import sys\nprint('broken on purpose')\nsys.exit(3)\n")
     with pytest.raises(RuntimeError, match=r"(?s)failed \(exit code 3\).*broken on purpose"):
         reproduce(tmp_path)
+
+
+def test_an_export_of_a_resumed_run_trains_from_step_0_without_the_folder_it_resumed(tmp_path):
+    result = export(RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "gone")}),
+                    tmp_path / "out")
+    assert RunConfig.load(result.dir / "config.json").run.resume_from == ""

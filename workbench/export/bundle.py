@@ -101,6 +101,8 @@ def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEF
 
 def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool) -> Export:
     cfg = resolve_config(source)
+    if cfg.run.resume_from:  # the export trains from step 0, and travels without that folder
+        cfg = cfg.replace(**{"run.resume_from": ""})
     nodes = nodes if nodes is not None else commands.default_nodes(cfg)
     if nodes < 2:
         raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")
