@@ -166,3 +166,15 @@ def test_heartbeat_says_where_the_main_thread_is(tmp_path):
     beats = [r for r in read_events(tmp_path) if r["event"] == "heartbeat"]
     assert beats and beats[-1]["step"] == 7
     assert any(r["where"].startswith("busy_in_forward (test_launch.py:") for r in beats)
+
+
+def test_saving_for_a_restart_across_nodes_started_here_is_refused_and_a_resume_needs_a_state(
+        smoke, tmp_path, runs_root):
+    two = smoke.replace(**{"distributed.nnodes": 2, "distributed.rdzv_endpoint": "127.0.0.1:29500",
+                           "run.save_every": 5})
+    with pytest.raises(ConfigError, match=r"run.save_every=5 with distributed.nnodes=2 is not "
+                                          r"allowed here: each node .*\(workbench submit"):
+        start_run(two)
+    with pytest.raises(ConfigError, match=r"run.resume_from '.*' holds no resumable state"):
+        start_run(smoke.replace(**{"run.resume_from": str(tmp_path)}))
+    assert not runs_root.exists() or not any(runs_root.iterdir())  # refused before anything is written

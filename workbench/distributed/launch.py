@@ -162,6 +162,17 @@ def check_resume_from(cfg: RunConfig) -> None:
                           "whole step in resume_sharded/): resume a run that had run.save_every > 0")
 
 
+def check_saves_are_shared(cfg: RunConfig) -> None:
+    """A restart resumes only where every rank reads the saved state: a node started here writes
+    a run folder of its own, and only global rank 0 saves, so the other nodes would start over."""
+    if cfg.run.save_every and cfg.distributed.nnodes > 1:
+        raise ConfigError(f"run.save_every={cfg.run.save_every} with distributed.nnodes="
+                          f"{cfg.distributed.nnodes} is not allowed here: each node started this way "
+                          "keeps its own run folder and only global rank 0 saves, so a restart would "
+                          "resume one node and start the others over; submit it as one SLURM job "
+                          "(workbench submit: every node shares its run folder), or set run.save_every=0")
+
+
 class Launcher:
     """Starts runs and owns what they leave between them: the supervisors' lifelines, the spares
     (workbench.distributed.warm) and the pre-launch check's answers. One per kernel or CLI process
@@ -197,6 +208,7 @@ class Launcher:
         device = resolve_device(cfg.run.device)
         check_data_paths(cfg)
         check_resume_from(cfg)
+        check_saves_are_shared(cfg)
         for name, spec, _ in named_code(cfg):
             check_spec(spec, name)
         reason = cannot_run(cfg, device)  # the one rule the planners and widgets ask too
