@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..config import BUILTIN_DATA, BUILTIN_MODELS, ConfigError, RunConfig
+from .run import refuse_beside, say_trust
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 TRAIN_EPOCHS = 5  # in-process training of a fresh model: seconds on digits, about 95 % accuracy
@@ -89,16 +90,11 @@ def subject_from_args(args):
     from ..compress.sweep import finetune
 
     if args.run_dir:
-        given = [f for f in ("model", "data", "data_factory", "config") if getattr(args, f)]
-        if given:
-            raise ConfigError(f"--run-dir uses the run's own model and data; drop --"
-                              f"{given[0].replace('_', '-')}")
+        refuse_beside(args, "--run-dir uses the run's own model and data",
+                      dict.fromkeys(("model", "data", "data_factory", "config")))
         from ..runstore import load_config
-        from ..train.trust import check_trust
 
-        what = check_trust(args.run_dir, load_config(args.run_dir), args.trust_code)
-        if what:
-            print(f"workbench: loading {args.run_dir}: {what}", file=sys.stderr, flush=True)
+        say_trust("workbench", "loading", args.run_dir, load_config(args.run_dir), args.trust_code)
         return Subject.from_run(args.run_dir, args.eval, trust_code=args.trust_code)
     epochs = TRAIN_EPOCHS if args.train_epochs is None else args.train_epochs
     if epochs < 0:

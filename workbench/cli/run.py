@@ -89,23 +89,41 @@ def base_config(args, base: RunConfig | None = None) -> RunConfig:
     return base.replace(**data) if data else base
 
 
+OWN_CONFIG = {"config": None, "model": None, "data": None, "data_factory": None}  # flags a run
+# folder's own config stands for, with their unset values
+
+
+def refuse_beside(args, what: str, unset: dict) -> None:
+    """`what` brings its own config: the first of these flags set beside it (a value other than
+    its unset one; None: any value) is refused in one line."""
+    for flag, default in unset.items():
+        value = getattr(args, flag, default)
+        if (value if default is None else value != default):
+            raise ConfigError(f"{what}; drop --{flag.replace('_', '-')}")
+
+
+def say_trust(prog: str, doing: str, run_dir, cfg: RunConfig, trust_code: bool,
+              quiet: bool = False) -> None:
+    """Refuse a run folder whose code the user has not trusted (workbench.train.trust), before
+    anything of it is imported; else say on stderr what of it will run."""
+    from ..train.trust import check_trust
+
+    what = check_trust(run_dir, cfg, trust_code)
+    if what and not quiet:
+        print(f"{prog}: {doing} {run_dir}: {what}", file=sys.stderr, flush=True)
+
+
 def resumed_config(args) -> RunConfig:
     """--resume RUN_DIR: that run's config, going on from its saved state (run.resume_from)."""
-    given = [f for f in ("config", "model", "data", "data_factory") if getattr(args, f, None)]
-    if given or args.preset != "default":
-        flag = given[0].replace("_", "-") if given else "preset"
-        raise ConfigError(f"--resume takes RUN_DIR's own config; drop --{flag}")
+    refuse_beside(args, "--resume takes RUN_DIR's own config", {**OWN_CONFIG, "preset": "default"})
     from ..runfolder import RunFolder
-    from ..train.trust import check_trust
 
     folder = RunFolder(args.resume)
     if not folder.holds_run():
         raise ConfigError(f"--resume {args.resume!r} is not a run folder (no "
                           f"{folder.config_file.name}); pick one from `workbench runs`")
     cfg = folder.config()
-    what = check_trust(folder.path, cfg, args.trust_code)
-    if what:
-        print(f"workbench run: resuming {folder.path}: {what}", file=sys.stderr, flush=True)
+    say_trust("workbench run", "resuming", folder.path, cfg, args.trust_code)
     return cfg.replace(**{"run.resume_from": str(folder.path.resolve())})
 
 

@@ -16,7 +16,8 @@ from ..config import BUILTIN_MODELS, ConfigError
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP
 from .quant import CHOICES as QUANT_CHOICES
-from .run import add_data_args, base_config, parse_settings
+from .run import (OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside,
+                  say_trust)
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
 BUDGET_S = 3.0  # seconds of steps a run gets
@@ -71,24 +72,18 @@ def parse_changes(text: str) -> list[str]:
 
 def inference(args) -> int:
     """The inference end of the study on a run's trained weights."""
-    given = [f for f in ("config", "model", "data", "data_factory", "steps") if getattr(args, f)]
-    given += [f for f, unset in (("set", []), ("changes", DEFAULT_CHANGES), ("preset", "default"),
-                                 ("budget_s", BUDGET_S)) if getattr(args, f) != unset]
-    if given:
-        flag = given[0].replace("_", "-")
-        raise ConfigError(f"--inference uses the run's own model, data and weights; drop --{flag}")
+    refuse_beside(args, "--inference uses the run's own model, data and weights",
+                  {**OWN_CONFIG, "steps": None, "set": [], "changes": DEFAULT_CHANGES,
+                   "preset": "default", "budget_s": BUDGET_S})
     if not 0 < args.amount < 1:
         raise ConfigError(f"--amount must be between 0 and 1 (a share to prune), got {args.amount}")
-    if args.batch < 1 or (args.rounds is not None and args.rounds < 1):
-        bad = ("--batch", args.batch) if args.batch < 1 else ("--rounds", args.rounds)
-        raise ConfigError(f"{bad[0]} must be >= 1, got {bad[1]}")
+    if args.batch < 1:
+        raise ConfigError(f"--batch must be >= 1, got {args.batch}")
     from ..runstore import load_config
     from ..stacking.inference import inference_study
-    from ..train.trust import check_trust
 
-    what = check_trust(args.inference, load_config(args.inference), args.trust_code)
-    if what and not args.json:
-        print(f"workbench: loading {args.inference}: {what}", file=sys.stderr, flush=True)
+    say_trust("workbench", "loading", args.inference, load_config(args.inference), args.trust_code,
+              quiet=args.json)
     df = inference_study(args.inference, amount=args.amount, method=args.method, batch=args.batch,
                          rounds=args.rounds or 15, trust_code=args.trust_code)
     records = json.loads(df.to_json(orient="records"))
@@ -107,6 +102,8 @@ def inference(args) -> int:
 
 
 def main(args) -> int:
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     if args.inference:
         return inference(args)
     base = base_config(args)
@@ -117,8 +114,6 @@ def main(args) -> int:
         raise ConfigError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
-    if args.rounds is not None and args.rounds < 1:
-        raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
 
     from ..measure.compare import min_rounds
     from ..stacking.plan import plan
