@@ -39,6 +39,12 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def error_line(e: BaseException, limit: int = 200) -> str:
+    """An exception as a message shows it: its type and the first line of what it says, cut."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"{type(e).__name__}: {first[:limit]}"
+
+
 def _fail(path: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{path} must be {allowed}, got {shown(value)}")
 

@@ -15,7 +15,7 @@ import io
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, error_line
 from ..disk import write_atomic
 from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
@@ -73,9 +73,8 @@ def _restore_whole(s, run_dir) -> int:
         state = torch.load(path, map_location=s.parts.device, weights_only=True)
         step = int(state[STEP_NUMBER])
     except Exception as e:  # noqa: BLE001 - a torn, foreign or truncated file is the same damage
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({type(e).__name__}: "
-                          f"{first}); the folder is damaged") from None
+        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); "
+                          "the folder is damaged") from None
     unwrap(s.parts.model).load_state_dict(state["model"])
     s.parts.opt.load_state_dict(state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])

@@ -23,7 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from ..config import ConfigError
+from ..config import ConfigError, error_line
 from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
 from .rank import unwrap
@@ -89,10 +89,8 @@ def restore_sharded(s, run_dir) -> int:
     try:
         _checkpoint(dcp.load, state, checkpoint_id=path)
     except CheckpointException as e:
-        cause = _cause(e)
-        first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise ConfigError(f"the resumable state {str(path)!r} does not load into this run's model "
-                          f"and optimizer: {type(cause).__name__}: {first}") from None
+                          f"and optimizer: {error_line(_cause(e))}") from None
     set_state_dict(unwrap(s.parts.model), s.parts.opt, model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"])
     s.parts.scaler.load_state_dict(state["scaler"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import RunConfig
+from ..disk import mib
 from ..events import RANK, SAMPLES_PER_S
 from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
@@ -52,8 +53,8 @@ class ABResult:
         for label in self.labels:
             ranks = self.memory_per_rank.get(label)
             if ranks:
-                held = "; ".join(f"rank {r[RANK]} {_mib(sum(r.get(k, 0) for k in HELD))}, peak "
-                                 f"{_mib(r.get('peak', 0))}" for r in ranks)
+                held = "; ".join(f"rank {r[RANK]} {mib(sum(r.get(k, 0) for k in HELD))}, peak "
+                                 f"{mib(r.get('peak', 0))}" for r in ranks)
                 lines.append(f"  {label}: held per rank (parameters, gradients, optimizer) {held}")
         c = self.contention
         if c.get("runs"):
@@ -96,6 +97,3 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | 
 
 HELD = ("parameters", "gradients", "optimizer")  # what a strategy shards or replicates
 
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.2f} MiB"
