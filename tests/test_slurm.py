@@ -152,9 +152,15 @@ def test_sbatch_refusal_is_one_line_and_leaves_the_config(cluster, tmp_path):
     assert folder.config() == small() and folder.summary()["cause"] == "submit"
 
 
-def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path):
+def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path,
+                                                                         monkeypatch):
     access, where = find_cluster(cluster.folder)
     assert access is not None and str(cluster.folder) in where
+    (tmp_path / "repo" / "notebooks").mkdir(parents=True)  # make slurm-up's place, seen from a
+    (tmp_path / "repo" / "slurm-cluster").symlink_to(cluster.folder)  # notebook one level down
+    monkeypatch.chdir(tmp_path / "repo" / "notebooks")
+    assert find_cluster()[0] is not None
+    monkeypatch.chdir(tmp_path)
     job = submit(small(), prefix=access.prefix, env=access.env)
     assert job.wait(timeout_s=180)["status"] == "completed"
     nothing, why = find_cluster(tmp_path)  # no cluster started there, none configured

@@ -7,7 +7,7 @@
 
     with LocalSlurm(folder) as cluster:                    # the test fixture
         cluster.run(["sbatch", "--parsable", "job.slurm"])
-    access, why = find_cluster("slurm-cluster")           # a notebook: the cluster that answers
+    access, why = find_cluster()                           # a notebook: the cluster that answers
 
 The daemons live in a network namespace of their own, a test host with an address from the range
 reserved for network tests (198.18.0.0/15), joined to this machine by a veth pair
@@ -37,6 +37,7 @@ from .netns import TestNetwork
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol", "ip",
          "nsenter")
 STATE = "cluster.json"  # what `up` started, for `down`
+DEFAULT_DIR = "slurm-cluster"  # where `make slurm-up` starts one (SLURM_DIR), from the repository root
 
 
 def missing_tools() -> list[str]:
@@ -201,16 +202,19 @@ class Access:
     where: str
 
 
-def find_cluster(folder: str | Path = "slurm-cluster") -> tuple[Access | None, str]:
-    """The cluster `make slurm-up` started in `folder`, else the one this machine's SLURM
+def find_cluster(folder: str | Path | None = None) -> tuple[Access | None, str]:
+    """The cluster `make slurm-up` started in `folder` (by default ./slurm-cluster, or the one a
+    level up, where it lands for a notebook run from notebooks/), else the one this machine's SLURM
     configuration (or $SLURM_CONF) names: the first that answers `sinfo`. (None, why) when none
     does, with how to start one."""
+    folders = [Path(folder)] if folder is not None else [Path(DEFAULT_DIR), Path("..") / DEFAULT_DIR]
     candidates = []
-    try:
-        local = LocalSlurm.load(folder)
-        candidates.append(Access(local.prefix, local.env, f"the local cluster in {local.folder}"))
-    except (OSError, ValueError, KeyError, TypeError):  # none started there, or its record is damaged
-        pass
+    for place in folders:
+        try:
+            local = LocalSlurm.load(place)
+            candidates.append(Access(local.prefix, local.env, f"the local cluster in {local.folder}"))
+        except (OSError, ValueError, KeyError, TypeError):  # none started there, or a damaged record
+            pass
     if shutil.which("sinfo"):
         candidates.append(Access([], None, "the cluster this machine's SLURM configuration names"))
     for access in candidates:
@@ -222,7 +226,7 @@ def find_cluster(folder: str | Path = "slurm-cluster") -> tuple[Access | None, s
         if answered:
             return access, access.where
     why = "no SLURM cluster answers `sinfo` here" if candidates else "SLURM is not installed here"
-    return None, (f"{why}; `make slurm-up` starts a cluster of this machine in {folder} (root, "
+    return None, (f"{why}; `make slurm-up` starts a cluster of this machine in {folders[0]} (root, "
                   "Debian's slurmctld slurmd slurm-client munge)")
 
 
