@@ -39,8 +39,11 @@ def _finish(handle, timeout=240):
     return pids
 
 
-def test_a_raising_killed_or_hanging_rank_is_named(smoke, tmp_path):
-    runs = {mode: start_run(_cfg(smoke, tmp_path, mode=mode, step=3)) for mode in ("raise", "kill", "hang")}
+def test_a_raising_killed_exiting_or_hanging_rank_is_named(smoke, tmp_path):
+    runs = {mode: start_run(_cfg(smoke, tmp_path, mode=mode, step=3))
+            for mode in ("raise", "kill", "hang", "exit")}
+    one = _cfg(smoke, tmp_path, mode="exit", rank=0, step=3).replace(**{"distributed.nproc": 1})
+    runs["exit, one process"] = start_run(one)
     pids = {mode: _finish(h) for mode, h in runs.items()}
     s = runs["raise"].summary()
     assert (s["status"], s["cause"], s["failed_rank"]) == ("failed", "raised", 1), s
@@ -49,6 +52,11 @@ def test_a_raising_killed_or_hanging_rank_is_named(smoke, tmp_path):
     s = runs["kill"].summary()
     assert (s["status"], s["cause"], s["failed_rank"]) == ("failed", "killed", 1), s
     assert "SIGKILL" in s["message"] and "out of memory" in s["message"]
+    for mode, rank in (("exit", 1), ("exit, one process", 0)):  # a code, not a signal
+        s = runs[mode].summary()
+        assert (s["status"], s["cause"], s["failed_rank"]) == ("failed", "exited", rank), s
+        assert f"rank {rank} exited with code 3 after step 2" in s["message"], s
+        assert "signal" not in s["message"] and "out of memory" not in s["message"], s
     s = runs["hang"].summary()
     assert (s["status"], s["cause"], s["failed_rank"]) == ("failed", "stalled", 1), s
     # The step it stalled after is the last one its own events recorded.

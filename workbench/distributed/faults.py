@@ -3,7 +3,8 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
 "Connection closed by peer". Called by the supervisor when a run ends; stdlib only.
 
     status: completed | diverged | failed | stopped
-    cause:  raised | killed | stalled | start_timeout | rendezvous | exited | disk_full
+    cause:  raised | killed | exited (a rank, or the launcher, ended with a code and no record of why)
+            | stalled | start_timeout | rendezvous | disk_full
             | agent_killed (the torchrun agent died by a signal; its ranks died with it)
             | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
             | rank_signalled (a rank got SIGTERM/SIGINT/SIGHUP from another program: status stopped)
@@ -221,9 +222,9 @@ def _rank_signalled(e: Evidence) -> Diagnosis | None:
 
 
 def _killed(e: Evidence) -> Diagnosis | None:
-    """A rank that wrote no end record died by a signal."""
+    """A rank that wrote no end record died by a signal, or exited without saying why."""
     codes = torchrun_exit_codes(e.log_text)
-    if e.returncode is not None and e.returncode < 0 and len(e.by_rank) <= 1:
+    if e.returncode and len(e.by_rank) <= 1:
         codes.setdefault(next(iter(e.by_rank), 0), e.returncode)  # one process: the supervisor's child
     silent = [rank for rank, end in e.ends.items() if end is None]
     killed = silent or [rank for rank, code in codes.items() if code == -signal.SIGKILL]
@@ -231,6 +232,11 @@ def _killed(e: Evidence) -> Diagnosis | None:
         return None
     rank = min(killed)
     code = codes.get(rank, -signal.SIGKILL)
+    if code >= 0:  # no signal: exit() or os._exit() in the code the rank ran, or a native library
+        return Diagnosis("exited", "ExitCode", f"rank {rank} exited with code {code} after step "
+                         f"{_last_step(e.by_rank.get(rank, []))} without reporting an error: the "
+                         f"code it ran called exit() or os._exit(), or a library ended the process",
+                         failed_rank=rank)
     how = signal_name(code)
     oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
           "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
