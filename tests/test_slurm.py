@@ -114,7 +114,25 @@ def test_cancel_stops_the_job_and_keeps_its_events(cluster, tmp_path):
     job.cancel()
     summary = job.wait(timeout_s=120)
     assert summary["status"] == "stopped" and summary["slurm"]["state"] == "CANCELLED", summary
-    assert "cancelled with scancel" in summary["message"]
+    assert summary["cause"] == "slurm_cancelled" and "cancelled with scancel" in summary["message"]
+    assert summary["steps"] >= 2 and RunFolder(job.run_dir).final()
+    assert_all_gone(pids, within=30)
+
+
+def test_a_job_at_its_time_limit_is_named_timeout_with_its_last_step(cluster):
+    """SLURM's limits are whole minutes, checked about every 30 s; a running job's limit set to 0
+    makes SLURM end it at its next check instead of a minute and a half later."""
+    cfg = small(**{"run.steps": 100000, "run.save_weights": False})
+    job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    pids = {r["pid"] for r in read_events(job.run_dir) if r["event"] == "start"}
+    shortened = cluster.run(["scontrol", "update", f"JobId={job.job_id}", "TimeLimit=0"])
+    assert shortened.returncode == 0, shortened.stderr
+    summary = job.wait(timeout_s=180)
+    assert (summary["status"], summary["cause"]) == ("failed", "slurm_timeout"), summary
+    assert summary["slurm"]["state"] == "TIMEOUT" and "\n" not in summary["message"]
+    assert summary["message"].startswith(f"SLURM job {job.job_id} timeout")
+    assert f"at its time limit after step {summary['steps']}" in summary["message"]
     assert summary["steps"] >= 2 and RunFolder(job.run_dir).final()
     assert_all_gone(pids, within=30)
 
