@@ -33,6 +33,32 @@ def test_sweep_config_errors(kwargs, match):
         SweepConfig(**kwargs)
 
 
+def test_a_batch_timed_while_other_programs_hold_the_cores_gets_no_verdict(monkeypatch):
+    """Each batch size is judged by what other programs did while it was timed: busy, its ratio
+    and interval stay and its verdict is withheld; quiet, the verdict rule speaks."""
+    from workbench.compress import stats
+    from workbench.procs import OtherWork
+
+    torch.manual_seed(0)
+    models = {"dense": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))}
+    models["same"] = models["dense"]  # an A/A: any verdict but "within noise" would be noise
+    subject = Subject.from_config(DIGITS_MLP)
+    with OtherWork(2) as hogs:
+        busy = stats.latencies(models, subject, batch_sizes=(1, 32), rounds=6)["same"]
+        assert hogs.alive()
+    for b in (1, 32):
+        assert busy[f"busy_b{b}"] and busy[f"speedup_b{b}_verdict"] == "withheld: busy", busy
+        assert busy[f"speedup_b{b}_low"] is not None and busy[f"speedup_b{b}_rounds"] == 6
+    judged = verdict("structured", busy)
+    assert judged["verdict"] == "withheld: busy" and "the comparison is unreliable" in judged["why"]
+    assert "over 6 rounds: withheld: busy at batch 32" in judged["why"]
+
+    quiet = {"busy": False, "other_cpu_cores": 0.0, "steal_frac": 0.0}
+    monkeypatch.setattr(stats.ContentionMeter, "read", lambda self: dict(quiet))
+    calm = stats.latencies(models, subject, batch_sizes=(32,), rounds=6)["same"]
+    assert not calm["busy_b32"] and calm["speedup_b32_verdict"] in ("faster", "slower", "within noise")
+
+
 def timed(**ratios) -> dict:
     """A latencies record from synthetic paired rounds: batch -> (speedup, spread per round)."""
     rec = {}

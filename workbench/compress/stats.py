@@ -9,7 +9,9 @@ Variants are timed interleaved (A B C, C B A, ...) in `rounds` rounds; each vari
 batch size is the median of its per-round ratios to the reference with a distribution-free
 interval (`workbench.measure.compare.paired_ratio`), and the one verdict rule says faster, slower
 or within noise. Every record also says the thread count it was timed with and what other
-programs did to the machine meanwhile (`contention`; `busy` when that makes it unreliable).
+programs did to the machine meanwhile (`contention`; `busy` when that makes it unreliable); a
+batch size timed while other programs held the cores (`busy_bN`) gets no verdict
+("withheld: busy"), only its ratio and interval.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from torch import nn
 from ..machine.contention import ContentionMeter, busy_sentence
 from ..measure.compare import paired_ratio
 from ..measure.timer import interleaved
+from ..measure.verdict import WITHHELD_BUSY
 from .subject import Subject
 
 
@@ -111,15 +114,20 @@ def _time_all(models, subject, batch_sizes, rounds, warmup, out) -> None:
             x = subject.example(batch)
             inner = 5 if batch <= 8 else 1  # tiny calls: average a few per sample
             fns = {name: (lambda m=m: m(x)) for name, m in models.items()}
+            meter = ContentionMeter(os.getpid())
             times = interleaved(fns, warmup=warmup, rounds=rounds, inner=inner)
+            busy = meter.read()["busy"]
             ref = times[next(iter(models))]
             for i, (name, t) in enumerate(times.items()):
                 out[name].update({f"latency_b{batch}_ms": t.median_ms,
                                   f"latency_b{batch}_p10_ms": t.p10_ms,
                                   f"latency_b{batch}_p90_ms": t.p90_ms,
-                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in t.samples_ms]})
+                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in t.samples_ms],
+                                  f"busy_b{batch}": busy})
                 if i == 0:
                     out[name][f"speedup_b{batch}"] = 1.0
                 else:  # round by round against the reference: drift hits both alike
                     ratio = paired_ratio(ref.samples_ms, t.samples_ms)
                     out[name].update(ratio.as_dict(f"speedup_b{batch}"))
+                    if busy:  # the interval stays; the word waits for a quiet machine
+                        out[name][f"speedup_b{batch}_verdict"] = WITHHELD_BUSY
