@@ -266,3 +266,55 @@ def test_an_export_of_a_resumed_run_trains_from_step_0_without_the_folder_it_res
     result = export(RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "gone")}),
                     tmp_path / "out")
     assert RunConfig.load(result.dir / "config.json").run.resume_from == ""
+
+
+@pytest.mark.slow
+def test_the_script_goes_on_from_a_workbench_runs_resumable_state(tmp_path):
+    """One file format: `train.py --resume --state RUN_DIR` continues a workbench run (one process)
+    from its resume.pt on the same trajectory."""
+    cfg = RunConfig.smoke().replace(**{"run.steps": 8, "run.save_every": 3, "run.eval_batches": 0})
+    summary = run(cfg, tmp_path / "run", timeout_s=180)
+    assert summary["status"] == "completed", summary
+    export(summary["run_dir"], tmp_path / "out")
+    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
+    proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--resume",
+                           "--state", summary["run_dir"], "--metrics", "metrics", "--out", ""],
+                          cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed after step 6 from {summary['run_dir']}/resume.pt" in proc.stdout
+    steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "metrics" / "rank0.jsonl").open()]
+    assert steps == [7, 8]
+    assert script_losses(tmp_path / "out" / "metrics") == pytest.approx(
+        workbench_losses(summary["run_dir"])[6:], abs=1e-5)
+    nothing = subprocess.run([sys.executable, "train.py", "--resume", "--state", "nowhere"],
+                             cwd=tmp_path / "out", capture_output=True, text=True, timeout=120)
+    assert nothing.returncode == 2 and "--resume: there is no nowhere/resume.pt" in nothing.stderr
+
+
+@pytest.mark.slow
+def test_a_restarted_two_rank_script_resumes_from_its_own_state(tmp_path):
+    """torchrun --max-restarts 1 on the exported script: rank 1 fails at step 5, the second attempt
+    goes on from the state rank 0 wrote after step 4, and steps 5-8 are a never-failed run's."""
+    from launch_helpers import faulty_model
+
+    base = RunConfig.smoke().replace(**{"run.steps": 8, "distributed.nproc": 2, "run.eval_batches": 0,
+                                        "model.name": faulty_model(tmp_path)})
+    unbroken = run(base.replace(**{"model.kwargs": {"mode": "none"}}), tmp_path / "run", timeout_s=240)
+    assert unbroken["status"] == "completed", unbroken
+    from workbench.export.verify import script_command
+
+    failing = base.replace(**{"run.save_every": 2, "distributed.max_restarts": 1,
+                              "model.kwargs": {"mode": "raise", "rank": 1, "step": 5, "attempt": 0}})
+    export(failing, tmp_path / "out")
+    cmd = script_command(failing, free_port())  # the export's own command, with --max-restarts 1
+    assert "--max-restarts=1" in cmd and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in cmd
+    proc = subprocess.run([*cmd, "--metrics", "metrics", "--out", ""], cwd=tmp_path / "out",
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "resumed after step 4" in proc.stdout
+    for rank in (0, 1):  # the second attempt's metrics: steps 5-8
+        steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "metrics" / f"rank{rank}.jsonl").open()]
+        assert steps == [5, 6, 7, 8], (rank, steps)
+        assert script_losses(tmp_path / "out" / "metrics", rank) == pytest.approx(
+            workbench_losses(unbroken["run_dir"], rank)[4:], abs=1e-5)

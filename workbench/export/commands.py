@@ -9,7 +9,7 @@ import shlex
 
 from ..config import RunConfig
 from ..distributed.slurm import shell_word, slurm_job as slurm_template
-from ..distributed.torchrun import TORCHRUN, torchrun_args
+from ..distributed.torchrun import RESTART_ENV, TORCHRUN, torchrun_args
 from ..net import LOOPBACK
 
 DEFAULT_PORT = 29500
@@ -21,17 +21,27 @@ def single_node(cfg: RunConfig, script: str = "train.py", port: int = DEFAULT_PO
     nproc = cfg.distributed.nproc
     if nproc == 1:
         return ["python", script]
-    return torchrun_args([script], nproc=nproc, endpoint=f"{LOOPBACK}:{port}",
-                         runner=launcher or TORCHRUN)
+    return restartable(cfg, torchrun_args([script], nproc=nproc, endpoint=f"{LOOPBACK}:{port}",
+                                          max_restarts=cfg.distributed.max_restarts,
+                                          runner=launcher or TORCHRUN))
 
 
 def multi_node(cfg: RunConfig, nodes: int, head: str = "HEAD_NODE", port: int = DEFAULT_PORT,
                script: str = "train.py", job_id: str = "workbench",
                launcher: list[str] | None = None) -> list[str]:
     """The command to start on every node; c10d rendezvous on the head node assigns node ranks."""
-    return torchrun_args([script], nproc=cfg.distributed.nproc, nnodes=nodes, rdzv_id=job_id,
-                         endpoint=f"{head}:{port}", max_restarts=cfg.distributed.max_restarts,
-                         runner=launcher or TORCHRUN)
+    return restartable(cfg, torchrun_args([script], nproc=cfg.distributed.nproc, nnodes=nodes,
+                                          rdzv_id=job_id, endpoint=f"{head}:{port}",
+                                          max_restarts=cfg.distributed.max_restarts,
+                                          runner=launcher or TORCHRUN))
+
+
+def restartable(cfg: RunConfig, command: list[str]) -> list[str]:
+    """A torchrun command that restarts (distributed.max_restarts) gets the environment the
+    workbench's own launch uses for it: without it a restarted group can fail to connect."""
+    if not cfg.distributed.max_restarts:
+        return command
+    return ["env", *(f"{k}={v}" for k, v in RESTART_ENV.items()), *command]
 
 
 def default_nodes(cfg: RunConfig) -> int:
@@ -51,7 +61,9 @@ def slurm_job(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT, script: str 
                           job_id="$SLURM_JOB_ID")
     return slurm_template(" ".join(shell_word(a) for a in torchrun), name=name, nodes=nodes,
                           nproc=cfg.distributed.nproc, gpus=uses_gpu(cfg), port=port,
-                          time_limit=time_limit, submit="Submit from the export folder: sbatch job.slurm")
+                          time_limit=time_limit, submit="Submit from the export folder: sbatch job.slurm",
+                          # the script resumes a requeued job from its state, but not under FSDP
+                          requeue=cfg.run.save_every > 0 and cfg.distributed.strategy != "fsdp")
 
 
 def commands_markdown(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT) -> str:

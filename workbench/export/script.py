@@ -12,13 +12,17 @@ from pathlib import Path
 
 import torch
 
+from .. import disk as wb_disk
 from ..config import ConfigError, RunConfig
+from ..events import STEP_NUMBER
+from ..runfolder import RESUME
 from ..train import budget as wb_budget
 from ..train import checkpointing as wb_checkpointing
 from ..train import data as wb_data
 from ..train import models as wb_models
 from ..train import precision as wb_precision
 from ..train import rank as wb_rank
+from ..train import resume as wb_resume
 from ..train import sharding as wb_sharding
 from ..train import step as wb_step
 from ..train import trainer as wb_trainer
@@ -35,6 +39,8 @@ and DDP settings as the run it came from; with the same seed it reproduces that 
     python train.py                       # one process
     torchrun --nproc-per-node=2 train.py  # two ranks on this machine
     python train.py --steps 1000 --metrics metrics/   # longer, per-step losses to metrics/rank0.jsonl
+    python train.py --save-every 50       # keep a resumable state in state/ ...
+    python train.py --resume              # ... and go on from it after a crash
 
 commands.md has the multi-node torchrun command; job.slurm runs it under SLURM.
 """
@@ -45,11 +51,13 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import io
 import json
 import math
 import os
 import random
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from collections.abc import Mapping
@@ -178,6 +186,14 @@ def _step_code() -> str:
                                           wb_step.train_step)])
 
 
+def _resume_code() -> str:
+    """run.save_every's resumable state, the trainer's own file: a script and a workbench run each
+    go on from the other's `resume.pt` (one process or DDP)."""
+    names = f"STEP_NUMBER = {STEP_NUMBER!r}\nRESUME = {RESUME!r}"
+    return "\n\n\n".join([names, _source(wb_resume.whole_state, wb_resume.load_whole_state,
+                                           wb_disk.write_atomic)])
+
+
 def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
     """The settings embedded in the script; the user's code is named as the export carries it."""
     config = cfg.to_dict()
@@ -195,7 +211,8 @@ def script_source(cfg: RunConfig, specs: dict | None = None) -> str:
                            config=pprint.pformat(script_config(cfg, specs), indent=1, width=100))
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
                 ("precision, loss and loading", _helpers_code()),
-                ("one training step (the workbench's own)", _step_code())]
+                ("one training step (the workbench's own)", _step_code()),
+                ("resumable state (run.save_every)", _resume_code())]
     fsdp = cfg.distributed.strategy == "fsdp"
     if cfg.train.checkpoint or fsdp:  # FSDP's block names are matched as checkpointing's are
         sections.append(("activation checkpointing (train.checkpoint)", _checkpoint_code()))

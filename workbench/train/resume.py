@@ -23,18 +23,34 @@ from .rank import unwrap
 from .sharded_resume import restore_sharded, save_sharded
 
 
+def whole_state(parts, step: int) -> bytes:
+    """The resumable state after `step` (model, optimizer, gradient scaler, step), serialised.
+    Copied into exported scripts, which write and read the same file."""
+    state = {STEP_NUMBER: step, "model": unwrap(parts.model).state_dict(),
+             "optimizer": parts.opt.state_dict(), "scaler": parts.scaler.state_dict()}
+    buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def load_whole_state(parts, path) -> int:
+    """Load a `whole_state` file into the set-up model, optimizer and scaler; the step it was
+    saved after. Copied into exported scripts."""
+    state = torch.load(path, map_location=parts.device, weights_only=True)
+    step = int(state[STEP_NUMBER])
+    unwrap(parts.model).load_state_dict(state["model"])
+    parts.opt.load_state_dict(state["optimizer"])
+    parts.scaler.load_state_dict(state["scaler"])
+    return step
+
+
 def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
     """The state after `step`, replacing the previous one atomically: rank 0 alone, or (sharded)
     every rank its shards."""
     if sharded:
         save_sharded(s, step, run_dir)
         return
-    state = {STEP_NUMBER: step, "model": unwrap(s.parts.model).state_dict(),
-             "optimizer": s.parts.opt.state_dict(),
-             "scaler": s.parts.scaler.state_dict()}
-    buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
-    torch.save(state, buffer)
-    write_atomic(RunFolder(run_dir).resume_file, buffer.getvalue())
+    write_atomic(RunFolder(run_dir).resume_file, whole_state(s.parts, step))
 
 
 def restore_state(s, run_dir, accum: int, sharded: bool = False, resume_from: str = "") -> int:
@@ -70,12 +86,7 @@ def _restore_whole(s, run_dir) -> int:
     if not path.is_file():
         return 0
     try:
-        state = torch.load(path, map_location=s.parts.device, weights_only=True)
-        step = int(state[STEP_NUMBER])
+        return load_whole_state(s.parts, path)
     except Exception as e:  # noqa: BLE001 - a torn, foreign or truncated file is the same damage
         raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); "
                           "the folder is damaged") from None
-    unwrap(s.parts.model).load_state_dict(state["model"])
-    s.parts.opt.load_state_dict(state["optimizer"])
-    s.parts.scaler.load_state_dict(state["scaler"])
-    return step
