@@ -22,7 +22,7 @@ def single_node(cfg: RunConfig, script: str = "train.py", port: int = DEFAULT_PO
     if nproc == 1:
         return ["python", script]
     return restartable(cfg, torchrun_args([script], nproc=nproc, endpoint=f"{LOOPBACK}:{port}",
-                                          max_restarts=cfg.distributed.max_restarts,
+                                          max_restarts=cfg.distributed.max_restarts or None,
                                           runner=launcher or TORCHRUN))
 
 
@@ -32,7 +32,7 @@ def multi_node(cfg: RunConfig, nodes: int, head: str = "HEAD_NODE", port: int = 
     """The command to start on every node; c10d rendezvous on the head node assigns node ranks."""
     return restartable(cfg, torchrun_args([script], nproc=cfg.distributed.nproc, nnodes=nodes,
                                           rdzv_id=job_id, endpoint=f"{head}:{port}",
-                                          max_restarts=cfg.distributed.max_restarts,
+                                          max_restarts=cfg.distributed.max_restarts or None,
                                           runner=launcher or TORCHRUN))
 
 
