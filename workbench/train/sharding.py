@@ -1,7 +1,7 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
-    per_rank_bytes(model, world_size)       # predicted from the full shapes, before sharding
+    per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
     held_bytes(model, opt)                  # measured: the local shards this rank holds
     grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
@@ -75,9 +75,11 @@ def optimizer_factor(cfg: RunConfig) -> tuple[int, int]:
     return (1 if cfg.optim.momentum else 0), 0
 
 
-def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[dict]:
+def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
+                   activations: int | None = None) -> list[dict]:
     """Predicted parameter, gradient and optimizer bytes on each rank, from the unsharded model:
-    whole under DDP, each rank's chunks under FSDP."""
+    whole under DDP, each rank's chunks under FSDP; with `activations`, the bytes one micro-batch
+    saves for backward (footprint.batch_activations), the same on every rank."""
     shaped, scalar = optimizer_factor(cfg)
     params = list(model.parameters())
     out = []
@@ -90,6 +92,8 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[di
             total += rows * per_row * p.element_size()
         out.append({RANK: rank, "parameters": total, "gradients": total,
                     "optimizer": shaped * total + scalar * len(params)})
+        if activations is not None:
+            out[-1]["activations"] = activations
     return out
 
 
