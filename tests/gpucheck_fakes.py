@@ -96,21 +96,22 @@ class FakeLauncher:
         self.calls: list[tuple[str, float | None]] = []
         self.configs: list = []
         self.off = {}  # part -> bytes every rank measures beyond the prediction
-        self.peak_over_parts = 1.25  # each rank's allocator peak over its predicted parts
+        self.peak_over_predicted = 1.25  # each rank's allocator peak over its predicted peak
 
     def memory_per_rank(self, cfg) -> dict:
-        """What a worker records: each rank's predicted parts (the whole model's over the ranks),
-        the same measured (plus `off`) and an allocator peak."""
+        """What a worker records: each rank's predicted parts (the whole model's over the ranks)
+        and peak (1 GiB once set up, plus the parts), the same measured (plus `off`) and a peak."""
         ranks = cfg.distributed.world_size
         whole = {"parameters": 800 * 2**20, "gradients": 800 * 2**20, "optimizer": 1600 * 2**20}
         predicted = [{"rank": r, **{k: v // ranks for k, v in whole.items()},
                       "activations": 512 * 2**20} for r in range(ranks)]
+        for p in predicted:
+            p["peak"] = GIB + sum(v for k, v in p.items() if k != "rank")
         measured = [{**p, **{k: p[k] + b for k, b in self.off.items()},
-                     "peak": int(self.peak_over_parts * sum(v for k, v in p.items() if k != "rank"))}
-                    for p in predicted]
+                     "peak": int(self.peak_over_predicted * p["peak"])} for p in predicted]
         return {"strategy": cfg.distributed.strategy if ranks > 1 else "one process",
                 "predicted": predicted, "measured": measured, "not_measured": [],
-                "not_predicted": ["peak"]}
+                "not_predicted": []}
 
     def __call__(self, cfg, run_dir=None, timeout_s=None, env=None, threads=None) -> dict:
         self.calls.append((cfg.run.label, timeout_s))

@@ -204,8 +204,8 @@ def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkey
     assert one["strategy"] == "one process" and one["precision"] == "bf16"  # an H200 has bf16
     (rank,) = one["ranks"]
     assert rank["differs"] == [] and set(rank["predicted"]) == set(rank["measured"]) == set(fsdp.PARTS)
-    assert rank["predicted_parts_gib"] == 3.625 and rank["peak_gib"] == 4.5312  # 3,712 MiB x 1.25
-    assert rank["peak_over_parts"] == 1.25
+    assert rank["predicted_peak_gib"] == 4.625 and rank["peak_gib"] == 5.7812  # 4,736 MiB x 1.25
+    assert rank["peak_over_predicted"] == 1.25
     assert two["name"] == "fsdp, 2 ranks" and two["status"] == "skipped"
     assert two["reason"].startswith("1 GPU(s) here: 2 FSDP ranks take one GPU each")
     (cfg,) = launcher.configs

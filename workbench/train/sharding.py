@@ -2,6 +2,7 @@
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
     per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
+    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
     held_bytes(model, opt)                  # measured: the local shards this rank holds
     grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
@@ -95,6 +96,23 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
         if activations is not None:
             out[-1]["activations"] = activations
     return out
+
+
+def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
+    """What a step holds for communication beyond the parts, from the unsharded model: DDP's
+    gradient buckets (a copy of every gradient), or FSDP's largest unit (a block, or what the root
+    keeps) gathered whole with its whole gradients until they are reduce-scattered."""
+    if world_size < 2:
+        return 0
+    if cfg.distributed.strategy != "fsdp":
+        return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    modules = dict(model.named_modules())
+    units = [list(modules[n].parameters()) for n in block_names(model, cfg.distributed.fsdp_blocks)]
+    blocked = {id(p) for unit in units for p in unit}
+    units.append([p for p in model.parameters() if id(p) not in blocked])
+    gathered = 2 if cfg.distributed.fsdp_mixed_precision else None  # bf16 parameters in compute
+    return max(sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
+               for unit in units)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

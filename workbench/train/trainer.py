@@ -10,7 +10,6 @@ memory is read on a timer (run.mem_every_s), never per step.
 from __future__ import annotations
 
 import io
-import resource
 import math
 import statistics
 import time
@@ -40,7 +39,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .sharding import apply_fsdp, grad_bytes, held_bytes, per_rank_bytes
+from .sharding import apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
@@ -65,6 +64,8 @@ class Setup:
     t_launch: float
     contract: dict = field(default_factory=dict)  # what the check on one batch found
     memory_plan: list | None = None  # each rank's predicted bytes, workbench.train.sharding
+    memory_base: int = 0  # what this rank held once set up, counted as its peak is
+    comm_bytes: int = 0  # what its steps hold for communication (sharding.comm_bytes)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task), autocast(cfg, device),
                                        device)["total"]  # one rank's micro-batch, whole model
     plan = per_rank_bytes(model, cfg, env.world_size, acts)  # from the whole model, before wrapping
+    comm = comm_bytes(model, cfg, env.world_size)
     if env.world_size > 1:
         if cfg.distributed.strategy == "fsdp":
             sharded = {"fsdp_blocks": apply_fsdp(model, cfg)}
@@ -172,7 +174,8 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
                       loss_fn(data.task), device, accum=cfg.optim.grad_accum_steps,
                       world_size=env.world_size, channels_last=cfg.precision.channels_last,
                       grad_clip=cfg.optim.grad_clip)
-    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan)
+    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan,
+              memory.held_bytes_now(device), comm)
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
@@ -369,24 +372,27 @@ def measuring(model: torch.nn.Module, into: dict):
 def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None) -> dict:
     """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
     the gradients and saved activations held in one step (`mid_step`: they are freed at every
-    step's end), and the peak (the allocator's on a GPU, the process's resident set on a CPU)."""
+    step's end), and the peak (the allocator's on a GPU, the process's resident set on a CPU).
+    The peak is predicted by each rank from what it held once set up, plus what its steps add:
+    gradients, optimizer state, activations and communication buffers."""
     params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
     mid_step = mid_step or {}
     held = {"parameters": params_opt["parameters"], "optimizer": params_opt["optimizer"],
             **{k: mid_step[k] for k in ("gradients", "activations") if k in mid_step}}
-    held["peak"] = (torch.cuda.max_memory_allocated(s.parts.device) if s.parts.device.type == "cuda"
-                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    mine = {RANK: env.rank, **held}
+    held["peak"] = memory.peak_bytes(s.parts.device)
+    plan = s.memory_plan[env.rank]
+    mine = {RANK: env.rank, **held, "predicted_peak": s.memory_base + s.comm_bytes + sum(
+        plan.get(k, 0) for k in ("gradients", "optimizer", "activations"))}
     measured: list = [None] * env.world_size
     if env.world_size > 1:
         dist.all_gather_object(measured, mine)
     else:
         measured = [mine]
+    predicted = [{**p, "peak": m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
-    return {"strategy": strategy, "predicted": s.memory_plan,
-            "measured": measured,
+    return {"strategy": strategy, "predicted": predicted, "measured": measured,
             "not_measured": [k for k in ("gradients", "activations") if k not in held],
-            "not_predicted": ["peak"]}
+            "not_predicted": []}
 
 
 def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int,
