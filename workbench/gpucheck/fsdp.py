@@ -9,7 +9,7 @@ where the GPU has it. Each rank's parameter, gradient, optimizer and saved-activ
 predicted before launch and measured during the run (`memory_per_rank`, workbench.train.trainer):
 they must agree byte for byte. Each rank's peak, predicted (what it held once set up, plus its
 steps' gradients, optimizer state, activations and gathered block) and measured (the allocator's),
-is reported with their ratio, against the goal of 15 %.
+is reported with their ratio (the goal: within 15 %).
 """
 from __future__ import annotations
 
@@ -53,8 +53,12 @@ def rank_rows(per_rank: dict) -> list[dict]:
     return rows
 
 
+def item_name(nproc: int) -> str:
+    return f"fsdp, {nproc} rank" + ("s" if nproc > 1 else "")
+
+
 def fsdp_run(ctx, rec, nproc: int) -> None:
-    name = f"fsdp, {nproc} rank" + ("s" if nproc > 1 else "")
+    name = item_name(nproc)
     gpus = torch.cuda.device_count()
     cfg = fsdp_config(nproc)
     left = ctx.left()
@@ -89,8 +93,7 @@ def fsdp_run(ctx, rec, nproc: int) -> None:
 def run(ctx, rec) -> None:
     rec.figures.update(model=asdict(base_config("transformer", BATCH).model), batch=BATCH,
                        steps=STEPS)
-    ctx.each(rec, [(f"fsdp, {n} rank" + ("s" if n > 1 else ""),
-                    lambda c, r, n=n: fsdp_run(c, r, n)) for n in (1, 2)])
+    ctx.each(rec, [(item_name(n), lambda c, r, n=n: fsdp_run(c, r, n)) for n in (1, 2)])
     said = []
     for i in rec.items:
         if i["status"] == "ok":
