@@ -94,9 +94,28 @@ class FakeLauncher:
         self.fail = set(fail)
         self.param_sums = param_sums  # per rank; equal by default, as DDP leaves them
         self.calls: list[tuple[str, float | None]] = []
+        self.configs: list = []
+        self.off = {}  # part -> bytes every rank measures beyond the prediction
+        self.peak_over_predicted = 1.25  # each rank's allocator peak over its predicted peak
+
+    def memory_per_rank(self, cfg) -> dict:
+        """What a worker records: each rank's predicted parts (the whole model's over the ranks)
+        and peak (1 GiB once set up, plus the parts), the same measured (plus `off`) and a peak."""
+        ranks = cfg.distributed.world_size
+        whole = {"parameters": 800 * 2**20, "gradients": 800 * 2**20, "optimizer": 1600 * 2**20}
+        predicted = [{"rank": r, **{k: v // ranks for k, v in whole.items()},
+                      "activations": 512 * 2**20} for r in range(ranks)]
+        for p in predicted:
+            p["peak"] = GIB + sum(v for k, v in p.items() if k != "rank")
+        measured = [{**p, **{k: p[k] + b for k, b in self.off.items()},
+                     "peak": int(self.peak_over_predicted * p["peak"])} for p in predicted]
+        return {"strategy": cfg.distributed.strategy if ranks > 1 else "one process",
+                "predicted": predicted, "measured": measured, "not_measured": [],
+                "not_predicted": []}
 
     def __call__(self, cfg, run_dir=None, timeout_s=None, env=None, threads=None) -> dict:
         self.calls.append((cfg.run.label, timeout_s))
+        self.configs.append(cfg)
         path = create_run_dir(cfg)
         p = cfg.precision
         rate = self.rates["tf32" if p.dtype == "fp32" and p.tf32 else p.dtype]
@@ -111,7 +130,8 @@ class FakeLauncher:
                    "step_time_ms_median": step_ms, "threads": 1, "precision": p.dtype,
                    "mfu_spec": rate / 1000, "tflops": rate, "spec_tflops": 990.0,
                    "mem_peak_gib": 2.5, "mem_reserved_gib": 3.0, "contention": {
-                       "other_cpu_cores": 0.0, "steal_frac": 0.0, "busy": False}}
+                       "other_cpu_cores": 0.0, "steal_frac": 0.0, "busy": False},
+                   "memory_per_rank": self.memory_per_rank(cfg)}
         if failed:
             summary["message"] = "rank 0 raised RuntimeError: injected"
         if p.dtype == "fp16":

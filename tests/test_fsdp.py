@@ -1,6 +1,6 @@
 """FSDP2 beside DDP: the strategy setting and its refusals, the block rule, and real runs (2 DDP
-ranks, 2 FSDP ranks, 1 process) whose per-rank parameter, gradient and optimizer bytes are measured
-as predicted, whose FSDP losses are DDP's, and whose saved weights are whole."""
+ranks, 2 FSDP ranks, 1 process) whose per-rank parameter, gradient, optimizer and saved-activation
+bytes are measured as predicted, whose FSDP losses are DDP's, and whose saved weights are whole."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +11,7 @@ from workbench.distributed.launch import run
 from workbench.events import read_events
 from workbench.train.models import MLP, TinyTransformerLM
 from workbench.train.restore import load_model
-from workbench.train.sharding import block_names, per_rank_bytes
+from workbench.train.sharding import block_names, comm_bytes, per_rank_bytes
 
 
 @pytest.mark.parametrize("change, message", [
@@ -46,26 +46,45 @@ def test_the_prediction_splits_each_parameter_by_rows_as_fsdp2_does():
     assert [r["optimizer"] for r in plan] == [2 * r["parameters"] + 2 * 4 for r in plan]
 
 
+def test_the_peak_counts_ddp_s_buckets_or_fsdp_s_largest_block_gathered_with_its_gradients():
+    model = MLP(64, 10, width=8, depth=2)  # net.1: 64 x 8 + 8 parameters, net.3: 72, net.5: 90
+    ddp = RunConfig.smoke().replace(**{"distributed.nproc": 2})
+    fsdp = ddp.replace(**{"distributed.strategy": "fsdp"})
+    assert comm_bytes(model, ddp, 2) == (520 + 72 + 90) * 4  # a copy of every gradient
+    assert comm_bytes(model, fsdp, 2) == 520 * (4 + 4)  # net.1 whole, and its whole gradients
+    mixed = fsdp.replace(**{"distributed.fsdp_mixed_precision": True})
+    assert comm_bytes(model, mixed, 2) == 520 * (2 + 4)  # gathered in bf16
+    assert comm_bytes(model, ddp, 1) == 0
+
+
 @pytest.mark.slow
 def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
-    """Parameters, gradients (read mid-step, before the optimizer zeroes them) and optimizer state,
-    measured on each rank, equal the prediction byte for byte: 2 DDP ranks, 2 FSDP ranks, 1 process."""
+    """Parameters, gradients and saved activations (read mid-step: the optimizer zeroes the one,
+    backward frees the other) and optimizer state, measured on each rank, equal the prediction byte
+    for byte, and the activations what the MLP's shapes say: 2 DDP ranks, 2 FSDP ranks, 1 process."""
     base = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
                                         "run.eval_batches": 0, "model.width": 51})  # 51 rows: 26 + 25
     shapes = {"ddp": base, "fsdp": base.replace(**{"distributed.strategy": "fsdp"}),
               "one process": base.replace(**{"distributed.nproc": 1, "distributed.strategy": "fsdp"})}
     runs = {name: run(cfg, timeout_s=300) for name, cfg in shapes.items()}
+    # What autograd saves for backward in one rank's step, from the shapes: a batch of 32 digits
+    # (8 x 8 fp32, the first Linear's input), each hidden layer's ReLU output (the next Linear's
+    # input too), the 10 log-probabilities, the int64 targets and nll_loss's fp32 total weight.
+    # The weights the Linears save are parameters (under FSDP the gathered ones): not counted.
+    batch, depth = base.loader.batch_size, base.model.depth
+    activations = batch * (64 * 4 + depth * 51 * 4 + 10 * 4 + 8) + 4
     for strategy, summary in runs.items():
         assert summary["status"] == "completed", summary
         memory = summary["memory_per_rank"]
         assert memory["strategy"] == strategy
         assert len(memory["measured"]) == summary["world_size"]
-        assert memory["not_measured"] == ["activations"]
+        assert memory["not_measured"] == [] and memory["not_predicted"] == []
         for predicted, measured in zip(memory["predicted"], memory["measured"]):
             assert predicted["rank"] == measured["rank"]
-            for part in ("parameters", "gradients", "optimizer"):  # exactly, per rank
+            for part in ("parameters", "gradients", "optimizer", "activations"):  # exactly, per rank
                 assert predicted[part] == measured[part], (strategy, measured["rank"], part)
-            assert measured["peak"] > 0
+            assert measured["activations"] == activations, (strategy, measured["rank"])
+            assert measured["peak"] > 0 and predicted["peak"] > 0
     whole = runs["ddp"]["memory_per_rank"]["measured"][0]["parameters"]
     assert runs["one process"]["memory_per_rank"]["measured"][0]["gradients"] == whole
     shards = [m["parameters"] for m in runs["fsdp"]["memory_per_rank"]["measured"]]
@@ -81,6 +100,8 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
     table = per_rank_lines(runs["fsdp"]["memory_per_rank"])  # what `workbench profile` prints
     assert table[0].startswith("  per rank (FSDP):") and [t.split()[:2] for t in table[2:4]] == [
         ["rank", "0"], ["rank", "1"]]
+    assert table[0].split()[-2:] == ["activations", "peak"]
+    assert table[2].split()[-8:-6] == [f"{activations / 2**20:,.2f}", "MiB"]  # measured, rank 0
     model = load_model(runs["fsdp"]["run_dir"])  # the saved weights are whole, not a shard
     assert sum(p.numel() for p in model.parameters()) * 4 == whole
 

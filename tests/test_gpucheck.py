@@ -92,8 +92,8 @@ def test_the_plan_fits_eight_minutes_and_parts_are_chosen_by_name():
 
 
 def test_everything_it_runs_imports_without_jupyter_plotly_or_pandas():
-    mods = ["probe", "runner", "report", "goals", "check", "ceilings", "training", "ddp", "monitor",
-            "compression", "loading", "gpumem", "holder", "__main__"]
+    mods = ["probe", "runner", "report", "goals", "check", "ceilings", "training", "ddp", "fsdp",
+            "monitor", "compression", "loading", "gpumem", "holder", "__main__"]
     code = ("import sys\n"
             "for name in ('pandas', 'plotly', 'ipywidgets', 'jupyterlab', 'IPython', 'anywidget'):\n"
             "    sys.modules[name] = None\n"

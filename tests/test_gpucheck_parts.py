@@ -11,7 +11,8 @@ import torch
 
 from gpucheck_fakes import FakeLauncher, FakeNVML, context, fake_gpu
 from workbench.events import EventWriter
-from workbench.gpucheck import ceilings, check, compression, ddp, gpumem, loading, monitor, report
+from workbench.gpucheck import ceilings, check, compression, ddp, fsdp, gpumem, loading, monitor
+from workbench.gpucheck import report
 from workbench.gpucheck import runner, training
 from workbench.hardware.ceiling import Ceiling
 from workbench.trials import rounds
@@ -32,6 +33,7 @@ def launcher(monkeypatch):
                         lambda self, cfg, new_process, timeout_s=None: dict(PRECHECK))
     monkeypatch.setattr(training, "launch_run", fake)
     monkeypatch.setattr(ddp, "launch_run", fake)
+    monkeypatch.setattr(fsdp, "launch_run", fake)
     monkeypatch.setattr(rounds, "run", fake)
     return fake
 
@@ -192,6 +194,65 @@ def test_the_ddp_config_uses_what_the_gpu_can_do(monkeypatch):
     assert ddp.small_config().precision.dtype == "fp32"
 
 
+def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkeypatch, tmp_path,
+                                                                            launcher):
+    fake_gpu(monkeypatch)
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path), rec)
+    one, two = rec.items
+    assert one["name"] == "fsdp, 1 rank" and one["status"] == "ok", one
+    assert one["strategy"] == "one process" and one["precision"] == "bf16"  # an H200 has bf16
+    (rank,) = one["ranks"]
+    assert rank["differs"] == [] and set(rank["predicted"]) == set(rank["measured"]) == set(fsdp.PARTS)
+    assert rank["predicted_peak_gib"] == 4.625 and rank["peak_gib"] == 5.7812  # 4,736 MiB x 1.25
+    assert rank["peak_over_predicted"] == 1.25
+    assert two["name"] == "fsdp, 2 ranks" and two["status"] == "skipped"
+    assert two["reason"].startswith("1 GPU(s) here: 2 FSDP ranks take one GPU each")
+    (cfg,) = launcher.configs
+    assert (cfg.distributed.strategy, cfg.distributed.nproc, cfg.run.device) == ("fsdp", 1, "cuda")
+    assert cfg.model.width == training.WIDTH and cfg.data.seq_len == training.SEQ
+    assert rec.summary == "fsdp, 1 rank peak/predicted 1.25x; fsdp, 2 ranks skipped"
+    assert rec.figures["model"]["width"] == training.WIDTH
+
+
+def test_fsdp_with_two_gpus_shards_over_nccl_and_a_part_off_its_prediction_fails(monkeypatch,
+                                                                                 tmp_path, launcher):
+    fake_gpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path), rec)
+    assert [i["status"] for i in rec.items] == ["ok", "ok"], rec.items
+    two = rec.items[1]
+    assert two["strategy"] == "fsdp" and [r["rank"] for r in two["ranks"]] == [0, 1]
+    assert two["ranks"][1]["predicted"]["parameters"] == 400 * 2**20  # half of each rank's whole
+    cfg = launcher.configs[1]
+    assert (cfg.distributed.nproc, cfg.distributed.backend) == (2, "nccl")
+    launcher.off = {"activations": 4096}
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path), rec)
+    assert [i["status"] for i in rec.items] == ["failed", "failed"]
+    assert rec.items[1]["reason"].startswith(f"rank 0 activations: predicted {512 * 2**20}, "
+                                             f"measured {512 * 2**20 + 4096}; rank 1 activations")
+    assert rec.summary == "fsdp, 1 rank failed; fsdp, 2 ranks failed"
+
+
+def test_fsdp_runs_that_fail_or_have_no_time_left_say_so(monkeypatch, tmp_path, launcher):
+    fake_gpu(monkeypatch)
+    launcher.fail = {"fsdp-1-rank"}
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path), rec)
+    assert rec.items[0]["status"] == "failed"
+    assert rec.items[0]["reason"] == "the run ended failed: rank 0 raised RuntimeError: injected"
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path, budget_s=training.RUN_S - 5), rec)
+    assert rec.items[0]["status"] == "skipped" and "not enough time left" in rec.items[0]["reason"]
+    monkeypatch.setattr(fsdp, "refusal", lambda cfg: "distributed.strategy 'fsdp' refused here")
+    rec = runner.PartRecord("fsdp", 30.0)
+    fsdp.run(context(tmp_path), rec)
+    assert rec.items[0] == {"name": "fsdp, 1 rank", "status": "skipped",
+                            "reason": "distributed.strategy 'fsdp' refused here"}
+
+
 def test_leftover_processes_and_memory_that_did_not_come_back_are_named():
     dead = __import__("subprocess").Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -280,7 +341,7 @@ def test_the_whole_check_writes_one_report_and_goes_past_a_failed_part(monkeypat
     assert code == 1
     rep = report.read_report(tmp_path / "out")
     assert [p["name"] for p in rep["parts"]] == [p.name for p in check.PLAN]
-    assert [p["status"] for p in rep["parts"]] == ["ok", "failed", "ok", "ok", "ok", "ok"]
+    assert [p["status"] for p in rep["parts"]] == ["ok", "failed", "ok", "ok", "ok", "ok", "ok"]
     assert "NCCL error" in rep["parts"][1]["error"]
     assert rep["parts"][-1]["limit_s"] <= check.DEFAULT_BUDGET_S  # training: what was left
     assert rep["device"]["name"] == "NVIDIA H200" and rep["device"]["datasheet"]["name"] == "H200"

@@ -6,7 +6,7 @@ May import every folder below it; nothing imports it. Imports no Jupyter, plotly
 
 Modules: `probe` (is there a GPU, answered before torch is imported), `runner` (part records, the
 watchdog, the loop that continues past a failed part), `check` (the plan and the whole run), one
-module per part (`ceilings`, `training`, `ddp`, `monitor`, `compression`, `loading`), `gpumem`
-(NVML's view of the device), `holder` (the second process the monitor part starts), `goals` and
-`report` (the JSON report, its schema and the table).
+module per part (`ceilings`, `training`, `ddp`, `fsdp`, `monitor`, `compression`, `loading`),
+`gpumem` (NVML's view of the device), `holder` (the second process the monitor part starts),
+`goals` and `report` (the JSON report, its schema and the table).
 """

@@ -4,7 +4,7 @@
     python -m workbench.gpucheck --parts training,ddp --budget-s 300
 
 Without a GPU it says why and exits 0 at once (torch is not even imported when there is no NVIDIA
-device node). With one it runs each part under its own time limit (the report, ddp, monitor,
+device node). With one it runs each part under its own time limit (the report, ddp, fsdp, monitor,
 compression, loading, then training with what is left: 450 s in all by default), continues past a
 part that fails, writes DIR/gpucheck.json after every part and prints a table at the end. Exit
 status: 0 when no part failed, 1 when one failed or ran out of time, 2 for bad arguments, 3 when a

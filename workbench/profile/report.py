@@ -82,21 +82,20 @@ def memory_lines(b) -> list[str]:
 
 
 def per_rank_lines(per_rank: dict | None) -> list[str]:
-    """Each rank's parameter, gradient and optimizer bytes, predicted before launch against
-    measured, and its measured peak (several ranks: DDP replicas or FSDP shards)."""
+    """Each rank's parameter, gradient, optimizer and saved-activation bytes and its peak,
+    predicted against measured (several ranks: DDP replicas or FSDP shards)."""
     if not per_rank:
         return []
-    parts = ("parameters", "gradients", "optimizer")
+    parts = ("parameters", "gradients", "optimizer", "activations", "peak")
     label = f"per rank ({per_rank['strategy'].upper()}):"
-    lines = [f"  {label:<16}" + "".join(f"{p:>26}" for p in parts) + f"{'peak':>11}",
-             f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts) + f"{'measured':>11}"]
+    lines = [f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
+             f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts)]
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
-        measured = [mib(got[p]) if p in got else "-" for p in parts]  # older runs: no gradients
+        measured = [mib(got.get(p)) for p in parts]  # older runs lack some
         lines.append(f"  rank {got[RANK]:<11}"
-                     + "".join(f"{mib(want[p]):>13}{m:>13}" for p, m in zip(parts, measured))
-                     + f"{mib(got['peak']):>11}")
-    lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured'])}; not predicted: "
-                 f"{', '.join(per_rank['not_predicted'])}")
+                     + "".join(f"{mib(want.get(p)):>13}{m:>13}" for p, m in zip(parts, measured)))
+    lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured']) or 'nothing'}; "
+                 f"not predicted: {', '.join(per_rank['not_predicted']) or 'nothing'}")
     return lines
 
 

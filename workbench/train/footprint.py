@@ -4,21 +4,26 @@ allocator's figures and NVML's for the whole device.
 
     parameter_bytes(model); gradient_bytes(model); optimizer_state_bytes(opt)
     saved_activations(model, x, y, lossf, amp, checkpointed=["blocks.layers.0"])
+    batch_activations(model, cfg, data, lossf, amp, device)    # the same, on the config's batch
+    with saved_for_backward(model) as saved: ...               # in a real step: sum(saved.values())
 
 Every count is of distinct storages, so tied weights and a tensor saved by two ops count once.
 Activations are caught with saved-tensor hooks during one forward pass (module hooks say which
 module was running); a checkpointed module saves nothing inside, but the inputs it keeps for its
-recompute are counted, under its name.
+recompute are counted, under its name. Parameters are left out, FSDP's gathered ones included:
+a saved tensor whose storage is one of the model's parameters' as it is saved.
 """
 from __future__ import annotations
 
 import resource
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from ..machine.gpu import GIB
 from ..machine.monitor import NvmlReader
+from .checkpointing import resolve
+from .flops import first_batch, no_trace
 from .memory import rss_gib
 
 OUTSIDE = "(outside any module: the loss)"
@@ -59,31 +64,44 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+def _storage_of(p: torch.Tensor):
+    return (p.to_local() if hasattr(p, "to_local") else p).untyped_storage()  # an FSDP shard's own
+
+
+@contextmanager
+def saved_for_backward(model: torch.nn.Module, where=lambda: None):
+    """While active, every storage autograd saves for backward, once: {storage: (bytes, where())}.
+    The model's parameters are read as each tensor is saved, since FSDP swaps in the whole
+    parameters it gathers for a block's forward and frees them after."""
+    saved: dict[int, tuple[int, str | None]] = {}
+
+    def pack(t):
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            if s.nbytes() and s.data_ptr() not in saved and s.data_ptr() not in {
+                    _storage_of(p).data_ptr() for p in model.parameters()}:
+                saved[s.data_ptr()] = (s.nbytes(), where())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield saved
+
+
 def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=()) -> dict:
     """Bytes autograd keeps for backward after one forward pass on (x, y): the total and per module
     (the innermost module running when each tensor was saved), with what checkpointed modules keep
     for their recompute. Runs no backward; the caller restores RNG and buffers (flops.no_trace)."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, tuple[int, str]] = {}  # storage -> (bytes, module)
     stack: list[str] = []
     checkpointed = set(checkpointed)
-
-    def note(t: torch.Tensor, where: str) -> None:
-        s = t.untyped_storage()
-        if s.data_ptr() not in params and s.data_ptr() not in saved and s.nbytes():
-            saved[s.data_ptr()] = (s.nbytes(), where)
-
-    def pack(t):
-        if isinstance(t, torch.Tensor):
-            note(t, stack[-1] if stack else OUTSIDE)
-        return t
 
     def enter(name):
         def hook(module, args, kwargs):
             stack.append(name)
             if name in checkpointed:  # what the recompute starts from stays alive until backward
                 for t in _tensors((args, kwargs)):
-                    note(t, name)
+                    s = t.untyped_storage()
+                    if s.nbytes():
+                        saved.setdefault(s.data_ptr(), (s.nbytes(), name))
         return hook
 
     def leave(module, args, output):
@@ -94,10 +112,10 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
         handles.append(module.register_forward_pre_hook(enter(name or "(model)"), with_kwargs=True))
         handles.append(module.register_forward_hook(leave))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_for_backward(model, lambda: stack[-1] if stack else OUTSIDE) as saved:
             with amp or nullcontext():
                 loss = lossf(model(x), y)
-        del loss  # the graph and what it saved go with it
+            del loss  # the graph and what it saved go with it
     finally:
         for h in handles:
             h.remove()
@@ -107,6 +125,18 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
     kept = sum(b for b, where in saved.values() if where in checkpointed)
     return {"total": sum(per_module.values()), "per_module": per_module, "kept_for_recompute": kept,
             "batch_size": len(x)}
+
+
+def batch_activations(model: torch.nn.Module, cfg, data, lossf, amp, device,
+                      batch: int | None = None) -> dict:
+    """saved_activations on the first `batch` samples (loader.batch_size) read straight from the
+    data set, in the run's memory format and with its checkpointed modules; the run's RNG, buffers
+    and gradients are left as they were."""
+    x, y = first_batch(data.train, batch or cfg.loader.batch_size, device)
+    if cfg.precision.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with no_trace(model):
+        return saved_activations(model, x, y, lossf, amp, resolve(model, cfg.train.checkpoint))
 
 
 def device_memory(device: torch.device, reader: NvmlReader | None = None) -> dict:

@@ -34,3 +34,20 @@ def sample(device: torch.device) -> dict:
         out[MEM_RESERVED_GIB] = round(torch.cuda.memory_reserved(device) / GIB, 4)
         out[MEM_PEAK_GIB] = round(torch.cuda.max_memory_allocated(device) / GIB, 4)
     return out
+
+
+def held_bytes_now(device: torch.device) -> int:
+    """What this process holds now, counted as its peak is: the allocator's bytes on a GPU, the
+    resident set on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return int(rss_gib() * GIB)
+
+
+def peak_bytes(device: torch.device) -> int:
+    """The most this process has held: the allocator's peak on a GPU, the resident set's on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux

@@ -25,7 +25,7 @@ from ..events import RANK, WORLD_SIZE
 from ..runfolder import RunFolder
 from . import footprint
 from .checkpointing import resolve
-from .flops import first_batch, no_trace, step_cost
+from .flops import step_cost
 from .rank import unwrap
 from .step import StepParts, train_step
 
@@ -155,12 +155,8 @@ class StepProfiler:
         return mem
 
     def _activations(self, s, plain, batch: int) -> dict:
-        x, y = first_batch(s.data.train, batch, s.parts.device)
-        if self.cfg.precision.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with no_trace(plain):
-            return footprint.saved_activations(plain, x, y, s.parts.lossf, s.parts.amp,
-                                               resolve(plain, self.cfg.train.checkpoint))
+        return footprint.batch_activations(plain, self.cfg, s.data, s.parts.lossf, s.parts.amp,
+                                           s.parts.device, batch)
 
 
 def _phase_of(e) -> str:

@@ -1,7 +1,8 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
-    per_rank_bytes(model, world_size)       # predicted from the full shapes, before sharding
+    per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
+    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
     held_bytes(model, opt)                  # measured: the local shards this rank holds
     grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
@@ -75,9 +76,11 @@ def optimizer_factor(cfg: RunConfig) -> tuple[int, int]:
     return (1 if cfg.optim.momentum else 0), 0
 
 
-def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[dict]:
+def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
+                   activations: int | None = None) -> list[dict]:
     """Predicted parameter, gradient and optimizer bytes on each rank, from the unsharded model:
-    whole under DDP, each rank's chunks under FSDP."""
+    whole under DDP, each rank's chunks under FSDP; with `activations`, the bytes one micro-batch
+    saves for backward (footprint.batch_activations), the same on every rank."""
     shaped, scalar = optimizer_factor(cfg)
     params = list(model.parameters())
     out = []
@@ -90,7 +93,26 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> list[di
             total += rows * per_row * p.element_size()
         out.append({RANK: rank, "parameters": total, "gradients": total,
                     "optimizer": shaped * total + scalar * len(params)})
+        if activations is not None:
+            out[-1]["activations"] = activations
     return out
+
+
+def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
+    """What a step holds for communication beyond the parts, from the unsharded model: DDP's
+    gradient buckets (a copy of every gradient), or FSDP's largest unit (a block, or what the root
+    keeps) gathered whole with its whole gradients until they are reduce-scattered."""
+    if world_size < 2:
+        return 0
+    if cfg.distributed.strategy != "fsdp":
+        return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    modules = dict(model.named_modules())
+    units = [list(modules[n].parameters()) for n in block_names(model, cfg.distributed.fsdp_blocks)]
+    blocked = {id(p) for unit in units for p in unit}
+    units.append([p for p in model.parameters() if id(p) not in blocked])
+    gathered = 2 if cfg.distributed.fsdp_mixed_precision else None  # bf16 parameters in compute
+    return max(sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
+               for unit in units)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

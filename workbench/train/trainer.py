@@ -10,7 +10,6 @@ memory is read on a timer (run.mem_every_s), never per step.
 from __future__ import annotations
 
 import io
-import resource
 import math
 import statistics
 import time
@@ -31,7 +30,7 @@ from ..events import (DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_
 from ..runfolder import RunFolder, Summary
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
-from . import memory
+from . import footprint, memory
 from .budget import TimeBudget, ended_note
 from .checkpointing import apply_checkpointing
 from .contract import check_model
@@ -40,7 +39,7 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .sharding import apply_fsdp, grad_bytes, held_bytes, per_rank_bytes
+from .sharding import apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
@@ -65,6 +64,8 @@ class Setup:
     t_launch: float
     contract: dict = field(default_factory=dict)  # what the check on one batch found
     memory_plan: list | None = None  # each rank's predicted bytes, workbench.train.sharding
+    memory_base: int = 0  # what this rank held once set up, counted as its peak is
+    comm_bytes: int = 0  # what its steps hold for communication (sharding.comm_bytes)
 
 
 @dataclass
@@ -81,7 +82,8 @@ class Steps:
     profiled: set = field(default_factory=set)  # steps run under the profiler: not in the figures
     contention: dict | None = None  # what other programs did during the timed steps (rank 0)
     resumed_from: int = 0  # the step a restarted attempt continued after (run.save_every)
-    held: dict = field(default_factory=dict)  # bytes this rank held mid-step: {"gradients": n}
+    held: dict = field(default_factory=dict)  # bytes held mid-step: gradients, activations
+    measured: int | None = None  # the step (from 1 in this attempt) that measured them: untimed
 
     @property
     def done(self) -> int:
@@ -155,7 +157,10 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
     phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
     sharded = {}
-    plan = per_rank_bytes(model, cfg, env.world_size)  # from the whole model, before wrapping
+    acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task), autocast(cfg, device),
+                                       device)["total"]  # one rank's micro-batch, whole model
+    plan = per_rank_bytes(model, cfg, env.world_size, acts)  # from the whole model, before wrapping
+    comm = comm_bytes(model, cfg, env.world_size)
     if env.world_size > 1:
         if cfg.distributed.strategy == "fsdp":
             sharded = {"fsdp_blocks": apply_fsdp(model, cfg)}
@@ -169,7 +174,8 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
                       loss_fn(data.task), device, accum=cfg.optim.grad_accum_steps,
                       world_size=env.world_size, channels_last=cfg.precision.channels_last,
                       grad_clip=cfg.optim.grad_clip)
-    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan)
+    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan,
+              memory.held_bytes_now(device), comm)
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
@@ -195,7 +201,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
             meter.restart()  # the figures leave the warm-up out, so does their noise guard
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
         if step_fn is train_step and not out.held:  # once: the first step not profiled
-            step_fn = partial(train_step, phase=measuring_grads(s.parts.model, out.held))
+            step_fn = partial(train_step, phase=measuring(s.parts.model, out.held))
+            out.measured = len(out.times) + 1
         phase.name = f"step {step}"
         t0 = time.perf_counter()
         scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
@@ -262,7 +269,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
     if st.contention is not None:
         summary["contention"] = st.contention
     summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size,
-                              st.profiled))
+                              st.profiled | {st.measured}))
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
         summary.update({SKIPPED_STEPS: st.skipped, GRAD_SCALE: s.parts.scaler.get_scale()})
@@ -341,37 +348,51 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def measuring_grads(model: torch.nn.Module, into: dict):
-    """A step's phase context that records, as the step's optimizer part begins (after backward,
-    before the gradients are zeroed), the gradient bytes this rank holds: into["gradients"]."""
+def measuring(model: torch.nn.Module, into: dict):
+    """A step's phase context that records what this rank holds mid-step: into["activations"], the
+    bytes autograd saves for backward in the forward of a micro-batch (the largest, when several),
+    and into["gradients"], the gradient bytes as the optimizer part begins (after backward, before
+    they are zeroed)."""
+    plain = unwrap(model)
+
     @contextmanager
     def phase(name: str):
+        if name == "forward":
+            with footprint.saved_for_backward(plain) as saved:
+                yield
+            into["activations"] = max(into.get("activations", 0),
+                                      sum(nbytes for nbytes, _ in saved.values()))
+            return
         if name == "optimizer":
-            into["gradients"] = grad_bytes(unwrap(model))
+            into["gradients"] = grad_bytes(plain)
         yield
     return phase
 
 
 def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None) -> dict:
     """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
-    the gradients held in one step (`mid_step`: they are freed at every step's end), and the peak
-    (the allocator's on a GPU, the process's resident set on a CPU)."""
+    the gradients and saved activations held in one step (`mid_step`: they are freed at every
+    step's end), and the peak (the allocator's on a GPU, the process's resident set on a CPU).
+    The peak is predicted by each rank from what it held once set up, plus what its steps add:
+    gradients, optimizer state, activations and communication buffers."""
     params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
-    held = {"parameters": params_opt["parameters"], **(mid_step or {}),
-            "optimizer": params_opt["optimizer"]}
-    held["peak"] = (torch.cuda.max_memory_allocated(s.parts.device) if s.parts.device.type == "cuda"
-                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    mine = {RANK: env.rank, **held}
+    mid_step = mid_step or {}
+    held = {"parameters": params_opt["parameters"], "optimizer": params_opt["optimizer"],
+            **{k: mid_step[k] for k in ("gradients", "activations") if k in mid_step}}
+    held["peak"] = memory.peak_bytes(s.parts.device)
+    plan = s.memory_plan[env.rank]
+    mine = {RANK: env.rank, **held, "predicted_peak": s.memory_base + s.comm_bytes + sum(
+        plan.get(k, 0) for k in ("gradients", "optimizer", "activations"))}
     measured: list = [None] * env.world_size
     if env.world_size > 1:
         dist.all_gather_object(measured, mine)
     else:
         measured = [mine]
+    predicted = [{**p, "peak": m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
-    return {"strategy": strategy, "predicted": s.memory_plan,
-            "measured": measured,
+    return {"strategy": strategy, "predicted": predicted, "measured": measured,
             "not_measured": [k for k in ("gradients", "activations") if k not in held],
-            "not_predicted": ["activations", "peak"]}
+            "not_predicted": []}
 
 
 def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int,

@@ -53,8 +53,10 @@ class ABResult:
         for label in self.labels:
             ranks = self.memory_per_rank.get(label)
             if ranks:
-                held = "; ".join(f"rank {r[RANK]} {mib(sum(r.get(k, 0) for k in HELD))}, peak "
-                                 f"{mib(r.get('peak', 0))}" for r in ranks)
+                held = "; ".join(f"rank {r[RANK]} {mib(sum(r.get(k, 0) for k in HELD))}"
+                                 + (f" + activations {mib(r['activations'])}"
+                                    if "activations" in r else "")
+                                 + f", peak {mib(r.get('peak', 0))}" for r in ranks)
                 lines.append(f"  {label}: held per rank (parameters, gradients, optimizer) {held}")
         c = self.contention
         if c.get("runs"):
