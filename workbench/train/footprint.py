@@ -59,10 +59,12 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=()) -> dict:
+def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=(),
+                      backward: bool = False) -> dict:
     """Bytes autograd keeps for backward after one forward pass on (x, y): the total and per module
     (the innermost module running when each tensor was saved), with what checkpointed modules keep
-    for their recompute. Runs no backward; the caller restores RNG and buffers (flops.no_trace)."""
+    for their recompute. Runs no backward unless asked (the pre-launch check runs one, to find a
+    model whose backward fails); the caller restores RNG and buffers (flops.no_trace)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, tuple[int, str]] = {}  # storage -> (bytes, module)
     stack: list[str] = []
@@ -97,10 +99,12 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with amp or nullcontext():
                 loss = lossf(model(x), y)
-        del loss  # the graph and what it saved go with it
     finally:
         for h in handles:
             h.remove()
+    if backward:
+        loss.backward()
+    del loss  # the graph and what it saved go with it
     per_module: dict[str, int] = {}
     for nbytes, where in saved.values():
         per_module[where] = per_module.get(where, 0) + nbytes
