@@ -39,6 +39,8 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert tuned == (smoke.replace(**report["settings"]) if report["settings"] else smoke)
     assert (out / "train.py").is_file() and report["export"]["files"]
     assert report["spent_s"] <= 15 + 60  # the budget, and at most one round more
+    bad = subprocess.run(cmd[:3] + ["--memory-budget", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("--memory-budget must be > 0 GiB, got 0.0")
 
 
 def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
