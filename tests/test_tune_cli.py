@@ -113,3 +113,15 @@ def test_a_compile_is_done_once_untimed_and_a_larger_batch_is_checked_against_sa
     assert m.round({}, bigger).failed is None
     check = m.loss_check({}, bigger)
     assert "samples seen (batch 128 against 32 a step)" in check.note, check.note
+
+
+def test_without_a_compiler_the_compile_row_says_the_fit_rule_s_sentence(monkeypatch):
+    import torch
+
+    from workbench.machine import fit
+    from workbench.tune.candidates import reachable
+
+    monkeypatch.setattr(fit.shutil, "which", lambda name: None)
+    reasons = {c.key: r for c, r in reachable(RunConfig.smoke().replace(**{"run.device": "cpu"}))}
+    sentence = fit.cannot_run(RunConfig.smoke().replace(**{"compile.enabled": True}), torch.device("cpu"))
+    assert reasons["compile"] == sentence and "needs a C++ compiler" in sentence

@@ -5,7 +5,8 @@ short runs side by side, and the recommended config with the reasons.
     report = tune(RunConfig.default().with_model("mynet.py:build"), budget_s=600)
     report.config          # the recommended RunConfig
     report.as_dict()       # {"config", "decisions": [{setting, kept, ratio, low, high, rounds,
-                           #   loss_check, why, ...}], "bound_by", "spent_s", "not_tried", ...}
+                           #   loss_check, why, ...}], "bound_by", "spent_s", "memory_budget_gib",
+                           #   "memory_note", "not_tried", ...}
 """
 from __future__ import annotations
 
