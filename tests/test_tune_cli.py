@@ -1,6 +1,9 @@
 """`workbench tune` end to end with real runs, sized to a test: the report names every setting of
 the catalog with what became of it, the recommended config is a valid config, and the export of
-it is written. (The search's calibration is tests/test_tune_search.py, on a simulated device.)"""
+it is written; the memory plan's batches and checkpointing follow the pre-launch prediction; a
+compile is done once, untimed, and a compiled run's budget leaves its compile out; a larger batch's
+loss is compared over the same samples seen. (The search's calibration is tests/test_tune_search.py,
+on a simulated device.)"""
 from __future__ import annotations
 
 import json
@@ -19,8 +22,11 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     decisions = {d["setting"]: d for d in report["decisions"]}
-    assert set(decisions) == {c.key for c in CATALOG}  # every setting, tried or not, with a reason
+    # every setting, tried or not, with a reason; the memory ones planned from the pre-launch check
+    assert set(decisions) == {c.key for c in CATALOG} | {"batch", "checkpointing"}
     assert report["bound_by"] == "data" and report["not_tried"] == NOT_TRIED
+    assert report["memory_budget_gib"] > 0 and "the RAM available" in report["memory_note"]
+    assert decisions["checkpointing"]["outcome"].startswith("skipped: this model has no blocks")
     first = report["decisions"][0]
     assert first["setting"] == "workers" and first["why"].startswith("bound by data: loader first")
     # measured: real runs side by side (beside the suite's other tests its rounds may all be busy:
@@ -33,6 +39,8 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert tuned == (smoke.replace(**report["settings"]) if report["settings"] else smoke)
     assert (out / "train.py").is_file() and report["export"]["files"]
     assert report["spent_s"] <= 15 + 60  # the budget, and at most one round more
+    bad = subprocess.run(cmd[:4] + ["--memory-budget", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("--memory-budget must be > 0 GiB, got 0.0")
 
 
 def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
@@ -51,3 +59,66 @@ def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
     assert all(s in row for s in ("bf16", "kept", "1.30x [1.20, 1.40]", "faster by more than 5%"))
     with pytest.raises(ConfigError, match="nothing to export yet"):
         panel.export(tmp_path)
+
+
+def _tiny_lm():
+    return RunConfig.smoke().with_model("transformer").replace(
+        **{"model.width": 64, "model.depth": 2, "run.threads": 1})
+
+
+def test_the_memory_plan_takes_the_largest_power_of_two_that_the_prediction_fits():
+    import pytest
+
+    from workbench.config import ConfigError
+    from workbench.distributed.launch import launcher
+    from workbench.distributed.limits import per_rank_gib
+    from workbench.tune.memory import plan_memory
+
+    lm = _tiny_lm()
+    plan = plan_memory(lm, 0.3)
+    (batch, r0), (ckpt, r1) = plan.options
+    assert r0 is None and r1 is None and plan.note.startswith("memory budget 0.3 GiB a rank (given)")
+    b0, b1 = batch.settings["loader.batch_size"], ckpt.settings["loader.batch_size"]
+    assert ckpt.settings["train.checkpoint"] == ["blocks.layers.0", "blocks.layers.1"] and b1 > b0
+    for cfg in (lm, lm.replace(**{"train.checkpoint": ckpt.settings["train.checkpoint"]})):
+        need = launcher().precheck(cfg)
+        largest = b0 if not cfg.train.checkpoint else b1
+        fits = lambda b: per_rank_gib(cfg.replace(**{"loader.batch_size": b}), need, "cpu")  # noqa: E731
+        assert fits(largest) <= 0.3 < fits(2 * largest)
+    # a budget only checkpointing meets: it is needed, at the baseline's batch
+    plain = per_rank_gib(lm, launcher().precheck(lm), "cpu")
+    ckpt_cfg = lm.replace(**{"train.checkpoint": ckpt.settings["train.checkpoint"]})
+    less = per_rank_gib(ckpt_cfg, launcher().precheck(ckpt_cfg), "cpu")
+    (needed, _), _ = plan_memory(lm, (plain + less) / 2).options
+    assert needed.needed.startswith("the baseline needs") and "loader.batch_size" not in needed.settings
+    with pytest.raises(ConfigError, match=r"over the 0\.01 GiB memory budget \(given\); use a larger"):
+        plan_memory(lm, 0.01)
+
+
+def test_a_compile_is_done_once_untimed_and_a_larger_batch_is_checked_against_samples_seen():
+    from workbench.tune.tuner import RealMeasure
+
+    ran = []
+    m = RealMeasure(RunConfig.smoke().replace(**{"run.threads": 1}), run_s=0.5,
+                    on_run=lambda side, summary: ran.append(summary))
+    trial = {"compile.enabled": True, "loader.batch_size": 128}  # one round for both rules
+    assert m.one_off({}, trial) == "compiling" and m.one_off({}, {}) is None
+    p = m.prepare({}, trial, 300)
+    assert p.failed is None and p.round_s >= p.seconds > 0 and m.one_off({}, trial) is None
+    assert ran[0]["steps"] > 10  # its budget started after the warm-up: the compile is not in it
+    r = m.round({}, trial)
+    assert r.failed is None and r.ratio > 0 and all(s["steps"] > 10 for s in ran[1:])
+    check = m.loss_check({}, trial)
+    assert "samples seen (batch 128 against 32 a step)" in check.note, check.note
+
+
+def test_without_a_compiler_the_compile_row_says_the_fit_rule_s_sentence(monkeypatch):
+    import torch
+
+    from workbench.machine import fit
+    from workbench.tune.candidates import reachable
+
+    monkeypatch.setattr(fit.shutil, "which", lambda name: None)
+    reasons = {c.key: r for c, r in reachable(RunConfig.smoke().replace(**{"run.device": "cpu"}))}
+    sentence = fit.cannot_run(RunConfig.smoke().replace(**{"compile.enabled": True}), torch.device("cpu"))
+    assert reasons["compile"] == sentence and "needs a C++ compiler" in sentence

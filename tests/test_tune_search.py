@@ -11,8 +11,11 @@ from tune_sim import SimulatedDevice
 from workbench.measure.verdict import MIN_EFFECT
 from workbench.tune.search import Candidate, compare, order, search
 
-KINDS = ["loader", "precision", "compile", "layout", "optimizer", "memory"]
-CANDIDATES = [Candidate(f"s{i}", {f"field{i}": True}, kind) for i, kind in enumerate(KINDS)]
+KINDS = ["loader", "precision", "compile", "layout", "optimizer", "memory", "batch"]
+NUMBERS = {"precision", "compile", "memory", "batch"}  # kinds that change the numbers: loss-checked
+CANDIDATES = [Candidate(f"s{i}", {f"field{i}": True}, kind, kind in NUMBERS)
+              for i, kind in enumerate(KINDS)]
+COMPILE_S = {"s2": 30.0}  # the compile candidate's one-off compile
 # True effects a setting can have: clearly slower, slower, too small to matter, clear gains.
 EFFECTS = [0.6, 0.9, 0.98, 1.0, 1.02, 1.04, 1.3, 1.5, 2.0]
 TRIALS = 200
@@ -21,7 +24,7 @@ TRIALS = 200
 def _trial(seed: int, busy: float = 0.0):
     rng = random.Random(seed)
     effects = {c.key: rng.choice(EFFECTS) for c in CANDIDATES}
-    sim = SimulatedDevice(CANDIDATES, effects, seed, busy=busy)
+    sim = SimulatedDevice(CANDIDATES, effects, seed, busy=busy, compile_s=COMPILE_S)
     result = search(order(CANDIDATES, rng.choice([None, "data", "compute"])), sim, budget_s=10**6)
     return effects, result
 
@@ -80,7 +83,7 @@ def test_the_budget_holds_and_what_it_left_out_is_named():
 
 def test_the_order_follows_what_bounds_the_step():
     data = [c.key for c, _ in order(CANDIDATES, "data")]
-    assert data[0] == "s0" and data[1:] == ["s1", "s2", "s3", "s4", "s5"]  # the loader first
+    assert data[0] == "s0" and data[1:] == ["s1", "s2", "s3", "s4", "s5", "s6"]  # the loader first
     compute = order(CANDIDATES, "compute")
     assert [c.kind for c, _ in compute][:3] == ["precision", "compile", "layout"]
     assert compute[0][1] == "bound by compute: precision and compile and layout first"
@@ -92,3 +95,48 @@ def test_every_verdict_of_the_profile_has_an_order():
     from workbench.tune.search import FIRST
 
     assert set(FIRST) == set(GROUPS)
+
+
+def test_a_compile_is_charged_to_the_budget_and_skipped_when_its_rounds_cannot_fit():
+    compiled = CANDIDATES[2]
+    effects = {c.key: 1.0 for c in CANDIDATES} | {"s2": 1.5}
+    # room for the compile and its rounds: the compile's 30 s are spent, then it is kept
+    sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
+    result = search([(compiled, "first")], sim, budget_s=600)
+    (d,) = result.decisions
+    assert d.kept and d.rounds >= 7 and result.spent_s >= 30 + d.rounds * 2 * 2.0
+    # a budget that holds the compile but not the 7 rounds that can decide after it
+    sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
+    (d,) = search([(compiled, "first")], sim, budget_s=60).decisions
+    assert not d.kept and d.rounds == 0
+    assert d.outcome.startswith("skipped: compiling took 30 s; the 7 rounds that can decide would "
+                                "take about"), d.outcome
+    # after other comparisons, the pace of a round says beforehand that nothing fits
+    effects["s0"] = 0.6  # decided in the fewest rounds, which set the pace
+    alone = search([(CANDIDATES[0], "first")], SimulatedDevice(CANDIDATES, effects, 4), budget_s=600)
+    sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
+    result = search([(CANDIDATES[0], "first"), (compiled, "then")], sim,
+                    budget_s=alone.spent_s + 20)
+    assert result.decisions[0].rounds == 7 and result.decisions[1].outcome.startswith("skipped: the ")
+    assert "cannot hold compiling and the 7 rounds that can decide" in result.decisions[1].outcome
+    assert sim.compiled == set()  # not compiled: nothing was spent on it
+
+
+def test_a_compile_that_outruns_the_budget_is_stopped_and_said():
+    sim = SimulatedDevice(CANDIDATES, {c.key: 1.0 for c in CANDIDATES}, 5, compile_s={"s2": 500.0})
+    (d,) = search([(CANDIDATES[2], "first")], sim, budget_s=300).decisions
+    assert d.outcome == "skipped: compiling: did not finish in 300 s" and not d.kept
+
+
+def test_a_needed_setting_goes_first_and_is_kept_though_slower_unless_its_loss_moves():
+    needed = Candidate("s5", {"field5": True}, "memory", True, needed="the baseline does not fit")
+    cands = [CANDIDATES[0], needed]
+    assert [c.key for c, _ in order(cands, "data")] == ["s5", "s0"]
+    effects = {c.key: 1.0 for c in CANDIDATES} | {"s5": 0.7}
+    d = search(order(cands, "data"), SimulatedDevice(CANDIDATES, effects, 6), budget_s=10**6)
+    first = d.decisions[0]
+    assert first.kept and first.outcome == "needed: the baseline does not fit (its speed: slower)"
+    assert first.high < 1 and first.why == "first: the config needs it" and d.settings == {"field5": True}
+    sim = SimulatedDevice(CANDIDATES, effects, 6, loss_moves={"s5": 0.1})
+    first = search(order(cands, "data"), sim, budget_s=10**6).decisions[0]
+    assert not first.kept and first.outcome.startswith("needed, but its loss moved: moved 10.")

@@ -2,14 +2,16 @@
 and runs look like real ones (step times with noise, slow drift and outliers, a start-up cost,
 busy rounds where other programs collapse one side), so the search can be checked against the
 truth over many seeded trials without hardware luck. The defaults are noisier than a quiet
-machine: 15 % per step, one step in ten 2-5x slow, the pace wandering by 30 % over minutes."""
+machine: 15 % per step, one step in ten 2-5x slow, the pace wandering by 30 % over minutes. A
+setting in `compile_s` has one-off work before its rounds (a compile) that costs that many seconds
+once; later runs reuse its cache, as real compiled runs do."""
 from __future__ import annotations
 
 import math
 import random
 import statistics
 
-from workbench.tune.search import Candidate, LossCheck, Round
+from workbench.tune.search import Candidate, LossCheck, Prepared, Round
 
 STEP_S = 0.05  # the baseline's step
 START_S = 2.0  # a run's start-up, paid every run
@@ -19,11 +21,12 @@ class SimulatedDevice:
     def __init__(self, candidates: list[Candidate], effects: dict[str, float], seed: int, *,
                  noise: float = 0.15, drift: float = 0.3, outliers: float = 0.1, busy: float = 0.0,
                  steps: int = 20, loss_moves: dict[str, float] | None = None,
-                 tolerance: float = 0.02):
+                 tolerance: float = 0.02, compile_s: dict[str, float] | None = None):
         self.candidates = {c.key: c.settings for c in candidates}
         self.effects, self.rng = effects, random.Random(seed)
         self.noise, self.drift, self.outliers, self.busy, self.steps = noise, drift, outliers, busy, steps
         self.loss_moves, self.tolerance = loss_moves or {}, tolerance
+        self.compile_s, self.compiled = compile_s or {}, set()
         self.t = 0.0
         self.rounds = 0
 
@@ -68,6 +71,22 @@ class SimulatedDevice:
         moved += abs(self.rng.gauss(0, 0.002))
         ok = moved <= self.tolerance
         return LossCheck(ok, moved, f"moved {moved:.1%} (tolerance {self.tolerance:.0%})")
+
+    def _compiles(self, settings: dict) -> list[str]:
+        return [k for k in self.applied(settings) if k in self.compile_s and k not in self.compiled]
+
+    def one_off(self, best: dict, candidate: dict) -> str | None:
+        return "compiling" if self._compiles(candidate) else None
+
+    def prepare(self, best: dict, candidate: dict, timeout_s: float) -> Prepared:
+        work = sum(self.compile_s[k] for k in self._compiles(candidate))
+        if work > timeout_s:
+            self.t += timeout_s
+            return Prepared(timeout_s, failed=f"did not finish in {timeout_s:.0f} s")
+        self.t += work
+        self.compiled.update(self._compiles(candidate))
+        run = START_S + self.steps * STEP_S * 1.5  # a run's start and steps, outliers included
+        return Prepared(work, 2 * run)
 
     def clock(self) -> float:
         return self.t

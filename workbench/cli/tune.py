@@ -2,7 +2,7 @@
 interleaved rounds show faster by more than the minimum effect, and hand back the config, the
 exported script and a reason for every setting kept or dropped.
 
-    workbench tune --model mynet.py:build --budget-min 10
+    workbench tune --model mynet.py:build --budget-min 10 [--memory-budget 4]
     workbench tune --preset smoke --budget-min 2 --json --out tuned/   # also train.py, torchrun, SLURM
 """
 from __future__ import annotations
@@ -24,6 +24,9 @@ def add_parser(sub):
     add_data_args(p)
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
     p.add_argument("--run-s", type=float, default=3.0, help="seconds of steps each run of a round gets")
+    p.add_argument("--memory-budget", type=float, metavar="GIB",
+                   help="GiB a rank may hold: the largest batch that fits it is tried (default: what "
+                        "the pre-launch check says is available)")
     p.add_argument("--bound-by", choices=sorted(FIRST), help="what bounds the step, instead of profiling it")
     p.add_argument("--out", help="a folder for the recommended config's train.py, torchrun and SLURM files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -36,6 +39,8 @@ def main(args) -> int:
         raise ConfigError(f"--budget-min must be > 0 minutes, got {args.budget_min}")
     if not args.run_s > 0:
         raise ConfigError(f"--run-s must be > 0 seconds, got {args.run_s}")
+    if args.memory_budget is not None and not args.memory_budget > 0:
+        raise ConfigError(f"--memory-budget must be > 0 GiB, got {args.memory_budget}")
 
     def heard(d):
         if not args.json:
@@ -44,7 +49,7 @@ def main(args) -> int:
     from ..tune.tuner import tune  # torch: only once the input is checked
 
     report = tune(base, budget_s=60 * args.budget_min, run_s=args.run_s, bound_by=args.bound_by,
-                  on_decision=heard)
+                  memory_budget_gib=args.memory_budget, on_decision=heard)
     out = report.as_dict()
     if args.out:
         from ..export.bundle import export

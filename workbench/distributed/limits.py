@@ -63,6 +63,7 @@ def _cache_key(cfg: RunConfig) -> str | None:
         files.append([str(Path(target).resolve()), st.st_mtime_ns, st.st_size])
     key = {k: d[k] for k in ("model", "data", "precision")}
     key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files,
+               checkpoint=d["train"]["checkpoint"],
                fsdp=d["distributed"]["fsdp_blocks"] if d["distributed"]["strategy"] == "fsdp" else None,
                python=sys.executable, torch=torch.__version__, host=socket.gethostname())
     return json.dumps(key, sort_keys=True)
@@ -168,6 +169,33 @@ def check_cores(cfg: RunConfig) -> list[str]:
     return [f"run.oversubscribe=true: running anyway: {text}" for text in limits]
 
 
+def per_rank_gib(cfg: RunConfig, need: dict, device_type: str) -> float:
+    """GiB one rank of cfg holds where memory is scarcest: its GPU's, else the host's."""
+    m = memory_need(cfg, need, device_type)
+    return m["gpu_gib"] if device_type == "cuda" else m["host_gib"]
+
+
+def _available(cfg: RunConfig, device_type: str) -> tuple[float | None, int, float | None]:
+    """(the GiB the scarcest memory has, the ranks that share it, the host RAM available): the
+    fullest GPU's free memory and the ranks on it, else the available RAM and every rank."""
+    nproc = cfg.distributed.nproc
+    ram = memory_info().get("available_gib")
+    if device_type == "cuda":
+        free = gpu_free_gib()
+        return (min(free), math.ceil(nproc / len(free)), ram) if free else (None, 1, ram)
+    return ram, nproc, ram
+
+
+def available_per_rank(cfg: RunConfig, device_type: str) -> tuple[float | None, str]:
+    """GiB one rank of cfg may hold here, as the pre-launch check reads it, and where it comes from
+    (None: no reading)."""
+    whole, ranks, _ = _available(cfg, device_type)
+    if whole is None:
+        return None, f"no reading of the {'GPU' if device_type == 'cuda' else 'RAM'} available"
+    where = "the fullest GPU's free memory" if device_type == "cuda" else "the RAM available"
+    return whole / ranks, f"{where}, {whole:.3g} GiB, shared by {ranks} rank(s)"
+
+
 def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:
     m = memory_need(cfg, need, device_type)
     nproc = cfg.distributed.nproc
@@ -175,17 +203,14 @@ def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:
              + ("" if device_type == "cuda" else
                 f" + weights, gradients and optimizer state {m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
                 f" + activations {m['activations_gib']:.3g}"))
-    available = memory_info().get("available_gib")
+    worst, per_gpu, available = _available(cfg, device_type)
     if available is not None and nproc * m["host_gib"] > available:
         raise ConfigError(f"this run needs about {nproc * m['host_gib']:.3g} GiB of RAM ({nproc} rank(s) x "
                           f"({parts}) GiB) and this machine has {available:.3g} GiB available; use "
                           "fewer ranks (distributed.nproc), a smaller model or a smaller batch")
     notes = []
     if device_type == "cuda":
-        free = gpu_free_gib()
-        if free:
-            per_gpu = math.ceil(nproc / len(free))
-            worst = min(free)
+        if worst is not None:
             if per_gpu * m["gpu_gib"] > worst:
                 raise ConfigError(f"each rank needs about {m['gpu_gib']:.3g} GiB of GPU memory (weights, "
                                   f"gradients, optimizer state, activations and {CUDA_CONTEXT_GIB:g} GiB of "

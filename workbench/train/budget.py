@@ -1,5 +1,7 @@
 """The time budget (run.time_budget_s): a run's steps end once they have taken that many seconds,
-warm-up included, as run.steps ends them after N steps; whichever comes first ends the run.
+warm-up included, as run.steps ends them after N steps; whichever comes first ends the run. A
+compiled run's budget starts after its warm-up instead: its first steps are the compile (seconds to
+minutes, once), and a budget of a few seconds would otherwise end it before one compiled step ran.
 
 Every rank must stop after the same step (DDP's next all-reduce would wait for a rank that stopped),
 so with several ranks the slowest clock decides: one one-number all-reduce (MAX) per step, made only
@@ -16,6 +18,9 @@ import torch.distributed as dist
 class TimeBudget:
     def __init__(self, seconds: float, world_size: int, device: torch.device):
         self.seconds, self.world_size, self.device = seconds, world_size, device
+        self.restart()
+
+    def restart(self) -> None:
         self.t0 = time.perf_counter()
 
     def spent(self) -> bool:

@@ -87,10 +87,12 @@ def saved_for_backward(model: torch.nn.Module, where=lambda: None):
         yield saved
 
 
-def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=()) -> dict:
+def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=(),
+                      backward: bool = False) -> dict:
     """Bytes autograd keeps for backward after one forward pass on (x, y): the total and per module
     (the innermost module running when each tensor was saved), with what checkpointed modules keep
-    for their recompute. Runs no backward; the caller restores RNG and buffers (flops.no_trace)."""
+    for their recompute. Runs no backward unless asked (the pre-launch check runs one, to find a
+    model whose backward fails); the caller restores RNG and buffers (flops.no_trace)."""
     stack: list[str] = []
     checkpointed = set(checkpointed)
 
@@ -115,10 +117,12 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
         with saved_for_backward(model, lambda: stack[-1] if stack else OUTSIDE) as saved:
             with amp or nullcontext():
                 loss = lossf(model(x), y)
-            del loss  # the graph and what it saved go with it
     finally:
         for h in handles:
             h.remove()
+    if backward:
+        loss.backward()
+    del loss  # the graph and what it saved go with it
     per_module: dict[str, int] = {}
     for nbytes, where in saved.values():
         per_module[where] = per_module.get(where, 0) + nbytes

@@ -9,7 +9,8 @@ What it measures, on this machine: the memory of a process that has imported tor
 rank pays before its model), what building the data added, the model's parameters (built on the
 meta device first, so a model too big to build costs nothing), and, for models small enough to build
 for real, the bytes autograd saves for backward per sample (a real forward and backward on a few
-samples). It counts no FLOPs: the first FLOP count in a process costs seconds, too slow here.
+samples, train.checkpoint's modules checkpointed as the run will have them), and the layers of the
+model's first nn.ModuleList (its blocks: what the tune may checkpoint). It counts no FLOPs: the first FLOP count in a process costs seconds, too slow here.
 """
 from __future__ import annotations
 
@@ -31,27 +32,13 @@ from .memory import rss_gib  # noqa: E402
 from .contract import ContractError  # noqa: E402
 from .models import build_model, loss_fn  # noqa: E402
 from .precision import autocast  # noqa: E402
-from .sharding import block_names  # noqa: E402
+from .sharding import block_names, layer_blocks  # noqa: E402
+from .checkpointing import apply_checkpointing  # noqa: E402
+from .footprint import saved_activations  # noqa: E402
 
 GIB = 2**30
 REAL_BUILD_MAX_PARAMS = 50_000_000  # above this the activations are not measured (and said so)
 SAMPLES = 4  # a forward and backward on this many samples measures activations per sample
-
-
-def _saved_bytes(model, x, y, lossf, amp) -> int:
-    """Bytes autograd saves for backward in one forward and backward (parameters excluded)."""
-    params = {p.data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t):
-        if isinstance(t, torch.Tensor) and t.data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
-        loss = lossf(model(x), y)
-    loss.backward()
-    return sum(saved.values())
 
 
 def _build(cfg: RunConfig, data, meta: bool):
@@ -85,6 +72,7 @@ def measure(cfg: RunConfig) -> dict:
     model, on_meta = _model(cfg, data)  # a factory's call and its return type, given the data
     if cfg.distributed.strategy == "fsdp":  # what will be sharded, said before launch
         out["fsdp_blocks"] = block_names(model, cfg.distributed.fsdp_blocks)
+    out["layer_blocks"] = layer_blocks(model)  # what the tune may checkpoint
     params = sum(p.numel() for p in model.parameters())
     out.update(params=params, param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     if params > REAL_BUILD_MAX_PARAMS:
@@ -96,8 +84,12 @@ def measure(cfg: RunConfig) -> dict:
         model = _build(cfg, data, meta=False)
     n = max(1, min(SAMPLES, cfg.loader.batch_size, len(data.train)))
     x, y = first_batch(data.train, n, torch.device("cpu"))
-    try:
-        saved = _saved_bytes(model.train(), x, y, loss_fn(data.task), autocast(cfg, torch.device("cpu")))
+    try:  # the activations of the run as configured: checkpointed modules keep only their inputs
+        names = apply_checkpointing(model, cfg.train.checkpoint)
+        saved = saved_activations(model.train(), x, y, loss_fn(data.task),
+                                  autocast(cfg, torch.device("cpu")), names, backward=True)["total"]
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - the model and the data do not fit together
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if resolve_device(cfg.run.device).type == "cuda":  # it may need the GPU it will run on

@@ -1,6 +1,7 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
+    layer_blocks(model)                     # the layers of its first nn.ModuleList, or []
     per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
     comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
     held_bytes(model, opt)                  # measured: the local shards this rank holds
@@ -28,12 +29,21 @@ from ..events import RANK
 from .checkpointing import resolve
 
 
-def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
-    if patterns:
-        return resolve(model, patterns, "distributed.fsdp_blocks")
+def layer_blocks(model: nn.Module) -> list[str]:
+    """The layers of the model's first nn.ModuleList (a transformer's blocks), or [] when it has
+    none: the blocks FSDP shards first, and what the tune checkpoints."""
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and len(module):
             return [f"{name}.{i}" if name else str(i) for i in range(len(module))]
+    return []
+
+
+def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
+    if patterns:
+        return resolve(model, patterns, "distributed.fsdp_blocks")
+    layers = layer_blocks(model)
+    if layers:
+        return layers
     owners: dict[int, list[str]] = {}
     for name, module in model.named_modules():
         for p in module.parameters(recurse=False):

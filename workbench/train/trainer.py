@@ -197,8 +197,11 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
     save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
     for step in range(resumed_from + 1, cfg.run.steps + 1):
-        if meter is not None and step == warmup + 1:
-            meter.restart()  # the figures leave the warm-up out, so does their noise guard
+        if step == warmup + 1:
+            if meter is not None:
+                meter.restart()  # the figures leave the warm-up out, so does their noise guard
+            if cfg.compile.enabled:
+                budget.restart()  # a compiled run's first steps are its compile: not its budget's
         step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
         if step_fn is train_step and not out.held:  # once: the first step not profiled
             step_fn = partial(train_step, phase=measuring(s.parts.model, out.held))
@@ -226,7 +229,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         if now >= next_mem:
             next_mem = now + cfg.run.mem_every_s
             rec.update(memory.sample(s.parts.device))
-        last = step < cfg.run.steps and budget.spent()
+        counted = step > warmup or not cfg.compile.enabled  # a compiled run's warm-up: its compile
+        last = step < cfg.run.steps and counted and budget.spent()
         if last:
             rec[LAST] = True  # the watchdog: evaluating and saving from here, not stalled
         events.write(STEP, **rec)

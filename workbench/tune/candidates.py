@@ -3,14 +3,14 @@ the numbers a run computes (then its loss is checked too).
 
     for cand, reason in reachable(baseline): ...   # reason: why it is not tried here, or None
 
-Not tried yet, and said so in every report (NOT_TRIED): torch.compile, whose compiling does not fit
-rounds of a few seconds; activation checkpointing and the largest batch that fits a memory budget,
-which trade speed for memory and need a search of their own; threads, which every run already
-chooses from what other programs leave free (workbench.machine.threads).
+The largest batch that fits a memory budget and activation checkpointing depend on the model's
+measured memory: workbench.tune.memory plans them. Not tried, and said so in every report
+(NOT_TRIED): threads, which every run already chooses from what other programs leave free
+(workbench.machine.threads).
 """
 from __future__ import annotations
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..machine.capability import resolve_device
 from ..machine.fit import cannot_run
 from ..stacking.changes import CHANGES
@@ -19,6 +19,8 @@ from .search import Candidate
 CATALOG = [
     Candidate("bf16", {"precision.dtype": "bf16"}, "precision", True, CHANGES["bf16"].why),
     Candidate("fp16", {"precision.dtype": "fp16"}, "precision", True, CHANGES["fp16"].why),
+    Candidate("compile", {"compile.enabled": True}, "compile", True,
+              "torch.compile fuses the step's operations into generated kernels; compiled once a run"),
     Candidate("channels_last", {"precision.channels_last": True}, "layout", False,
               CHANGES["channels_last"].why),
     Candidate("workers", CHANGES["workers"].settings, "loader", False, CHANGES["workers"].why),
@@ -31,12 +33,7 @@ CATALOG = [
               "two ranks with FSDP2: each holds a shard of the parameters and optimizer state"),
 ]
 FLAT_MODELS = ("mlp", "transformer")  # built-in models without image tensors (yours are tried)
-NOT_TRIED = {
-    "compile": "torch.compile's compiling does not fit rounds of a few seconds",
-    "activation checkpointing": "trades speed for memory: it belongs with a batch-size search",
-    "largest batch": "it changes the training, not only its speed: a search of its own",
-    "threads": "every run chooses them from what other programs leave free",
-}
+NOT_TRIED = {"threads": "every run chooses them from what other programs leave free"}
 
 
 def reachable(baseline: RunConfig) -> list[tuple[Candidate, str | None]]:
@@ -45,7 +42,11 @@ def reachable(baseline: RunConfig) -> list[tuple[Candidate, str | None]]:
     device = resolve_device(baseline.run.device)
     out = []
     for cand in CATALOG:
-        after = baseline.replace(**cand.settings)
+        try:
+            after = baseline.replace(**cand.settings)
+        except ConfigError as e:  # a setting the baseline's other settings exclude (FSDP: compile)
+            out.append((cand, str(e)))
+            continue
         if after == baseline:
             reason = "already part of the baseline"
         elif cand.kind == "layout" and baseline.model.name in FLAT_MODELS:

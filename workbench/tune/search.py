@@ -18,8 +18,15 @@ and each look is a chance to be fooled. Each decision needs only its own side:
 - dropped as undecided after `max_rounds`, or when the budget runs out.
 A round the measure flags busy (other programs held the cores) is not trusted: it is repeated, and
 the decision says how many were. A candidate that changes the numbers (bf16, fp16, compile,
-activation checkpointing) is kept only when its loss over the same steps stays within the measure's
+activation checkpointing, a larger batch) is kept only when its loss stays within the measure's
 tolerance of the best's; the decision says how far it moved.
+
+A candidate with one-off work before its rounds (compile: the first compiled run fills the compile
+cache) is charged for it from the same budget: skipped when the budget left cannot hold that work
+and the fewest rounds that can decide, at the rounds' pace seen so far, and skipped after it when
+the measure's estimate of its rounds no longer fits. A candidate the config needs (activation
+checkpointing when the baseline does not fit the memory budget) is measured as any other, so its
+cost is known, and kept whatever its speed if its loss stays close.
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from ..measure.compare import CONFIDENCE, median_interval
+from ..measure.compare import CONFIDENCE, median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 
 # Each look's interval: its ends are one-sided 99 % bounds, and a decision reads only one of them
@@ -35,6 +42,7 @@ from ..measure.verdict import MIN_EFFECT
 DECIDE_CONFIDENCE = 0.98
 MAX_ROUNDS = 20  # an undecided comparison gives up here: the gain, if any, is too small to see
 MAX_BUSY = 10  # busy rounds repeated per comparison before it gives up
+FEWEST = min_rounds(DECIDE_CONFIDENCE)  # rounds before any decision can be made (7)
 
 # What to try first, by what the profile says bounds the step (workbench.profile.verdict).
 FIRST = {"data": ("loader",), "compute": ("precision", "compile", "layout"),
@@ -52,6 +60,7 @@ class Candidate:
     kind: str  # loader, precision, compile, layout, optimizer, memory, batch, threads, ranks
     changes_numbers: bool = False
     about: str = ""
+    needed: str = ""  # why the config cannot do without it: kept if its loss holds, whatever its speed
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,15 @@ class Round:
     ratio: float | None  # above 1: the candidate was faster (None when a run failed)
     busy: bool = False  # other programs held the cores: not trusted, repeated
     failed: str | None = None  # a run that did not complete: what it said
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One-off work done before a candidate's rounds (compiling), and what it says of the rounds."""
+
+    seconds: float  # what the work took, charged to the budget
+    round_s: float = 0.0  # the measure's estimate of one round of this comparison
+    failed: str | None = None  # it did not complete: why
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,12 @@ class Measure(Protocol):
 
     def loss_check(self, best: dict, candidate: dict) -> LossCheck:
         """Whether the candidate's loss over the same steps stays close to the best's."""
+
+    def one_off(self, best: dict, candidate: dict) -> str | None:
+        """What the candidate must do once before its rounds ('compiling'), or None."""
+
+    def prepare(self, best: dict, candidate: dict, timeout_s: float) -> Prepared:
+        """Do that one-off work, given at most `timeout_s` seconds."""
 
     def clock(self) -> float:
         """Seconds, for the budget."""
@@ -116,8 +140,10 @@ class TuneResult:
 
 
 def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candidate, str]]:
-    """The candidates in the order to try them, each with why there: the kinds the profile's
-    "bound by" verdict points at first, then the rest as listed."""
+    """The candidates in the order to try them, each with why there: what the config needs first,
+    then the kinds the profile's "bound by" verdict points at, then the rest as listed."""
+    needed = [(c, "first: the config needs it") for c in candidates if c.needed]
+    candidates = [c for c in candidates if not c.needed]
     first = FIRST.get(bound_by or "", ())
     lead = sorted((c for c in candidates if c.kind in first), key=lambda c: first.index(c.kind))
     rest = [c for c in candidates if c.kind not in first]
@@ -125,7 +151,7 @@ def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candi
     why_lead = f"bound by {bound_by}: {' and '.join(kinds)} first"
     why_rest = (f"after what the 'bound by {bound_by}' verdict puts first" if lead
                 else "in the listed order (no profile verdict to order by)")
-    return [(c, why_lead) for c in lead] + [(c, why_rest) for c in rest]
+    return needed + [(c, why_lead) for c in lead] + [(c, why_rest) for c in rest]
 
 
 def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MIN_EFFECT,
@@ -176,6 +202,7 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
     deadline = start + budget_s
     best: dict = {}
     decisions: list[Decision] = []
+    paced = [0.0, 0]  # seconds and rounds of the comparisons so far: the pace of a round
 
     def decided(d: Decision) -> None:
         decisions.append(d)
@@ -194,15 +221,49 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
         if refused:
             decided(Decision(cand.key, False, why, f"cannot run here: {refused}"))
             continue
+        work = measure.one_off(best, trial)
+        if work:
+            short = _prepared(measure, best, trial, work, deadline,
+                              paced[0] / paced[1] if paced[1] else 0.0)
+            if short:
+                decided(Decision(cand.key, False, why, f"skipped: {short}"))
+                continue
+        t0 = measure.clock()
         d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
                     deadline=deadline)
+        paced[0] += measure.clock() - t0
+        paced[1] += d.rounds + d.busy_rounds
         d.setting, d.why = cand.key, why
+        if cand.needed and d.rounds:
+            d.kept, d.outcome = True, f"needed: {cand.needed} (its speed: {d.outcome})"
         if d.kept and cand.changes_numbers:
             check = measure.loss_check(best, trial)
             d.loss_check = check.note
             if not check.ok:
-                d.kept, d.outcome = False, f"faster, but its loss moved: {check.note}"
+                d.kept = False
+                d.outcome = (f"needed, but its loss moved: {check.note}" if cand.needed else
+                             f"faster, but its loss moved: {check.note}")
         if d.kept:
             best = trial
         decided(d)
     return TuneResult(best, decisions, measure.clock() - start)
+
+
+def _prepared(measure: Measure, best: dict, trial: dict, work: str, deadline: float,
+              round_s: float) -> str | None:
+    """Do a candidate's one-off work if the budget left can hold it and its rounds; else, or when
+    the rounds no longer fit after it, why not (the module)."""
+    left = deadline - measure.clock()
+    rounds_s = FEWEST * round_s
+    if left <= rounds_s:
+        return (f"the {left:.0f} s left cannot hold {work} and the {FEWEST} rounds that can decide "
+                f"(about {rounds_s:.0f} s at {round_s:.1f} s a round so far)")
+    p = measure.prepare(best, trial, left - rounds_s)
+    if p.failed:
+        return f"{work}: {p.failed}"
+    left = deadline - measure.clock()
+    if FEWEST * p.round_s > left:
+        return (f"{work} took {p.seconds:.0f} s; the {FEWEST} rounds that can decide would take "
+                f"about {FEWEST * p.round_s:.0f} s ({p.round_s:.1f} s a round) and {left:.0f} s "
+                "are left")
+    return None

@@ -36,8 +36,9 @@ def decisions_table(decisions: list[Decision]) -> str:
 
 
 class TunePanel:
-    def __init__(self, cfg: RunConfig, budget_min: float = 3.0, run_s: float = 3.0):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, budget_min: float = 3.0, run_s: float = 3.0,
+                 memory_gib: float | None = None):
+        self.cfg, self.memory_gib = cfg, memory_gib  # None: what the pre-launch check says is free
         self.budget = w.FloatText(budget_min, description="budget (min)",
                                   tooltip="minutes for the whole tune, the profiling run included")
         self.run_s = w.FloatText(run_s, description="run (s)",
@@ -74,6 +75,7 @@ class TunePanel:
         self.table.value = self.result.value = ""
         show(self.status, f"tuning for up to {budget_s / 60:g} min: profiling the baseline first")
         started = self.job.start(lambda: tune(self.cfg, budget_s=budget_s, run_s=run_s,
+                                              memory_budget_gib=self.memory_gib,
                                               on_decision=self._decided, on_run=self._ran,
                                               stop=self._stop.is_set))
         return self.job.wait() if (wait and started) else None
@@ -100,7 +102,8 @@ class TunePanel:
         kept = ", ".join(f"{k}={v}" for k, v in self.report.settings.items()) or \
             "nothing: the baseline stays"
         show(self.status, f"done in {self.report.spent_s:.0f} s; {self.report.bound_by_note}")
-        self.result.value = (f"<b>recommended:</b> {html.escape(kept)}<br><small>not tried: "
+        self.result.value = (f"<b>recommended:</b> {html.escape(kept)}<br><small>"
+                             f"{html.escape(self.report.memory_note)}<br>not tried: "
                              + html.escape("; ".join(f"{k} ({v})" for k, v in
                                                      self.report.not_tried.items())) + "</small>")
 
