@@ -67,7 +67,7 @@ def test_multi_node_command_uses_the_users_endpoint(smoke, tmp_path):
     cfg = smoke.replace(**{"distributed.nnodes": 2, "distributed.node_rank": 1,
                            "distributed.nproc": 4, "distributed.rdzv_endpoint": "node0.cluster:29400"})
     cmd = worker_command(cfg, tmp_path)
-    assert "torch.distributed.run" in cmd and "--local-addr" not in cmd
+    assert "workbench.loopback" in cmd and "--local-addr" not in cmd  # the agent binds its store
     assert {"--nnodes=2", "--node-rank=1", "--nproc-per-node=4",
             "--rdzv-endpoint=node0.cluster:29400"} <= set(cmd)
 
