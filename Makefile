@@ -4,13 +4,15 @@
 # make strip - clear notebook outputs and widget state before committing (nbstripout)
 # make gpu-check OUT=DIR - every GPU path in one command, under 8 minutes; DIR/gpucheck.json
 # make slurm-up / slurm-down - a real SLURM cluster of this machine in SLURM_DIR (root; Debian's
-#                slurmctld slurmd slurm-client munge), to try `workbench submit` on
+#                slurmctld slurmd slurm-client munge), to try `workbench submit` on;
+#                SLURM_NODES=2: two nodes, each a test host with its own address and slurmd
 TORCH ?= 2.13.0
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT   ?= gpucheck-out
 SLURM_DIR ?= slurm-cluster
+SLURM_NODES ?= 1
 
 .PHONY: setup lab test bench strip gpu-check clean slurm-up slurm-down
 
@@ -46,7 +48,7 @@ gpu-check:
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $$py -m workbench.gpucheck --out "$(OUT)"
 
 slurm-up: $(STAMP)
-	$(PY) -m workbench.distributed.localslurm up $(SLURM_DIR)
+	$(PY) -m workbench.distributed.localslurm up $(SLURM_DIR) --nodes $(SLURM_NODES)
 
 slurm-down: $(STAMP)
 	$(PY) -m workbench.distributed.localslurm down $(SLURM_DIR)

@@ -67,7 +67,7 @@ def test_multi_node_command_uses_the_users_endpoint(smoke, tmp_path):
     cfg = smoke.replace(**{"distributed.nnodes": 2, "distributed.node_rank": 1,
                            "distributed.nproc": 4, "distributed.rdzv_endpoint": "node0.cluster:29400"})
     cmd = worker_command(cfg, tmp_path)
-    assert "torch.distributed.run" in cmd and "--local-addr" not in cmd
+    assert "workbench.loopback" in cmd and "--local-addr" not in cmd  # the agent binds its store
     assert {"--nnodes=2", "--node-rank=1", "--nproc-per-node=4",
             "--rdzv-endpoint=node0.cluster:29400"} <= set(cmd)
 
@@ -119,6 +119,20 @@ def test_diagnosis_of_a_silent_rank_is_a_kill(tmp_path):
     d = diagnose(tmp_path, 1, log)
     assert d["cause"] == "killed" and d["failed_rank"] == 1 and "out of memory" in d["message"]
     assert is_knock_on({"error_type": "RuntimeError", "message": "Timed out waiting 3000ms for recv"})
+
+
+def test_diagnosis_names_the_node_srun_lost_by_a_signal_and_only_then(tmp_path):
+    _write(tmp_path, 0, ("start", {"node": "node0"}), ("step", {"step": 3}),
+           ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
+    _write(tmp_path, 1, ("start", {"node": "node1"}), ("step", {"step": 3}))
+    log = ("srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
+           "StepId=4.0\nsrun: error: node0: task 0: Terminated\n")
+    d = diagnose(tmp_path, 137, log)
+    assert d["cause"] == "node_lost" and d["failed_rank"] == 1
+    assert d["message"].startswith("lost node node1: srun's task 1 there (its torchrun agent) was "
+                                   "killed after step 3, and its rank(s) 1 with it")
+    exited = "srun: error: node1: task 1: Exited with exit code 1\n"  # torchrun reported a failure
+    assert diagnose(tmp_path, 1, exited)["cause"] == "killed"
 
 
 def test_cli_flags_build_the_distributed_section():

@@ -4,7 +4,6 @@ cause, cancelled, and a job the partition can never start."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,41 +11,21 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.distributed.jobs import Job, submit
-from workbench.distributed.localslurm import LocalSlurm, find_cluster, missing_tools
+from workbench.distributed.localslurm import find_cluster
 from workbench.events import read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
 from workbench.ui.attaching import attach
 
 from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
+from slurm_helpers import local_cluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    lacking = missing_tools()
-    if lacking or os.geteuid() != 0:
-        why = f"needs root and {', '.join(lacking) or 'nothing more'}"
-        if os.environ.get("WORKBENCH_REQUIRE_SLURM"):
-            pytest.fail(f"the SLURM tests must run here but cannot: {why}")
-        pytest.skip(f"a local SLURM cluster {why}")
-    with LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2) as c:
-        started = {name: pid for name, pid in c.pids.items() if pid}
-        yield c
-    assert set(started) == {"munged", "slurmctld", "slurmd"}
-    assert not [name for name, pid in started.items() if _alive(pid)]  # every daemon stopped
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert c.namespace and c.namespace not in namespaces  # and its test host removed
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    yield from local_cluster(tmp_path_factory.mktemp("slurm"))
 
 
 def small(**changes) -> RunConfig:

@@ -126,3 +126,20 @@ def test_worker_with_a_missing_config_exits_with_a_reason(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "workbench.worker", "--config",
                            str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_a_rank_numbers_its_attempt_after_those_it_began_in_the_run_folder(tmp_path):
+    """Each node's torchrun counts only its own failures: a rank restarted because another node's
+    rank died hears restart 0 again, and takes its attempt from the shared run folder."""
+    from workbench.events import EventWriter
+    from workbench.train.rank import RankEnv
+    from workbench.train.worker import attempt_of
+
+    assert attempt_of(tmp_path, RankEnv(rank=1)) == 0  # a first start
+    for attempt in (0, 1):
+        w = EventWriter(tmp_path, 1, attempt)
+        w.write("start", pid=1)
+        w.close()
+    assert attempt_of(tmp_path, RankEnv(rank=1, attempt=0)) == 2
+    assert attempt_of(tmp_path, RankEnv(rank=1, attempt=5)) == 5  # after SLURM requeues: later
+    assert attempt_of(tmp_path, RankEnv(rank=0)) == 0  # another rank's file is not this rank's

@@ -28,6 +28,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_address(host: str) -> bool:
+    """Whether `host` is an IP address, not a name."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def listen_fd(host: str, port: int) -> int:
     """A listening socket on exactly host:port, handed over as a bare fd (the store closes it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

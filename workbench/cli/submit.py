@@ -32,7 +32,8 @@ def add_parser(sub):
         p.add_argument(f"--{flag.replace('_', '-')}", type=int, dest=flag)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                    help="any config field (repeatable)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes to ask SLURM for (default 1)")
+    p.add_argument("--nodes", type=int, help="nodes to ask SLURM for (default: the config's "
+                   "distributed.nnodes, 1 unless set)")
     p.add_argument("--time", default="00:30:00", help="the job's time limit (SLURM --time)")
     p.add_argument("--cpus-per-task", type=int,
                    help="CPUs per node (default: ranks per node x threads per rank)")

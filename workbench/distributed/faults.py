@@ -6,6 +6,7 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
     cause:  raised | killed | exited (a rank, or the launcher, ended with a code and no record of why)
             | stalled | start_timeout | rendezvous | disk_full
             | agent_killed (the torchrun agent died by a signal; its ranks died with it)
+            | node_lost (srun lost a SLURM job's task on one node: its agent and ranks died)
             | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
             | rank_signalled (a rank got SIGTERM/SIGINT/SIGHUP from another program: status stopped)
             | supervisor_killed (written by the launching process when the supervisor was killed)
@@ -38,6 +39,9 @@ from ..runstore import read_summary
 KNOCK_ON = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
             "distbackenderror", "communicator was aborted", "socket", "recv", "peer")
 _AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
+# srun's word for a task (one node's torchrun agent) that died by a signal, not by exiting.
+_SRUN_LOST = re.compile(r"^srun: error: (\S+): tasks? (\d+)[-\d,]*: (Killed|Terminated|Aborted|"
+                        r"Segmentation fault|Hangup)", re.M)
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -191,6 +195,22 @@ def _agent_killed(e: Evidence) -> Diagnosis | None:
                      signal=how)
 
 
+def _node_lost(e: Evidence) -> Diagnosis | None:
+    """A SLURM job's task on one node died by a signal (srun says which node first): the node's
+    torchrun agent was killed or the node went away, and its ranks with it."""
+    found = _SRUN_LOST.search(e.log_text)
+    if found is None:
+        return None
+    node, task, how = found.groups()
+    ranks = sorted(rank for rank, recs in e.by_rank.items()
+                   if any(r.get(EVENT) == START and r.get("node") == node for r in recs))
+    theirs = f"its rank(s) {', '.join(map(str, ranks))}" if ranks else "its ranks"
+    return Diagnosis("node_lost", "NodeLost",
+                     f"lost node {node}: srun's task {task} there (its torchrun agent) was "
+                     f"{how.lower()} after step {e.last_step}, and {theirs} with it; no rank "
+                     "failed by itself", failed_rank=ranks[0] if ranks else None)
+
+
 def _agent_signalled(e: Evidence) -> Diagnosis | None:
     """torchrun got a signal, stopped its ranks and exited."""
     signalled = {int(pid): int(sig) for pid, sig in _AGENT_SIGNAL.findall(e.log_text)}
@@ -286,7 +306,7 @@ def _exited(e: Evidence) -> Diagnosis:
 
 
 # The rules in the order they are asked; the first that recognises the evidence names the cause.
-RULES = (_disk_full, _raised, _agent_killed, _agent_signalled, _killed, _rank_signalled, _stalled,
+RULES = (_disk_full, _raised, _agent_killed, _node_lost, _agent_signalled, _killed, _rank_signalled, _stalled,
          _first_failure, _rendezvous, _exited)
 
 

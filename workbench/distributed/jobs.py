@@ -35,7 +35,7 @@ from ..runstore import create_run_dir, read_summary
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
 from .slurm import per_node, shell_word, slurm_job
-from .torchrun import RESTART_ENV, WORKER, torchrun_args
+from .torchrun import RESTART_ENV, WORKER, loopback_runner, torchrun_args
 
 # SLURM's job states that end a job, and what the run's status becomes.
 ENDED = {"COMPLETED": "completed", "FAILED": "failed", "CANCELLED": "stopped", "TIMEOUT": "failed",
@@ -83,10 +83,10 @@ def job_script(cfg: RunConfig, run_dir: Path, nodes: int = 1, port: int = 29500,
     else:
         line = per_node(torchrun_args(
             worker[1:], nproc=cfg.distributed.nproc, nnodes="$SLURM_NNODES",
-            node_rank="$SLURM_NODEID", endpoint=f"$head_node:{port}",
+            node_rank="$SLURM_NODEID", endpoint=f"$head_addr:{port}",
             max_restarts=cfg.distributed.max_restarts,
             log_dir=f"{folder.torchrun_logs}_node$SLURM_NODEID",
-            runner=[sys.executable, "-m", "torch.distributed.run"]))
+            runner=loopback_runner()))  # each node finds its own address toward the head
     env = {**RESTART_ENV, "OMP_NUM_THREADS": str(threads_for(cfg)), "PYTHONUNBUFFERED": "1",
            ATTEMPT_BASE_ENV: f"$(( ${{SLURM_RESTART_COUNT:-0}} * {cfg.distributed.max_restarts + 1} ))"}
     setup = "\n".join(f"export {k}={v if k == ATTEMPT_BASE_ENV else shell_word(v)}"
@@ -228,14 +228,20 @@ class Job:
             return False
 
 
-def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int = 1,
+def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int | None = None,
            time_limit: str = "00:30:00", cpus_per_task: int | None = None, port: int = 29500,
            prefix: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
     """Claim a run folder, write its batch file there and submit it with sbatch; the job id is
-    recorded in the folder. A job sbatch refuses is a ConfigError with SLURM's one line."""
+    recorded in the folder. `nodes`: SLURM nodes, by default the config's distributed.nnodes; the
+    folder's config records them, with the job's first node as the rendezvous. A job sbatch
+    refuses is a ConfigError with SLURM's one line."""
     cfg = require_config(source)
+    nodes = cfg.distributed.nnodes if nodes is None else nodes
     if nodes < 1:
         raise ConfigError(f"nodes must be >= 1, got {nodes}")
+    if nodes > 1:  # SLURM picks the nodes: the rendezvous is on whichever comes first
+        cfg = cfg.replace(**{"distributed.nnodes": nodes, "distributed.node_rank": 0,
+                             "distributed.rdzv_endpoint": f"$head_addr:{port}"})
     run_dir = create_run_dir(cfg, path=run_dir) if run_dir is not None else create_run_dir(cfg)
     run_dir = Path(run_dir).resolve()  # sbatch runs in the folder: a relative path would miss it
     folder = RunFolder(run_dir)

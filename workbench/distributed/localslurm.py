@@ -2,18 +2,21 @@
 22.05) with their own config, state, spool and logs, for the tests and for people who want to try
 `workbench submit` before they meet a real cluster.
 
-    python -m workbench.distributed.localslurm up DIR     # make slurm-up: prints the SLURM_CONF line
+    python -m workbench.distributed.localslurm up DIR [--nodes 2]   # make slurm-up: prints the SLURM_CONF line
     python -m workbench.distributed.localslurm down DIR   # make slurm-down: stops what `up` started
 
     with LocalSlurm(folder) as cluster:                    # the test fixture
         cluster.run(["sbatch", "--parsable", "job.slurm"])
     access, why = find_cluster()                           # a notebook: the cluster that answers
 
-The daemons live in a network namespace of their own, a test host with an address from the range
-reserved for network tests (198.18.0.0/15), joined to this machine by a veth pair
-(workbench.distributed.netns): nothing they open listens beyond that host and its loopback. Commands that talk to the cluster (sbatch, squeue,
-scancel, and `workbench submit` itself) run in that namespace: `cluster.prefix` is the words that
-put them there. Every daemon, the namespace and the link are stopped or removed by what started
+The daemons live in network namespaces, test hosts with addresses from the range reserved for
+network tests (198.18.0.0/15), joined to this machine by veth pairs (workbench.distributed.netns):
+nothing they open listens beyond those hosts and their loopback. Each node is one host with its own
+slurmd (`slurmd -N NAME`, NodeAddr its address); the controller runs on the first. With
+`nodes=2` a job's two nodes reach each other over the link between the hosts, as two machines
+would; both see this machine's files, as a cluster's nodes see a shared file system. Commands that
+talk to the cluster (sbatch, squeue, scancel, and `workbench submit` itself) run in the first
+host's namespace: `cluster.prefix` is the words that put them there. Every daemon, the namespace and the link are stopped or removed by what started
 them, by pid. Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge.
 """
 from __future__ import annotations
@@ -46,16 +49,21 @@ def missing_tools() -> list[str]:
 
 
 class LocalSlurm:
-    """One node (this machine, `cpus` CPUs) in one partition, `debug`."""
+    """`nodes` nodes (1 or 2 test hosts of this machine, `cpus` CPUs each) in one partition, `debug`."""
 
-    def __init__(self, folder: str | Path, cpus: int | None = None, memory_mib: int = 4000):
+    def __init__(self, folder: str | Path, cpus: int | None = None, memory_mib: int = 4000,
+                 nodes: int = 1):
+        if nodes not in (1, 2):
+            raise ValueError(f"nodes must be 1 or 2 (test hosts of this machine), got {nodes}")
         self.folder = Path(folder).resolve()
         self.cpus = cpus or os.cpu_count() or 1
         self.memory_mib = memory_mib
-        self.network: TestNetwork | None = None  # the node's test host, made by `up`
-        self.namespace = ""
-        self.node_address = ""
-        self.node = socket.gethostname()  # slurmd names its node by the host name
+        self.network: TestNetwork | None = None  # the nodes' test hosts, made by `up`
+        self.namespace = ""  # the first host's: the controller's, and where commands run
+        self.namespaces: list[str] = []
+        self.nodes = [f"node{i}" for i in range(nodes)]  # slurmd -N: its node's name
+        self.addresses: list[str] = []  # each node's address (NodeAddr), made by `up`
+        self.controller = socket.gethostname()  # slurmctld runs only where SlurmctldHost names it
         self.pids: dict[str, int] = {}
         self.machine_links: list[str] = []  # for `down` from another process
         self.conf = self.folder / "slurm.conf"
@@ -81,7 +89,7 @@ class LocalSlurm:
         if lacking:
             raise RuntimeError(f"a local SLURM cluster needs {', '.join(lacking)}: apt-get install "
                                "slurmctld slurmd slurm-client munge")
-        for sub in ("state", "spool", "munge"):
+        for sub in ("state", "munge", *(f"spool/{name}" for name in self.nodes)):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "munge").chmod(0o700)
         try:
@@ -89,11 +97,14 @@ class LocalSlurm:
             self._munge()
             self._write_conf()
             self._save()
-            for daemon in ("slurmctld", "slurmd"):
-                log = open(self.folder / f"{daemon}.out", "ab")
-                proc = subprocess.Popen([*self.prefix, daemon, "-D", "-f", str(self.conf)],
-                                        stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                        start_new_session=True)
+            daemons = [("slurmctld", self.prefix, [])] + [
+                (f"slurmd:{name}", host.prefix, ["-N", name])
+                for name, host in zip(self.nodes, self.network.hosts)]
+            for daemon, prefix, args in daemons:
+                log = open(self.folder / f"{daemon.replace(':', '-')}.out", "ab")
+                proc = subprocess.Popen([*prefix, daemon.partition(":")[0], "-D", *args, "-f",
+                                         str(self.conf)], stdout=log, stderr=subprocess.STDOUT,
+                                        env=self.env, start_new_session=True)
                 log.close()
                 self.pids[daemon] = proc.pid
                 self._save()
@@ -104,9 +115,10 @@ class LocalSlurm:
         return self
 
     def _network(self) -> None:
-        self.network = TestNetwork(1, bridge_to_machine=True).open()
-        host = self.network.hosts[0]
-        self.namespace, self.node_address = host.namespace, host.address
+        self.network = TestNetwork(len(self.nodes), bridge_to_machine=True).open()
+        self.namespaces = [host.namespace for host in self.network.hosts]
+        self.addresses = [host.address for host in self.network.hosts]
+        self.namespace = self.namespaces[0]
         self.pids["netns"] = 0  # a name, not a process: removed by `down`
 
     def _munge(self) -> None:
@@ -124,41 +136,46 @@ class LocalSlurm:
         f = self.folder
         self.conf.write_text("\n".join([
             "ClusterName=workbench",
-            f"SlurmctldHost={self.node}({self.node_address})",
+            f"SlurmctldHost={self.controller}({self.addresses[0]})",
             "SlurmUser=root", "SlurmdUser=root",
             f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
             # cred_expire also holds a requeued job back before it starts again (120 s by default)
             "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'},cred_expire=10",
             "CredType=cred/munge",
-            f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool'}",
-            f"SlurmctldPidFile={f / 'slurmctld.pid'}", f"SlurmdPidFile={f / 'slurmd.pid'}",
-            f"SlurmctldLogFile={f / 'slurmctld.log'}", f"SlurmdLogFile={f / 'slurmd.log'}",
+            # %n: each node's slurmd keeps its own spool, pid and log
+            f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool' / '%n'}",
+            f"SlurmctldPidFile={f / 'slurmctld.pid'}", f"SlurmdPidFile={f / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={f / 'slurmctld.log'}", f"SlurmdLogFile={f / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
             "ReturnToService=2", "MinJobAge=600",  # a finished job stays visible to squeue
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "SchedulerParameters=batch_sched_delay=0",
-            f"NodeName={self.node} NodeAddr={self.node_address} CPUs={self.cpus} "
-            f"RealMemory={self.memory_mib} State=UNKNOWN",
-            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP", ""]))
+            *(f"NodeName={name} NodeAddr={address} CPUs={self.cpus} "
+              f"RealMemory={self.memory_mib} State=UNKNOWN"
+              for name, address in zip(self.nodes, self.addresses)),
+            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
+            "State=UP", ""]))
 
     def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for daemon in ("slurmctld", "slurmd"):
-                if not _alive(self.pids[daemon]):
-                    log = (self.folder / f"{daemon}.log")
+            for daemon, pid in self.pids.items():
+                if daemon.startswith("slurm") and not _alive(pid):
+                    name = daemon.partition(":")[2]
+                    log = self.folder / (f"slurmd-{name}.log" if name else f"{daemon}.log")
                     tail = log.read_text(errors="replace")[-800:] if log.is_file() else ""
                     raise RuntimeError(f"{daemon} exited while the cluster came up:\n{tail}")
-            out = self.run(["sinfo", "-h", "-o", "%t"], timeout=30).stdout.split()
-            if out and all(state == "idle" for state in out):
+            out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout.split()
+            if sorted(out[0::2]) == self.nodes and all(state == "idle" for state in out[1::2]):
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"the local SLURM node was not idle after {timeout_s:g} s")
+        raise RuntimeError(f"the local SLURM nodes were not idle after {timeout_s:g} s")
 
     def down(self) -> None:
         """Stop every daemon `up` started (by pid), remove the link and the namespace."""
-        for daemon in ("slurmd", "slurmctld", "munged"):
+        slurmds = sorted(d for d in self.pids if d.startswith("slurmd:"))
+        for daemon in (*slurmds, "slurmctld", "munged"):
             pid = self.pids.pop(daemon, None)
             if pid:
                 _stop(pid)
@@ -168,13 +185,15 @@ class LocalSlurm:
             else:  # loaded by another process: remove by the names `up` saved
                 for link in self.machine_links:
                     subprocess.run(["ip", "link", "del", link], capture_output=True)
-                subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True)
+                for namespace in self.namespaces:
+                    subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         self._save()
 
     def _save(self) -> None:
         links = self.network.machine_links if self.network else self.machine_links
         (self.folder / STATE).write_text(json.dumps({
-            "namespace": self.namespace, "links": links, "pids": self.pids,
+            "namespace": self.namespace, "namespaces": self.namespaces, "links": links,
+            "pids": self.pids,
             "conf": str(self.conf), "prefix": self.prefix}))
 
     @classmethod
@@ -183,6 +202,7 @@ class LocalSlurm:
         state = json.loads((Path(folder) / STATE).read_text())
         cluster = cls(folder)
         cluster.namespace, cluster.machine_links = state["namespace"], state["links"]
+        cluster.namespaces = state.get("namespaces") or [state["namespace"]]
         cluster.pids = {k: int(v) for k, v in state["pids"].items()}
         return cluster
 
@@ -262,10 +282,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("folder")
+    parser.add_argument("--nodes", type=int, default=1, choices=[1, 2],
+                        help="nodes (test hosts with their own addresses); default 1")
     args = parser.parse_args(argv)
     if args.action == "up":
         try:
-            cluster = LocalSlurm(args.folder).up()
+            cluster = LocalSlurm(args.folder, nodes=args.nodes).up()
         except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
             print(f"workbench: the local SLURM cluster did not come up: {e}", file=sys.stderr)
             return 1

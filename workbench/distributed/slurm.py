@@ -30,10 +30,10 @@ def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port:
               submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out",
               requeue: bool | None = None) -> str:
     """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
-    node's name); `setup` is shell run once before it (writing a config file, say). `requeue`: True
-    for a job that saves resumable state (SLURM runs it again after a node failure or preemption and
-    it goes on from its last saved step), False for one that would start over; None leaves it to
-    the cluster's default."""
+    node's name, or $head_addr, its address); `setup` is shell run once before it (writing a
+    config file, say). `requeue`: True for a job that saves resumable state (SLURM runs it again
+    after a node failure or preemption and it goes on from its last saved step), False for one
+    that would start over; None leaves it to the cluster's default."""
     gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
            else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
     again = {True: "#SBATCH --requeue\n# (requeued, the run resumes from its last saved step)\n",
@@ -55,7 +55,10 @@ set -euo pipefail
 cd "${{SLURM_SUBMIT_DIR:-.}}"
 # sed reads every name: with pipefail, `head -n 1` can end the job through scontrol's SIGPIPE.
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
-export head_node
+# its address as SLURM reaches it (NodeAddr): a node's name need not resolve on the others
+head_addr=$(scontrol show node -o "$head_node" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')
+head_addr=${{head_addr:-$head_node}}
+export head_node head_addr
 {env}  # restarts come up reliably only with a fresh store per attempt
 {setup.strip()}
 echo "rendezvous on $head_node:{port}, $SLURM_NNODES node(s) x {nproc} rank(s)"

@@ -27,8 +27,20 @@ WORKER = ["-m", "workbench.worker"]
 
 
 def loopback_runner() -> list[str]:
-    """This interpreter running torchrun with its rendezvous store bound to 127.0.0.1."""
+    """This interpreter running torchrun with its rendezvous store bound to the endpoint's address
+    (127.0.0.1, or this node's address toward the others: workbench.distributed.agent)."""
     return [sys.executable, "-m", "workbench.loopback"]
+
+
+def toward(host: str) -> tuple[str | None, str | None, bool]:
+    """How this node reaches the rendezvous host: its own address on the route there, that
+    address's interface (for GLOO_SOCKET_IFNAME, None when no interface holds it), and whether this
+    node holds the host's address (then it serves the rendezvous). (None, None, False) when the
+    host cannot be resolved or reached."""
+    route = route_to(host)
+    if route is None:
+        return None, None, False
+    return route[0], route[1], route[0] == ipv4_of(host)
 
 
 def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int | str = 1,
@@ -68,17 +80,14 @@ def rank_command(d, program: list[str], log_dir: str) -> list[str]:
     endpoint = f"{LOOPBACK}:{free_port()}" if d.nnodes == 1 else d.rdzv_endpoint
     local = is_loopback(endpoint.rpartition(":")[0])  # one node, or nodes simulated on this machine
     env = loopback_env() if local else dict(RESTART_ENV)
-    host = endpoint.rpartition(":")[0]
-    route = None if local else route_to(host)
-    hosts_rendezvous = route is not None and route[0] == ipv4_of(host) and d.node_rank in (0, None)
-    if route is not None and route[1] is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
-        env["GLOO_SOCKET_IFNAME"] = route[1]  # the user's own setting wins
-    runner = loopback_runner() if local else [sys.executable, "-m", "torch.distributed.run"]
+    address, interface, holds = (None, None, False) if local else toward(endpoint.rpartition(":")[0])
+    if interface is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
+        env["GLOO_SOCKET_IFNAME"] = interface  # the user's own setting wins
     return ["env", *(f"{k}={v}" for k, v in env.items()),
             *torchrun_args(program, nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
                            endpoint=endpoint, max_restarts=d.max_restarts, log_dir=log_dir,
-                           runner=runner, local_addr=route[0] if route else None,
-                           hosts_rendezvous=hosts_rendezvous)]
+                           runner=loopback_runner(), local_addr=address,
+                           hosts_rendezvous=holds and d.node_rank in (0, None))]
 
 
 def loopback_env() -> dict[str, str]:

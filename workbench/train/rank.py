@@ -1,5 +1,6 @@
 """What torchrun tells a rank (RANK, LOCAL_RANK, WORLD_SIZE, the restart count), which device and
-process-group backend it uses, and how it joins the group with rank 0's store on 127.0.0.1.
+process-group backend it uses, and how it joins the group with rank 0's store on MASTER_ADDR only
+(127.0.0.1, or rank 0's address toward the other nodes), not on every interface.
 
 The backend rule ("auto": nccl on GPUs, gloo on CPUs) lives in workbench.machine.fit, with the
 rest of what this machine can run; a rank asks it here, and the exported script copies it.
@@ -16,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..machine.capability import resolve_device
 from ..machine.fit import backend_for
-from ..net import is_loopback, listen_fd
+from ..net import is_address, listen_fd
 
 
 # Attempts that came before this launch: a SLURM job requeued n times starts torchrun afresh, so its
@@ -48,11 +49,13 @@ def pick_device(cfg, env: RankEnv) -> torch.device:
     return device
 
 
-def _loopback_store_address() -> tuple[str, int] | None:
-    """Where rank 0 serves the process-group store itself, on loopback; None when the run is not
-    on loopback (several machines) or torchrun shares its own store with the ranks."""
+def _store_address() -> tuple[str, int] | None:
+    """Where rank 0 serves the process-group store itself and the others reach it: MASTER_ADDR
+    when it is an IP address (127.0.0.1, or rank 0's --local-addr toward the other nodes), which
+    rank 0 binds alone. None for a host name (every rank joins the ordinary way: all of them must
+    agree) or when torchrun shares its own store with the ranks."""
     host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    if not port or not is_loopback(host) or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+    if not port or not is_address(host) or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
     return host, int(port)
 
@@ -63,16 +66,16 @@ _HELD_FDS: dict[tuple[str, int], int] = {}  # store ports bound ahead by a warm 
 def hold_store_port(rank: int) -> None:
     """A warm rank 0 may wait minutes for its run: bind the port torchrun gave its store now, so
     no other program takes it meanwhile (process_group_store adopts the socket)."""
-    address = _loopback_store_address()
+    address = _store_address()
     if rank == 0 and address and address not in _HELD_FDS:
         _HELD_FDS[address] = listen_fd(*address)
 
 
 def process_group_store(rank: int, world_size: int, timeout_s: float):
-    """A store for init_process_group bound to loopback, or None (see _loopback_store_address).
+    """A store for init_process_group bound to MASTER_ADDR, or None (see _store_address).
     torch's TCPStore server listens on every interface; adopting a socket that listens on
-    127.0.0.1 keeps it local."""
-    address = _loopback_store_address()
+    that one address keeps it off the others."""
+    address = _store_address()
     if address is None:
         return None
     host, port = address

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
-from ..events import DONE, ERROR, RANK, START
+from ..events import ATTEMPT, DONE, ERROR, EVENT, RANK, START, FileTail
 from ..procs import set_pdeathsig
 from ..runfolder import RunFolder, Summary
 from .heartbeat import Heartbeat, LockedWriter
@@ -53,6 +53,17 @@ def _hold_stop_signals() -> None:
 def _record(run_dir: Path, env, status: str, summary: Summary) -> None:
     if env.rank == 0:
         RunFolder(run_dir).write_summary({"status": status, **summary})
+
+
+def attempt_of(run_dir: Path, env) -> int:
+    """This rank's attempt: torchrun's count (after earlier SLURM requeues), or one past the last
+    attempt this rank began in the run folder if that is later. Each node's torchrun agent counts
+    only its own failures: when a rank on another node fails, the agents here restart their ranks
+    with the count unchanged, and only the run folder, which the nodes share, knows it is a new
+    attempt."""
+    records = FileTail(RunFolder(run_dir).events_file(env.rank)).poll()
+    begun = [int(r.get(ATTEMPT, 0)) for r in records if r.get(EVENT) == START]
+    return max([env.attempt, *(a + 1 for a in begun)])
 
 
 def _try(write, *args, **kwargs) -> None:
@@ -91,9 +102,12 @@ def main(argv: list[str] | None = None) -> int:
 
     env = RankEnv.from_environ()
     try:
+        env.attempt = attempt_of(run_dir, env)
         events = LockedWriter(run_dir, env.rank, env.attempt)
         events.write(START, pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
                      host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
+                     **({"node": os.environ["SLURMD_NODENAME"]}  # a SLURM job's node
+                        if "SLURMD_NODENAME" in os.environ else {}),
                      **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
                      **({"warm": warm} if warm else {}))
     except OSError as e:

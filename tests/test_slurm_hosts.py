@@ -1,0 +1,141 @@
+"""A SLURM cluster of two hosts (two network namespaces with their own addresses in 198.18.0.0/15,
+one slurmd each, the controller on the first): a submitted 2-node job whose rendezvous crosses the
+link between them, the same job surviving the loss of host B's rank by resuming, and host B's
+torchrun agent killed with no restarts left."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import psutil
+import pytest
+
+from workbench.config import RunConfig
+from workbench.distributed.jobs import submit
+from workbench.distributed.launch import run
+from workbench.events import read_events
+
+from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
+from slurm_helpers import local_cluster
+
+pytestmark = pytest.mark.slow
+
+STEPS, SAVE_EVERY, PORT = 40, 10, 29500
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from local_cluster(tmp_path_factory.mktemp("slurm2"), nodes=2)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return faulty_model(tmp_path_factory.mktemp("model"))
+
+
+def two_ranks(model: str, **changes) -> RunConfig:
+    """One rank per node (a slow step, so a run can be caught mid-way), on the CPU."""
+    return RunConfig.smoke().replace(**{
+        "run.threads": 1, "run.eval_batches": 0, "run.steps": STEPS, "run.save_weights": False,
+        "model.name": model, "model.kwargs": {"mode": "slow"}, **changes})
+
+
+@pytest.fixture(scope="module")
+def unbroken(model, tmp_path_factory):
+    """Each rank's loss per step in a local 2-rank run of the same config: the trajectory."""
+    result = run(two_ranks(model, **{"distributed.nproc": 2}), tmp_path_factory.mktemp("unbroken"),
+                 timeout_s=240)
+    assert result["status"] == "completed", result
+    return losses(result["run_dir"])
+
+
+def losses(run_dir, attempt: int | None = None) -> dict[tuple[int, int], float]:
+    return {(r["rank"], r["step"]): r["loss"] for r in read_events(run_dir)
+            if r["event"] == "step" and attempt in (None, r["attempt"])}
+
+
+def namespace_of(pid: int) -> str:
+    """The test host (network namespace) a process runs in."""
+    inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+    for name in os.listdir("/var/run/netns"):
+        if os.stat(f"/var/run/netns/{name}").st_ino == inode:
+            return name
+    return ""
+
+
+def ranks_by_host(cluster, run_dir, attempt: int = 0) -> dict[int, int]:
+    """Host index (0: A, the head; 1: B) -> the pid of the rank running there."""
+    starts = [r for r in read_events(run_dir) if r["event"] == "start" and r["attempt"] == attempt]
+    return {cluster.namespaces.index(namespace_of(r["pid"])): r["pid"] for r in starts}
+
+
+def listeners(namespace: str) -> list[tuple[str, int]]:
+    """(local address, pid) of every listening TCP socket in a test host."""
+    out = subprocess.run(["ip", "netns", "exec", namespace, "ss", "-Hltnp"], capture_output=True,
+                         text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        local, procs = line.split()[3], line.split("users:")[-1]
+        found += [(local, int(p.split("=")[1])) for p in procs.split(",") if p.startswith("pid=")]
+    return found
+
+
+def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_node(
+        cluster, model):
+    """One job, followed while it runs: where its ranks and stores are; then host B's torchrun
+    agent is killed, with no restarts left."""
+    cfg = two_ranks(model, **{"run.steps": 100000, "distributed.timeout_s": 20})
+    job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
+    assert "#SBATCH --nodes=2" in job.folder.job_file.read_text()
+    assert job.folder.config().distributed.nnodes == 2
+    wait_for_steps(job.run_dir, ranks=2, step=2, timeout=180)
+    ranks = ranks_by_host(cluster, job.run_dir)  # each rank on its own host
+    assert sorted(ranks) == [0, 1]
+    agents = {host: psutil.Process(pid).ppid() for host, pid in ranks.items()}
+    starts = [r for r in read_events(job.run_dir) if r["event"] == "start"]
+    assert {r["master_addr"] for r in starts} == {cluster.addresses[0]}  # they met on host A
+    # the rendezvous store (A's agent), the group's store (rank 0) and gloo listen on each host's
+    # own address on the link, never on every interface; gloo uses the link toward A
+    for host in (0, 1):
+        bound = [a for a, pid in listeners(cluster.namespaces[host])
+                 if pid in (ranks[host], agents[host])]
+        assert bound and {a.rpartition(":")[0] for a in bound} == {cluster.addresses[host]}, bound
+        env = psutil.Process(ranks[host]).environ()
+        assert env["GLOO_SOCKET_IFNAME"] == cluster.network.hosts[host].interface
+    assert (f"{cluster.addresses[0]}:{PORT}", agents[0]) in listeners(cluster.namespaces[0])
+
+    os.kill(agents[1], signal.SIGKILL)  # host B's torchrun agent: its rank dies with it
+    wait_for(lambda: job.state().ended, cfg.distributed.timeout_s + 15, "the job to end")
+    summary = job.wait(timeout_s=60)
+    assert summary["status"] == "failed" and summary["slurm"]["state"] == "FAILED", summary
+    message = summary["message"]
+    assert f"lost node {cluster.nodes[1]}" in message and "\n" not in message, message
+    assert_all_gone(set(ranks.values()) | set(agents.values()), within=30)
+    for namespace in cluster.namespaces:  # nothing of the run left listening on either host
+        assert not [pid for _, pid in listeners(namespace)
+                    if str(job.run_dir) in " ".join(psutil.Process(pid).cmdline())]
+
+
+def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_trajectory(
+        cluster, model, unbroken):
+    cfg = two_ranks(model, **{"run.save_every": SAVE_EVERY, "distributed.max_restarts": 1})
+    job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=2, step=SAVE_EVERY + 5, timeout=180)
+    os.kill(ranks_by_host(cluster, job.run_dir)[1], signal.SIGKILL)
+    summary = job.wait(timeout_s=300)
+    assert summary["status"] == "completed" and summary["steps"] == STEPS, summary
+    saved = summary["resumed_from_step"]
+    assert saved >= SAVE_EVERY and saved % SAVE_EVERY == 0
+    assert summary["attempts"] == 2 and summary["restarts"][0]["cause"] == "killed", summary
+    records = read_events(job.run_dir)
+    assert [r["from_step"] for r in records if r["event"] == "resumed"] == [saved, saved]
+    # both ranks, on both hosts, came back as attempt 1 and went on after the saved step; before
+    # and after, each rank's losses are a local 2-rank run's, and the replicas end identical
+    again = losses(job.run_dir, attempt=1)
+    assert again.keys() == {(rank, step) for rank in (0, 1) for step in range(saved + 1, STEPS + 1)}
+    assert again == pytest.approx({k: unbroken[k] for k in again}, abs=1e-5)
+    first = losses(job.run_dir, attempt=0)
+    assert first and first == pytest.approx({k: unbroken[k] for k in first}, abs=1e-5)
+    done = [r for r in records if r["event"] == "done"]
+    assert len(done) == 2 and done[0]["param_sum"] == done[1]["param_sum"]
