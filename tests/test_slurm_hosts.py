@@ -110,6 +110,7 @@ def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_n
     summary = job.wait(timeout_s=60)
     assert summary["status"] == "failed" and summary["slurm"]["state"] == "FAILED", summary
     message = summary["message"]
+    assert summary["cause"] == "node_lost" and summary["failed_rank"] == 1, summary
     assert f"lost node {cluster.nodes[1]}" in message and "\n" not in message, message
     assert_all_gone(set(ranks.values()) | set(agents.values()), within=30)
     for namespace in cluster.namespaces:  # nothing of the run left listening on either host
