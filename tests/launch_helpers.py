@@ -21,14 +21,19 @@ class Faulty(nn.Module):
     def __init__(self, mode, rank, step, attempt):
         super().__init__()
         self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-        self.mode, self.rank, self.step, self.attempt, self.calls = mode, rank, step, attempt, 0
+        self.mode, self.rank, self.step, self.attempt, self.backwards = mode, rank, step, attempt, 0
+
+    def _backward_done(self, grad):
+        self.backwards += 1
 
     def forward(self, x):
         # Training forwards only: the FLOP count (under a dispatch mode, and only when the count is
-        # not remembered yet) and the contract check (eval mode) are not steps.
-        if self.training and _get_current_dispatch_mode() is None:
-            self.calls += 1
-            here = int(os.environ.get("RANK", 0)) == self.rank and self.calls == self.step
+        # not remembered yet) and the contract check (eval mode) are not steps. A step is one past
+        # the backward passes done, so a forward no backward follows (the rank measuring its
+        # activations) is not a step either (step must be 2 or more for that to hold).
+        counted = self.training and _get_current_dispatch_mode() is None
+        if counted:
+            here = int(os.environ.get("RANK", 0)) == self.rank and self.backwards + 1 == self.step
             now = self.attempt < 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == self.attempt
             if here and now:
                 if self.mode == "raise":
@@ -41,7 +46,10 @@ class Faulty(nn.Module):
                     os._exit(3)
             if self.mode == "slow":
                 time.sleep(0.05)
-        return self.net(x)
+        out = self.net(x)
+        if counted and out.requires_grad:
+            out.register_hook(self._backward_done)
+        return out
 
 
 def build(mode="none", rank=1, step=3, attempt=0, ignore_sigterm=False):

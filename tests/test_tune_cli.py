@@ -75,18 +75,20 @@ def test_the_memory_plan_takes_the_largest_power_of_two_that_the_prediction_fits
     from workbench.tune.memory import plan_memory
 
     lm = _tiny_lm()
-    plan = plan_memory(lm, 0.3)
+    plain = per_rank_gib(lm, launcher().precheck(lm), "cpu")  # torch's own share varies by machine
+    budget = round(plain + 0.06, 3)  # room for a few times the baseline's activations
+    plan = plan_memory(lm, budget)
     (batch, r0), (ckpt, r1) = plan.options
-    assert r0 is None and r1 is None and plan.note.startswith("memory budget 0.3 GiB a rank (given)")
+    assert r0 is None and r1 is None, plan
+    assert plan.note.startswith(f"memory budget {budget:.3g} GiB a rank (given)")
     b0, b1 = batch.settings["loader.batch_size"], ckpt.settings["loader.batch_size"]
     assert ckpt.settings["train.checkpoint"] == ["blocks.layers.0", "blocks.layers.1"] and b1 > b0
     for cfg in (lm, lm.replace(**{"train.checkpoint": ckpt.settings["train.checkpoint"]})):
         need = launcher().precheck(cfg)
         largest = b0 if not cfg.train.checkpoint else b1
         fits = lambda b: per_rank_gib(cfg.replace(**{"loader.batch_size": b}), need, "cpu")  # noqa: E731
-        assert fits(largest) <= 0.3 < fits(2 * largest)
+        assert fits(largest) <= budget < fits(2 * largest)
     # a budget only checkpointing meets: it is needed, at the baseline's batch
-    plain = per_rank_gib(lm, launcher().precheck(lm), "cpu")
     ckpt_cfg = lm.replace(**{"train.checkpoint": ckpt.settings["train.checkpoint"]})
     less = per_rank_gib(ckpt_cfg, launcher().precheck(ckpt_cfg), "cpu")
     (needed, _), _ = plan_memory(lm, (plain + less) / 2).options

@@ -79,9 +79,10 @@ def test_a_model_that_fails_at_once_is_refused_before_launch(tmp_path, runs_root
 def test_a_failing_model_ends_with_an_error_record_and_traceback(tmp_path):
     model_file = tmp_path / "bad.py"
     model_file.write_text(BAD_MODEL)
-    # Two forwards pass (the pre-launch check's contract check and its forward and backward), so
-    # the run starts; in the worker it fails while training, and the record says in which step.
-    cfg = RunConfig.smoke().replace(**{"model.name": f"{model_file}:build", "model.kwargs": {"after": 2}})
+    # Three forwards pass (the pre-launch check's contract check and its forward and backward; in
+    # the rank, its contract check and the forward measuring activations), so the run starts; in
+    # the rank it fails while training, and the record says in which step.
+    cfg = RunConfig.smoke().replace(**{"model.name": f"{model_file}:build", "model.kwargs": {"after": 3}})
     result = run(cfg, timeout_s=120)
     assert result["status"] == "failed" and result["returncode"] != 0
     assert result["error_type"] == "ValueError" and "shape trouble" in result["message"]

@@ -155,12 +155,13 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     phase.name = "counting the FLOPs of a step"
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
-    phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
-    sharded = {}
+    phase.name = "measuring the activations of one micro-batch (a forward pass)"
     acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task), autocast(cfg, device),
                                        device)["total"]  # one rank's micro-batch, whole model
     plan = per_rank_bytes(model, cfg, env.world_size, acts)  # from the whole model, before wrapping
     comm = comm_bytes(model, cfg, env.world_size)
+    phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
+    sharded = {}
     if env.world_size > 1:
         if cfg.distributed.strategy == "fsdp":
             sharded = {"fsdp_blocks": apply_fsdp(model, cfg)}
