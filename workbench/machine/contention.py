@@ -21,6 +21,9 @@ from .cpu import usable_cores
 
 BUSY_CORES = 0.25  # other programs' cores at which a measurement is flagged busy
 BUSY_STEAL = 0.05
+# /proc/stat counts in clock ticks (10 ms): a window much shorter than this cannot show a quarter
+# of a core held by others
+MIN_WINDOW_S = 0.2
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -73,6 +76,14 @@ class ContentionMeter:
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
+
+    def read_over(self, seconds: float = MIN_WINDOW_S) -> dict:
+        """`read()`, first waiting out what is left of a window of `seconds` since the start: a
+        measurement of a few milliseconds is judged by what others did around it."""
+        left = seconds - self.elapsed()
+        if left > 0:
+            time.sleep(left)
+        return self.read()
 
     def read(self) -> dict:
         """What other work did since the start (or the last restart)."""
