@@ -29,6 +29,8 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert decisions["checkpointing"]["outcome"].startswith("skipped: this model has no blocks")
     first = report["decisions"][0]
     assert first["setting"] == "workers" and first["why"].startswith("bound by data: loader first")
+    assert first["settings"]["loader.num_workers"] == 2  # what each row set, beside its name
+    assert decisions["batch"]["settings"]["loader.batch_size"] > RunConfig.smoke().loader.batch_size
     # measured: real runs side by side (beside the suite's other tests its rounds may all be busy:
     # repeated, not trusted, so it may decide nothing in this budget)
     assert first["rounds"] + first["busy_rounds"] >= 1 and first["outcome"], first

@@ -123,10 +123,12 @@ class Decision:
     busy_rounds: int = 0
     loss_check: str | None = None  # for a setting that changes the numbers: how far the loss moved
     ratios: list = field(default_factory=list, repr=False)
+    settings: dict = field(default_factory=dict)  # the config fields it sets ({"loader.batch_size": 256})
 
     def as_dict(self) -> dict:
         r = lambda v: None if v is None else round(v, 4)  # noqa: E731
-        return {"setting": self.setting, "kept": self.kept, "ratio": r(self.ratio),
+        return {"setting": self.setting, "settings": self.settings, "kept": self.kept,
+                "ratio": r(self.ratio),
                 "low": r(self.low), "high": r(self.high), "rounds": self.rounds,
                 "busy_rounds": self.busy_rounds, "loss_check": self.loss_check, "why": self.why,
                 "outcome": self.outcome}
@@ -205,6 +207,7 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
     paced = [0.0, 0]  # seconds and rounds of the comparisons so far: the pace of a round
 
     def decided(d: Decision) -> None:
+        d.settings = dict(cand.settings)
         decisions.append(d)
         if on_decision is not None:
             on_decision(d)

@@ -222,7 +222,7 @@ def tune(baseline: RunConfig, *, budget_s: float = 600.0, run_s: float = RUN_S,
     spent = time.monotonic() - t0
     result = search(order(tried, bound_by), measure,
                     budget_s=max(budget_s - spent, 1.0), on_decision=on_decision)
-    decisions = result.decisions + [Decision(c.key, False, why, outcome)
+    decisions = result.decisions + [Decision(c.key, False, why, outcome, settings=dict(c.settings))
                                     for c, (why, outcome) in skipped]
     return TuneReport(baseline, baseline.replace(**result.settings) if result.settings else baseline,
                       result.settings, decisions, bound_by, note, time.monotonic() - t0, budget_s,
