@@ -126,3 +126,20 @@ def test_without_a_compiler_the_compile_row_says_the_fit_rule_s_sentence(monkeyp
     reasons = {c.key: r for c, r in reachable(RunConfig.smoke().replace(**{"run.device": "cpu"}))}
     sentence = fit.cannot_run(RunConfig.smoke().replace(**{"compile.enabled": True}), torch.device("cpu"))
     assert reasons["compile"] == sentence and "needs a C++ compiler" in sentence
+
+
+def test_channels_last_is_tried_only_on_a_model_with_4d_weights():
+    """The pre-launch check says whether the model has 4-D weights, read from its parameters
+    (built on the meta device): a user's transformer is not given channels_last rounds."""
+    from workbench.distributed.launch import launcher
+    from workbench.tune.candidates import reachable
+
+    cnn = RunConfig.smoke().with_model("examples/resnet.py:build")
+    flat = RunConfig.smoke().replace(**{"model.name": "examples/gpt.py:build", "data.name": "text"})
+    for cfg, has in ((cnn, True), (flat, False)):
+        weights = launcher().precheck(cfg)["image_weights"]
+        assert weights is has, cfg.model.name
+        layout = [r for c, r in reachable(cfg, weights) if c.kind == "layout"][0]
+        assert (layout is None) is has, layout
+        if not has:
+            assert layout.startswith("channels_last changes only 4-D image tensors")

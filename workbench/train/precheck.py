@@ -73,6 +73,7 @@ def measure(cfg: RunConfig) -> dict:
     if cfg.distributed.strategy == "fsdp":  # what will be sharded, said before launch
         out["fsdp_blocks"] = block_names(model, cfg.distributed.fsdp_blocks)
     out["layer_blocks"] = layer_blocks(model)  # what the tune may checkpoint
+    out["image_weights"] = any(p.dim() == 4 for p in model.parameters())  # what channels_last reorders
     params = sum(p.numel() for p in model.parameters())
     out.update(params=params, param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     if params > REAL_BUILD_MAX_PARAMS:

@@ -36,9 +36,10 @@ FLAT_MODELS = ("mlp", "transformer")  # built-in models without image tensors (y
 NOT_TRIED = {"threads": "every run chooses them from what other programs leave free"}
 
 
-def reachable(baseline: RunConfig) -> list[tuple[Candidate, str | None]]:
+def reachable(baseline: RunConfig, image_weights: bool | None = None) -> list[tuple[Candidate, str | None]]:
     """Every candidate with why it is not tried on this machine and model (None: it is tried).
-    Whether it still runs stacked on the settings kept before it is asked again in the search."""
+    Whether it still runs stacked on the settings kept before it is asked again in the search.
+    `image_weights`: whether the model has 4-D weights (the pre-launch check says; None: unknown)."""
     device = resolve_device(baseline.run.device)
     out = []
     for cand in CATALOG:
@@ -49,7 +50,7 @@ def reachable(baseline: RunConfig) -> list[tuple[Candidate, str | None]]:
             continue
         if after == baseline:
             reason = "already part of the baseline"
-        elif cand.kind == "layout" and baseline.model.name in FLAT_MODELS:
+        elif cand.kind == "layout" and (baseline.model.name in FLAT_MODELS or image_weights is False):
             reason = "channels_last changes only 4-D image tensors; this model has none"
         else:
             reason = cannot_run(after, device)

@@ -214,7 +214,9 @@ def tune(baseline: RunConfig, *, budget_s: float = 600.0, run_s: float = RUN_S,
         bound_by, note = bound_by_of(baseline)
     else:
         note = f"bound by {bound_by} (given)" if bound_by else "not profiled: the listed order"
-    options = [(c, r and ("not reachable", f"cannot run here: {r}")) for c, r in reachable(baseline)]
+    weights = launcher().precheck(baseline).get("image_weights")  # kept from the memory plan's check
+    options = [(c, r and ("not reachable", f"cannot run here: {r}"))
+               for c, r in reachable(baseline, weights)]
     options += [(c, r and ("memory budget", f"skipped: {r}")) for c, r in memory.options]
     tried = [c for c, r in options if not r]
     skipped = [(c, r) for c, r in options if r]
