@@ -12,7 +12,7 @@ Across machines, when every rank of this node has timed out waiting for the othe
 asks whether the other nodes still answer on the network (a TCP connection to the rendezvous port,
 accepted or refused, from each rank's address gathered at start): a node that does not, its link
 cut or the machine down, is named at once. torchrun could neither restart nor close its rendezvous
-without it, and on a node cut off from the head it would block for minutes in store calls.
+without it, and on a node cut off from the head it would wait in store calls (60 s each).
 """
 from __future__ import annotations
 
