@@ -60,8 +60,9 @@ def test_files_and_commands(tmp_path):
     assert "--nnodes=3 --nproc-per-node=2" in md and "--rdzv-endpoint=HEAD_NODE:29612" in md
     job = (tmp_path / "out" / "job.slurm").read_text()
     assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks-per-node=1" in job
-    assert 'srun --kill-on-bad-exit=1 torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2' in job
-    assert '--rdzv-endpoint="$head_node:29612"' in job
+    assert 'srun --kill-on-bad-exit=1 bash -c \'on_node "$@"\' on_node "$@"' in job
+    assert 'exec torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2' in job
+    assert '--rdzv-endpoint="$head_addr:29612"' in job and 'train.py "$@"' in job
     for name in ("job.slurm", "run.sh"):
         subprocess.run(["bash", "-n", str(tmp_path / "out" / name)], check=True)
     tree = ast.parse((tmp_path / "out" / "train.py").read_text())
@@ -196,9 +197,9 @@ def test_an_fsdp_run_exports_a_script_that_shards_and_reproduces_it(tmp_path):
             workbench_losses(summary["run_dir"], rank), abs=1e-4)
 
 
-def _slurm_job(job_dir: Path, env: dict, timeout: float):
+def _slurm_job(job_dir: Path, env: dict, timeout: float, args: list[str]):
     """Run job.slurm in its own session; on a timeout kill the whole tree and return None."""
-    proc = subprocess.Popen(["bash", "job.slurm"], cwd=job_dir, env=env, text=True,
+    proc = subprocess.Popen(["bash", "job.slurm", *args], cwd=job_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -237,12 +238,10 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     # from failing the suite; a real failure fails twice. A failed try's output is kept.
     for attempt in range(2):
         result = export(cfg, tmp_path / f"out{attempt}", nodes=2, port=free_port())
-        job = result.dir / "job.slurm"
-        job.write_text(job.read_text().replace("train.py", "train.py --metrics metrics --out ''"))
         env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_NNODES": "2",
                "SLURM_JOB_ID": f"424{attempt}", "SLURM_JOB_NODELIST": "node[1-2]",
                "SLURM_SUBMIT_DIR": str(result.dir), "HOME": str(tmp_path)}
-        outcome = _slurm_job(result.dir, env, timeout=90)
+        outcome = _slurm_job(result.dir, env, timeout=90, args=["--metrics", "metrics", "--out", ""])
         if outcome is not None and outcome[0] == 0:
             break
         _keep_output(f"slurm_job_try{attempt}.log", outcome)

@@ -1,20 +1,26 @@
 """A SLURM cluster of two hosts (two network namespaces with their own addresses in 198.18.0.0/15,
 one slurmd each, the controller on the first): a submitted 2-node job whose rendezvous crosses the
-link between them, the same job surviving the loss of host B's rank by resuming, and host B's
-torchrun agent killed with no restarts left."""
+link between them, the same job surviving the loss of host B's rank by resuming, host B's torchrun
+agent killed with no restarts left, and an exported job.slurm submitted as a person would."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import psutil
 import pytest
 
 from workbench.config import RunConfig
-from workbench.distributed.jobs import submit
+from workbench.distributed.jobs import ENDED, submit
 from workbench.distributed.launch import run
 from workbench.events import read_events
+from workbench.export import export
+from workbench.export.verify import run_script
 
 from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
 from slurm_helpers import local_cluster
@@ -140,3 +146,49 @@ def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_traj
     assert first and first == pytest.approx({k: unbroken[k] for k in first}, abs=1e-5)
     done = [r for r in records if r["event"] == "done"]
     assert len(done) == 2 and done[0]["param_sum"] == done[1]["param_sum"]
+
+
+def script_losses(metrics: Path, rank: int) -> list[float]:
+    """An exported train.py's losses per step (--metrics), for one rank."""
+    return [json.loads(line)["loss"] for line in (metrics / f"rank{rank}.jsonl").open()]
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Every process of a SLURM job, on either host: SLURM gives each its job id."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SLURM_JOB_ID") == job_id:
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def test_an_exported_job_runs_on_both_hosts_with_a_local_two_rank_runs_losses(cluster, tmp_path):
+    """The export's own job.slurm, submitted from its folder with sbatch: one rank per node, the
+    rendezvous on the head's address; its losses are the export's 2-rank run's on this machine."""
+    cfg = RunConfig.smoke().replace(**{"run.steps": 5, "run.threads": 1, "run.eval_batches": 0,
+                                       "run.device": "cpu"})  # no GPUs asked of the test nodes
+    here = export(cfg.replace(**{"distributed.nproc": 2}), tmp_path / "local")
+    local = run_script(here.dir, timeout_s=240)  # the export's single-node command: torchrun, 2 ranks
+    there = export(cfg, tmp_path / "job", nodes=2, port=29511)
+    batch = (there.dir / "job.slurm").read_text()
+    assert "#SBATCH --nodes=2" in batch and '--rdzv-endpoint="$head_addr:29511"' in batch
+    env = {**cluster.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # the test nodes have 2 CPUs each; options after job.slurm go to train.py
+    out = subprocess.run([*cluster.prefix, "sbatch", "--parsable", "--cpus-per-task=2", "job.slurm",
+                          "--metrics", "metrics", "--out", ""], cwd=there.dir, env=env,
+                         capture_output=True, text=True, timeout=60)
+    job_id = out.stdout.strip().split(";")[0]
+    assert out.returncode == 0 and job_id.isdigit(), out.stderr
+    show = lambda: cluster.run(["scontrol", "show", "job", "-o", job_id]).stdout  # noqa: E731
+    state = lambda: re.search(r"JobState=(\S+)", show()).group(1)  # noqa: E731
+    wait_for(lambda: state() in ENDED, 240, "the exported job to end")
+    log = next(there.dir.glob(f"*-{job_id}.out")).read_text()
+    assert state() == "COMPLETED", log[-3000:]
+    assert "NumNodes=2" in show() and f"rendezvous on {cluster.addresses[0]}:29511" in log
+    for rank in (0, 1):
+        ours = script_losses(there.dir / "metrics", rank)
+        assert len(ours) == 5 and ours == pytest.approx(script_losses(local, rank), abs=1e-5)
+    wait_for(lambda: not job_processes(job_id), 30, "every process of the job to end")

@@ -91,3 +91,16 @@ def loopback_ifname() -> str:
     """The loopback interface's name, for GLOO_SOCKET_IFNAME."""
     names = [name for _, name in socket.if_nameindex()]
     return "lo" if "lo" in names or not names else names[0]
+
+
+def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether `host` answers on the network: a TCP connection to `port` is accepted, or refused
+    (the host sent a reset back). No answer within `timeout_s`, or no route there, is False; so is
+    a firewall that drops the port silently, which is why callers probe a port the run uses."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False

@@ -7,6 +7,8 @@ summary that names the rank at fault, so a crash on rank 1 is not shown as rank 
             | stalled | start_timeout | rendezvous | disk_full
             | agent_killed (the torchrun agent died by a signal; its ranks died with it)
             | node_lost (srun lost a SLURM job's task on one node: its agent and ranks died)
+            | node_unreachable (across machines: a node stopped answering on the network; the
+              watchdog probes it once this node's ranks have timed out waiting)
             | agent_signalled (the torchrun agent got a signal and stopped its ranks: status stopped)
             | rank_signalled (a rank got SIGTERM/SIGINT/SIGHUP from another program: status stopped)
             | supervisor_killed (written by the launching process when the supervisor was killed)
@@ -364,7 +366,8 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
         info = {}
     elif failure:
         info = {"status": "failed", "cause": failure["cause"], "failed_ranks": failure["ranks"],
-                "error_type": {"stalled": "Stalled", "start_timeout": "StartTimeout"}[failure["cause"]],
+                "error_type": {"stalled": "Stalled", "start_timeout": "StartTimeout",
+                               "node_unreachable": "NodeUnreachable"}[failure["cause"]],
                 "message": failure["message"]}
         if failure["ranks"]:
             info["failed_rank"] = failure["ranks"][0]

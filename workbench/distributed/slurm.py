@@ -61,6 +61,6 @@ head_addr=${{head_addr:-$head_node}}
 export head_node head_addr
 {env}  # restarts come up reliably only with a fresh store per attempt
 {setup.strip()}
-echo "rendezvous on $head_node:{port}, $SLURM_NNODES node(s) x {nproc} rank(s)"
+echo "rendezvous on $head_addr:{port} ($head_node), $SLURM_NNODES node(s) x {nproc} rank(s)"
 srun --kill-on-bad-exit=1 {line}
 """

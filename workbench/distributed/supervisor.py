@@ -197,7 +197,8 @@ class Supervisor:
             else:
                 time.sleep(0.2)
         if returncode != 0 and not (self.stop or self.failure):
-            self.failure = self.watchdog.frozen()  # a stopped rank, then torchrun gave up on it
+            # a stopped rank, then torchrun gave up on it; or a node that no longer answers
+            self.failure = self.watchdog.frozen() or self.watchdog.unreachable()
         left = sweep(child.pid, grace_s=0.5)  # ranks torchrun left behind, if any
         if left:
             _log(f"killed {left} process(es) left behind after the run ended")

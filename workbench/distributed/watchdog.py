@@ -7,6 +7,12 @@ stalled rank is named, and said to be alive (stuck somewhere) or frozen. The wat
 each rank's process (the pid of its `start` record): a process stopped by SIGSTOP (or a debugger)
 is frozen, and once the other ranks' collectives time out waiting for a frozen or stuck rank, the
 diagnosis is made at once, before torchrun's teardown kills that rank and hides why.
+
+Across machines, when every rank of this node has timed out waiting for the others, the watchdog
+asks whether the other nodes still answer on the network (a TCP connection to the rendezvous port,
+accepted or refused, from each rank's address gathered at start): a node that does not, its link
+cut or the machine down, is named at once. torchrun could neither restart nor close its rendezvous
+without it, and on a node cut off from the head it would wait in store calls (60 s each).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import psutil
 from ..config import RunConfig
 from ..events import (ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBEAT, LAST, PID, RANK, READY,
                       START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
+from ..net import answers
 from ..procs import same_process
 from .faults import is_knock_on
 from .torchrun import WORKER
@@ -46,6 +53,7 @@ class RankState:
     ended_t: float | None = None
     own_error: bool = False  # ended by an error of its own, not a reaction to another rank
     frozen_since: float | None = None  # when its process was first seen stopped (state T)
+    addresses: list[str] = field(default_factory=list)  # every rank's, from its ready record
 
 
 @dataclass
@@ -58,6 +66,7 @@ class Watchdog:
     def __post_init__(self):
         self._tail = RunTail(self.run_dir)
         self.ranks: dict[tuple[int, int], RankState] = {}  # (attempt, rank) -> state
+        self._answered: dict[tuple[int, str], bool] = {}  # (attempt, address) -> probed once
 
     def update(self) -> None:
         for r in self._tail.poll():
@@ -68,6 +77,7 @@ class Watchdog:
                 s.started_t, s.pid, s.created_t = t, r.get(PID), r.get(CREATED_T)
             elif event == READY:
                 s.ready_t = s.progress_t = t
+                s.addresses = list(r.get("addresses") or [])
             elif event == STEP:
                 s.progress_t, s.step = t, int(r.get(STEP_NUMBER, s.step))
                 s.last_step = bool(r.get(LAST))
@@ -108,7 +118,7 @@ class Watchdog:
         if ended:
             if any(s.own_error for s in ended):
                 return None  # a rank raised by itself: the diagnosis names it from its record
-            return self._straggler(ranks, min(s.ended_t for s in ended), now)
+            return self._straggler(ranks, min(s.ended_t for s in ended), now) or self.unreachable()
         starts = [s.started_t for s in ranks.values() if s.started_t]
         window_start = self.t0 if self.attempt() == 0 or not starts else min(starts)
         ready = [r for r, s in ranks.items() if s.ready_t]
@@ -143,6 +153,40 @@ class Watchdog:
         now = time.time() if now is None else now
         ranks = self.current()
         return self._stalled(ranks, [r for r, s in ranks.items() if s.frozen_since is not None], now)
+
+    def unreachable(self) -> dict | None:
+        """Every rank of this node has ended, none by an error of its own (a timeout, a lost
+        connection, or stopped by its torchrun agent, whose store calls failed), in a run across
+        machines: the ranks on a node that no longer answers on the network, if any."""
+        self.update()
+        ranks = self.current()
+        if self.cfg.distributed.nnodes == 1 or not ranks or not all(s.ended for s in ranks.values()):
+            return None
+        if any(s.own_error for s in ranks.values()) or all(s.ended == "done" for s in ranks.values()):
+            return None
+        addresses = next((s.addresses for s in ranks.values() if s.addresses), [])
+        ours = {addresses[r] for r in ranks if r < len(addresses)}
+        port = int(str(self.cfg.distributed.rdzv_endpoint).rpartition(":")[2])
+        lost: dict[str, list[int]] = {}
+        for rank, address in enumerate(addresses):
+            if not address or address in ours:
+                continue
+            key = (self.attempt(), address)
+            if key not in self._answered:
+                self._answered[key] = answers(address, port)
+            if not self._answered[key]:
+                lost.setdefault(address, []).append(rank)
+        if not lost:
+            return None
+        nproc = self.cfg.distributed.nproc  # torchrun numbers ranks node by node
+        where = "; ".join(f"node {ranks_there[0] // nproc} ({address}, rank(s) "
+                          f"{', '.join(map(str, ranks_there))})" for address, ranks_there in lost.items())
+        step = max(s.step for s in ranks.values())
+        return {"cause": "node_unreachable", "ranks": sorted(r for rs in lost.values() for r in rs),
+                "message": f"lost contact with {where}: it does not answer on the network (its link "
+                           f"or the machine is down); this node's rank(s) {', '.join(map(str, sorted(ranks)))} "
+                           f"ended waiting for it after step {step} "
+                           f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})"}
 
     def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> dict | None:
         if not stalled:

@@ -53,15 +53,42 @@ def uses_gpu(cfg: RunConfig) -> bool:
     return cfg.run.device in ("cuda", "auto")
 
 
+# What srun runs on each node of the exported job before torchrun, as the workbench's own agent
+# works it out (workbench.distributed.agent): the node's address on the route to the head, which
+# torchrun hands the others (--local-addr), that address's interface for gloo (yours wins), and on
+# the node that holds the head's address the flag that makes it serve the rendezvous. Where a host
+# name resolves to 127.0.0.1 (common in containers) torchrun and gloo would otherwise send the other
+# nodes to loopback. With every node on loopback, or no `ip`, torchrun's own choice stands.
+ON_NODE = r"""on_node() {{
+  local head_ip addr ifname flags=()
+  head_ip=$(getent ahostsv4 "$head_addr" | sed -n '1s/ .*//p')
+  addr=$(ip -o route get "$head_ip" 2>/dev/null | sed -n 's/.* src \([^ ]*\).*/\1/p')
+  case "$addr" in
+    ""|127.*) ;;
+    *) flags=(--local-addr "$addr")
+       if [ "$addr" = "$head_ip" ]; then flags+=(--rdzv-conf=is_host=1); fi
+       ifname=$(ip -o -4 addr show to "$addr" | awk '{{print $2; exit}}')
+       if [ -n "$ifname" ]; then export GLOO_SOCKET_IFNAME="${{GLOO_SOCKET_IFNAME:-$ifname}}"; fi ;;
+  esac
+  exec {torchrun} "${{flags[@]}}" {script} "$@"
+}}
+export -f on_node"""
+
+
 def slurm_job(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT, script: str = "train.py",
               time_limit: str = "00:30:00", job_name: str | None = None) -> str:
-    """job.slurm: one task per node, each running torchrun on the script."""
+    """job.slurm: one task per node, each running torchrun on the script, with the rendezvous on
+    the head node's address (its NodeAddr: a node's name need not resolve on the others). Options
+    after `sbatch job.slurm` go to the script."""
     name = job_name or f"workbench-{cfg.run.label or cfg.model.name.rpartition(':')[2]}"
-    torchrun = multi_node(cfg, "$SLURM_NNODES", head="$head_node", port=port, script=script,
-                          job_id="$SLURM_JOB_ID")
-    return slurm_template(" ".join(shell_word(a) for a in torchrun), name=name, nodes=nodes,
+    torchrun = multi_node(cfg, "$SLURM_NNODES", head="$head_addr", port=port, script=script,
+                          job_id="$SLURM_JOB_ID")[:-1]
+    on_node = ON_NODE.format(torchrun=" ".join(shell_word(a) for a in torchrun),
+                             script=shlex.quote(script))
+    return slurm_template("bash -c 'on_node \"$@\"' on_node \"$@\"", name=name, nodes=nodes,
                           nproc=cfg.distributed.nproc, gpus=uses_gpu(cfg), port=port,
-                          time_limit=time_limit, submit="Submit from the export folder: sbatch job.slurm",
+                          time_limit=time_limit, setup=on_node,
+                          submit="Submit from the export folder: sbatch job.slurm [train.py options]",
                           # the script resumes a requeued job from its state, but not under FSDP
                           requeue=cfg.run.save_every > 0 and cfg.distributed.strategy != "fsdp")
 
@@ -103,8 +130,11 @@ yourself; plain `python train.py` uses every core. On CPU nodes, set it to the c
 ## SLURM
 
 ```bash
-sbatch job.slurm
+sbatch job.slurm                      # options after it go to train.py: --steps 100 --metrics m
 ```
+
+Each node works out its own address toward the first node (the rendezvous) and gloo's interface
+before torchrun starts (`ip route get`); set GLOO_SOCKET_IFNAME yourself to choose another.
 
 ## The same run in the workbench
 

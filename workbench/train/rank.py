@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..machine.capability import resolve_device
 from ..machine.fit import backend_for
-from ..net import is_address, listen_fd
+from ..net import is_address, listen_fd, route_to
 
 
 # Attempts that came before this launch: a SLURM job requeued n times starts torchrun afresh, so its
@@ -88,10 +88,12 @@ def process_group_store(rank: int, world_size: int, timeout_s: float):
     return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
 
 
-def join_group(cfg, env: RankEnv, device: torch.device) -> None:
-    """init_process_group for a multi-rank run (a no-op for one process)."""
+def join_group(cfg, env: RankEnv, device: torch.device) -> list[str]:
+    """init_process_group for a multi-rank run (a no-op for one process). Across machines, returns
+    every rank's address toward rank 0, by rank, gathered once: how a node's supervisor probes the
+    others when its ranks time out waiting for them (workbench.distributed.watchdog); else []."""
     if env.world_size == 1 or dist.is_initialized():
-        return
+        return []
     store = process_group_store(env.rank, env.world_size, cfg.distributed.timeout_s)
     timeout = timedelta(seconds=cfg.distributed.timeout_s)
     if store:  # torch's own arguments, not a record's fields
@@ -99,6 +101,13 @@ def join_group(cfg, env: RankEnv, device: torch.device) -> None:
                                 rank=env.rank, world_size=env.world_size)
     else:
         dist.init_process_group(backend_for(cfg, device), timeout=timeout)
+    if cfg.distributed.nnodes == 1:
+        return []
+    master = os.environ.get("MASTER_ADDR")
+    route = route_to(master) if master else None
+    addresses = [""] * env.world_size
+    dist.all_gather_object(addresses, route[0] if route else "")
+    return addresses
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

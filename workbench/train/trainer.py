@@ -140,7 +140,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     check_supported(cfg, device)
     apply_backend_flags(cfg, device)
     t_pg = time.time()
-    join_group(cfg, env, device)
+    addresses = join_group(cfg, env, device)
     init_pg_s = round(time.time() - t_pg, 3)  # the process group's rendezvous
 
     phase.name = f"building the data ({cfg.data.name})"
@@ -179,7 +179,8 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
               memory.held_bytes_now(device), comm)
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
-                 init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device))
+                 init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device),
+                 **({"addresses": addresses} if addresses else {}))
     return s
 
 
