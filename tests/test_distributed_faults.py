@@ -142,6 +142,8 @@ def test_a_restart_resumes_from_the_last_saved_step_on_the_same_trajectory(smoke
     s = handle.summary()
     assert s["status"] == "completed" and s["attempts"] == 2, (s, handle.log_tail())
     assert s["resumed_from_step"] == 4 and s["steps"] == 8
+    assert s["restarted"] == ("restarted once, resumed after step 4; attempt 0: rank 1 raised "
+                              "ValueError at step 5: injected fault on rank 1"), s["restarted"]
     records = read_events(handle.run_dir)
     again = {r["rank"]: r["step"] for r in reversed(records) if r["event"] == "step" and r["attempt"] == 1}
     assert again == {0: 5, 1: 5}  # each rank's first step of the second attempt

@@ -74,6 +74,7 @@ class Summary(TypedDict, total=False):
     ended_by: str  # steps | time_budget
     ended_note: str  # what ended the steps, in words
     resumed_from_step: int  # the step a restarted attempt continued after
+    restarted: str  # "restarted once, resumed after step 4; attempt 0: ..." (the supervisor)
     final_loss: float
     first_nonfinite_step: int
     nonfinite_losses: int  # how many losses were NaN or infinite

@@ -189,7 +189,7 @@ def format_summary(result: dict) -> str:
     from ..machine.contention import busy_sentence
 
     keys = ["status", "run_dir", "device", "precision", WORLD_SIZE, "threads", "wait_policy",
-            "threads_why", "steps", "ended_note", "final_loss",
+            "threads_why", "steps", "ended_note", "restarted", "final_loss",
             "eval_loss", "eval_accuracy", "step_time_ms_median", SAMPLES_PER_S, "data_wait_frac",
             MFU, RSS_GIB, MEM_PEAK_GIB, "wall_s"]
     width = max(map(len, keys))

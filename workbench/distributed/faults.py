@@ -384,9 +384,19 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     summary = {k: v for k, v in summary.items() if k not in ("traceback", RANK)}
     summary.update(info, **{WORLD_SIZE: cfg.distributed.world_size, FINAL_KEY: returncode})
     if again:
-        summary.update(restarts=again, attempts=len(again) + 1)
+        summary.update(restarts=again, attempts=len(again) + 1,
+                       restarted=restart_sentence(again, summary.get("resumed_from_step")))
     folder.write_summary(summary)
     return summary
+
+
+def restart_sentence(again: list[dict], resumed: int | None) -> str:
+    """'restarted once, resumed after step 4; attempt 0: rank 1 raised ValueError ...' for a run that
+    torchrun restarted (distributed.max_restarts)."""
+    times = "once" if len(again) == 1 else f"{len(again)} times"
+    where = (f"resumed after step {resumed}" if resumed else
+             "each attempt from step 0 (nothing saved to resume from: run.save_every)")
+    return f"restarted {times}, {where}; attempt {again[0][ATTEMPT]}: {again[0]['message']}"
 
 
 def ended_by_supervisor(run_dir: Path) -> bool:
