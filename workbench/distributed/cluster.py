@@ -16,7 +16,7 @@ import sys
 from ..config import RunConfig
 from ..runfolder import RunFolder
 from .slurm import per_node, slurm_job
-from .torchrun import PYTHON_TORCHRUN, RESTART_ENV, WORKER, torchrun_args
+from .torchrun import PYTHON_TORCHRUN, RESTART_ENV_WORDS, WORKER, torchrun_args
 
 
 def cluster_config(cfg: RunConfig, nodes: int, gpus_per_node: int, endpoint: str) -> RunConfig:
@@ -28,7 +28,7 @@ def cluster_config(cfg: RunConfig, nodes: int, gpus_per_node: int, endpoint: str
 def node_command(cfg: RunConfig, node_rank: int, run_dir: str = "runs/cluster-job") -> str:
     """The line to run on node `node_rank` (the same on every node but for --node-rank)."""
     d, folder = cfg.distributed, RunFolder(run_dir)
-    return shlex.join(["env", *(f"{k}={v}" for k, v in RESTART_ENV.items()), *torchrun_args(
+    return shlex.join([*RESTART_ENV_WORDS, *torchrun_args(
         [*WORKER, "--config", str(folder.config_file)], nproc=d.nproc, nnodes=d.nnodes,
         node_rank=node_rank, endpoint=d.rdzv_endpoint, max_restarts=d.max_restarts,
         log_dir=str(folder.torchrun_logs), runner=PYTHON_TORCHRUN)])

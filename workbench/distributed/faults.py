@@ -253,17 +253,17 @@ def _killed(e: Evidence) -> Diagnosis | None:
     if not killed:
         return None
     rank = min(killed)
-    code = codes.get(rank, -signal.SIGKILL)
+    code, step = codes.get(rank, -signal.SIGKILL), _last_step(e.by_rank.get(rank, []))
     if code >= 0:  # no signal: exit() or os._exit() in the code the rank ran, or a native library
         return Diagnosis("exited", "ExitCode", f"rank {rank} exited with code {code} after step "
-                         f"{_last_step(e.by_rank.get(rank, []))} without reporting an error: the "
+                         f"{step} without reporting an error: the "
                          f"code it ran called exit() or os._exit(), or a library ended the process",
                          failed_rank=rank)
     how = signal_name(code)
     oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
           "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
     return Diagnosis("killed", "Killed", f"rank {rank} was killed by {how} after step "
-                     f"{_last_step(e.by_rank.get(rank, []))}{oom}", failed_rank=rank, signal=how)
+                     f"{step}{oom}", failed_rank=rank, signal=how)
 
 
 def _stalled(e: Evidence) -> Diagnosis | None:

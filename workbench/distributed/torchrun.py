@@ -21,6 +21,8 @@ from ..net import LOOPBACK, free_port, ipv4_of, is_loopback, loopback_ifname, ro
 
 # Restarts (--max-restarts) come up reliably only when each attempt gets a fresh store.
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# RESTART_ENV as the words of an `env` command, in front of a torchrun command line
+RESTART_ENV_WORDS = ["env", *(f"{k}={v}" for k, v in RESTART_ENV.items())]
 TORCHRUN = ["torchrun"]  # what a person types
 PYTHON_TORCHRUN = ["python", "-m", "torch.distributed.run"]  # the same, where torchrun is not on PATH
 WORKER = ["-m", "workbench.worker"]

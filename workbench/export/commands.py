@@ -9,7 +9,7 @@ import shlex
 
 from ..config import RunConfig
 from ..distributed.slurm import shell_word, slurm_job as slurm_template
-from ..distributed.torchrun import RESTART_ENV, TORCHRUN, torchrun_args
+from ..distributed.torchrun import RESTART_ENV_WORDS, TORCHRUN, torchrun_args
 from ..net import LOOPBACK
 
 DEFAULT_PORT = 29500
@@ -41,7 +41,7 @@ def restartable(cfg: RunConfig, command: list[str]) -> list[str]:
     workbench's own launch uses for it: without it a restarted group can fail to connect."""
     if not cfg.distributed.max_restarts:
         return command
-    return ["env", *(f"{k}={v}" for k, v in RESTART_ENV.items()), *command]
+    return [*RESTART_ENV_WORDS, *command]
 
 
 def default_nodes(cfg: RunConfig) -> int:
