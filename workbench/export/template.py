@@ -106,6 +106,9 @@ def train(cfg, args):
     if metrics:
         metrics.close()
     if world_size > 1 and dist.is_initialized():
+        # every rank has read its last all-reduce before any closes its connections: a rank that
+        # left first could reset a connection with data still in flight to a slower one
+        dist.barrier()
         dist.destroy_process_group()
 
 
