@@ -26,6 +26,9 @@ from .search import Candidate
 BATCH_WHY = ("a larger batch keeps the cores busier per step; compared by samples/s, and its loss "
              "against the samples seen")
 CHECKPOINT_WHY = "trades time for memory: each block's forward runs again in backward"
+# the two as the report names them before their settings are planned (both change the numbers)
+BATCH = Candidate("batch", {}, "batch", True, BATCH_WHY)
+CHECKPOINTING = Candidate("checkpointing", {}, "memory", True, CHECKPOINT_WHY)
 
 
 @dataclass
@@ -65,14 +68,12 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
     where = "given"
     if budget_gib is None:
         budget_gib, where = available_per_rank(baseline, device)
-    batch, ckpt = Candidate("batch", {}, "batch", True, BATCH_WHY), \
-        Candidate("checkpointing", {}, "memory", True, CHECKPOINT_WHY)
     need = precheck(baseline)
     unmeasured = need.get("activations_note") or need.get("note")
     if budget_gib is None or "activation_bytes_per_sample" not in need:
         why = (f"{where}; give a memory budget (--memory-budget GIB)" if budget_gib is None else
                f"the memory a batch needs is not predicted: {unmeasured}")
-        return MemoryPlan(budget_gib, f"no memory budget: {why}", [(batch, why), (ckpt, why)])
+        return MemoryPlan(budget_gib, f"no memory budget: {why}", [(BATCH, why), (CHECKPOINTING, why)])
     note = f"memory budget {budget_gib:.3g} GiB a rank ({where}); the baseline needs {_gib(baseline, need, device)}"
     size = baseline.loader.batch_size
     b0 = largest_batch(baseline, need, device, budget_gib)
@@ -102,11 +103,11 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
     top = f"batch {size} is already the largest power of two that fits the budget and the data"
     options = [(larger, None if b0 > size else top)]
     if not blocks:
-        options.append((ckpt, "this model has no blocks to checkpoint (no nn.ModuleList of layers, "
-                              "the rule FSDP's blocks follow)"))
+        options.append((CHECKPOINTING, "this model has no blocks to checkpoint (no nn.ModuleList of "
+                                       "layers, the rule FSDP's blocks follow)"))
     elif b1 <= max(b0, size):
-        options.append((ckpt, f"{CHECKPOINT_WHY}, and the budget does not bind: checkpointed, no "
-                              f"larger batch fits ({b1} against {max(b0, size)})"))
+        options.append((CHECKPOINTING, f"{CHECKPOINT_WHY}, and the budget does not bind: "
+                                       f"checkpointed, no larger batch fits ({b1} against {max(b0, size)})"))
     else:
         options.append((Candidate("checkpointing", {"train.checkpoint": blocks,
                                                     "loader.batch_size": b1}, "memory", True,
