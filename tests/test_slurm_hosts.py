@@ -2,7 +2,8 @@
 one slurmd each, the controller on the first): a submitted 2-node job whose rendezvous crosses the
 link between them, host B's torchrun agent killed with no restarts left, a job submitted with
 `workbench submit --nodes 2 --wait` surviving the loss of host B's rank by resuming, a run panel's
-2-node job stopped from the panel, and an exported job.slurm submitted as a person would."""
+2-node job stopped from the panel, an exported job.slurm submitted as a person would, and host B's
+link cut mid-job."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -210,11 +212,13 @@ def script_losses(metrics: Path, rank: int) -> list[float]:
 
 
 def job_processes(job_id: str) -> list[int]:
-    """Every process of a SLURM job, on either host: SLURM gives each its job id."""
+    """Every process of a SLURM job, on either host: SLURM gives each its job id, and names each
+    step's slurmstepd after the job."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("SLURM_JOB_ID") == job_id:
+            if (proc.environ().get("SLURM_JOB_ID") == job_id
+                    or " ".join(proc.cmdline()).startswith(f"slurmstepd: [{job_id}.")):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
@@ -249,3 +253,41 @@ def test_an_exported_job_runs_on_both_hosts_with_a_local_two_rank_runs_losses(cl
         assert len(ours) == 5 and ours == pytest.approx(script_losses(local, rank), abs=1e-5)
     wait_for(lambda: not job_processes(job_id), 30, "every process of the job to end")
 
+
+TIMEOUT_S = 20
+
+
+def test_host_b_cut_off_mid_job_names_that_node_and_nothing_is_left_once_it_is_back(cluster, model):
+    """Host B's link goes down (`ip link set down` in B's namespace) while both ranks train: srun
+    cannot reach B's task, slurmctld finds node1 silent and sets it DOWN (SlurmdTimeout, 10 s on
+    the test cluster), and the job ends NODE_FAIL naming node1. Once the link is back, B's slurmd
+    reports in, SLURM ends what was left of the job there, and node1 is idle again."""
+    cfg = two_ranks(model, **{"run.steps": 100000, "distributed.timeout_s": TIMEOUT_S})
+    job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=2, step=3, timeout=180)
+    ranks = ranks_by_host(cluster, job.run_dir)
+    tree = set(ranks.values()) | {psutil.Process(pid).ppid() for pid in ranks.values()}
+    cut = time.monotonic()
+    cluster.network.set_link(1, up=False)
+    try:
+        wait_for(lambda: job.state().ended, TIMEOUT_S + 120, "the job to end")
+        took = time.monotonic() - cut
+    finally:
+        cluster.network.set_link(1, up=True)
+    summary = job.wait(timeout_s=60)
+    message = summary["message"]
+    assert summary["status"] == "failed" and summary["slurm"]["state"] == "NODE_FAIL", summary
+    assert summary["cause"] == "node_lost" and summary["failed_rank"] == 1, summary
+    assert f"lost node {cluster.nodes[1]}: SLURM found it not answering" in message, message
+    assert "\n" not in message
+    # rank 0 waits out its collective's timeout before it heeds SLURM's SIGTERM; then the step's
+    # end and slurmctld's bookkeeping: allow a few seconds for a loaded machine
+    print(f"the job ended {took:.1f} s after the cut (distributed.timeout_s={TIMEOUT_S})")
+    assert took < TIMEOUT_S + 15, took
+    assert_all_gone(tree, within=60)  # the ranks and agents on both hosts
+    # B's slurmstepd waits to report the step's end to a controller it cannot reach; once it can,
+    # it does and ends, and slurmctld puts node1 back in service (ReturnToService=2)
+    wait_for(lambda: not job_processes(job.job_id), 120, "every process of the job to end")
+    node_states = lambda: cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split()  # noqa: E731
+    wait_for(lambda: node_states() == ["node0", "idle", "node1", "idle"], 120, "node1 back, idle",
+             interval=1)
