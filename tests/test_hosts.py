@@ -98,8 +98,7 @@ def test_host_b_cut_off_mid_run_is_named_on_both_hosts_and_nothing_is_left(netwo
         for n, pid in ranks.items():  # the rank, its torchrun agent and the supervisor above it
             tree |= {p.pid for p in psutil.Process(pid).parents()[:2]}
         cut = time.monotonic()
-        subprocess.run(["ip", "netns", "exec", other.namespace, "ip", "link", "set", other.interface,
-                        "down"], check=True)
+        network.set_link(1, up=False)
         outs = [p.communicate(timeout=TIMEOUT_S + 120) for p in nodes]
         took = time.monotonic() - cut
     finally:

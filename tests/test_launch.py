@@ -121,7 +121,7 @@ def test_diagnosis_of_a_silent_rank_is_a_kill(tmp_path):
     assert is_knock_on({"error_type": "RuntimeError", "message": "Timed out waiting 3000ms for recv"})
 
 
-def test_diagnosis_names_the_node_srun_lost_by_a_signal_and_only_then(tmp_path):
+def test_diagnosis_names_the_node_srun_lost_by_a_signal_or_a_node_failure_and_only_then(tmp_path):
     _write(tmp_path, 0, ("start", {"node": "node0"}), ("step", {"step": 3}),
            ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
     _write(tmp_path, 1, ("start", {"node": "node1"}), ("step", {"step": 3}))
@@ -133,6 +133,13 @@ def test_diagnosis_names_the_node_srun_lost_by_a_signal_and_only_then(tmp_path):
                                    "killed after step 3, and its rank(s) 1 with it")
     exited = "srun: error: node1: task 1: Exited with exit code 1\n"  # torchrun reported a failure
     assert diagnose(tmp_path, 1, exited)["cause"] == "killed"
+    # the node went silent (its link cut): slurmctld set it DOWN and srun said so first
+    cut = ("srun: error: Node failure on node1\nsrun: Job step aborted: Waiting up to 32 seconds "
+           "for job step to finish.\nsrun: error: node0: task 0: Terminated\n")
+    d = diagnose(tmp_path, 0, cut)
+    assert d["cause"] == "node_lost" and d["failed_rank"] == 1
+    assert d["message"].startswith("lost node node1: SLURM found it not answering and set it DOWN "
+                                   "after step 3, and its rank(s) 1 with it")
 
 
 def test_cli_flags_build_the_distributed_section():

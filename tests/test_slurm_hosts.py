@@ -1,7 +1,9 @@
 """A SLURM cluster of two hosts (two network namespaces with their own addresses in 198.18.0.0/15,
 one slurmd each, the controller on the first): a submitted 2-node job whose rendezvous crosses the
-link between them, the same job surviving the loss of host B's rank by resuming, host B's torchrun
-agent killed with no restarts left, and an exported job.slurm submitted as a person would."""
+link between them, host B's torchrun agent killed with no restarts left, a job submitted with
+`workbench submit --nodes 2 --wait` surviving the loss of host B's rank by resuming, a run panel's
+2-node job stopped from the panel, an exported job.slurm submitted as a person would, and host B's
+link cut mid-job."""
 from __future__ import annotations
 
 import json
@@ -10,17 +12,21 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from workbench.config import RunConfig
-from workbench.distributed.jobs import ENDED, submit
+from workbench.distributed.jobs import ENDED, Job, submit
+from workbench.distributed.localslurm import Access
 from workbench.distributed.launch import run
 from workbench.events import read_events
 from workbench.export import export
 from workbench.export.verify import run_script
+from workbench.runfolder import RunFolder
+from workbench.runstore import list_runs
 
 from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
 from slurm_helpers import local_cluster
@@ -125,27 +131,79 @@ def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_n
 
 
 def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_trajectory(
-        cluster, model, unbroken):
+        cluster, model, unbroken, tmp_path):
+    """Submitted from the command line, as a person would: `workbench submit --config ... --nodes 2
+    --wait` follows the job through the loss of host B's rank and the restart on both hosts, and
+    exits 0 with a run folder that reads as a local run's."""
     cfg = two_ranks(model, **{"run.save_every": SAVE_EVERY, "distributed.max_restarts": 1})
-    job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, ranks=2, step=SAVE_EVERY + 5, timeout=180)
-    os.kill(ranks_by_host(cluster, job.run_dir)[1], signal.SIGKILL)
-    summary = job.wait(timeout_s=300)
+    cfg.save(tmp_path / "config.json")
+    runs = tmp_path / "runs"
+    cli = subprocess.Popen([*cluster.prefix, sys.executable, "-m", "workbench", "submit", "--config",
+                            str(tmp_path / "config.json"), "--nodes", "2", "--wait", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**cluster.env, "WORKBENCH_RUNS": str(runs)})
+    try:
+        run_dir = wait_for(lambda: runs.is_dir() and next(
+            (d for d in runs.iterdir() if RunFolder(d).job()), None), 60, "the job id recorded")
+        job_id = RunFolder(run_dir).job()["job_id"]
+        wait_for_steps(run_dir, ranks=2, step=SAVE_EVERY + 5, timeout=180)
+        os.kill(ranks_by_host(cluster, run_dir)[1], signal.SIGKILL)
+        out, err = cli.communicate(timeout=300)
+    finally:
+        if cli.poll() is None:  # the test failed while the job went on: end both
+            cli.kill()
+            cli.wait()
+            Job(run_dir, cluster.prefix, cluster.env).cancel()
+    assert cli.returncode == 0, err[-3000:]
+    assert f"SLURM job {job_id}, run folder {run_dir}" in err and f"job {job_id} running" in err
+    summary = json.loads(out)
+    assert summary["run_dir"] == str(run_dir) and summary["slurm"]["job_id"] == job_id
     assert summary["status"] == "completed" and summary["steps"] == STEPS, summary
     saved = summary["resumed_from_step"]
     assert saved >= SAVE_EVERY and saved % SAVE_EVERY == 0
     assert summary["attempts"] == 2 and summary["restarts"][0]["cause"] == "killed", summary
-    records = read_events(job.run_dir)
+    again_on = {r["node"] for r in read_events(run_dir) if r["event"] == "start" and r["attempt"] == 1}
+    assert again_on == set(cluster.nodes)  # both ranks came back, each on its own host
+    records = read_events(run_dir)
     assert [r["from_step"] for r in records if r["event"] == "resumed"] == [saved, saved]
     # both ranks, on both hosts, came back as attempt 1 and went on after the saved step; before
     # and after, each rank's losses are a local 2-rank run's, and the replicas end identical
-    again = losses(job.run_dir, attempt=1)
+    again = losses(run_dir, attempt=1)
     assert again.keys() == {(rank, step) for rank in (0, 1) for step in range(saved + 1, STEPS + 1)}
     assert again == pytest.approx({k: unbroken[k] for k in again}, abs=1e-5)
-    first = losses(job.run_dir, attempt=0)
+    first = losses(run_dir, attempt=0)
     assert first and first == pytest.approx({k: unbroken[k] for k in first}, abs=1e-5)
     done = [r for r in records if r["event"] == "done"]
     assert len(done) == 2 and done[0]["param_sum"] == done[1]["param_sum"]
+    folder = RunFolder(run_dir)  # read as a local run: its config, its summary, the runs table
+    assert folder.config().distributed.nnodes == 2 and folder.final()
+    assert "#SBATCH --nodes=2" in folder.job_file.read_text()
+    row = list_runs(runs).iloc[0]
+    assert row["status"] == "completed" and row["steps"] == STEPS and row["world_size"] == 2
+
+
+def test_the_run_panel_submits_a_two_node_job_and_its_stop_cancels_it_on_both_hosts(cluster):
+    from workbench.ui.panel import RunPanel
+
+    panel = RunPanel(RunConfig.smoke().replace(**{
+        "run.threads": 1, "run.eval_batches": 0, "run.steps": 100000, "run.save_weights": False}))
+    job = panel.submit(Access(cluster.prefix, cluster.env, "the two-host test cluster"), nodes=2)
+    assert job is panel.handle and f"as SLURM job {job.job_id} on 2 rank(s)" in panel.status.value
+    wait_for_steps(job.run_dir, ranks=2, step=2, timeout=180)
+    ranks = ranks_by_host(cluster, job.run_dir)
+    assert sorted(ranks) == [0, 1]
+    agents = {psutil.Process(pid).ppid() for pid in ranks.values()}
+    panel.stop_button.click()
+    assert panel.wait(180)
+    result = panel.result
+    assert result["status"] == "stopped" and result["cause"] == "slurm_cancelled", result
+    assert result["slurm"]["state"] == "CANCELLED" and "\n" not in result["message"]
+    assert result["message"] == f"SLURM job {job.job_id} cancelled: stopped from the run panel (scancel)"
+    steps = {r["rank"] for r in read_events(job.run_dir) if r["event"] == "step" and r["step"] >= 2}
+    assert steps == {0, 1} and RunFolder(job.run_dir).final()  # both hosts' events kept
+    assert panel.stop_button.disabled and not panel.run_button.disabled
+    wait_for(lambda: not job_processes(job.job_id), 30, "every process of the job to end")
+    assert_all_gone(set(ranks.values()) | agents, within=30)
 
 
 def script_losses(metrics: Path, rank: int) -> list[float]:
@@ -154,11 +212,13 @@ def script_losses(metrics: Path, rank: int) -> list[float]:
 
 
 def job_processes(job_id: str) -> list[int]:
-    """Every process of a SLURM job, on either host: SLURM gives each its job id."""
+    """Every process of a SLURM job, on either host: SLURM gives each its job id, and names each
+    step's slurmstepd after the job."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("SLURM_JOB_ID") == job_id:
+            if (proc.environ().get("SLURM_JOB_ID") == job_id
+                    or " ".join(proc.cmdline()).startswith(f"slurmstepd: [{job_id}.")):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
@@ -192,3 +252,42 @@ def test_an_exported_job_runs_on_both_hosts_with_a_local_two_rank_runs_losses(cl
         ours = script_losses(there.dir / "metrics", rank)
         assert len(ours) == 5 and ours == pytest.approx(script_losses(local, rank), abs=1e-5)
     wait_for(lambda: not job_processes(job_id), 30, "every process of the job to end")
+
+
+TIMEOUT_S = 20
+
+
+def test_host_b_cut_off_mid_job_names_that_node_and_nothing_is_left_once_it_is_back(cluster, model):
+    """Host B's link goes down (`ip link set down` in B's namespace) while both ranks train: srun
+    cannot reach B's task, slurmctld finds node1 silent and sets it DOWN (SlurmdTimeout, 10 s on
+    the test cluster), and the job ends NODE_FAIL naming node1. Once the link is back, B's slurmd
+    reports in, SLURM ends what was left of the job there, and node1 is idle again."""
+    cfg = two_ranks(model, **{"run.steps": 100000, "distributed.timeout_s": TIMEOUT_S})
+    job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, ranks=2, step=3, timeout=180)
+    ranks = ranks_by_host(cluster, job.run_dir)
+    tree = set(ranks.values()) | {psutil.Process(pid).ppid() for pid in ranks.values()}
+    cut = time.monotonic()
+    cluster.network.set_link(1, up=False)
+    try:
+        wait_for(lambda: job.state().ended, TIMEOUT_S + 120, "the job to end")
+        took = time.monotonic() - cut
+    finally:
+        cluster.network.set_link(1, up=True)
+    summary = job.wait(timeout_s=60)
+    message = summary["message"]
+    assert summary["status"] == "failed" and summary["slurm"]["state"] == "NODE_FAIL", summary
+    assert summary["cause"] == "node_lost" and summary["failed_rank"] == 1, summary
+    assert f"lost node {cluster.nodes[1]}: SLURM found it not answering" in message, message
+    assert "\n" not in message
+    # rank 0 waits out its collective's timeout before it heeds SLURM's SIGTERM; then the step's
+    # end and slurmctld's bookkeeping: allow a few seconds for a loaded machine
+    print(f"the job ended {took:.1f} s after the cut (distributed.timeout_s={TIMEOUT_S})")
+    assert took < TIMEOUT_S + 15, took
+    assert_all_gone(tree, within=60)  # the ranks and agents on both hosts
+    # B's slurmstepd waits to report the step's end to a controller it cannot reach; once it can,
+    # it does and ends, and slurmctld puts node1 back in service (ReturnToService=2)
+    wait_for(lambda: not job_processes(job.job_id), 120, "every process of the job to end")
+    node_states = lambda: cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split()  # noqa: E731
+    wait_for(lambda: node_states() == ["node0", "idle", "node1", "idle"], 120, "node1 back, idle",
+             interval=1)

@@ -44,6 +44,8 @@ _AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 # srun's word for a task (one node's torchrun agent) that died by a signal, not by exiting.
 _SRUN_LOST = re.compile(r"^srun: error: (\S+): tasks? (\d+)[-\d,]*: (Killed|Terminated|Aborted|"
                         r"Segmentation fault|Hangup)", re.M)
+# srun's word for a node that slurmctld set DOWN under the job (it stopped answering: SlurmdTimeout).
+_SRUN_NODE_FAILED = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -198,19 +200,27 @@ def _agent_killed(e: Evidence) -> Diagnosis | None:
 
 
 def _node_lost(e: Evidence) -> Diagnosis | None:
-    """A SLURM job's task on one node died by a signal (srun says which node first): the node's
-    torchrun agent was killed or the node went away, and its ranks with it."""
+    """A SLURM job lost a node (srun says which first): its task there died by a signal (the
+    node's torchrun agent was killed), or slurmctld found the node not answering and set it DOWN
+    (its link cut, the machine gone); its ranks were lost with it."""
     found = _SRUN_LOST.search(e.log_text)
-    if found is None:
+    failed = _SRUN_NODE_FAILED.search(e.log_text)
+    if found is None and failed is None:
         return None
-    node, task, how = found.groups()
+    first = min((m for m in (found, failed) if m), key=lambda m: m.start())
+    node = first.group(1)
     ranks = sorted(rank for rank, recs in e.by_rank.items()
                    if any(r.get(EVENT) == START and r.get("node") == node for r in recs))
     theirs = f"its rank(s) {', '.join(map(str, ranks))}" if ranks else "its ranks"
-    return Diagnosis("node_lost", "NodeLost",
-                     f"lost node {node}: srun's task {task} there (its torchrun agent) was "
-                     f"{how.lower()} after step {e.last_step}, and {theirs} with it; no rank "
-                     "failed by itself", failed_rank=ranks[0] if ranks else None)
+    if first is failed:
+        how = (f"SLURM found it not answering and set it DOWN after step {e.last_step}, and "
+               f"{theirs} with it (its link cut or the machine gone)")
+    else:
+        task, killed = found.group(2, 3)
+        how = (f"srun's task {task} there (its torchrun agent) was {killed.lower()} after step "
+               f"{e.last_step}, and {theirs} with it")
+    return Diagnosis("node_lost", "NodeLost", f"lost node {node}: {how}; no rank failed by itself",
+                     failed_rank=ranks[0] if ranks else None)
 
 
 def _agent_signalled(e: Evidence) -> Diagnosis | None:

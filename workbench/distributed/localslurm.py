@@ -149,6 +149,9 @@ class LocalSlurm:
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
             "ReturnToService=2", "MinJobAge=600",  # a finished job stays visible to squeue
+            # a node that stops answering (its link cut) is set DOWN, and its job ended with
+            # NODE_FAIL, within 10 s instead of 300: sooner than a run's distributed.timeout_s
+            "SlurmdTimeout=10",
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "SchedulerParameters=batch_sched_delay=0",
             *(f"NodeName={name} NodeAddr={address} CPUs={self.cpus} "

@@ -101,6 +101,16 @@ class TestNetwork:
         _ip("netns", "exec", host.namespace, "ip", "link", "set", interface, "up")
         host.interface = host.interface or interface
 
+    def set_link(self, n: int, up: bool) -> None:
+        """Cut host `n`'s link (`ip link set down` on its end, as a pulled cable) or mend it. Down
+        also drops the routes through it, so mending puts back the route a /32 address needs."""
+        host = self.hosts[n]
+        _ip("netns", "exec", host.namespace, "ip", "link", "set", host.interface,
+            "up" if up else "down")
+        if up and self.bridge_to_machine and n == 1:
+            _ip("netns", "exec", host.namespace, "ip", "route", "replace",
+                f"{self.hosts[0].address}/32", "dev", host.interface)
+
     def close(self) -> None:
         for link in self.machine_links:
             subprocess.run(["ip", "link", "del", link], capture_output=True)

@@ -69,14 +69,15 @@ class RunControl:
         return self.handle
 
     def submit(self, access=None, wait: bool = False, timeout: float | None = None,
-               **settings):
+               nodes: int | None = None, **settings):
         """Set widgets and submit the run as a SLURM job, to `access` (a
-        workbench.distributed.localslurm.Access) or the cluster find_cluster() finds from here: the
-        same live charts from its run folder, Stop cancels it with scancel, and its end shows
-        SLURM's state with the rank's cause. Returns the Job."""
+        workbench.distributed.localslurm.Access) or the cluster find_cluster() finds from here, on
+        `nodes` nodes (default: the config's distributed.nnodes): the same live charts from its run
+        folder, Stop cancels it with scancel, and its end shows SLURM's state with the rank's
+        cause. Returns the Job."""
         if settings:
             self.apply(**settings)
-        self._start(lambda cfg: _submit(cfg, access))
+        self._start(lambda cfg: _submit(cfg, access, nodes))
         if wait and self.handle is not None:
             self.wait(timeout)
         return self.handle
@@ -93,6 +94,7 @@ class RunControl:
                 handle = self.launcher.start(self.launcher.plan(cfg))
             else:
                 handle = start(cfg)
+                cfg = handle.folder.config()  # as submitted: its nodes, hence its ranks
         except ConfigError as e:
             self.set_status(f"cannot run: {e}", error=True)
             return
@@ -151,7 +153,7 @@ class RunControl:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
-def _submit(cfg: RunConfig, access=None):
+def _submit(cfg: RunConfig, access=None, nodes: int | None = None):
     from ..distributed.jobs import submit
     from ..distributed.localslurm import find_cluster
     from ..net import free_port
@@ -160,4 +162,4 @@ def _submit(cfg: RunConfig, access=None):
         access, why = find_cluster()
         if access is None:
             raise ConfigError(why)
-    return submit(cfg, prefix=access.prefix, env=access.env, port=free_port())
+    return submit(cfg, nodes=nodes, prefix=access.prefix, env=access.env, port=free_port())
