@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
-from ..events import (DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
+from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
                       NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
                       SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, EventWriter)
 from ..runfolder import RunFolder, Summary
@@ -180,7 +180,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device),
-                 **({"addresses": addresses} if addresses else {}))
+                 **({ADDRESSES: addresses} if addresses else {}))
     return s
 
 
