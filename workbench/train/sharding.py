@@ -1,6 +1,7 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
+    with policy_compute(model, cfg, world_size): ...  # a forward in the dtypes FSDP computes in
     layer_blocks(model)                     # the layers of its first nn.ModuleList, or []
     per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
     comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
@@ -20,6 +21,7 @@ parameter, SGD with momentum one.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -53,6 +55,18 @@ def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
             and all(len(owners[id(p)]) == 1 for p in module.parameters(recurse=False))]
 
 
+# The parts of a rank's memory, predicted before launch and measured in the run (memory_per_rank,
+# workbench.train.trainer), each byte for byte: the ones every reader and writer names.
+PARAMETERS, GRADIENTS, OPTIMIZER = "parameters", "gradients", "optimizer"
+ACTIVATIONS = "activations"  # what one micro-batch saves for backward
+HELD = (PARAMETERS, GRADIENTS, OPTIMIZER)  # what a strategy shards (FSDP) or replicates (DDP)
+MEMORY_PARTS = (*HELD, ACTIVATIONS)
+MID_STEP = (GRADIENTS, ACTIVATIONS)  # held only inside a step, so read there
+PEAK = "peak"  # beside the parts: the rank's peak, predicted (not exactly) and measured
+
+COMPUTE_DTYPE = torch.bfloat16  # fsdp_mixed_precision: the parameters' dtype in forward and backward
+
+
 def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     """Shard the blocks, then the root, in place; returns the blocks' names."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -60,7 +74,7 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     d = cfg.distributed
     kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
     if d.fsdp_mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE,
                                                    reduce_dtype=torch.float32)
     if d.cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
@@ -70,6 +84,46 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
         fully_shard(modules[name], **kwargs)
     fully_shard(model, **kwargs)
     return names
+
+
+def _cast_floating(value):
+    if isinstance(value, torch.Tensor):
+        return value.to(COMPUTE_DTYPE) if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floating(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast_floating(v) for k, v in value.items()}
+    return value
+
+
+@contextmanager
+def policy_compute(model: nn.Module, cfg: RunConfig, world_size: int):
+    """While active, the unwrapped model computes as apply_fsdp's mixed-precision policy makes its
+    ranks compute: floating parameters in bf16, and each unit's (every block's and the root's)
+    floating inputs cast to bf16 on entry (the policy's cast_forward_inputs); buffers, integer
+    inputs and the outputs are left as they are, as FSDP leaves them. Nothing changes without the
+    policy, or on one rank (the trainer shards nothing there). The parameters are restored whole:
+    their fp32 values are kept, not cast back."""
+    d = cfg.distributed
+    if not (d.strategy == "fsdp" and d.fsdp_mixed_precision and world_size > 1):
+        yield
+        return
+    def cast_inputs(module, args, kwargs):
+        return _cast_floating(args), _cast_floating(kwargs)
+
+    modules = dict(model.named_modules())
+    handles = [modules[name].register_forward_pre_hook(cast_inputs, with_kwargs=True)
+               for name in [*block_names(model, d.fsdp_blocks), ""]]
+    kept = [(p, p.data) for p in model.parameters() if p.is_floating_point()]  # tied ones once
+    for p, data in kept:
+        p.data = data.to(COMPUTE_DTYPE)
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for p, data in kept:
+            p.data = data
 
 
 def _rows(shape: torch.Size, rank: int, world_size: int) -> int:
@@ -101,10 +155,10 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
             rows = _rows(p.shape, rank, world_size) if cfg.distributed.strategy == "fsdp" else (
                 p.shape[0] if p.dim() else 1)
             total += rows * per_row * p.element_size()
-        out.append({RANK: rank, "parameters": total, "gradients": total,
-                    "optimizer": shaped * total + scalar * len(params)})
+        out.append({RANK: rank, PARAMETERS: total, GRADIENTS: total,
+                    OPTIMIZER: shaped * total + scalar * len(params)})
         if activations is not None:
-            out[-1]["activations"] = activations
+            out[-1][ACTIVATIONS] = activations
     return out
 
 
@@ -134,7 +188,7 @@ def held_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     params = sum(_local(p).numel() * p.element_size() for p in model.parameters())
     state = sum(_local(v).numel() * v.element_size() for s in opt.state.values()
                 for v in s.values() if torch.is_tensor(v))
-    return {"parameters": params, "optimizer": state}
+    return {PARAMETERS: params, OPTIMIZER: state}
 
 
 def grad_bytes(model: nn.Module) -> int:
