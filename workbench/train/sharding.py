@@ -4,7 +4,7 @@
     with policy_compute(model, cfg, world_size): ...  # a forward in the dtypes FSDP computes in
     layer_blocks(model)                     # the layers of its first nn.ModuleList, or []
     per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
-    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
+    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's gathered block and its buffers
     held_bytes(model, opt)                  # measured: the local shards this rank holds
     grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
@@ -164,8 +164,12 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
 
 def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     """What a step holds for communication beyond the parts, from the unsharded model: DDP's
-    gradient buckets (a copy of every gradient), or FSDP's largest unit (a block, or what the root
-    keeps) gathered whole with its whole gradients until they are reduce-scattered."""
+    gradient buckets (a copy of every gradient), or, under FSDP, a unit (a block, or what the root
+    keeps) gathered whole with its whole gradients until they are reduce-scattered, while FSDP
+    still keeps the reduce-scatter input of the unit before it (its whole gradients in the reduce
+    dtype, fp32, held until the next unit's reduce-scatter: set_reduce_scatter_max_input_buffers'
+    default of one). Which unit precedes which is left out: the largest unit, with the largest
+    input of another."""
     if world_size < 2:
         return 0
     if cfg.distributed.strategy != "fsdp":
@@ -175,8 +179,11 @@ def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     blocked = {id(p) for unit in units for p in unit}
     units.append([p for p in model.parameters() if id(p) not in blocked])
     gathered = 2 if cfg.distributed.fsdp_mixed_precision else None  # bf16 parameters in compute
-    return max(sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
-               for unit in units)
+    computing = [sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
+                 for unit in units]
+    reducing = [sum(p.numel() * 4 for p in unit if p.requires_grad) for unit in units]
+    return max(held + max((r for j, r in enumerate(reducing) if j != i), default=0)
+               for i, held in enumerate(computing))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
