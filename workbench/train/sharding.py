@@ -65,6 +65,7 @@ MID_STEP = (GRADIENTS, ACTIVATIONS)  # held only inside a step, so read there
 PEAK = "peak"  # beside the parts: the rank's peak, predicted (not exactly) and measured
 
 COMPUTE_DTYPE = torch.bfloat16  # fsdp_mixed_precision: the parameters' dtype in forward and backward
+REDUCE_DTYPE = torch.float32  # and the gradients' as they are reduce-scattered
 
 
 def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
@@ -75,7 +76,7 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
     if d.fsdp_mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE,
-                                                   reduce_dtype=torch.float32)
+                                                   reduce_dtype=REDUCE_DTYPE)
     if d.cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     names = block_names(model, d.fsdp_blocks)
@@ -108,6 +109,7 @@ def policy_compute(model: nn.Module, cfg: RunConfig, world_size: int):
     if not (d.strategy == "fsdp" and d.fsdp_mixed_precision and world_size > 1):
         yield
         return
+
     def cast_inputs(module, args, kwargs):
         return _cast_floating(args), _cast_floating(kwargs)
 
@@ -167,7 +169,7 @@ def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     gradient buckets (a copy of every gradient), or, under FSDP, a unit (a block, or what the root
     keeps) gathered whole with its whole gradients until they are reduce-scattered, while FSDP
     still keeps the reduce-scatter input of the unit before it (its whole gradients in the reduce
-    dtype, fp32, held until the next unit's reduce-scatter: set_reduce_scatter_max_input_buffers'
+    dtype, held until the next unit's reduce-scatter: set_reduce_scatter_max_input_buffers'
     default of one). Which unit precedes which is left out: the largest unit, with the largest
     input of another."""
     if world_size < 2:
@@ -178,10 +180,13 @@ def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     units = [list(modules[n].parameters()) for n in block_names(model, cfg.distributed.fsdp_blocks)]
     blocked = {id(p) for unit in units for p in unit}
     units.append([p for p in model.parameters() if id(p) not in blocked])
-    gathered = 2 if cfg.distributed.fsdp_mixed_precision else None  # bf16 parameters in compute
+    mixed = cfg.distributed.fsdp_mixed_precision
+    gathered = COMPUTE_DTYPE.itemsize if mixed else None  # bf16 parameters in compute
+    reduced = REDUCE_DTYPE.itemsize if mixed else None
     computing = [sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
                  for unit in units]
-    reducing = [sum(p.numel() * 4 for p in unit if p.requires_grad) for unit in units]
+    reducing = [sum(p.numel() * (reduced or p.element_size()) for p in unit if p.requires_grad)
+                for unit in units]
     return max(held + max((r for j, r in enumerate(reducing) if j != i), default=0)
                for i, held in enumerate(computing))
 
