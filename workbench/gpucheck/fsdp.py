@@ -8,8 +8,9 @@ The model is the training part's transformer (its width, depth and sequence), a 
 where the GPU has it. Each rank's parameter, gradient, optimizer and saved-activation bytes are
 predicted before launch and measured during the run (`memory_per_rank`, workbench.train.trainer):
 they must agree byte for byte. Each rank's peak, predicted (what it held once set up, plus its
-steps' gradients, optimizer state, activations and gathered block) and measured (the allocator's),
-is reported with their ratio (the goal: within 15 %).
+steps' gradients, optimizer state, activations, gathered block and the reduce-scatter input FSDP
+keeps of the block before) and measured (the allocator's), is reported with their ratio (the
+goal: within 15 %).
 """
 from __future__ import annotations
 
