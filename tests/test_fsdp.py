@@ -11,7 +11,10 @@ from workbench.distributed.launch import run
 from workbench.events import read_events
 from workbench.train.models import MLP, TinyTransformerLM
 from workbench.train.restore import load_model
-from workbench.train.sharding import block_names, comm_bytes, per_rank_bytes
+from workbench.train.footprint import saved_activations
+from workbench.disk import mib
+from workbench.train.sharding import (ACTIVATIONS, HELD, MEMORY_PARTS, PEAK, block_names,
+                                      comm_bytes, per_rank_bytes, policy_compute)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -51,10 +54,68 @@ def test_the_peak_counts_ddp_s_buckets_or_fsdp_s_largest_block_gathered_with_its
     ddp = RunConfig.smoke().replace(**{"distributed.nproc": 2})
     fsdp = ddp.replace(**{"distributed.strategy": "fsdp"})
     assert comm_bytes(model, ddp, 2) == (520 + 72 + 90) * 4  # a copy of every gradient
-    assert comm_bytes(model, fsdp, 2) == 520 * (4 + 4)  # net.1 whole, and its whole gradients
+    # net.1 whole with its whole gradients, and the reduce-scatter input FSDP keeps of another
+    # block (the largest other: net.5's gradients, fp32)
+    assert comm_bytes(model, fsdp, 2) == 520 * (4 + 4) + 90 * 4
     mixed = fsdp.replace(**{"distributed.fsdp_mixed_precision": True})
-    assert comm_bytes(model, mixed, 2) == 520 * (2 + 4)  # gathered in bf16
+    assert comm_bytes(model, mixed, 2) == 520 * (2 + 4) + 90 * 4  # gathered in bf16, reduced in fp32
     assert comm_bytes(model, ddp, 1) == 0
+
+
+def saved_bytes(batch: int, width: int, depth: int, itemsize: int) -> int:
+    """What autograd saves for backward in the smoke MLP (8 x 8 digits, 10 classes), from the
+    shapes: the first Linear's input, each hidden layer's ReLU output (the next Linear's input
+    too), the 10 log-probabilities, the int64 targets and nll_loss's scalar total weight, all but
+    the targets in the dtype the layers compute in. The weights the Linears save are parameters
+    (under FSDP the gathered ones): not counted."""
+    return batch * ((64 + depth * width + 10) * itemsize + 8) + itemsize
+
+
+def test_the_policy_s_forward_computes_in_bf16_and_leaves_the_model_as_it_was():
+    """Under FSDP's mixed-precision policy the ranks' layers compute in bf16 (parameters gathered
+    in bf16, each unit's floating inputs cast on entry; the int64 targets stay), so the activations
+    predicted before launch are counted in bf16: half of fp32's, but for the targets."""
+    fsdp = RunConfig.smoke().replace(**{"distributed.strategy": "fsdp", "distributed.nproc": 2})
+    mixed = fsdp.replace(**{"distributed.fsdp_mixed_precision": True})
+    model = MLP(64, 10, width=51, depth=2)
+    before = {n: (p, p.detach().clone()) for n, p in model.named_parameters()}
+    x, y = torch.randn(32, 8, 8), torch.randint(0, 10, (32,))
+    lossf = torch.nn.functional.cross_entropy
+    with policy_compute(model, mixed, 2):
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        assert saved_activations(model, x, y, lossf)["total"] == saved_bytes(32, 51, 2, 2)
+    for name, p in model.named_parameters():  # the same parameters, their fp32 values unrounded
+        assert p is before[name][0] and torch.equal(p, before[name][1]) and p.dtype == torch.float32
+    assert not model.net[1]._forward_pre_hooks and not model._forward_pre_hooks
+    for cfg, ranks in ((mixed, 1), (fsdp, 2)):  # one rank shards nothing; no policy casts nothing
+        with policy_compute(model, cfg, ranks):
+            assert saved_activations(model, x, y, lossf)["total"] == saved_bytes(32, 51, 2, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_with_the_bf16_policy_each_fsdp_rank_holds_what_was_predicted(precision):
+    """2 FSDP ranks under the mixed-precision policy: every part predicted equals the measured byte
+    for byte, the activations bf16's (what the ranks compute in), the rest fp32 shards; under bf16
+    autocast too, which runs the loss's log_softmax in fp32 (10 log-probabilities a sample, and
+    nll_loss's total weight, 2 bytes more each than bf16's)."""
+    cfg = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
+                                       "run.eval_batches": 0, "model.width": 51,
+                                       "distributed.strategy": "fsdp", "precision.dtype": precision,
+                                       "distributed.fsdp_mixed_precision": True})
+    summary = run(cfg, timeout_s=300)
+    assert summary["status"] == "completed", summary
+    memory = summary["memory_per_rank"]
+    assert memory["not_measured"] == [] and len(memory["measured"]) == 2
+    batch = cfg.loader.batch_size
+    activations = saved_bytes(batch, 51, cfg.model.depth, 2) + (
+        batch * 10 * 2 + 2 if precision == "bf16" else 0)
+    for predicted, measured in zip(memory["predicted"], memory["measured"]):
+        for part in MEMORY_PARTS:
+            assert predicted[part] == measured[part], (measured["rank"], part)
+        assert measured["activations"] == activations, measured["rank"]
+    assert sum(m["parameters"] for m in memory["measured"]) == (64 * 51 + 51 + 51 * 51 + 51
+                                                                 + 51 * 10 + 10) * 4  # fp32 shards
 
 
 @pytest.mark.slow
@@ -67,12 +128,7 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
     shapes = {"ddp": base, "fsdp": base.replace(**{"distributed.strategy": "fsdp"}),
               "one process": base.replace(**{"distributed.nproc": 1, "distributed.strategy": "fsdp"})}
     runs = {name: run(cfg, timeout_s=300) for name, cfg in shapes.items()}
-    # What autograd saves for backward in one rank's step, from the shapes: a batch of 32 digits
-    # (8 x 8 fp32, the first Linear's input), each hidden layer's ReLU output (the next Linear's
-    # input too), the 10 log-probabilities, the int64 targets and nll_loss's fp32 total weight.
-    # The weights the Linears save are parameters (under FSDP the gathered ones): not counted.
-    batch, depth = base.loader.batch_size, base.model.depth
-    activations = batch * (64 * 4 + depth * 51 * 4 + 10 * 4 + 8) + 4
+    activations = saved_bytes(base.loader.batch_size, 51, base.model.depth, 4)
     for strategy, summary in runs.items():
         assert summary["status"] == "completed", summary
         memory = summary["memory_per_rank"]
@@ -81,7 +137,7 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
         assert memory["not_measured"] == [] and memory["not_predicted"] == []
         for predicted, measured in zip(memory["predicted"], memory["measured"]):
             assert predicted["rank"] == measured["rank"]
-            for part in ("parameters", "gradients", "optimizer", "activations"):  # exactly, per rank
+            for part in MEMORY_PARTS:  # exactly, per rank
                 assert predicted[part] == measured[part], (strategy, measured["rank"], part)
             assert measured["activations"] == activations, (strategy, measured["rank"])
             assert measured["peak"] > 0 and predicted["peak"] > 0
@@ -116,13 +172,21 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2, steps=4,
                      labels=("ddp", "fsdp"))
     assert result.ratio.rounds == 2 and len(result.samples_per_s["fsdp"]) == 2
-    held = {label: [r["parameters"] + r["gradients"] + r["optimizer"] for r in ranks]
-            for label, ranks in result.memory_per_rank.items()}
+    memory = result.memory_per_rank
+    held = {label: [sum(r[k] for k in HELD) for r in sides["measured"]]
+            for label, sides in memory.items()}
     assert len(held["ddp"]) == len(held["fsdp"]) == 2
     assert max(held["fsdp"]) < 0.6 * min(held["ddp"])  # each FSDP rank holds about half
+    for sides in memory.values():  # the JSON too: every part predicted beside measured
+        for want, got in zip(sides["predicted"], sides["measured"]):
+            assert want[ACTIVATIONS] == got[ACTIVATIONS] > 0 and want[PEAK] > 0
+    assert result.as_dict()["memory_per_rank"] == memory
     text = result.text()
-    assert "ddp: held per rank (parameters, gradients, optimizer) rank 0" in text
-    assert "fsdp: held per rank" in text and "fsdp vs ddp:" in text
+    rank0 = memory["fsdp"]["measured"][0][ACTIVATIONS]
+    assert ("ddp: per rank, measured (predicted): rank 0 parameters + gradients + optimizer "
+            f"{mib(held['ddp'][0])} ({mib(held['ddp'][0])}), activations") in text
+    assert f"activations {mib(rank0)} ({mib(rank0)}), peak" in text
+    assert "fsdp: per rank, measured (predicted): rank 0" in text and "fsdp vs ddp:" in text
 
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"

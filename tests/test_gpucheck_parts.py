@@ -11,6 +11,7 @@ import torch
 
 from gpucheck_fakes import FakeLauncher, FakeNVML, context, fake_gpu
 from workbench.events import EventWriter
+from workbench.train.sharding import MEMORY_PARTS
 from workbench.gpucheck import ceilings, check, compression, ddp, fsdp, gpumem, loading, monitor
 from workbench.gpucheck import report
 from workbench.gpucheck import runner, training
@@ -203,7 +204,7 @@ def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkey
     assert one["name"] == "fsdp, 1 rank" and one["status"] == "ok", one
     assert one["strategy"] == "one process" and one["precision"] == "bf16"  # an H200 has bf16
     (rank,) = one["ranks"]
-    assert rank["differs"] == [] and set(rank["predicted"]) == set(rank["measured"]) == set(fsdp.PARTS)
+    assert rank["differs"] == [] and set(rank["predicted"]) == set(rank["measured"]) == set(MEMORY_PARTS)
     assert rank["predicted_peak_gib"] == 4.625 and rank["peak_gib"] == 5.7812  # 4,736 MiB x 1.25
     assert rank["peak_over_predicted"] == 1.25
     assert two["name"] == "fsdp, 2 ranks" and two["status"] == "skipped"

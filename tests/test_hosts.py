@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from workbench.distributed.netns import TestNetwork
-from workbench.events import read_events
+from workbench.events import ADDRESSES, read_events
 from workbench.runfolder import RunFolder
 
 from launch_helpers import assert_all_gone, wait_for_steps
@@ -70,7 +70,7 @@ def test_one_ddp_run_across_two_hosts(network, tmp_path):
         start = next(r for r in records if r["event"] == "start")
         assert start["master_addr"] == head.address  # the group met on the head host's address
         ready = next(r for r in records if r["event"] == "ready")
-        assert ready["addresses"] == [head.address, other.address]  # each rank's, for the watchdog
+        assert ready[ADDRESSES] == [head.address, other.address]  # each rank's, for the watchdog
         done = [r for r in records if r["event"] == "done"]
         assert len(done) == 1 and done[0]["world_size"] == 2
         sums.append(done[0]["param_sum"])

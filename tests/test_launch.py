@@ -8,7 +8,7 @@ import time
 import pytest
 
 from workbench.config import ConfigError, RunConfig
-from workbench.events import EventWriter
+from workbench.events import NODE, EventWriter
 from workbench.distributed.faults import diagnose, is_knock_on, torchrun_exit_codes
 from workbench.distributed.launch import check_launch, start_run, worker_command
 from workbench.distributed.watchdog import Watchdog
@@ -122,9 +122,9 @@ def test_diagnosis_of_a_silent_rank_is_a_kill(tmp_path):
 
 
 def test_diagnosis_names_the_node_srun_lost_by_a_signal_or_a_node_failure_and_only_then(tmp_path):
-    _write(tmp_path, 0, ("start", {"node": "node0"}), ("step", {"step": 3}),
+    _write(tmp_path, 0, ("start", {NODE: "node0"}), ("step", {"step": 3}),
            ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
-    _write(tmp_path, 1, ("start", {"node": "node1"}), ("step", {"step": 3}))
+    _write(tmp_path, 1, ("start", {NODE: "node1"}), ("step", {"step": 3}))
     log = ("srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
            "StepId=4.0\nsrun: error: node0: task 0: Terminated\n")
     d = diagnose(tmp_path, 137, log)

@@ -22,7 +22,7 @@ from workbench.config import RunConfig
 from workbench.distributed.jobs import ENDED, Job, submit
 from workbench.distributed.localslurm import Access
 from workbench.distributed.launch import run
-from workbench.events import read_events
+from workbench.events import NODE, read_events
 from workbench.export import export
 from workbench.export.verify import run_script
 from workbench.runfolder import RunFolder
@@ -162,7 +162,7 @@ def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_traj
     saved = summary["resumed_from_step"]
     assert saved >= SAVE_EVERY and saved % SAVE_EVERY == 0
     assert summary["attempts"] == 2 and summary["restarts"][0]["cause"] == "killed", summary
-    again_on = {r["node"] for r in read_events(run_dir) if r["event"] == "start" and r["attempt"] == 1}
+    again_on = {r[NODE] for r in read_events(run_dir) if r["event"] == "start" and r["attempt"] == 1}
     assert again_on == set(cluster.nodes)  # both ranks came back, each on its own host
     records = read_events(run_dir)
     assert [r["from_step"] for r in records if r["event"] == "resumed"] == [saved, saved]

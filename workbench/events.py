@@ -48,6 +48,8 @@ PROFILED = "profiled"  # flag: the step ran under the profiler (left out of the 
 LAST = "last"  # flag: the time budget ended the steps here; evaluating and saving next
 MFU_OVER_PEAK = "mfu_over_peak"  # flag: the step went faster than the peak allows (a wrong peak)
 PID, CREATED_T, WORLD_SIZE = "pid", "created_t", "world_size"  # the start record: the process
+NODE = "node"  # the start record, in a SLURM job: the rank's node, as srun names it
+ADDRESSES = "addresses"  # the ready record, across machines: each rank's address toward rank 0
 STATUS, MESSAGE = "status", "message"  # an end record: how the rank ended, in words
 
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
@@ -147,6 +149,9 @@ FIELDS = {
     PID: (lambda v: _count(v) and v > 0, "a process id"),
     CREATED_T: (_finite, "a number"),
     WORLD_SIZE: (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    NODE: (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    ADDRESSES: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+                "a list of strings"),
     STATUS: (lambda v: isinstance(v, str), "a string"),
     MESSAGE: (lambda v: isinstance(v, str), "a string"),
 }

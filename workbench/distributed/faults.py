@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..disk import DISK_FULL, Reserve, disk_message
-from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, PID, RANK, START,
-                      STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
+from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, NODE, PID, RANK,
+                      START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
 from ..procs import same_process
 from ..runfolder import FINAL_KEY, RunFolder, Summary
 from ..runstore import read_summary
@@ -210,7 +210,7 @@ def _node_lost(e: Evidence) -> Diagnosis | None:
     first = min((m for m in (found, failed) if m), key=lambda m: m.start())
     node = first.group(1)
     ranks = sorted(rank for rank, recs in e.by_rank.items()
-                   if any(r.get(EVENT) == START and r.get("node") == node for r in recs))
+                   if any(r.get(EVENT) == START and r.get(NODE) == node for r in recs))
     theirs = f"its rank(s) {', '.join(map(str, ranks))}" if ranks else "its ranks"
     if first is failed:
         how = (f"SLURM found it not answering and set it DOWN after step {e.last_step}, and "

@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 
 from ..config import RunConfig
-from ..events import (ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBEAT, LAST, PID, RANK, READY,
-                      START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
+from ..events import (ADDRESSES, ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBEAT, LAST, PID,
+                      RANK, READY, START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
 from ..net import answers
 from ..procs import same_process
 from .faults import is_knock_on
@@ -77,7 +77,7 @@ class Watchdog:
                 s.started_t, s.pid, s.created_t = t, r.get(PID), r.get(CREATED_T)
             elif event == READY:
                 s.ready_t = s.progress_t = t
-                s.addresses = list(r.get("addresses") or [])
+                s.addresses = list(r.get(ADDRESSES) or [])
             elif event == STEP:
                 s.progress_t, s.step = t, int(r.get(STEP_NUMBER, s.step))
                 s.last_step = bool(r.get(LAST))

@@ -8,8 +8,9 @@ The model is the training part's transformer (its width, depth and sequence), a 
 where the GPU has it. Each rank's parameter, gradient, optimizer and saved-activation bytes are
 predicted before launch and measured during the run (`memory_per_rank`, workbench.train.trainer):
 they must agree byte for byte. Each rank's peak, predicted (what it held once set up, plus its
-steps' gradients, optimizer state, activations and gathered block) and measured (the allocator's),
-is reported with their ratio (the goal: within 15 %).
+steps' gradients, optimizer state, activations, gathered block and the reduce-scatter input FSDP
+keeps of the block before) and measured (the allocator's), is reported with their ratio (the
+goal: within 15 %).
 """
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ import torch
 from ..events import RANK, SAMPLES_PER_S
 from ..machine.capability import unsupported_reason
 from ..distributed.launch import run as launch_run
+from ..train.sharding import MEMORY_PARTS, PEAK
 from ..trials.rounds import speed_config
 from .training import RUN_S, base_config, refusal
 
 GIB = 2**30
 BATCH, STEPS = 4, 6  # a few steps: the memory is what is measured, not the speed
-PARTS = ("parameters", "gradients", "optimizer", "activations")  # predicted exactly
 
 
 def fsdp_config(nproc: int):
@@ -42,10 +43,11 @@ def rank_rows(per_rank: dict) -> list[dict]:
     against measured."""
     rows = []
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
-        peak, predicted = got.get("peak"), want.get("peak")
-        rows.append({RANK: got[RANK], "predicted": {k: want.get(k) for k in PARTS},
-                     "measured": {k: got.get(k) for k in PARTS},
-                     "differs": [k for k in PARTS if want.get(k) is None or want.get(k) != got.get(k)],
+        peak, predicted = got.get(PEAK), want.get(PEAK)
+        rows.append({RANK: got[RANK], "predicted": {k: want.get(k) for k in MEMORY_PARTS},
+                     "measured": {k: got.get(k) for k in MEMORY_PARTS},
+                     "differs": [k for k in MEMORY_PARTS
+                                 if want.get(k) is None or want.get(k) != got.get(k)],
                      "predicted_peak_gib": None if predicted is None else round(predicted / GIB, 4),
                      "peak_gib": None if peak is None else round(peak / GIB, 4),
                      "peak_over_predicted": round(peak / predicted, 3) if peak and predicted

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..events import RANK, STEP_NUMBER
 from ..train.profiling import PHASES
+from ..train.sharding import MEMORY_PARTS, PEAK
 from .memory import mib
 
 LABELS = {"data": "data loading", "copy": "host-to-device copy", "forward": "forward (and loss)",
@@ -86,7 +87,7 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
     predicted against measured (several ranks: DDP replicas or FSDP shards)."""
     if not per_rank:
         return []
-    parts = ("parameters", "gradients", "optimizer", "activations", "peak")
+    parts = (*MEMORY_PARTS, PEAK)
     label = f"per rank ({per_rank['strategy'].upper()}):"
     lines = [f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
              f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts)]

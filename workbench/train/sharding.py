@@ -1,9 +1,10 @@
 """FSDP2 (torch.distributed.fsdp.fully_shard) inside a rank, and the bytes each rank holds.
 
     names = apply_fsdp(model, cfg)          # each block sharded, then the root
+    with policy_compute(model, cfg, world_size): ...  # a forward in the dtypes FSDP computes in
     layer_blocks(model)                     # the layers of its first nn.ModuleList, or []
     per_rank_bytes(model, cfg, world_size, activations)  # predicted from the full shapes
-    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's largest block gathered
+    comm_bytes(model, cfg, world_size)      # DDP's buckets, or FSDP's gathered block and its buffers
     held_bytes(model, opt)                  # measured: the local shards this rank holds
     grad_bytes(model)                       # measured mid-step: the gradient shards it holds
 
@@ -20,6 +21,7 @@ parameter, SGD with momentum one.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -53,6 +55,19 @@ def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
             and all(len(owners[id(p)]) == 1 for p in module.parameters(recurse=False))]
 
 
+# The parts of a rank's memory, predicted before launch and measured in the run (memory_per_rank,
+# workbench.train.trainer), each byte for byte: the ones every reader and writer names.
+PARAMETERS, GRADIENTS, OPTIMIZER = "parameters", "gradients", "optimizer"
+ACTIVATIONS = "activations"  # what one micro-batch saves for backward
+HELD = (PARAMETERS, GRADIENTS, OPTIMIZER)  # what a strategy shards (FSDP) or replicates (DDP)
+MEMORY_PARTS = (*HELD, ACTIVATIONS)
+MID_STEP = (GRADIENTS, ACTIVATIONS)  # held only inside a step, so read there
+PEAK = "peak"  # beside the parts: the rank's peak, predicted (not exactly) and measured
+
+COMPUTE_DTYPE = torch.bfloat16  # fsdp_mixed_precision: the parameters' dtype in forward and backward
+REDUCE_DTYPE = torch.float32  # and the gradients' as they are reduce-scattered
+
+
 def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     """Shard the blocks, then the root, in place; returns the blocks' names."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -60,8 +75,8 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     d = cfg.distributed
     kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
     if d.fsdp_mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                   reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE,
+                                                   reduce_dtype=REDUCE_DTYPE)
     if d.cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     names = block_names(model, d.fsdp_blocks)
@@ -70,6 +85,47 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
         fully_shard(modules[name], **kwargs)
     fully_shard(model, **kwargs)
     return names
+
+
+def _cast_floating(value):
+    if isinstance(value, torch.Tensor):
+        return value.to(COMPUTE_DTYPE) if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floating(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast_floating(v) for k, v in value.items()}
+    return value
+
+
+@contextmanager
+def policy_compute(model: nn.Module, cfg: RunConfig, world_size: int):
+    """While active, the unwrapped model computes as apply_fsdp's mixed-precision policy makes its
+    ranks compute: floating parameters in bf16, and each unit's (every block's and the root's)
+    floating inputs cast to bf16 on entry (the policy's cast_forward_inputs); buffers, integer
+    inputs and the outputs are left as they are, as FSDP leaves them. Nothing changes without the
+    policy, or on one rank (the trainer shards nothing there). The parameters are restored whole:
+    their fp32 values are kept, not cast back."""
+    d = cfg.distributed
+    if not (d.strategy == "fsdp" and d.fsdp_mixed_precision and world_size > 1):
+        yield
+        return
+
+    def cast_inputs(module, args, kwargs):
+        return _cast_floating(args), _cast_floating(kwargs)
+
+    modules = dict(model.named_modules())
+    handles = [modules[name].register_forward_pre_hook(cast_inputs, with_kwargs=True)
+               for name in [*block_names(model, d.fsdp_blocks), ""]]
+    kept = [(p, p.data) for p in model.parameters() if p.is_floating_point()]  # tied ones once
+    for p, data in kept:
+        p.data = data.to(COMPUTE_DTYPE)
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for p, data in kept:
+            p.data = data
 
 
 def _rows(shape: torch.Size, rank: int, world_size: int) -> int:
@@ -101,17 +157,21 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
             rows = _rows(p.shape, rank, world_size) if cfg.distributed.strategy == "fsdp" else (
                 p.shape[0] if p.dim() else 1)
             total += rows * per_row * p.element_size()
-        out.append({RANK: rank, "parameters": total, "gradients": total,
-                    "optimizer": shaped * total + scalar * len(params)})
+        out.append({RANK: rank, PARAMETERS: total, GRADIENTS: total,
+                    OPTIMIZER: shaped * total + scalar * len(params)})
         if activations is not None:
-            out[-1]["activations"] = activations
+            out[-1][ACTIVATIONS] = activations
     return out
 
 
 def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     """What a step holds for communication beyond the parts, from the unsharded model: DDP's
-    gradient buckets (a copy of every gradient), or FSDP's largest unit (a block, or what the root
-    keeps) gathered whole with its whole gradients until they are reduce-scattered."""
+    gradient buckets (a copy of every gradient), or, under FSDP, a unit (a block, or what the root
+    keeps) gathered whole with its whole gradients until they are reduce-scattered, while FSDP
+    still keeps the reduce-scatter input of the unit before it (its whole gradients in the reduce
+    dtype, held until the next unit's reduce-scatter: set_reduce_scatter_max_input_buffers'
+    default of one). Which unit precedes which is left out: the largest unit, with the largest
+    input of another."""
     if world_size < 2:
         return 0
     if cfg.distributed.strategy != "fsdp":
@@ -120,9 +180,15 @@ def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     units = [list(modules[n].parameters()) for n in block_names(model, cfg.distributed.fsdp_blocks)]
     blocked = {id(p) for unit in units for p in unit}
     units.append([p for p in model.parameters() if id(p) not in blocked])
-    gathered = 2 if cfg.distributed.fsdp_mixed_precision else None  # bf16 parameters in compute
-    return max(sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
-               for unit in units)
+    mixed = cfg.distributed.fsdp_mixed_precision
+    gathered = COMPUTE_DTYPE.itemsize if mixed else None  # bf16 parameters in compute
+    reduced = REDUCE_DTYPE.itemsize if mixed else None
+    computing = [sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
+                 for unit in units]
+    reducing = [sum(p.numel() * (reduced or p.element_size()) for p in unit if p.requires_grad)
+                for unit in units]
+    return max(held + max((r for j, r in enumerate(reducing) if j != i), default=0)
+               for i, held in enumerate(computing))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -134,7 +200,7 @@ def held_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     params = sum(_local(p).numel() * p.element_size() for p in model.parameters())
     state = sum(_local(v).numel() * v.element_size() for s in opt.state.values()
                 for v in s.values() if torch.is_tensor(v))
-    return {"parameters": params, "optimizer": state}
+    return {PARAMETERS: params, OPTIMIZER: state}
 
 
 def grad_bytes(model: nn.Module) -> int:

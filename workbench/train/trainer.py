@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
-from ..events import (DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
+from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
                       NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
                       SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, EventWriter)
 from ..runfolder import RunFolder, Summary
@@ -39,7 +39,9 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .sharding import apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes
+from .sharding import (ACTIVATIONS, GRADIENTS, MEMORY_PARTS, MID_STEP, PARAMETERS, PEAK,
+                       apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes,
+                       policy_compute)
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
@@ -156,8 +158,9 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     mfu = MfuMeter.for_run(cfg, model, data, device)  # FLOPs per step, counted once, no trace left
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
     phase.name = "measuring the activations of one micro-batch (a forward pass)"
-    acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task), autocast(cfg, device),
-                                       device)["total"]  # one rank's micro-batch, whole model
+    with policy_compute(model, cfg, env.world_size):  # in the dtypes the ranks will compute in
+        acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task),
+                                           autocast(cfg, device), device)["total"]  # whole model
     plan = per_rank_bytes(model, cfg, env.world_size, acts)  # from the whole model, before wrapping
     comm = comm_bytes(model, cfg, env.world_size)
     phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
@@ -180,7 +183,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     events.write(READY, device=str(device), params=params, task=data.task,
                  train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
                  init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device),
-                 **({"addresses": addresses} if addresses else {}))
+                 **({ADDRESSES: addresses} if addresses else {}))
     return s
 
 
@@ -355,9 +358,9 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
 
 
 def measuring(model: torch.nn.Module, into: dict):
-    """A step's phase context that records what this rank holds mid-step: into["activations"], the
+    """A step's phase context that records what this rank holds mid-step: into[ACTIVATIONS], the
     bytes autograd saves for backward in the forward of a micro-batch (the largest, when several),
-    and into["gradients"], the gradient bytes as the optimizer part begins (after backward, before
+    and into[GRADIENTS], the gradient bytes as the optimizer part begins (after backward, before
     they are zeroed)."""
     plain = unwrap(model)
 
@@ -366,11 +369,11 @@ def measuring(model: torch.nn.Module, into: dict):
         if name == "forward":
             with footprint.saved_for_backward(plain) as saved:
                 yield
-            into["activations"] = max(into.get("activations", 0),
+            into[ACTIVATIONS] = max(into.get(ACTIVATIONS, 0),
                                       sum(nbytes for nbytes, _ in saved.values()))
             return
         if name == "optimizer":
-            into["gradients"] = grad_bytes(plain)
+            into[GRADIENTS] = grad_bytes(plain)
         yield
     return phase
 
@@ -383,21 +386,21 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
     gradients, optimizer state, activations and communication buffers."""
     params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
     mid_step = mid_step or {}
-    held = {"parameters": params_opt["parameters"], "optimizer": params_opt["optimizer"],
-            **{k: mid_step[k] for k in ("gradients", "activations") if k in mid_step}}
-    held["peak"] = memory.peak_bytes(s.parts.device)
+    held = {**params_opt, **{k: mid_step[k] for k in MID_STEP if k in mid_step}}
+    held[PEAK] = memory.peak_bytes(s.parts.device)
     plan = s.memory_plan[env.rank]
+    added = [k for k in MEMORY_PARTS if k != PARAMETERS]  # by the steps (AdamW's state is lazy)
     mine = {RANK: env.rank, **held, "predicted_peak": s.memory_base + s.comm_bytes + sum(
-        plan.get(k, 0) for k in ("gradients", "optimizer", "activations"))}
+        plan.get(k, 0) for k in added)}
     measured: list = [None] * env.world_size
     if env.world_size > 1:
         dist.all_gather_object(measured, mine)
     else:
         measured = [mine]
-    predicted = [{**p, "peak": m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
+    predicted = [{**p, PEAK: m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
     return {"strategy": strategy, "predicted": predicted, "measured": measured,
-            "not_measured": [k for k in ("gradients", "activations") if k not in held],
+            "not_measured": [k for k in MID_STEP if k not in held],
             "not_predicted": []}
 
 

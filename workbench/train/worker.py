@@ -25,7 +25,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
-from ..events import ATTEMPT, DONE, ERROR, EVENT, RANK, START, FileTail
+from ..events import ATTEMPT, DONE, ERROR, EVENT, NODE, RANK, START, FileTail
 from ..procs import set_pdeathsig
 from ..runfolder import RunFolder, Summary
 from .heartbeat import Heartbeat, LockedWriter
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         events = LockedWriter(run_dir, env.rank, env.attempt)
         events.write(START, pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
                      host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
-                     **({"node": os.environ["SLURMD_NODENAME"]}  # a SLURM job's node
+                     **({NODE: os.environ["SLURMD_NODENAME"]}  # a SLURM job's node
                         if "SLURMD_NODENAME" in os.environ else {}),
                      **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
                      **({"warm": warm} if warm else {}))

@@ -21,6 +21,7 @@ from ..disk import mib
 from ..events import RANK, SAMPLES_PER_S
 from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
 from ..measure.verdict import MIN_EFFECT
+from ..train.sharding import ACTIVATIONS, HELD, PEAK
 from .rounds import contention_of, run_rounds
 
 BUDGET_MAX_STEPS = 1_000_000  # a budgeted run's bound on steps: its budget ends it first
@@ -35,7 +36,8 @@ class ABResult:
     steps: dict = field(default_factory=dict)  # label -> steps of each round's run
     contention: dict = field(default_factory=dict)
     run_dirs: dict = field(default_factory=dict)
-    memory_per_rank: dict = field(default_factory=dict)  # label -> each rank's bytes (last run)
+    # label -> {"predicted": [...], "measured": [...]}: each rank's bytes in the last run, by part
+    memory_per_rank: dict = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:
@@ -51,13 +53,9 @@ class ABResult:
             lines.append(f"  {label}: samples/s per round {rates} ({self.threads[label]} thread(s) "
                          f"per process{ran})")
         for label in self.labels:
-            ranks = self.memory_per_rank.get(label)
-            if ranks:
-                held = "; ".join(f"rank {r[RANK]} {mib(sum(r.get(k, 0) for k in HELD))}"
-                                 + (f" + activations {mib(r['activations'])}"
-                                    if "activations" in r else "")
-                                 + f", peak {mib(r.get('peak', 0))}" for r in ranks)
-                lines.append(f"  {label}: held per rank (parameters, gradients, optimizer) {held}")
+            memory = self.memory_per_rank.get(label)
+            if memory:
+                lines.append(f"  {label}: per rank, measured (predicted): {rank_memory(memory)}")
         c = self.contention
         if c.get("runs"):
             lines.append(f"  other programs: up to {c['other_cpu_cores_max']:.2f} cores "
@@ -94,8 +92,26 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | 
                     {k: [s.get("steps") for s in v] for k, v in runs.items()},
                     contention_of([s for v in runs.values() for s in v]),
                     {k: [s["run_dir"] for s in v] for k, v in runs.items()},
-                    {k: (v[-1].get("memory_per_rank") or {}).get("measured") for k, v in runs.items()})
+                    {k: sides(v[-1].get("memory_per_rank")) for k, v in runs.items()})
 
 
-HELD = ("parameters", "gradients", "optimizer")  # what a strategy shards or replicates
+def sides(memory: dict | None) -> dict | None:
+    """A run's memory_per_rank, predicted and measured: each rank's parts and peak."""
+    return memory and {side: memory[side] for side in ("predicted", "measured")}
+
+
+def _pair(measured, predicted) -> str:
+    return f"{mib(measured or 0)} ({'-' if predicted is None else mib(predicted)})"
+
+
+def rank_memory(memory: dict) -> str:
+    """Each rank's held bytes (parameters + gradients + optimizer), saved activations and peak,
+    measured with the prediction beside it."""
+    out = []
+    for want, got in zip(memory["predicted"], memory["measured"]):
+        held = [sum(r.get(k, 0) for k in HELD) for r in (got, want)]
+        out.append(f"rank {got[RANK]} {' + '.join(HELD)} {_pair(*held)}, {ACTIVATIONS} "
+                   f"{_pair(got.get(ACTIVATIONS), want.get(ACTIVATIONS))}, {PEAK} "
+                   f"{_pair(got.get(PEAK), want.get(PEAK))}")
+    return "; ".join(out)
 
