@@ -125,21 +125,19 @@ def test_diagnosis_names_the_node_srun_lost_by_a_signal_or_a_node_failure_and_on
     _write(tmp_path, 0, ("start", {NODE: "node0"}), ("step", {"step": 3}),
            ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
     _write(tmp_path, 1, ("start", {NODE: "node1"}), ("step", {"step": 3}))
-    log = ("srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
-           "StepId=4.0\nsrun: error: node0: task 0: Terminated\n")
-    d = diagnose(tmp_path, 137, log)
-    assert d["cause"] == "node_lost" and d["failed_rank"] == 1
-    assert d["message"].startswith("lost node node1: srun's task 1 there (its torchrun agent) was "
-                                   "killed after step 3, and its rank(s) 1 with it")
-    exited = "srun: error: node1: task 1: Exited with exit code 1\n"  # torchrun reported a failure
-    assert diagnose(tmp_path, 1, exited)["cause"] == "killed"
+    killed = ("srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
+              "StepId=4.0\nsrun: error: node0: task 0: Terminated\n")
     # the node went silent (its link cut): slurmctld set it DOWN and srun said so first
     cut = ("srun: error: Node failure on node1\nsrun: Job step aborted: Waiting up to 32 seconds "
            "for job step to finish.\nsrun: error: node0: task 0: Terminated\n")
-    d = diagnose(tmp_path, 0, cut)
-    assert d["cause"] == "node_lost" and d["failed_rank"] == 1
-    assert d["message"].startswith("lost node node1: SLURM found it not answering and set it DOWN "
-                                   "after step 3, and its rank(s) 1 with it")
+    for code, log, how in ((137, killed, "srun's task 1 there (its torchrun agent) was killed"),
+                           (0, cut, "SLURM found it not answering and set it DOWN")):
+        d = diagnose(tmp_path, code, log)
+        assert d["cause"] == "node_lost" and d["failed_rank"] == 1
+        assert d["message"].startswith(f"lost node node1: {how} after step 3, and its rank(s) 1 "
+                                       "with it")
+    exited = "srun: error: node1: task 1: Exited with exit code 1\n"  # torchrun reported a failure
+    assert diagnose(tmp_path, 1, exited)["cause"] == "killed"
 
 
 def test_cli_flags_build_the_distributed_section():
