@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -80,7 +81,14 @@ class LabServer:
         return json.loads(body) if body else None
 
     def kernel_states(self) -> list[str]:
-        return [k.get("execution_state", "") for k in self.api("kernels")]
+        """Each kernel's state. While a kernel starts, the server may answer the list with a 500
+        (its model has no last activity yet): that reads as "starting", asked again next time."""
+        try:
+            return [k.get("execution_state", "") for k in self.api("kernels")]
+        except urllib.error.HTTPError as e:
+            if e.code == 500:
+                return ["starting"]
+            raise
 
     def url(self, notebook: str) -> str:
         return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?token={self.token}"

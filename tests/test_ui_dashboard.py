@@ -49,6 +49,32 @@ def test_redraws_are_throttled_with_a_fake_clock():
     assert dash.maybe_redraw(force=True) is False  # nothing new: no redraw
 
 
+def test_a_live_runs_redraws_send_the_whole_figure_copy_now_and_then_and_at_the_end():
+    """A page on a busy machine fell behind a live run: each redraw sent every trace twice (the
+    update, then the copy a new view starts from). Throttled redraws now send the copy after a
+    change of names or styles and every PUBLISH_EVERY_S; a forced (final) redraw always does."""
+    from workbench.ui.charts import PUBLISH_EVERY_S
+
+    now = [0.0]
+    dash = LiveDashboard(clock=lambda: now[0], max_redraws_per_s=4)
+    loss = dash.charts.figures["loss"]
+    copies = []
+    loss.observe(lambda change: copies.append(now[0]), names="_widget_data")
+    for i in range(1, 81):  # 80 steps over 20 s, 4 a second
+        dash.feed(step_records(1, start=i))
+        dash.maybe_redraw()
+        now[0] += 0.25
+    assert dash.redraws >= 60
+    assert copies[0] == 0.0  # the first step names the trace: a change of styles
+    gaps = [b - a for a, b in zip(copies, copies[1:])]
+    assert len(copies) <= 20 / PUBLISH_EVERY_S + 2 and min(gaps) >= PUBLISH_EVERY_S, copies
+    assert list(loss._widget_data[0]["x"])[-1] < 80  # the copy lags; the update does not
+    assert list(loss.data[0].x)[-1] == 80
+    dash.feed(step_records(1, start=81))
+    dash.maybe_redraw(force=True)
+    assert list(loss._widget_data[0]["x"])[-1] == 81  # the end is in the copy
+
+
 def test_tailer_thread_throttles_a_fast_writer(tmp_path):
     writer = EventWriter(tmp_path, rank=0)
     dash = LiveDashboard(tmp_path, total_steps=4000, poll_s=0.02).start()
@@ -125,6 +151,7 @@ def test_redraw_work_stays_flat_however_long_the_run():
     """What one redraw converts and sends is bounded per trace: a 20,000-step run costs about what
     a 1,000-step run does (work counted, not wall time)."""
     from workbench.ui.charts import MAX_POINTS, LiveCharts
+    from workbench.ui.curve import MAX_BUCKETS
     from workbench.ui.series import RunSeries
 
     sent = {}
@@ -135,5 +162,5 @@ def test_redraw_work_stays_flat_however_long_the_run():
         sent[steps] = charts.points_sent
         traces = sum(len(f.data) for f in charts.figures.values())
         assert sent[steps] <= traces * MAX_POINTS
-        assert len(charts.figures["loss"].data[0].x) < 2 * 750 + 1
+        assert len(charts.figures["loss"].data[0].x) < 2 * MAX_BUCKETS + 1
     assert sent[20_000] <= 2 * sent[1_000], sent

@@ -8,6 +8,7 @@ noise); memory axes start at zero, so a flat RSS looks flat; a non-finite loss i
 """
 from __future__ import annotations
 
+import time
 from copy import deepcopy
 
 import ipywidgets as widgets
@@ -27,6 +28,11 @@ CHARTS = {  # name: (title, y-axis label)
     STEP_TIME_MS: ("Step time", "ms"),
     "memory": ("Memory", "GiB"),
 }
+# The whole-figure copy a new view starts from: sent after a change of names, styles or title, at
+# the end, and otherwise at most this often. Every redraw's update message already carries each
+# trace's whole x and y, so a view that starts from an older copy is current after the next one;
+# sending the copy with every redraw doubled what a page had to take in.
+PUBLISH_EVERY_S = 5.0
 RAW = {"mode": "markers", "opacity": 0.25, "marker": {"size": 3}}
 LINE = {"mode": "lines", "opacity": 1.0}
 
@@ -71,8 +77,10 @@ def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250
 class LiveCharts:
     """Four figures in a 2x2 grid. `redraw(series)` updates every trace in one batch per figure."""
 
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
         self.figures = {name: make_figure(*CHARTS[name]) for name in CHARTS}
+        self.clock = clock
+        self._published_at = {name: clock() for name in CHARTS}
         f = self.figures
         self.widget = widgets.VBox([widgets.HBox([f[LOSS], f[SAMPLES_PER_S]]),
                                     widgets.HBox([f[STEP_TIME_MS], f["memory"]])])
@@ -117,7 +125,9 @@ class LiveCharts:
                                        {**LINE, "line": black}))
         return out
 
-    def redraw(self, series: RunSeries) -> None:
+    def redraw(self, series: RunSeries, publish_now: bool = True) -> None:
+        """Update every figure; `publish_now=False` (a live run's throttled redraws) sends the
+        whole-figure copy only when names, styles or title changed or PUBLISH_EVERY_S passed."""
         for name, traces in self.traces_for(series).items():
             fig = self.figures[name]
             while len(fig.data) < len(traces):  # a new rank appeared: add its trace first
@@ -128,7 +138,8 @@ class LiveCharts:
                 for trace, (label, xs, ys, style) in zip(fig.data, traces):
                     trace.x, trace.y = xs, ys  # already thinned: at most MAX_POINTS each
                     self.points_sent += len(xs)
-                if styles != self._styles.get(name):  # names and styles rarely change: set
+                restyle = styles != self._styles.get(name)
+                if restyle:  # names and styles rarely change: set
                     for trace, (label, style) in zip(fig.data, styles):  # them only then (each
                         trace.name = label  # assignment is validated: slow)
                         trace.update(**style)
@@ -139,7 +150,10 @@ class LiveCharts:
                 retitle = fig.layout.title.text != title
                 if retitle:
                     fig.layout.title.text = title
-            publish(fig, layout=retitle)
+            now = self.clock()
+            if publish_now or restyle or retitle or now - self._published_at[name] >= PUBLISH_EVERY_S:
+                publish(fig, layout=retitle)
+                self._published_at[name] = now
         self.redraws += 1
 
 

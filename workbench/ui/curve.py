@@ -16,7 +16,9 @@ from collections import deque
 
 import numpy as np
 
-MAX_BUCKETS = 750
+# A chart is about 360 px wide inside: 300 buckets are a pixel column's low and high each, and
+# what a redraw sends to a page (that may be on a busy machine) stays small.
+MAX_BUCKETS = 300
 RECENT = 64  # the last values, kept as they are, for readouts and rolling medians
 
 

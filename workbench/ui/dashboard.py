@@ -32,7 +32,7 @@ class LiveDashboard:
                  alive: Callable[[], bool] | None = None, on_stop: Callable[[], None] | None = None):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.poll_s, self.max_redraws_per_s, self.clock = poll_s, max_redraws_per_s, clock
-        self.charts = LiveCharts()
+        self.charts = LiveCharts(clock)
         self.header = widgets.HTML()
         self.readout = widgets.HTML()
         self.stop_button = None  # a Stop for a run this dashboard can end (a SLURM job)
@@ -81,18 +81,20 @@ class LiveDashboard:
                 return False
             if not (self.throttle.ready() or force):
                 return False
-            self.redraw()
+            self.redraw(final=force)
             return True
 
     @property
     def redraws(self) -> int:
         return self.charts.redraws
 
-    def redraw(self) -> None:
+    def redraw(self, final: bool = True) -> None:
+        """Draw the series now; `final=False` (a live run's throttled redraws) lets the charts
+        send their whole-figure copies less often (ui.charts.PUBLISH_EVERY_S)."""
         with self._lock:
             s = self.series
             self._drawn_version = s.version
-            self.charts.redraw(s)
+            self.charts.redraw(s, publish_now=final)
             self.header.value = self._header_html(s)
             self.readout.value = self._readout_html(s)
         for cb in self._listeners:

@@ -11,7 +11,7 @@ Here a figure's module is a few lines that set up at once. plotly's bundle trave
 in one shared widget (PlotlyCode), and is evaluated once per page; each figure then hands its model
 to plotly's own widget code and draws with it. The messages a figure received before that code was
 there are replayed to it in order, minus those a newer copy of the figure's whole data or layout
-already holds (ui.charts.publish sends one after each change). The charts of a page draw at most
+already holds (ui.charts.publish sends one now and then). The charts of a page draw at most
 half its time, so a slow page skips frames instead of falling behind the kernel.
 """
 from __future__ import annotations
