@@ -15,16 +15,17 @@ its ends a one-sided 99 % bound, stricter than the 95 % reported: the comparison
 and each look is a chance to be fooled. Each decision needs only its own side:
 - kept when the lower bound lies above 1 + the minimum effect: faster by more than it is worth;
 - dropped early when the upper bound lies below 1 + the minimum effect: it cannot bring that gain;
-- dropped as undecided after `max_rounds`, or when the budget runs out.
+- dropped as undecided after `max_rounds`, or when the budget left cannot hold another round.
 A round the measure flags busy (other programs held the cores) is not trusted: it is repeated, and
 the decision says how many were. A candidate that changes the numbers (bf16, fp16, compile,
 activation checkpointing, a larger batch) is kept only when its loss stays within the measure's
 tolerance of the best's; the decision says how far it moved.
 
 A candidate with one-off work before its rounds (compile: the first compiled run fills the compile
-cache) is charged for it from the same budget: skipped when the budget left cannot hold that work
-and the fewest rounds that can decide, at the rounds' pace seen so far, and skipped after it when
-the measure's estimate of its rounds no longer fits. A candidate the config needs (activation
+cache) is charged for it from the same budget, and skipped after it when the measure's estimate of
+its rounds no longer fits. No candidate is tried when the budget left cannot hold the fewest rounds
+that can decide, at the pace of a round seen so far; no round starts that the budget left cannot
+hold, so a tune ends within its budget, give or take how far a round strays from that pace. A candidate the config needs (activation
 checkpointing when the baseline does not fit the memory budget) is measured as any other, so its
 cost is known, and kept whatever its speed if its loss stays close.
 """
@@ -157,15 +158,22 @@ def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candi
 
 
 def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MIN_EFFECT,
-            max_rounds: int = MAX_ROUNDS, deadline: float = float("inf")) -> Decision:
-    """Rounds of the trial against the best until a one-sided 99 % bound decides (the module)."""
+            max_rounds: int = MAX_ROUNDS, deadline: float = float("inf"),
+            round_s: float = 0.0) -> Decision:
+    """Rounds of the trial against the best until a one-sided 99 % bound decides (the module). A
+    round starts only when the budget left holds it: at this comparison's pace once it has one,
+    else at `round_s` (the pace seen so far)."""
     ratios: list[float] = []
     busy = 0
     outcome = f"undecided after {max_rounds} rounds: any gain is below what the rounds can show"
     faster = False
+    t0 = measure.clock()
     while len(ratios) < max_rounds:
-        if measure.clock() >= deadline:
-            outcome = f"undecided when the budget ran out, after {len(ratios)} rounds"
+        done = len(ratios) + busy
+        pace = (measure.clock() - t0) / done if done else round_s
+        if measure.clock() + pace > deadline:
+            outcome = (f"undecided when the budget ran out, after {len(ratios)} rounds (another "
+                       f"would take about {pace:.0f} s)")
             break
         r = measure.round(best, trial)
         if r.failed:
@@ -217,8 +225,12 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
         if trial == best:
             decided(Decision(cand.key, False, why, "already part of the best config"))
             continue
-        if measure.clock() >= deadline:
-            decided(Decision(cand.key, False, why, "not tried: the budget was spent"))
+        pace = paced[0] / paced[1] if paced[1] else 0.0  # seconds a round, so far
+        left = deadline - measure.clock()
+        if left <= FEWEST * pace:
+            decided(Decision(cand.key, False, why, f"not tried: the {left:.0f} s left cannot hold "
+                             f"the {FEWEST} rounds that can decide (about {FEWEST * pace:.0f} s at "
+                             f"{pace:.1f} s a round so far)"))
             continue
         refused = measure.refusal(trial)
         if refused:
@@ -226,14 +238,13 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
             continue
         work = measure.one_off(best, trial)
         if work:
-            short = _prepared(measure, best, trial, work, deadline,
-                              paced[0] / paced[1] if paced[1] else 0.0)
+            short = _prepared(measure, best, trial, work, deadline, pace)
             if short:
                 decided(Decision(cand.key, False, why, f"skipped: {short}"))
                 continue
         t0 = measure.clock()
         d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
-                    deadline=deadline)
+                    deadline=deadline, round_s=pace)
         paced[0] += measure.clock() - t0
         paced[1] += d.rounds + d.busy_rounds
         d.setting, d.why = cand.key, why
@@ -254,14 +265,11 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
 
 def _prepared(measure: Measure, best: dict, trial: dict, work: str, deadline: float,
               round_s: float) -> str | None:
-    """Do a candidate's one-off work if the budget left can hold it and its rounds; else, or when
-    the rounds no longer fit after it, why not (the module)."""
+    """Do a candidate's one-off work, given what the budget left holds beside the fewest rounds
+    that can decide (the search has checked that they fit); when the rounds no longer fit after
+    it, why not (the module)."""
     left = deadline - measure.clock()
-    rounds_s = FEWEST * round_s
-    if left <= rounds_s:
-        return (f"the {left:.0f} s left cannot hold {work} and the {FEWEST} rounds that can decide "
-                f"(about {rounds_s:.0f} s at {round_s:.1f} s a round so far)")
-    p = measure.prepare(best, trial, left - rounds_s)
+    p = measure.prepare(best, trial, left - FEWEST * round_s)
     if p.failed:
         return f"{work}: {p.failed}"
     left = deadline - measure.clock()
