@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from workbench.compress.subject import Subject
 from workbench.stacking.report import study_text
 
 
@@ -35,7 +38,11 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
     inference = workbench("--inference", bf16["run_dir"], "--rounds", "6", "--json")
     assert inference.returncode == 0, inference.stderr
     trained, pruned, int8 = json.loads(inference.stdout)["study"]  # the bf16 step's trained model
-    assert trained["status"] == "baseline" and trained["accuracy"] > 0.5
+    # the run's own saved weights, whatever accuracy its 0.5 s of steps reached on this machine
+    # (0.24 on a loaded one; a step count's accuracy is not this test's question)
+    saved = Subject.from_run(bf16["run_dir"])
+    assert trained["status"] == "baseline"
+    assert trained["accuracy"] == pytest.approx(saved.evaluate(saved.model), abs=1e-9)
     assert pruned["step"] == "+ structured pruning 50%" and pruned["rounds"] == 6
     assert pruned["size_mib"] < trained["size_mib"] and int8["size_mib"] < pruned["size_mib"]
 
