@@ -25,9 +25,10 @@ A candidate with one-off work before its rounds (compile: the first compiled run
 cache) is charged for it from the same budget, and skipped after it when the measure's estimate of
 its rounds no longer fits. No candidate is tried when the budget left cannot hold the fewest rounds
 that can decide, at the pace of a round seen so far; no round starts that the budget left cannot
-hold, so a tune ends within its budget, give or take how far a round strays from that pace. A candidate the config needs (activation
-checkpointing when the baseline does not fit the memory budget) is measured as any other, so its
-cost is known, and kept whatever its speed if its loss stays close.
+hold, so a tune ends within its budget, give or take how far a round strays from that pace. A
+candidate the config needs (activation checkpointing when the baseline does not fit the memory
+budget) is measured as any other, so its cost is known, and kept whatever its speed if its loss
+stays close.
 """
 from __future__ import annotations
 
