@@ -19,6 +19,7 @@ from ..events import LOSS, MEM_RESERVED_GIB, RSS_GIB, SAMPLES_PER_S, STEP_TIME_M
 from .curve import MAX_BUCKETS
 from .figure import LiveFigure
 from .series import SMOOTH_STEPS, RunSeries
+from .throttle import Throttle
 
 MAX_POINTS = 3 * MAX_BUCKETS  # per trace whatever the run's length: low, high, a gap (ui.curve)
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -79,8 +80,7 @@ class LiveCharts:
 
     def __init__(self, clock=time.monotonic):
         self.figures = {name: make_figure(*CHARTS[name]) for name in CHARTS}
-        self.clock = clock
-        self._published_at = {name: clock() for name in CHARTS}
+        self._copy_due = {name: Throttle(1 / PUBLISH_EVERY_S, clock) for name in CHARTS}
         f = self.figures
         self.widget = widgets.VBox([widgets.HBox([f[LOSS], f[SAMPLES_PER_S]]),
                                     widgets.HBox([f[STEP_TIME_MS], f["memory"]])])
@@ -150,10 +150,9 @@ class LiveCharts:
                 retitle = fig.layout.title.text != title
                 if retitle:
                     fig.layout.title.text = title
-            now = self.clock()
-            if publish_now or restyle or retitle or now - self._published_at[name] >= PUBLISH_EVERY_S:
+            due = self._copy_due[name].ready()  # asked each redraw: one timed copy per 5 s
+            if due or publish_now or restyle or retitle:
                 publish(fig, layout=retitle)
-                self._published_at[name] = now
         self.redraws += 1
 
 
