@@ -33,6 +33,26 @@ def test_parse_cpuinfo_finds_model_cores_clock_and_amx():
     assert not info["flags"]["amx_fp16"] and not info["flags"]["avx_vnni"]
 
 
+@pytest.mark.parametrize("value, usable", [
+    ("avx2", {"avx2", "fma"}),
+    ("AVX512_CORE_BF16", {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"}),
+    ("AVX10_1_512_AMX", {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
+                         "amx_bf16", "amx_int8"}),
+    ("", None), ("ALL", None), ("no-such-isa", None)])  # what oneDNN ignores caps nothing
+def test_onednn_s_isa_cap_turns_off_the_flags_it_forbids_and_says_so(value, usable):
+    info = cpu_mod.cap_flags(cpu_mod.parse_cpuinfo(SPR_CPUINFO), {"ONEDNN_MAX_CPU_ISA": value})
+    on = {f for f, has in info["flags"].items() if has}
+    every = {f for f, has in cpu_mod.parse_cpuinfo(SPR_CPUINFO)["flags"].items() if has}
+    assert on == (usable if usable is not None else every)
+    assert set(info["capped"]) == every - on
+    assert all(s == f"ONEDNN_MAX_CPU_ISA={value.upper()}" for s in info["capped"].values())
+    text = cpu_mod.isa_text(info)
+    assert ("not used: " in text) == bool(every - on)
+    if value == "avx2":
+        assert text == ("avx2, fma (not used: avx512f, avx512_bf16, avx512_vnni, amx_tile, amx_bf16, "
+                        "amx_int8, by ONEDNN_MAX_CPU_ISA=AVX2)")
+
+
 def test_report_on_this_machine_works_without_a_gpu():
     rep = report.hardware_report()
     assert rep["cpu"]["logical_cpus"] >= 1 and rep["cpu"]["torch_threads"] >= 1

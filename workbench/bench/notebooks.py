@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..cli import one_line
 from ..machine.contention import ContentionMeter
-from ..machine.cpu import cpu_info
+from ..machine.cpu import cpu_info, isa_text
 from ..procs import OtherWork
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +162,11 @@ def machine() -> dict:
     avx512, amx = info["flags"]["avx512f"], info["flags"]["amx_tile"]
     return {"cpu": info["model"], "usable_cores": info["usable_cpus"], "logical_cpus": info["logical_cpus"],
             "avx512": avx512, "amx": amx, "flags": sorted(f for f, on in info["flags"].items() if on),
+            "capped": info["capped"], "torch_kernels": info["torch_cpu_capability"],
             "summary": f"{info['model']}, {info['usable_cpus']} usable of {info['logical_cpus']} cores, "
-                       f"AVX-512 {'yes' if avx512 else 'no'}, AMX {'yes' if amx else 'no'}"}
+                       f"AVX-512 {'yes' if avx512 else 'no'}, AMX {'yes' if amx else 'no'}"
+                       + (f" (instruction sets: {isa_text(info)}; torch kernels: "
+                          f"{info['torch_cpu_capability']})" if info["capped"] else "")}
 
 
 def _seconds(r: dict) -> str:  # a quiet run that other programs disturbed is marked: it was not quiet

@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-from ..machine.cpu import cpu_info, memory_info, safe
+from ..machine.cpu import cpu_info, isa_text, memory_info, safe
 from ..machine.gpu import gpu_info
 
 
@@ -35,7 +35,7 @@ def hardware_report() -> dict:
 def format_report(rep: dict) -> str:
     """The report as aligned text for a terminal."""
     c, m, t, g = rep["cpu"], rep["memory"], rep["torch"], rep["gpu"]
-    flags = ", ".join(f for f, on in c["flags"].items() if on) or "none of note"
+    flags = isa_text(c)
     lines = [f"CPU      {c['model']} ({c['arch']}), {c['logical_cpus']} logical CPUs, "
              f"{c['usable_cpus']} usable, torch uses {c['torch_threads']} threads",
              f"         instruction sets: {flags}; torch kernels: {c['torch_cpu_capability']}",

@@ -1,5 +1,7 @@
 """The CPU and host memory: model, logical and usable cores, clock, and the instruction sets that
-decide matmul speed (parsed from /proc/cpuinfo, the one place that reads it).
+decide matmul speed (parsed from /proc/cpuinfo, the one place that reads it), less those that
+oneDNN, torch's CPU matmul library, is told not to use (ONEDNN_MAX_CPU_ISA): a capped CPU is
+reported as what torch's matmuls run on, and the cap is named.
 
 Every probe is a plain function returning a dict, so tests give it a fake /proc/cpuinfo.
 """
@@ -13,6 +15,39 @@ GIB = 2**30
 # Instruction sets that decide matmul speed on x86 CPUs (names as in /proc/cpuinfo).
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+
+
+# ONEDNN_MAX_CPU_ISA's values, lowest first, each with the flags of CPU_FLAGS it adds (oneDNN's
+# documented names; the AVX10_1 ones are the newer names of the AVX512_CORE_FP16 and AMX levels).
+ISA_LEVELS = (("SSE41", ()), ("AVX", ()), ("AVX2", ("avx2", "fma")), ("AVX2_VNNI", ("avx_vnni",)),
+              ("AVX2_VNNI_2", ()), ("AVX512_CORE", ("avx512f",)), ("AVX512_CORE_VNNI", ("avx512_vnni",)),
+              ("AVX512_CORE_BF16", ("avx512_bf16",)), ("AVX512_CORE_FP16", ("avx512_fp16",)),
+              ("AVX512_CORE_AMX", ("amx_tile", "amx_bf16", "amx_int8")),
+              ("AVX512_CORE_AMX_FP16", ("amx_fp16",)))
+ISA_ALIASES = {"AVX10_1_512": "AVX512_CORE_FP16", "AVX10_1_512_AMX": "AVX512_CORE_AMX",
+               "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16"}
+
+
+def isa_cap(environ=os.environ) -> tuple[str, set[str]] | None:
+    """(ONEDNN_MAX_CPU_ISA's value, the flags of CPU_FLAGS it allows), or None when it caps
+    nothing (unset, DEFAULT, ALL, or a value oneDNN does not know, which it ignores)."""
+    value = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    level = ISA_ALIASES.get(value, value)
+    names = [name for name, _ in ISA_LEVELS]
+    if level not in names:
+        return None
+    allowed = {f for _, added in ISA_LEVELS[:names.index(level) + 1] for f in added}
+    return value, allowed
+
+
+def cap_flags(info: dict, environ=os.environ) -> dict:
+    """`info` with the flags oneDNN is told not to use turned off, and those flags listed in
+    `capped` with the setting that turned them off (empty when nothing is capped)."""
+    cap = isa_cap(environ)
+    on = {f for f, has in info["flags"].items() if has}
+    off = [f for f in info["flags"] if f in on and f not in cap[1]] if cap else []
+    return {**info, "flags": {f: has and f not in off for f, has in info["flags"].items()},
+            "capped": {f: f"ONEDNN_MAX_CPU_ISA={cap[0]}" for f in off} if cap else {}}
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -48,7 +83,7 @@ def cpu_info(cpuinfo_path: str | Path = "/proc/cpuinfo") -> dict:
     import torch  # here, not at the top: the supervisor and a worker's first checks read the cores
 
     path = Path(cpuinfo_path)
-    info = parse_cpuinfo(path.read_text(errors="replace")) if path.is_file() else parse_cpuinfo("")
+    info = cap_flags(parse_cpuinfo(path.read_text(errors="replace") if path.is_file() else ""))
     info["logical_cpus"] = info["logical_cpus"] or os.cpu_count()
     info["usable_cpus"] = usable_cores()
     info["torch_threads"] = torch.get_num_threads()
@@ -57,8 +92,17 @@ def cpu_info(cpuinfo_path: str | Path = "/proc/cpuinfo") -> dict:
     return info
 
 
+def isa_text(info: dict) -> str:
+    """The instruction sets torch's matmuls may use, then the ones a cap turned off and by what."""
+    text = ", ".join(f for f, on in info["flags"].items() if on) or "none of note"
+    capped = info.get("capped") or {}
+    for setting in sorted(set(capped.values())):
+        text += f" (not used: {', '.join(f for f, s in capped.items() if s == setting)}, by {setting})"
+    return text
+
+
 def cpu_flags(cpuinfo_path: str | Path = "/proc/cpuinfo") -> set[str]:
-    """The instruction sets of CPU_FLAGS this CPU has."""
+    """The instruction sets of CPU_FLAGS this CPU has and torch's matmuls may use."""
     return {f for f, on in cpu_info(cpuinfo_path)["flags"].items() if on}
 
 

@@ -18,6 +18,7 @@ from ..hardware.microbench import run_benchmarks
 from ..hardware.report import hardware_report
 from ..hardware.roofline import attainable
 from ..machine import peaks
+from ..machine.cpu import isa_text
 from ..runstore import read_summary
 from .curve import RollingMedian
 from .dashboard import mfu_text
@@ -40,7 +41,7 @@ def report_widget(rep: dict | None = None) -> widgets.HTML:
     c, m, t, g = rep["cpu"], rep["memory"], rep["torch"], rep["gpu"]
     rows = [("CPU", f"{c['model']} ({c['arch']}), {c['logical_cpus']} logical CPUs, "
                     f"torch uses {c['torch_threads']} threads"),
-            ("Instruction sets", ", ".join(f for f, on in c["flags"].items() if on) or "none of note"),
+            ("Instruction sets", isa_text(c)),
             ("Memory", f"{m.get('total_gib', '?')} GiB ({m.get('available_gib', '?')} available)"),
             ("torch", f"{t['torch']}; CUDA {t['cuda'] or 'none'}; cuDNN {t['cudnn'] or 'none'}; "
                       f"oneDNN {'yes' if t['onednn'] else 'no'}")]
