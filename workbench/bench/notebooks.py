@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ..cli import one_line
-from ..machine.contention import ContentionMeter
+from ..machine.contention import BUSY_STEAL, ContentionMeter
 from ..machine.cpu import cpu_info, isa_text
 from ..procs import OtherWork
 
@@ -140,7 +140,8 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
             "error_cells": len(errors), "first_error": errors[0] if errors else "", "stderr_cells": stderr,
             "kernel_stderr": _first_line(KERNEL_START.sub("", (store / "kernel.log").read_text("utf-8", "replace"))),
             "leftover_processes": leftovers, "other_cpu_cores": condition.get("other_cpu_cores"),
-            "load_avg_1m": condition.get("load_avg_1m"), "machine_busy": condition.get("busy")}
+            "load_avg_1m": condition.get("load_avg_1m"), "steal_frac": condition.get("steal_frac"),
+            "machine_busy": condition.get("busy")}
 
 
 def run_pass(paths: list[Path], mode: str, timeout_s: float, quick: bool, goal_s: float) -> dict:
@@ -192,7 +193,8 @@ def _notes(r: dict) -> list[str]:
     notes = [r["reason"], r["first_error"] and f"first error {r['first_error']}"]
     notes += [f"stderr {s}" for s in r["stderr_cells"]] + [
         r["kernel_stderr"] and f"kernel stderr, outside the notebook: {r['kernel_stderr']}",
-        r["leftover_processes"] and f"stopped {r['leftover_processes']} processes it left running"]
+        r["leftover_processes"] and f"stopped {r['leftover_processes']} processes it left running",
+        (r.get("steal_frac") or 0) >= BUSY_STEAL and f"the hypervisor took {r['steal_frac']:.0%} of the time"]
     return [n for n in notes if n]
 
 
@@ -213,8 +215,8 @@ def table(report: dict) -> str:
     met = [r["met"] for by_mode in report["notebooks"].values() for r in by_mode.values()]
     goals = ", ".join(f"{m} <= {report['goals'][m]:g} s" for m in modes)
     return "\n".join(lines + [
-        "", "others: cores other programs held meanwhile (* on a quiet run: a quarter core or more, so "
-        "not quiet); busy: two spinning processes"
+        "", "others: cores other programs held meanwhile (* on a quiet run: a quarter core or more, or "
+        f"the hypervisor took {BUSY_STEAL:.0%} of the time or more, so not quiet); busy: two spinning processes"
         f"{'; WORKBENCH_QUICK=1 (smoke check, not the defaults)' if report['quick'] else ''}",
         f"machine: {report['machine']['summary']}",
         f"{sum(met)} of {len(met)} notebook runs met the goal ({goals}, no error cell, no timeout)"])
@@ -230,7 +232,8 @@ def markdown(report: dict) -> str:
         lines.append(f"| `{name}` | " + " | ".join(f"{_seconds(r)} s, {_goal(r)}" for r in by_mode.values())
                      + "".join(f" | {_both(by_mode, fmt)}" for fmt in COUNTS.values()) + " |")
     return "\n".join(lines + ["", f"{report['machine']['summary']}; busy: beside two spinning processes; "
-                               "* other programs held a quarter core or more during a quiet run."])
+                               "* other programs held a quarter core or more, or the hypervisor took "
+                               f"{BUSY_STEAL:.0%} of the time or more, during a quiet run."])
 
 
 def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:
