@@ -95,9 +95,9 @@ def cpu_info(cpuinfo_path: str | Path = "/proc/cpuinfo") -> dict:
 def isa_text(info: dict) -> str:
     """The instruction sets torch's matmuls may use, then the ones a cap turned off and by what."""
     text = ", ".join(f for f, on in info["flags"].items() if on) or "none of note"
-    capped = info.get("capped") or {}
-    for setting in sorted(set(capped.values())):
-        text += f" (not used: {', '.join(f for f, s in capped.items() if s == setting)}, by {setting})"
+    capped = info.get("capped") or {}  # one setting turns them all off
+    if capped:
+        text += f" (not used: {', '.join(capped)}, by {next(iter(capped.values()))})"
     return text
 
 
