@@ -53,6 +53,17 @@ def test_onednn_s_isa_cap_turns_off_the_flags_it_forbids_and_says_so(value, usab
                         "amx_int8, by ONEDNN_MAX_CPU_ISA=AVX2)")
 
 
+def test_advice_under_the_cap_says_whose_flags_it_read(monkeypatch):
+    from workbench.machine.capability import recommend_precision
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
+    flags = {f for f, on in cpu_mod.cap_flags(cpu_mod.parse_cpuinfo(SPR_CPUINFO))["flags"].items() if on}
+    dtype, why = recommend_precision(torch.device("cpu"), flags)
+    assert dtype == "fp32" and why.startswith("this CPU under ONEDNN_MAX_CPU_ISA=AVX2 lists no bf16"), why
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert recommend_precision(torch.device("cpu"), flags)[1].startswith("this CPU lists no bf16")
+
+
 def test_report_on_this_machine_works_without_a_gpu():
     rep = report.hardware_report()
     assert rep["cpu"]["logical_cpus"] >= 1 and rep["cpu"]["torch_threads"] >= 1

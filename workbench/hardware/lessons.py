@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..machine.capability import recommend_precision
-from ..machine.cpu import cpu_flags
+from ..machine.cpu import cpu_flags, flags_owner
 from ..cache import read_json, write_json
 from ..machine.peaks import device_key, load_ceilings
 from ..measure.compare import Ratio, paired_ratio
@@ -44,8 +44,8 @@ class Lesson:
             if r is None:
                 continue
             units = [f for f in UNITS[dtype] if f in self.flags]
-            why = (f"this CPU has {', '.join(u.upper().replace('_', '-') for u in units)}" if units
-                   else "this CPU lists no instructions for it") if self.flags is not None else ""
+            why = (f"{flags_owner()} has {', '.join(u.upper().replace('_', '-') for u in units)}" if units
+                   else f"{flags_owner()} lists no instructions for it") if self.flags is not None else ""
             out.append(f"{dtype} matmul against fp32: {r.label()}" + (f"; {why}" if why else ""))
         out.append(f"so {self.recommend} is the precision to try first here ({self.source})")
         return out
@@ -117,8 +117,8 @@ def ceilings_lesson(ceilings, flags: list[str] | None = None, device_type: str =
     if device_type == "cpu":
         flags = sorted(cpu_flags()) if flags is None else flags
         listed = [f.upper().replace("_", "-") for f in flags if f.startswith(("amx", "avx512"))]
-        text += (f"; this CPU lists {', '.join(listed)}" if listed
-                 else "; this CPU lists no AVX-512 or AMX instructions")
+        text += (f"; {flags_owner()} lists {', '.join(listed)}" if listed
+                 else f"; {flags_owner()} lists no AVX-512 or AMX instructions")
     return text + "."
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError, RunConfig
-from .cpu import cpu_flags
+from .cpu import cpu_flags, flags_owner
 from .gpu import gpu_dtypes
 
 OPTIONS = ("bf16", "fp16", "tf32", "channels_last")
@@ -85,8 +85,8 @@ def recommend_precision(device: torch.device, flags: set[str] | None = None) -> 
     listed = [f.upper().replace("_", "-") for f in ("amx_bf16", "avx512_bf16", "amx_fp16",
                                                      "avx512_fp16") if f in flags]
     if "amx_bf16" in flags or "avx512_bf16" in flags:
-        return "bf16", (f"this CPU lists {', '.join(listed)} (instructions for 16-bit matrix "
+        return "bf16", (f"{flags_owner()} lists {', '.join(listed)} (instructions for 16-bit matrix "
                         "work), so bf16 is the one to try first; measure it against fp32")
-    return "fp32", ("this CPU lists no bf16 matrix instructions"
+    return "fp32", (f"{flags_owner()} lists no bf16 matrix instructions"
                     + (f" ({', '.join(listed)} only)" if listed else "")
                     + ", so fp32 is the one to try first; measure bf16 and fp16 against it")

@@ -101,6 +101,12 @@ def isa_text(info: dict) -> str:
     return text
 
 
+def flags_owner(environ=os.environ) -> str:
+    """Whose flags a sentence speaks of: this CPU's, or this CPU's under oneDNN's cap."""
+    cap = isa_cap(environ)
+    return f"this CPU under ONEDNN_MAX_CPU_ISA={cap[0]}" if cap else "this CPU"
+
+
 def cpu_flags(cpuinfo_path: str | Path = "/proc/cpuinfo") -> set[str]:
     """The instruction sets of CPU_FLAGS this CPU has and torch's matmuls may use."""
     return {f for f, on in cpu_info(cpuinfo_path)["flags"].items() if on}
