@@ -76,3 +76,22 @@ def test_only_picks_notebooks_by_prefix_and_refuses_a_prefix_that_matches_none(t
     assert [p.stem for p in bench.select(["01", "06"], tmp_path)] == ["01_b", "06_c"]
     with pytest.raises(SystemExit, match="no notebook starts with 09"):
         bench.select(["09"], tmp_path)
+
+
+def test_a_process_that_ends_soon_after_its_kernel_is_not_counted_as_left_running(tmp_path):
+    """As a spare pre-launch check ends itself once its kernel has gone; one that would run on is
+    stopped and counted."""
+    import psutil
+
+    nb = _notebook(tmp_path / "notebooks", "04_children",
+                   "import subprocess, sys\n"
+                   "soon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3)'], "
+                   "start_new_session=True)\n"
+                   "stays = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+                   "start_new_session=True)\n"
+                   "open('pids', 'w').write(f'{soon.pid} {stays.pid}')")
+    r = bench.run_notebook(nb, tmp_path / "store", timeout_s=60, quick=True)
+    assert r["error_cells"] == 0 and r["leftover_processes"] == 1, r
+    soon, stays = (int(p) for p in (tmp_path / "store" / "notebooks" / "pids").read_text().split())
+    for pid in (soon, stays):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 SIBLINGS = ("examples",)  # notebook 03 loads ../examples/resnet.py: the mirror keeps that layout
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GOALS = {"quiet": 240.0, "busy": 480.0}
+# a spare pre-launch check reads its config on stdin and ends at end-of-file once its kernel has
+# gone, a moment after it: seen alive just after the kernel, and ended within 5 s
+LEFTOVER_GRACE_S = 10.0
 # ipykernel 7 says this at every start (also under JupyterLab): not the notebook's noise
 KERNEL_START = re.compile(r"^\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption.*$",
                           re.M)
@@ -63,8 +66,10 @@ def _first_line(text: str) -> str:
     return next((ln for ln in lines if ln), "")
 
 
-def stop_leftovers(store: Path) -> int:
-    """Stops processes a notebook left running (a warm spare, a run): those whose run store is ours."""
+def stop_leftovers(store: Path, grace_s: float = LEFTOVER_GRACE_S) -> int:
+    """Stops processes a notebook left running (a run, a spare that outlived its kernel): those
+    whose run store is ours and that have not ended by themselves `grace_s` after the kernel; the
+    number stopped."""
     import psutil
 
     def ours(p) -> bool:
@@ -74,11 +79,12 @@ def stop_leftovers(store: Path) -> int:
             return False
 
     mine = [p for p in psutil.process_iter() if p.pid != os.getpid() and ours(p)]
-    for p in mine:
+    left = psutil.wait_procs(mine, timeout=grace_s)[1] if mine else []
+    for p in left:
         p.terminate()
-    for p in psutil.wait_procs(mine, timeout=5)[1]:
+    for p in psutil.wait_procs(left, timeout=5)[1]:
         p.kill()
-    return len(mine)
+    return len(left)
 
 
 def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = False) -> dict:
