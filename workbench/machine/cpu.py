@@ -29,25 +29,24 @@ ISA_ALIASES = {"AVX10_1_512": "AVX512_CORE_FP16", "AVX10_1_512_AMX": "AVX512_COR
 
 
 def isa_cap(environ=os.environ) -> tuple[str, set[str]] | None:
-    """(ONEDNN_MAX_CPU_ISA's value, the flags of CPU_FLAGS it allows), or None when it caps
-    nothing (unset, DEFAULT, ALL, or a value oneDNN does not know, which it ignores)."""
+    """(the setting, as 'ONEDNN_MAX_CPU_ISA=AVX2', and the flags of CPU_FLAGS it allows), or None
+    when it caps nothing (unset, DEFAULT, ALL, or a value oneDNN does not know, which it ignores)."""
     value = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
     level = ISA_ALIASES.get(value, value)
     names = [name for name, _ in ISA_LEVELS]
     if level not in names:
         return None
     allowed = {f for _, added in ISA_LEVELS[:names.index(level) + 1] for f in added}
-    return value, allowed
+    return f"ONEDNN_MAX_CPU_ISA={value}", allowed
 
 
 def cap_flags(info: dict, environ=os.environ) -> dict:
-    """`info` with the flags oneDNN is told not to use turned off, and those flags listed in
-    `capped` with the setting that turned them off (empty when nothing is capped)."""
+    """`info` with the flags oneDNN is told not to use turned off and listed in `capped`, and
+    `cap` the setting that turned them off ('' when it turned none off)."""
     cap = isa_cap(environ)
-    on = {f for f, has in info["flags"].items() if has}
-    off = [f for f in info["flags"] if f in on and f not in cap[1]] if cap else []
+    off = [f for f, has in info["flags"].items() if has and f not in cap[1]] if cap else []
     return {**info, "flags": {f: has and f not in off for f, has in info["flags"].items()},
-            "capped": {f: f"ONEDNN_MAX_CPU_ISA={cap[0]}" for f in off} if cap else {}}
+            "capped": off, "cap": cap[0] if off else ""}
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -95,16 +94,15 @@ def cpu_info(cpuinfo_path: str | Path = "/proc/cpuinfo") -> dict:
 def isa_text(info: dict) -> str:
     """The instruction sets torch's matmuls may use, then the ones a cap turned off and by what."""
     text = ", ".join(f for f, on in info["flags"].items() if on) or "none of note"
-    capped = info.get("capped") or {}  # one setting turns them all off
-    if capped:
-        text += f" (not used: {', '.join(capped)}, by {next(iter(capped.values()))})"
+    if info.get("capped"):
+        text += f" (not used: {', '.join(info['capped'])}, by {info['cap']})"
     return text
 
 
 def flags_owner(environ=os.environ) -> str:
     """Whose flags a sentence speaks of: this CPU's, or this CPU's under oneDNN's cap."""
     cap = isa_cap(environ)
-    return f"this CPU under ONEDNN_MAX_CPU_ISA={cap[0]}" if cap else "this CPU"
+    return f"this CPU under {cap[0]}" if cap else "this CPU"
 
 
 def cpu_flags(cpuinfo_path: str | Path = "/proc/cpuinfo") -> set[str]:
