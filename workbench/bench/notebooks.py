@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ..cli import one_line
-from ..machine.contention import BUSY_STEAL, ContentionMeter
+from ..machine.contention import BUSY_STEAL, ContentionMeter, steal_text
 from ..machine.cpu import cpu_info, isa_text
 from ..procs import OtherWork
 
@@ -79,7 +79,7 @@ def stop_leftovers(store: Path, grace_s: float = LEFTOVER_GRACE_S) -> int:
             return False
 
     mine = [p for p in psutil.process_iter() if p.pid != os.getpid() and ours(p)]
-    left = psutil.wait_procs(mine, timeout=grace_s)[1] if mine else []
+    left = psutil.wait_procs(mine, timeout=grace_s)[1]
     for p in left:
         p.terminate()
     for p in psutil.wait_procs(left, timeout=5)[1]:
@@ -200,7 +200,7 @@ def _notes(r: dict) -> list[str]:
     notes += [f"stderr {s}" for s in r["stderr_cells"]] + [
         r["kernel_stderr"] and f"kernel stderr, outside the notebook: {r['kernel_stderr']}",
         r["leftover_processes"] and f"stopped {r['leftover_processes']} processes it left running",
-        (r.get("steal_frac") or 0) >= BUSY_STEAL and f"the hypervisor took {r['steal_frac']:.0%} of the time"]
+        steal_text(r.get("steal_frac"))]
     return [n for n in notes if n]
 
 

@@ -104,13 +104,15 @@ def is_busy(other_cpu_cores: float | None, steal_frac: float | None = 0.0) -> bo
     return (other_cpu_cores or 0.0) >= BUSY_CORES or (steal_frac or 0.0) >= BUSY_STEAL
 
 
+def steal_text(steal_frac: float | None) -> str:
+    """What the hypervisor took, when it was enough to flag a measurement busy ('' otherwise)."""
+    return f"the hypervisor took {steal_frac:.0%} of the time" if (steal_frac or 0.0) >= BUSY_STEAL else ""
+
+
 def busy_sentence(c: dict | None) -> str:
     """The warning a table, a chart or the CLI shows for a busy reading ('' when quiet)."""
     if not c or not c.get("busy"):
         return ""
-    parts = []
-    if c.get("other_cpu_cores", 0) >= BUSY_CORES:
-        parts.append(f"another process used {c['other_cpu_cores']:.1f} cores")
-    if c.get("steal_frac", 0) >= BUSY_STEAL:
-        parts.append(f"the hypervisor took {c['steal_frac']:.0%} of the time")
-    return " and ".join(parts) + " during this measurement: the comparison is unreliable"
+    parts = [f"another process used {c['other_cpu_cores']:.1f} cores"
+             if c.get("other_cpu_cores", 0) >= BUSY_CORES else "", steal_text(c.get("steal_frac"))]
+    return " and ".join(p for p in parts if p) + " during this measurement: the comparison is unreliable"
