@@ -243,8 +243,11 @@ def test_live_charts_draw_and_gain_points_on_a_busy_machine(tmp_path):
             return len(seen[-1]) == 8 and min(seen[-1]) > 1 and seen[-1]
         try:  # (a) eight charts shown at once draw, and gain points
             drawn = _wait(eight_drawn, 240, "the eight charts to draw their points", 2)
-        except AssertionError as e:
-            raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}") from None
+        except AssertionError as e:  # a chart without its title never got its model's messages
+            titles = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                   ".map(gd => (((gd.layout || {}).title || {}).text) || '')")
+            raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}; titles of the "
+                                 f"page's {len(titles)} charts: {titles}") from None
         _wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
               "the eight charts to gain points", 2)
 

@@ -164,3 +164,25 @@ def test_redraw_work_stays_flat_however_long_the_run():
         assert sent[steps] <= traces * MAX_POINTS
         assert len(charts.figures["loss"].data[0].x) < 2 * MAX_BUCKETS + 1
     assert sent[20_000] <= 2 * sent[1_000], sent
+
+
+def test_the_kernel_announces_each_open_figure_before_its_model():
+    """The page evaluates plotly's code only once every announced figure has set up (the code holds
+    the page for seconds, and a figure still loading then misses its 2 s set-up): the count must
+    follow figures opened and closed, and start again with a new shared widget."""
+    import ipywidgets as W
+
+    from workbench.ui import figure
+
+    W.Widget.close_all()
+    first, second = figure.LiveFigure(), figure.LiveFigure()
+    code = figure._shared
+    assert code.figures == 2
+    first.close()
+    first.close()  # a second close is not a second figure gone
+    assert code.figures == 1
+    second.close()
+    code.close()
+    figure.LiveFigure()
+    assert figure._shared is not code and figure._shared.figures == 1
+    W.Widget.close_all()

@@ -9,10 +9,16 @@ figure stays blank ("[anywidget] Failed to initialize model." in the browser's c
 
 Here a figure's module is a few lines that set up at once. plotly's bundle travels once per kernel,
 in one shared widget (PlotlyCode), and is evaluated once per page; each figure then hands its model
-to plotly's own widget code and draws with it. The messages a figure received before that code was
-there are replayed to it in order, minus those a newer copy of the figure's whole data or layout
-already holds (ui.charts.publish sends one now and then). The charts of a page draw at most
-half its time, so a slow page skips frames instead of falling behind the kernel.
+to plotly's own widget code and draws with it. Evaluating the bundle holds the page for seconds in
+one piece (2.0 s on a quiet 2-core machine, 10 s with the page 5x slower, measured), and a figure
+whose module is still loading meanwhile misses its 2 s as well and then drops every message: so the
+page evaluates it only once every figure its kernels announced (PlotlyCode.figures) has set up and
+none came for a moment. A figure that comes later is set up after that piece, within its 2 s.
+
+The messages a figure received before plotly's code was there are replayed to it in order, minus
+those a newer copy of the figure's whole data or layout already holds (ui.charts.publish sends one
+now and then). The charts of a page draw at most half its time, so a slow page skips frames instead
+of falling behind the kernel.
 """
 from __future__ import annotations
 
@@ -26,29 +32,58 @@ import traitlets
 
 PLOTLY_BUNDLE = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
 
-# One promise per plotly version, shared by every figure of the page and every kernel it talks to.
+# One promise per plotly version, shared by every figure of the page and every kernel it talks to,
+# and what decides when plotly's code is evaluated: the figures the kernels announced (`expected`,
+# one entry per PlotlyCode model) against those set up on this page.
 _SLOT_JS = """
 const VERSION = %s;
+const QUIET_MS = 500;  // every announced figure set up and none new for this long: evaluate
+const GIVE_UP_MS = 10000;  // a figure that never sets up holds the others back no longer than this
 function plotlyCode() {
   const slots = (globalThis.__workbenchPlotly ??= {});
   if (!slots[VERSION]) {
     let resolve, reject;
     const promise = new Promise((ok, fail) => { resolve = ok; reject = fail; });
-    slots[VERSION] = { promise, resolve, reject, started: false };
+    slots[VERSION] = { promise, resolve, reject, started: false, load: null, expected: new Map(),
+                       setUp: 0, timer: null };
   }
   return slots[VERSION];
 }
+
+// Called on every change of the counts: the wait starts again from here.
+function loadWhenQuiet(slot) {
+  if (slot.started || !slot.load) return;
+  clearTimeout(slot.timer);
+  let expected = 0;
+  for (const n of slot.expected.values()) expected += n;
+  slot.timer = setTimeout(() => {
+    slot.started = true;
+    slot.load();
+  }, slot.setUp >= expected ? QUIET_MS : GIVE_UP_MS);
+}
 """
 
-# The shared widget: evaluates plotly's bundle once, without holding up its own set-up.
+# The shared widget: evaluates plotly's bundle once, when the page's figures are set up.
 _CODE_JS = _SLOT_JS + """
 export default {
   initialize({ model }) {
     const slot = plotlyCode();
-    if (slot.started) return;
-    slot.started = true;
-    const url = URL.createObjectURL(new Blob([model.get("code")], { type: "text/javascript" }));
-    import(url).then(slot.resolve, slot.reject).finally(() => URL.revokeObjectURL(url));
+    const code = model.get("code");
+    slot.load ??= () => {
+      const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+      import(url).then(slot.resolve, slot.reject).finally(() => URL.revokeObjectURL(url));
+    };
+    const kernel = {};  // this model's entry in slot.expected
+    const count = () => {
+      slot.expected.set(kernel, model.get("figures"));
+      loadWhenQuiet(slot);
+    };
+    model.on("change:figures", count);
+    count();
+    return () => {
+      slot.expected.delete(kernel);
+      loadWhenQuiet(slot);
+    };
   },
 };
 """
@@ -123,6 +158,9 @@ export default () => {
   let figure, render;  // plotly's widget for this model, once its code is here; a view's set-up
   return {
     initialize({ model }) {
+      const slot = plotlyCode();
+      slot.setUp += 1;
+      loadWhenQuiet(slot);
       let early = [];  // {name, value, data, layout}: what came before plotly's code, in order
       const recorders = [];
       const listen = (event, callback) => { model.on(event, callback); recorders.push([event, callback]); };
@@ -170,7 +208,7 @@ export default () => {
           drawing = null;
         }
       };
-      figure = plotlyCode().promise.then((mod) => {
+      figure = slot.promise.then((mod) => {
         for (const [event, callback] of recorders) model.off(event, callback);
         const widget = mod.default();
         widget.initialize({ model: proxy });
@@ -193,19 +231,24 @@ export default () => {
 
 
 class PlotlyCode(anywidget.AnyWidget):
-    """plotly's widget bundle, sent to the page once for every LiveFigure of this kernel."""
+    """plotly's widget bundle, sent to the page once for every LiveFigure of this kernel, and how
+    many of them are open: the page evaluates the bundle once those have set up."""
     _esm = _CODE_JS % json.dumps(plotly.__version__)
     code = traitlets.Bytes().tag(sync=True)
+    figures = traitlets.Int(0).tag(sync=True)
 
 
 _shared: PlotlyCode | None = None
 
 
-def plotly_code() -> PlotlyCode:
-    """The kernel's one PlotlyCode widget (again after Widget.close_all())."""
+def announce_figure() -> PlotlyCode:
+    """The kernel's one PlotlyCode widget (again after Widget.close_all()), told of one more
+    figure before that figure's model reaches the page."""
     global _shared
     if _shared is None or _shared.comm is None:
-        _shared = PlotlyCode(code=PLOTLY_BUNDLE.read_bytes())
+        _shared = PlotlyCode(code=PLOTLY_BUNDLE.read_bytes(), figures=1)
+    else:
+        _shared.figures += 1
     return _shared
 
 
@@ -213,5 +256,10 @@ class LiveFigure(go.FigureWidget):
     _esm = _FIGURE_JS % json.dumps(plotly.__version__)
 
     def __init__(self, *args, **kwargs):
-        plotly_code()  # its model reaches the page before this figure's
+        announce_figure()
         super().__init__(*args, **kwargs)
+
+    def close(self):
+        if self.comm is not None and _shared is not None and _shared.comm is not None:
+            _shared.figures = max(0, _shared.figures - 1)  # a reloaded page will not wait for it
+        super().close()
