@@ -225,7 +225,8 @@ def test_live_charts_draw_and_gain_points_on_a_busy_machine(tmp_path):
     FigureWidget, eight charts shown at once stayed blank ("[anywidget] Failed to initialize
     model.": its module is 5 MB, evaluated per chart within a 2 s set-up limit) and the page fell
     minutes behind a live run (Stop was not shown in 120 s). With ui.figure.LiveFigure every chart
-    draws, the panel's charts gain points while the run goes, and Stop shows."""
+    draws, the panel's charts gain points while the run goes, and Stop shows. (Once on CI, 3 of 8
+    stayed blank: plotly's code, 10 s of the page at this slowdown, ran while they set up.)"""
     root = tmp_path / "notebooks"
     root.mkdir()
     (root / "busy.ipynb").write_text(json.dumps(BUSY_NOTEBOOK))
