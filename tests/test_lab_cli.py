@@ -59,3 +59,23 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
             lab.wait(20)
         except subprocess.TimeoutExpired:
             os.killpg(lab.pid, signal.SIGKILL)
+
+
+def test_the_url_waits_for_the_port_to_accept_not_for_the_server_file(tmp_path):
+    """Jupyter writes its jpserver file before its loop binds the port: CI once read the URL and was
+    refused. The file alone is not enough; a listening port is."""
+    from workbench.cli.lab import wait_for_server
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
+    try:
+        (tmp_path / f"jpserver-{proc.pid}.json").write_text(json.dumps({"port": port}))
+        assert wait_for_server(proc, tmp_path, timeout_s=1.0) is None
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            assert wait_for_server(proc, tmp_path, timeout_s=30.0) == {"port": port}
+    finally:
+        proc.stdin.close()
+        proc.wait(20)

@@ -6,13 +6,15 @@ serves printed.
 The token travels in the server's environment (JUPYTER_TOKEN), never on its command line, where
 every local user could read it in `ps`. When the asked port is busy Jupyter takes the next free
 one, so the URL is read back from the server itself (the jpserver-PID.json file it writes into a
-private runtime folder), not assumed.
+private runtime folder), not assumed. Jupyter writes that file before its loop binds the port, so the
+URL is printed only once the port accepts a connection.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,12 +48,22 @@ def server_info(runtime_dir: Path, pid: int) -> dict | None:
         return None
 
 
+def accepts(port: int) -> bool:
+    """Whether something on 127.0.0.1 accepts a connection on this port now."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def wait_for_server(proc: subprocess.Popen, runtime_dir: Path, timeout_s: float = START_TIMEOUT_S):
-    """The server's own description once it listens; None if it exited or never said."""
+    """The server's own description once its port accepts connections; None if it exited or never
+    got there."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         info = server_info(runtime_dir, proc.pid)
-        if info and info.get("port"):
+        if info and info.get("port") and accepts(info["port"]):
             return info
         time.sleep(0.2)
     return None
