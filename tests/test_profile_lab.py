@@ -27,6 +27,13 @@ def small_transformer() -> RunConfig:
         "loader.batch_size": 16, "run.threads": 1})
 
 
+def median_gap(rank) -> float:
+    """The median over a rank's profiled steps of how far its phases miss its measured time: one
+    step preempted between the trainer's clock and the profiler's range does not move it."""
+    return statistics.median(abs(sum(s["phases_ms"].values()) - s["step_time_ms"]) / s["step_time_ms"]
+                             for s in rank.steps)
+
+
 def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_root):
     b = profile(small_transformer(), profile_steps=3, root=runs_root)
     assert b.ranks[0].device == "cpu" and b.ranks[0].threads == 1
@@ -35,9 +42,7 @@ def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_r
         assert s["phases_ms"]["optimizer"] > 0 and s["phases_ms"]["data"] > 0
     # the median step's phases add up to its measured time: beside the suite's other tests one step
     # was once preempted between the trainer's clock and the profiler's range (8 ms of 61 ms)
-    gaps = [abs(sum(s["phases_ms"].values()) - s["step_time_ms"]) / s["step_time_ms"]
-            for s in b.ranks[0].steps]
-    assert statistics.median(gaps) <= SUM_TOLERANCE, b.ranks[0].steps
+    assert median_gap(b.ranks[0]) <= SUM_TOLERANCE, b.ranks[0].steps
     # the profiled steps are the ones after warm-up, marked, and left out of the summary's figures
     steps = [r for r in read_events(b.run_dir) if r["event"] == "step"]
     warm = warmup_steps(len(steps))
@@ -147,10 +152,11 @@ def test_the_command_prints_the_breakdown_as_json(runs_root):
 @pytest.mark.slow
 def test_two_ranks_profile_each_with_the_all_reduce(runs_root):
     cfg = RunConfig.smoke().replace(**{"distributed.nproc": 2, "model.width": 256, "run.threads": 1})
-    b = profile(cfg, profile_steps=2, root=runs_root)
+    b = profile(cfg, profile_steps=3, root=runs_root)
     assert [r.rank for r in b.ranks] == [0, 1]
     for r in b.ranks:
         assert (b.run_dir / f"trace_rank{r.rank}.json").is_file()
         assert r.phases_ms["all_reduce"] > 0
-        assert r.sum_error() <= SUM_TOLERANCE
+        # CI once saw one of two 20 ms steps miss by 17 %: the median of three is robust to that
+        assert median_gap(r) <= SUM_TOLERANCE, r.steps
     assert "rank 1" in b.text()
