@@ -1,18 +1,41 @@
 """Shared fixtures. Every test gets its own run store, so runs never leak between tests."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
 from workbench.config import RunConfig
 
 
+@pytest.fixture(scope="session")
+def digits_file(tmp_path_factory) -> Path:
+    """The digits as the cache keeps them, read through scikit-learn once per session: importing
+    scikit-learn costs each process that first reads the digits 1-3 s, and 148 tests did."""
+    from workbench.train import digits
+
+    cache = tmp_path_factory.mktemp("digits-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WORKBENCH_CACHE", str(cache))
+        digits.load_digits()
+    return cache / digits.FILE
+
+
 @pytest.fixture(autouse=True)
-def runs_root(tmp_path, monkeypatch):
-    """Its own run store, and its own cache (the record of which run folders this workbench made)."""
+def runs_root(tmp_path, monkeypatch, digits_file):
+    """Its own run store, and its own cache (the record of which run folders this workbench made),
+    which holds the digits already, as a machine's cache does after its first run."""
+    from workbench.cache import PRIVATE
+    from workbench.disk import make_dirs
+
     root = tmp_path / "runs"
+    cache = tmp_path / "cache"
+    make_dirs(cache, PRIVATE)
+    shutil.copyfile(digits_file, cache / digits_file.name)
     monkeypatch.setenv("WORKBENCH_RUNS", str(root))
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORKBENCH_CACHE", str(cache))
     return root
 
 

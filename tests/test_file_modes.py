@@ -28,16 +28,17 @@ def writable_by_others(*roots) -> list[str]:
 
 
 def test_a_two_rank_cli_run_under_umask_000(tmp_path):
+    # a cache of its own, not the test's (which holds the digits already): the run makes it
     env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"),
-           "WORKBENCH_CACHE": str(tmp_path / "cache")}
+           "WORKBENCH_CACHE": str(tmp_path / "first-cache")}
     done = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
                            "3", "--nproc", "2"], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, preexec_fn=lambda: os.umask(0))
     assert done.returncode == 0, done.stderr
     made = [p for p in (tmp_path / "runs").rglob("*")]
     assert any(p.name == "launcher.log" for p in made) and any(p.suffix == ".jsonl" for p in made)
-    assert (tmp_path / "cache").is_dir()
-    assert not writable_by_others(tmp_path / "runs", tmp_path / "cache")
+    assert (tmp_path / "first-cache" / "digits.pt").is_file()
+    assert not writable_by_others(tmp_path / "runs", tmp_path / "first-cache")
 
 
 def test_an_in_process_run_under_umask_000(smoke, runs_root, tmp_path):

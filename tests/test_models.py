@@ -1,4 +1,6 @@
 """Built-in models on the built-in data, and a user's model by import path with clear errors."""
+import os
+import subprocess
 import sys
 
 import pytest
@@ -30,6 +32,19 @@ def test_digits_is_the_real_dataset_with_a_fixed_split():
     assert bundle.input_shape == (1, 8, 8) and bundle.num_classes == 10
     again = build_data(RunConfig.smoke())
     assert torch.equal(bundle.test.y, again.test.y)
+
+
+def test_the_digits_are_read_through_scikit_learn_once_then_from_the_cache(tmp_path):
+    """Every test's cache holds the digits already (conftest): this is the first use, in a fresh
+    process, and the second, which must not import scikit-learn (1-3 s per process)."""
+    probe = ("import sys; from workbench.train.digits import load_digits; x, y = load_digits(); "
+             "print(len(x), len(y), 'sklearn' in sys.modules)")
+    env = {**os.environ, "WORKBENCH_CACHE": str(tmp_path / "empty")}
+    first, second = (subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                                    text=True, timeout=120, check=True).stdout.split()
+                     for _ in range(2))
+    assert first == ["1797", "1797", "True"] and second == ["1797", "1797", "False"]
+    assert (tmp_path / "empty" / "digits.pt").is_file()
 
 
 def test_loader_shards_under_ddp_and_covers_the_data():
