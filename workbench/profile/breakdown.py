@@ -44,10 +44,14 @@ class RankProfile:
     def step_ms(self) -> float:
         return statistics.median(s[STEP_TIME_MS] for s in self.steps)
 
+    def step_gaps(self) -> list[float]:
+        """Per profiled step, the gap between its phases and its measured time, as a fraction."""
+        return [abs(sum(s["phases_ms"].values()) - s[STEP_TIME_MS]) / s[STEP_TIME_MS]
+                for s in self.steps]
+
     def sum_error(self) -> float:
         """The largest gap between a step's phases and its measured time, as a fraction."""
-        return max(abs(sum(s["phases_ms"].values()) - s[STEP_TIME_MS]) / s[STEP_TIME_MS]
-                   for s in self.steps)
+        return max(self.step_gaps())
 
     def group_spread(self) -> tuple[dict, dict]:
         """Median group shares over the steps, and their lowest and highest."""
