@@ -93,6 +93,16 @@ def loopback_ifname() -> str:
     return "lo" if "lo" in names or not names else names[0]
 
 
+def accepts(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether something listens on `host`:`port` now: a TCP connection is accepted (a refusal, which
+    `answers` counts as the host being there, is False here)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
     """Whether `host` answers on the network: a TCP connection to `port` is accepted, or refused
     (the host sent a reset back). No answer within `timeout_s`, or no route there, is False; so is

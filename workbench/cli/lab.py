@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ..net import accepts
 
 START_TIMEOUT_S = 120.0
 
@@ -48,22 +49,13 @@ def server_info(runtime_dir: Path, pid: int) -> dict | None:
         return None
 
 
-def accepts(port: int) -> bool:
-    """Whether something on 127.0.0.1 accepts a connection on this port now."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 def wait_for_server(proc: subprocess.Popen, runtime_dir: Path, timeout_s: float = START_TIMEOUT_S):
     """The server's own description once its port accepts connections; None if it exited or never
     got there."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         info = server_info(runtime_dir, proc.pid)
-        if info and info.get("port") and accepts(info["port"]):
+        if info and info.get("port") and accepts("127.0.0.1", info["port"]):
             return info
         time.sleep(0.2)
     return None
