@@ -29,7 +29,8 @@ def _listening(pids: set[int]) -> set[tuple[int, str, int]]:
 
 
 def test_two_ranks_train_in_sync_and_listen_on_loopback_only(smoke):
-    cfg = smoke.replace(**{"distributed.nproc": 2, "run.steps": 20})
+    # sized by time, not steps: 20 steps once ended before the first heartbeat (a beat a second)
+    cfg = smoke.replace(**{"distributed.nproc": 2, "run.steps": 100_000, "run.time_budget_s": 2.5})
     handle = start_run(cfg)
     assert "--local-addr" in handle.command and "--log-dir=" + str(handle.run_dir / "torchrun_logs") \
         in handle.command
