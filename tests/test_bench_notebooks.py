@@ -40,12 +40,16 @@ def test_an_error_cell_and_a_stderr_cell_are_counted_with_their_first_lines(rows
     assert r["first_error"] == "[2] ValueError: boom"
     assert r["stderr_cells"] == ["[1] noise"]
     assert r["seconds"] > 0 and r["leftover_processes"] == 0
+    # both cells ended, the raising one too; their seconds fit in the notebook's
+    assert sorted(i for i, _ in r["slowest_cells"]) == [1, 2]
+    assert 0 <= sum(t for _, t in r["slowest_cells"]) <= r["seconds"]
 
 
 def test_a_cell_over_the_timeout_is_the_row_s_reason_not_a_crash(rows):
     r = rows["slow"]
     assert r["reason"].startswith("timed out: a cell ran over 2 s") and "[1]" in r["reason"]
     assert r["cells_run"] == 1 and r["error_cells"] == 0 and r["seconds"] < 30
+    assert r["slowest_cells"] == []  # the cell that timed out has no time of its own
 
 
 def test_a_kernel_that_dies_is_the_row_s_reason(rows):

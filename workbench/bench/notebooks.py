@@ -37,6 +37,7 @@ GOALS = {"quiet": 240.0, "busy": 480.0}
 # a spare pre-launch check reads its config on stdin and ends at end-of-file once its kernel has
 # gone, a moment after it: seen alive just after the kernel, and ended within 5 s
 LEFTOVER_GRACE_S = 10.0
+SLOWEST = 3  # cells named per notebook, slowest first
 # ipykernel 7 says this at every start (also under JupyterLab): not the notebook's noise
 KERNEL_START = re.compile(r"^\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption.*$",
                           re.M)
@@ -101,15 +102,27 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
     shutil.copyfile(path, work / path.name)
     nb = nbformat.read(work / path.name, as_version=4)
     meter, reading, started = [], [], []  # started: the code cells sent, a cell that kills the kernel too
+    began, took = {}, {}  # id(cell) -> when it was sent, its seconds (none for a cell that never ended)
+
+    def cell_started(cell, **_) -> None:
+        if cell.cell_type == "code" and cell.source.strip():
+            started.append(cell)
+            began[id(cell)] = time.monotonic()
+
+    def cell_executed(cell, **_) -> None:
+        if id(cell) in began:
+            took[id(cell)] = time.monotonic() - began[id(cell)]
+        # read after every cell, while the kernel lives: once it has exited, its tree's CPU time
+        # cannot be told from other programs' (nbclient's end hooks run after the shutdown)
+        if meter:
+            reading.append(meter[0].read())
+
     client = NotebookClient(
         nb, timeout=timeout_s, kernel_name="python3", allow_errors=True, startup_timeout=120,
         resources={"metadata": {"path": str(work)}},
         # what runs outside the kernel's tree (itself and what it starts): other programs, busy ones
         on_notebook_start=lambda **_: meter.append(ContentionMeter(client.km.provisioner.pid)),
-        # read after every cell, while the kernel lives: once it has exited, its tree's CPU time
-        # cannot be told from other programs' (nbclient's end hooks run after the shutdown)
-        on_cell_executed=lambda **_: meter and reading.append(meter[0].read()),
-        on_cell_start=lambda cell, **_: cell.cell_type == "code" and cell.source.strip() and started.append(cell))
+        on_cell_executed=cell_executed, on_cell_start=cell_started)
     reason, t0 = "", time.monotonic()
     with open(store / "kernel.log", "wb") as log:  # what bypasses the notebook (C code, children)
         try:
@@ -131,6 +144,7 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
     ran = len(started)
     last = next((i for i, c in enumerate(code, 1) if started and c is started[-1]), 0)
     errors, stderr = [], []  # code cells numbered from 1
+    timed = {i: took[id(c)] for i, c in enumerate(code, 1) if id(c) in took}
     for i, cell in enumerate(code, 1):
         outs = cell.get("outputs", [])
         # a KeyboardInterrupt beside a reason is the stop of a timed-out cell, not the notebook's error
@@ -144,6 +158,8 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
     return {"notebook": path.stem, "seconds": round(seconds, 1), "code_cells": len(code), "cells_run": ran,
             "reason": reason + (f" (in cell [{last}])" if reason and last else ""),
             "error_cells": len(errors), "first_error": errors[0] if errors else "", "stderr_cells": stderr,
+            # where the time went: the slowest cells first, as [cell number, seconds]
+            "slowest_cells": [[i, round(t, 1)] for i, t in sorted(timed.items(), key=lambda it: -it[1])[:SLOWEST]],
             "kernel_stderr": _first_line(KERNEL_START.sub("", (store / "kernel.log").read_text("utf-8", "replace"))),
             "leftover_processes": leftovers, "other_cpu_cores": condition.get("other_cpu_cores"),
             "load_avg_1m": condition.get("load_avg_1m"), "steal_frac": condition.get("steal_frac"),
@@ -160,7 +176,9 @@ def run_pass(paths: list[Path], mode: str, timeout_s: float, quick: bool, goal_s
                      met=not r["reason"] and not r["error_cells"] and r["seconds"] <= goal_s)
             rows[path.stem] = r
             # progress on stderr: stdout stays the report (--json)
-            print(f"  {mode} {path.stem}: {r['seconds']:.1f} s {r['reason']}", file=sys.stderr, flush=True)
+            slowest = ", ".join(f"[{i}] {t:g} s" for i, t in r["slowest_cells"])
+            print(f"  {mode} {path.stem}: {r['seconds']:.1f} s {r['reason']}"
+                  + (f" (slowest cells: {slowest})" if slowest else ""), file=sys.stderr, flush=True)
     return rows
 
 
