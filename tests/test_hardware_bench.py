@@ -49,6 +49,20 @@ def test_pick_size_gives_slow_paths_small_problems():
     assert fast_n == 1024 and slow_n == 128
 
 
+def test_pick_size_shrinks_a_size_whose_call_runs_far_over_the_cap():
+    """A path fast at the probe's size and slow above it (a kernel that falls out of cache): the
+    cubic estimate from the probe picks max_n, the call there runs 10x the cap, and n shrinks."""
+    import time
+
+    def cliff(a):
+        if a.shape[0] > 256:
+            time.sleep(0.2)  # stands in for a kernel 10x over the cap, not a wait for anything
+        return a.sum()
+
+    n = microbench.pick_size(cliff, lambda k: (torch.zeros(k, k),), "cpu", cap_ms=20, max_n=1024)
+    assert n <= 256
+
+
 def test_copy_bandwidth_counts_read_and_write_bytes():
     c = microbench.copy_bandwidth("cpu", mib=16, repeats=3)
     assert c.kind == "bandwidth" and c.unit == "GB/s" and c.value > 0.01 and c.check > 0

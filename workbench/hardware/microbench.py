@@ -26,8 +26,13 @@ from .ceiling import Ceiling
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 _TORCH_DTYPES = {**DTYPES, "tf32": torch.float32, "int8": torch.int8}  # the config's map, and the rest
 MIB = 2**20
+# The longest one CPU matmul call may take. Only slow paths reach it (fast ones stop at max_n); a
+# longer call measured them no faster: bf16 under an AVX2 cap, 1,000 ms calls: 0.88 and 0.79
+# GFLOP/s in 103-115 s, 250 ms calls: 2.42 and 2.44 GFLOP/s in 9 s (interleaved, 2 rounds).
+CPU_CAP_MS = 250.0
 WIDE = 0.25  # a spread above this means the samples were disturbed: measure again
 ATTEMPTS = 3
+SHRINKS = 3  # times a matmul size that ran over twice its cap is made smaller
 
 
 def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int = 2):
@@ -61,16 +66,30 @@ def pick_size(fn: Callable, make: Callable[[int], tuple], device, cap_ms: float,
               probe_n: int = 256) -> int:
     """The largest n (a multiple of 128, at most max_n) whose call should take under cap_ms, from the
     best of three calls at probe_n. Slow paths (fp16 matmul on most CPUs runs at well under
-    1 GFLOP/s) get a small problem, fast ones a large one."""
+    1 GFLOP/s) get a small problem, fast ones a large one. A slow path can also slow down with size
+    (bf16 under an AVX2 cap ran 2.4 GFLOP/s at 640 and 0.9 at 1024): a call at the chosen n that
+    takes over twice the cap shrinks n again, so the sampling that follows stays bounded."""
     probe_n = min(probe_n, max_n)
     args = make(probe_n)
     t = measure(lambda: fn(*args), device=device, warmup=1, repeats=3)
-    best = max(t.p10_ms, 1e-3)
-    n = probe_n * (cap_ms / best) ** (1 / 3)
-    return int(max(128, min(max_n, n // 128 * 128)))
+    n = _fit(probe_n, max(t.p10_ms, 1e-3), cap_ms, max_n)
+    for _ in range(SHRINKS):
+        if n == probe_n or n == 128:
+            break
+        args = make(n)
+        took = measure(lambda: fn(*args), device=device, warmup=0, repeats=1).median_ms
+        if took <= 2 * cap_ms:
+            break
+        n = _fit(n, took, cap_ms, n - 128)
+    return n
 
 
-def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float = 1000.0,
+def _fit(n: int, ms: float, cap_ms: float, max_n: int) -> int:
+    """n scaled so that a call taking `ms` at n takes cap_ms (cubic work), in 128s, 128..max_n."""
+    return int(max(128, min(max_n, n * (cap_ms / ms) ** (1 / 3) // 128 * 128)))
+
+
+def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float = CPU_CAP_MS,
            repeats: int = 10, check: bool = True) -> Ceiling:
     """Throughput of an n x n x n matrix multiply, 2n^3 operations per call."""
     device = torch.device(device)
@@ -155,7 +174,7 @@ def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tu
     """The benchmarks that apply to this device, as (label, thunk) pairs, in the order they run."""
     device = torch.device(device)
     gpu = device.type == "cuda"
-    cap = (150.0 if quick else 1000.0) if not gpu else 50.0  # longest one call may take
+    cap = (150.0 if quick else CPU_CAP_MS) if not gpu else 50.0  # longest one call may take
     reps = 5 if quick else 10
     mib = (64 if quick else 256) if not gpu else (256 if quick else 1024)
     max_n = (1024 if quick else 2048) if not gpu else (4096 if quick else 8192)
