@@ -26,8 +26,8 @@ from .ceiling import Ceiling
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8")
 _TORCH_DTYPES = {**DTYPES, "tf32": torch.float32, "int8": torch.int8}  # the config's map, and the rest
 MIB = 2**20
-# The longest one CPU matmul call may take. Only slow paths reach it (fast ones stop at max_n); a
-# longer call measured them no faster: bf16 under an AVX2 cap, 1,000 ms calls: 0.88 and 0.79
+# The longest one CPU matmul call may take. Only slow paths reach it (fast ones stop at max_n), and
+# longer calls measured them slower, not better: bf16 under an AVX2 cap, 1,000 ms calls: 0.88 and 0.79
 # GFLOP/s in 103-115 s, 250 ms calls: 2.42 and 2.44 GFLOP/s in 9 s (interleaved, 2 rounds).
 CPU_CAP_MS = 250.0
 WIDE = 0.25  # a spread above this means the samples were disturbed: measure again
