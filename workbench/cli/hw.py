@@ -18,7 +18,8 @@ def add_parser(sub):
     p = sub.add_parser("hw", help="hardware report and micro-benchmarks (measured ceilings)",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print everything as JSON")
-    p.add_argument("--bench", action="store_true", help="measure the ceilings (about a minute on a CPU)")
+    p.add_argument("--bench", action="store_true", help="measure the ceilings (matmul per dtype, copy "
+                   "bandwidth; seconds each)")
     p.add_argument("--quick", action="store_true", help="smaller, shorter benchmarks")
     p.add_argument("--gpus", action="store_true", help="also print the spec table of common GPUs")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
