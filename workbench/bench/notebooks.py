@@ -101,12 +101,13 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
         shutil.copytree(path.parent.parent / name, store / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(path, work / path.name)
     nb = nbformat.read(work / path.name, as_version=4)
-    meter, reading, started = [], [], []  # started: the code cells sent, a cell that kills the kernel too
-    began, took = {}, {}  # id(cell) -> when it was sent, its seconds (none for a cell that never ended)
+    meter, reading = [], []
+    # id(cell) -> when it was sent (every code cell sent, in order: one that kills the kernel too),
+    # and its seconds (none for a cell that never ended)
+    began, took = {}, {}
 
     def cell_started(cell, **_) -> None:
         if cell.cell_type == "code" and cell.source.strip():
-            started.append(cell)
             began[id(cell)] = time.monotonic()
 
     def cell_executed(cell, **_) -> None:
@@ -141,8 +142,9 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
     if getattr(client, "_async_cleanup_kernel_future", None) is not None:
         raise KeyboardInterrupt
     code = [c for c in nb.cells if c.cell_type == "code"]
-    ran = len(started)
-    last = next((i for i, c in enumerate(code, 1) if started and c is started[-1]), 0)
+    ran = len(began)
+    last_sent = next(reversed(began), None)
+    last = next((i for i, c in enumerate(code, 1) if id(c) == last_sent), 0)
     errors, stderr = [], []  # code cells numbered from 1
     timed = {i: took[id(c)] for i, c in enumerate(code, 1) if id(c) in took}
     for i, cell in enumerate(code, 1):
