@@ -144,3 +144,16 @@ def test_a_rank_numbers_its_attempt_after_those_it_began_in_the_run_folder(tmp_p
     assert attempt_of(tmp_path, RankEnv(rank=1, attempt=0)) == 2
     assert attempt_of(tmp_path, RankEnv(rank=1, attempt=5)) == 5  # after SLURM requeues: later
     assert attempt_of(tmp_path, RankEnv(rank=0)) == 0  # another rank's file is not this rank's
+
+
+@pytest.mark.parametrize("world_size, runs_exit_handlers", [("1", True), ("2", False)])
+def test_a_rank_of_several_leaves_without_the_interpreters_teardown(world_size, runs_exit_handlers):
+    """procs.leave: one process exits as usual; one rank of several skips the interpreter's and
+    C++'s teardown (which raced with the other ranks') and keeps its exit code and output."""
+    code = ("import atexit, sys\nfrom workbench.procs import leave\n"
+            "atexit.register(lambda: print('teardown ran'))\nprint('last line', end='')\nleave(3)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "WORLD_SIZE": world_size})
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.startswith("last line")
+    assert ("teardown ran" in proc.stdout) == runs_exit_handlers

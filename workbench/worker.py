@@ -4,7 +4,8 @@
 
 Its code lives in workbench.train.worker (what runs inside a rank); this entry point keeps the
 command short and stable."""
-from .train.worker import _exit, _main_recorded, main  # noqa: F401
+from .procs import leave
+from .train.worker import _main_recorded, main  # noqa: F401
 
 if __name__ == "__main__":
-    _exit(_main_recorded())
+    leave(_main_recorded())

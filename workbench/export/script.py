@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import disk as wb_disk
+from .. import procs as wb_procs
 from ..config import ConfigError, RunConfig
 from ..events import STEP_NUMBER
 from ..runfolder import RESUME
@@ -151,7 +152,9 @@ def _helpers_code() -> str:
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
         _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
-                wb_trainer.full_state, wb_budget.TimeBudget)])
+                wb_trainer.full_state, wb_budget.TimeBudget),
+        "_NEVER_FREED: list = []  # what leave_group keeps alive",
+        _source(wb_rank.leave_group, wb_procs.leave)])
 
 
 CHECKPOINTING = '''import fnmatch

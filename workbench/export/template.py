@@ -109,7 +109,7 @@ def train(cfg, args):
         # every rank has read its last all-reduce before any closes its connections: a rank that
         # left first could reset a connection with data still in flight to a slower one
         dist.barrier()
-        dist.destroy_process_group()
+        leave_group(model)
 
 
 def main(argv=None):
@@ -151,5 +151,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
 '''

@@ -110,6 +110,20 @@ def join_group(cfg, env: RankEnv, device: torch.device) -> list[str]:
     return addresses
 
 
+# A rank never frees its DDP reducer, and with it the gloo process group: that teardown joins the
+# group's threads holding the GIL, while a thread still dropping a finished all-reduce (which keeps
+# the backward pass's Python context) waits for the GIL; seen as a rank that hung after its last
+# step. A rank of several then leaves with os._exit (procs.leave), so the OS reclaims them.
+_NEVER_FREED: list = []
+
+
+def leave_group(model: torch.nn.Module) -> None:
+    """Destroy the process group after the last step, keeping `model` (and the group its DDP
+    reducer holds) alive until the process leaves. Copied into exported scripts."""
+    _NEVER_FREED.append(model)
+    dist.destroy_process_group()
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The plain module under torch.compile and DDP."""
     model = getattr(model, "_orig_mod", model)

@@ -43,7 +43,7 @@ from .sharding import (ACTIVATIONS, GRADIENTS, MEMORY_PARTS, MID_STEP, PARAMETER
                        apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes,
                        policy_compute)
 from .resume import restore_state, save_state
-from .rank import RankEnv, join_group, pick_device, unwrap
+from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
 
 
@@ -254,12 +254,6 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     return out
 
 
-# A rank never frees its DDP reducer, and with it the gloo process group: that teardown joins the
-# group's threads holding the GIL, while a thread still dropping a finished all-reduce (which keeps
-# the backward pass's Python context) waits for the GIL; seen as a rank that hung after its last
-# step. Under several ranks the worker leaves with os._exit (worker._exit), so the OS reclaims them.
-_NEVER_FREED: list = []
-
 
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summary:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
@@ -298,8 +292,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
             torch.save(state, buffer)
             write_atomic(RunFolder(run_dir).weights_file, buffer.getvalue())
     if env.world_size > 1 and dist.is_initialized():
-        _NEVER_FREED.append(s.parts.model)
-        dist.destroy_process_group()
+        leave_group(s.parts.model)
     return summary
 
 

@@ -26,7 +26,7 @@ from ..config import RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
 from ..events import ATTEMPT, DONE, ERROR, EVENT, NODE, RANK, START, FileTail
-from ..procs import set_pdeathsig
+from ..procs import leave, set_pdeathsig
 from ..runfolder import RunFolder, Summary
 from .heartbeat import Heartbeat, LockedWriter
 
@@ -176,16 +176,5 @@ def _main_recorded() -> int:
     return record(main)()
 
 
-def _exit(code: int) -> None:
-    """Leave without running C++ static destructors when other ranks exist: their teardown races
-    with the other ranks' (seen here as an occasional SIGABRT after `done` was written). Every
-    record and summary is already on disk and closed by now."""
-    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
-
 if __name__ == "__main__":
-    _exit(_main_recorded())
+    leave(_main_recorded())
