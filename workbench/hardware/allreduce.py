@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from ..distributed.torchrun import loopback_env, loopback_runner, torchrun_args
 from ..measure.timer import measure
 from ..net import LOOPBACK, free_port
+from ..procs import leave
 from ..train.rank import RankEnv, process_group_store
 from .ceiling import Ceiling
 
@@ -89,4 +89,4 @@ def run_allreduce(ranks: int, device: str = "cpu", mib: int = 64, timeout_s: flo
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
