@@ -1,8 +1,6 @@
 """The worker as a real subprocess: each precision, events and summary on disk, failure and stop."""
-import json
 import re
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -150,7 +148,7 @@ def test_a_rank_numbers_its_attempt_after_those_it_began_in_the_run_folder(tmp_p
 def test_a_rank_of_several_leaves_without_the_interpreters_teardown(world_size, runs_exit_handlers):
     """procs.leave: one process exits as usual; one rank of several skips the interpreter's and
     C++'s teardown (which raced with the other ranks') and keeps its exit code and output."""
-    code = ("import atexit, sys\nfrom workbench.procs import leave\n"
+    code = ("import atexit\nfrom workbench.procs import leave\n"
             "atexit.register(lambda: print('teardown ran'))\nprint('last line', end='')\nleave(3)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "WORLD_SIZE": world_size})

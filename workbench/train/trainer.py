@@ -254,7 +254,6 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     return out
 
 
-
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summary:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
