@@ -2,15 +2,19 @@
 with 1 thread, 2 threads, 2 threads with a passive OpenMP wait, and the workbench's choice
 (workbench.machine.threads), first idle, then while two busy processes hold the cores.
 
-    python -m workbench.bench contention            # or: --rounds 6 --seconds 2 --only mlp
+    python -m workbench.bench contention            # or: --rounds 6 --seconds 2 --turns 4 --only mlp
     python -m workbench.bench contention --conditions busy --rounds 12   # narrower busy intervals
 
-Every measurement is a fresh process (OpenMP reads its wait policy once, at torch's import) that
-builds the config's model and data as a rank does, runs 5 warm-up steps, then trains for a fixed
-time and prints its samples/s. The variants alternate within each round (A B C D, then D C B A);
-the choice looks at the machine just before its process starts, as a launch does. Ratios are
-paired by round, with their 95 % interval. Goals: the choice within 10 % of the best fixed
-setting in both conditions, and at least 5x today's default (2 threads, spinning) under load.
+Each round starts a fresh process per variant (OpenMP reads its wait policy once, at torch's
+import) that builds the config's model and data as a rank does and runs 5 warm-up steps; the choice
+looks at the machine just before its process starts, as a launch does. Then the processes take
+turns, one training while the others sleep (A B C D, D C B A, ...), and each variant's rate in the
+round is its samples over its timed seconds, summed over its turns. Turns, rather than one stretch
+a process, because beside busy processes a process's speed switches between levels for seconds at
+a time (where the scheduler put its threads): spread over the round, every variant meets the same
+levels. Ratios are paired by round, with their 95 % interval. Goals: the choice within 10 % of the
+best fixed setting in both conditions, and at least 5x today's default (2 threads, spinning) under
+load.
 """
 from __future__ import annotations
 
@@ -20,10 +24,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from ..config import RunConfig
-from ..events import SAMPLES_PER_S
 from ..machine.cpu import usable_cores
 from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
 from ..measure.compare import paired_speed_ratio
@@ -36,8 +40,9 @@ MODELS = {"mlp": RunConfig.default, "transformer": default_transformer}
 GOAL_OF_BEST, GOAL_VS_DEFAULT_BUSY = 0.90, 5.0
 
 
-def child(config_json: str, seconds: float) -> None:
-    """Train the config in this process for `seconds` after warm-up; print samples/s."""
+def child(config_json: str) -> None:
+    """Build the config's model and data, warm up, say "ready"; then train for the seconds each line
+    of stdin names and answer each with the samples and seconds it timed, until stdin closes."""
     import torch
 
     from ..train.data import build_data, make_loader
@@ -60,38 +65,87 @@ def child(config_json: str, seconds: float) -> None:
 
     for _ in range(5):
         step()
-    samples, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        samples += step()
-    print(json.dumps({SAMPLES_PER_S: samples / (time.perf_counter() - t0)}))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        step()  # after a sleep the caches are cold again: not timed
+        samples, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < float(line):
+            samples += step()
+        print(json.dumps({"samples": samples, "seconds": time.perf_counter() - t0}), flush=True)
 
 
-def measure(cfg: RunConfig, variant: str, seconds: float) -> tuple[float, str]:
-    """samples/s of one fresh process, and the setting it ran (threads, wait)."""
-    env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, "WORKBENCH_THREADS")}
-    threads = 1 if variant == "1 thread" else 2
-    if variant.endswith("passive"):
-        env[WAIT_ENV] = "PASSIVE"
-    if variant == "workbench's choice":
-        choice = choose_threads(cfg, other_cores_now())
-        threads = choice.threads
-        env.update(choice.env())
-    env["BENCH_THREADS"] = str(threads)
-    out = subprocess.run([sys.executable, "-m", "workbench.bench.contention", "--child", cfg.to_json(),
-                          "--seconds", str(seconds)], env=env, capture_output=True, text=True,
-                         timeout=600, check=True)
-    setting = f"{threads}t {'passive' if env.get(WAIT_ENV) else 'spin'}"
-    return json.loads(out.stdout.strip().splitlines()[-1])[SAMPLES_PER_S], setting
+class Contender:
+    """One variant's process for one round: started warm, then trained turn by turn."""
+
+    def __init__(self, cfg: RunConfig, variant: str):
+        env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, "WORKBENCH_THREADS")}
+        threads = 1 if variant == "1 thread" else 2
+        if variant.endswith("passive"):
+            env[WAIT_ENV] = "PASSIVE"
+        if variant == "workbench's choice":
+            choice = choose_threads(cfg, other_cores_now())
+            threads = choice.threads
+            env.update(choice.env())
+        env["BENCH_THREADS"] = str(threads)
+        self.setting = f"{threads}t {'passive' if env.get(WAIT_ENV) else 'spin'}"
+        self.errors = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.bench.contention", "--child",
+                                      cfg.to_json()], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self.samples, self.seconds = 0, 0.0
+
+    def answer(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.errors.seek(0)
+            raise RuntimeError(f"a {self.setting} process ended early: {self.errors.read()[-2000:]}")
+        return line
+
+    def turn(self, seconds: float) -> None:
+        self.proc.stdin.write(f"{seconds}\n")
+        self.proc.stdin.flush()
+        timed = json.loads(self.answer())
+        self.samples += timed["samples"]
+        self.seconds += timed["seconds"]
+
+    def rate(self) -> float:
+        return self.samples / self.seconds
+
+    def stop(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()  # the child's loop ends and it exits
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.errors.close()
 
 
-def condition(name: str, models: list[str], rounds: int, seconds: float) -> dict:
+def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int) -> dict:
+    """{variant: (samples/s, setting)} of one round: every variant's `seconds` in `turns` turns."""
+    contenders: dict[str, Contender] = {}
+    try:
+        for v in order:  # they start side by side; nothing is timed until all are warm
+            contenders[v] = Contender(cfg, v)
+        for c in contenders.values():
+            c.answer()  # "ready"
+        for t in range(turns):
+            for v in (order if t % 2 == 0 else order[::-1]):
+                contenders[v].turn(seconds / turns)
+        return {v: (c.rate(), c.setting) for v, c in contenders.items()}
+    finally:
+        for c in contenders.values():
+            c.stop()
+
+
+def condition(name: str, models: list[str], rounds: int, seconds: float, turns: int) -> dict:
     rates = {(m, v): [] for m in models for v in VARIANTS}
     chosen: dict[str, set] = {m: set() for m in models}
     for r in range(rounds):
         order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
         for m in models:
-            for v in order:
-                rate, setting = measure(MODELS[m](), v, seconds)
+            for v, (rate, setting) in one_round(MODELS[m](), order, seconds, turns).items():
                 rates[(m, v)].append(rate)
                 if v == "workbench's choice":
                     chosen[m].add(setting)
@@ -128,22 +182,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.bench contention", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=scaled(6, 2))
-    p.add_argument("--seconds", type=float, default=scaled(2.0, 0.5), help="timed seconds a process")
+    p.add_argument("--seconds", type=float, default=scaled(2.0, 0.5),
+                   help="timed seconds of each variant in a round")
+    p.add_argument("--turns", type=int, default=4, help="turns those seconds are split into")
     p.add_argument("--only", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        child(args.child, args.seconds)
+        child(args.child)
         return 0
-    print(f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per process, "
-          "variants alternating; ratios are the choice's samples/s over the other's, paired by round")
+    print(f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
+          f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
+          "other's, paired by round")
     lines = []
     if "idle" in args.conditions:
-        lines += report("idle", condition("idle", args.only, args.rounds, args.seconds), args.only)
+        idle = condition("idle", args.only, args.rounds, args.seconds, args.turns)
+        lines += report("idle", idle, args.only)
     if "busy" in args.conditions:
         with OtherWork(2):
-            busy = condition("busy", args.only, args.rounds, args.seconds)
+            busy = condition("busy", args.only, args.rounds, args.seconds, args.turns)
         lines += report("busy", busy, args.only)
     print("\n".join(lines))
     return 0
