@@ -19,7 +19,7 @@ def _xs(dash, name):
 def test_feed_draws_one_trace_per_rank_and_a_total():
     dash = LiveDashboard(world_size=2)
     dash.feed(lifecycle(2) + step_records(20, rank=0) + step_records(20, rank=1, mfu=0.125))
-    assert dash.maybe_redraw(force=True)
+    assert dash.maybe_redraw(now=True)
     loss = dash.charts.figures["loss"].data
     assert [t.name for t in loss] == ["rank 0", "rank 1"]
     assert list(loss[0].x) == list(range(1, 21))
@@ -44,15 +44,15 @@ def test_redraws_are_throttled_with_a_fake_clock():
         now[0] += 0.002
     drawn = dash.redraws - base
     assert 7 <= drawn <= 9, drawn  # 4/s over 2 s
-    dash.maybe_redraw(force=True)
+    dash.maybe_redraw(now=True)
     assert list(dash.charts.figures["loss"].data[0].x)[-1] == 1000
-    assert dash.maybe_redraw(force=True) is False  # nothing new: no redraw
+    assert dash.maybe_redraw(now=True) is False  # nothing new: no redraw
 
 
 def test_a_live_runs_redraws_send_the_whole_figure_copy_now_and_then_and_at_the_end():
     """A page on a busy machine fell behind a live run: each redraw sent every trace twice (the
     update, then the copy a new view starts from). Throttled redraws now send the copy after a
-    change of names or styles and every PUBLISH_EVERY_S; a forced (final) redraw always does."""
+    change of names or styles and every PUBLISH_EVERY_S; a redraw `now` (the end) always does."""
     from workbench.ui.charts import PUBLISH_EVERY_S
 
     now = [0.0]
@@ -71,7 +71,7 @@ def test_a_live_runs_redraws_send_the_whole_figure_copy_now_and_then_and_at_the_
     assert list(loss._widget_data[0]["x"])[-1] < 80  # the copy lags; the update does not
     assert list(loss.data[0].x)[-1] == 80
     dash.feed(step_records(1, start=81))
-    dash.maybe_redraw(force=True)
+    dash.maybe_redraw(now=True)
     assert list(loss._widget_data[0]["x"])[-1] == 81  # the end is in the copy
 
 
@@ -98,7 +98,7 @@ def test_stopped_run_shows_in_titles_and_status(tmp_path):
     dash = LiveDashboard(tmp_path)
     dash.feed(step_records(7) + [{"event": "error", "rank": 0, "t": 2e3, "status": "stopped",
                                   "message": "stopped by signal SIGTERM"}])
-    dash.maybe_redraw(force=True)
+    dash.maybe_redraw(now=True)
     assert dash.charts.figures["loss"].layout.title.text == "Loss · stopped at step 7"
     assert "stopped" in dash.header.value
 
@@ -106,7 +106,7 @@ def test_stopped_run_shows_in_titles_and_status(tmp_path):
 def test_amp_health_readout():
     dash = LiveDashboard()
     dash.feed(step_records(3, grad_scale=65536.0, skipped_steps=2, nonfinite_losses=1))
-    dash.maybe_redraw(force=True)
+    dash.maybe_redraw(now=True)
     assert "AMP health: grad scale 65536, skipped steps 2, non-finite losses 1" in dash.readout.value
 
 

@@ -125,8 +125,8 @@ class LiveCharts:
                                        {**LINE, "line": black}))
         return out
 
-    def redraw(self, series: RunSeries, publish_now: bool = True) -> None:
-        """Update every figure; `publish_now=False` (a live run's throttled redraws) sends the
+    def redraw(self, series: RunSeries, now: bool = True) -> None:
+        """Update every figure; `now=False` (a live run's throttled redraws) sends the
         whole-figure copy only when names, styles or title changed or PUBLISH_EVERY_S passed."""
         for name, traces in self.traces_for(series).items():
             fig = self.figures[name]
@@ -151,7 +151,7 @@ class LiveCharts:
                 if retitle:
                     fig.layout.title.text = title
             due = self._copy_due[name].ready()  # asked each redraw: one timed copy per 5 s
-            if due or publish_now or restyle or retitle:
+            if due or now or restyle or retitle:
                 publish(fig, layout=retitle)
         self.redraws += 1
 

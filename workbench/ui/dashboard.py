@@ -74,27 +74,28 @@ class LiveDashboard:
         with self._lock:
             self.series.feed(records)
 
-    def maybe_redraw(self, force: bool = False) -> bool:
-        """Redraw if something changed and the throttle allows it (or `force`). True if drawn."""
+    def maybe_redraw(self, now: bool = False) -> bool:
+        """Redraw if something changed and the throttle allows it, or `now` (the run ended, or a
+        caller wants it drawn), which also publishes the figures at once. True if drawn."""
         with self._lock:
             if self.series.version == self._drawn_version:
                 return False
-            if not (self.throttle.ready() or force):
+            if not (self.throttle.ready() or now):
                 return False
-            self.redraw(final=force)
+            self.redraw(now=now)
             return True
 
     @property
     def redraws(self) -> int:
         return self.charts.redraws
 
-    def redraw(self, final: bool = True) -> None:
-        """Draw the series now; `final=False` (a live run's throttled redraws) lets the charts
+    def redraw(self, now: bool = True) -> None:
+        """Draw the series now; `now=False` (a live run's throttled redraws) lets the charts
         send their whole-figure copies less often (ui.charts.PUBLISH_EVERY_S)."""
         with self._lock:
             s = self.series
             self._drawn_version = s.version
-            self.charts.redraw(s, publish_now=final)
+            self.charts.redraw(s, now=now)
             self.header.value = self._header_html(s)
             self.readout.value = self._readout_html(s)
         for cb in self._listeners:
@@ -176,7 +177,7 @@ class LiveDashboard:
                 break
             self.maybe_redraw()
             self._stop.wait(self.poll_s)
-        self.maybe_redraw(force=True)
+        self.maybe_redraw(now=True)
         if series.finished:
             for cb in self._finish_listeners:
                 cb(series)
