@@ -7,7 +7,7 @@ with 1 thread, 2 threads, 2 threads with a passive OpenMP wait, and the workbenc
 
 Each round starts a fresh process per variant (OpenMP reads its wait policy once, at torch's
 import) that builds the config's model and data as a rank does and runs 5 warm-up steps; the choice
-looks at the machine just before its process starts, as a launch does. Then the processes take
+looks at the machine just before the round's processes start, as a launch does. Then the processes take
 turns, one training while the others sleep (A B C D, D C B A, ...), and each variant's rate in the
 round is its samples over its timed seconds, summed over its turns. Turns, rather than one stretch
 a process, because beside busy processes a process's speed switches between levels for seconds at
@@ -29,7 +29,7 @@ import time
 
 from ..config import RunConfig
 from ..machine.cpu import usable_cores
-from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
+from ..machine.threads import WAIT_ENV, ThreadChoice, choose_threads, other_cores_now
 from ..measure.compare import paired_speed_ratio
 from ..procs import OtherWork
 from ..profile.run import default_transformer
@@ -77,13 +77,12 @@ def child(config_json: str) -> None:
 class Contender:
     """One variant's process for one round: started warm, then trained turn by turn."""
 
-    def __init__(self, cfg: RunConfig, variant: str):
+    def __init__(self, cfg: RunConfig, variant: str, choice: ThreadChoice):
         env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, "WORKBENCH_THREADS")}
         threads = 1 if variant == "1 thread" else 2
         if variant.endswith("passive"):
             env[WAIT_ENV] = "PASSIVE"
         if variant == "workbench's choice":
-            choice = choose_threads(cfg, other_cores_now())
             threads = choice.threads
             env.update(choice.env())
         env["BENCH_THREADS"] = str(threads)
@@ -124,10 +123,14 @@ class Contender:
 
 def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int) -> dict:
     """{variant: (samples/s, setting)} of one round: every variant's `seconds` in `turns` turns."""
+    # the choice looks at the machine first, as a launch does before its ranks start: beside three
+    # starting processes of its own, 8 looks at a quiet machine read 0.10-0.25 cores "other", the
+    # busy threshold being 0.25 (the tree's CPU is read a moment after the machine's)
+    choice = choose_threads(cfg, other_cores_now())
     contenders: dict[str, Contender] = {}
     try:
         for v in order:  # they start side by side; nothing is timed until all are warm
-            contenders[v] = Contender(cfg, v)
+            contenders[v] = Contender(cfg, v, choice)
         for c in contenders.values():
             c.answer()  # "ready"
         for t in range(turns):
