@@ -8,8 +8,9 @@ programs use of this machine at launch, and said with the reason.
 The rule, from `python -m workbench.bench contention` on a 2-core machine (README, "On a busy
 machine"): threads that spin while they wait for each other (OpenMP's default) were fastest when
 the machine was quiet (passive waiting cost the default MLP 1.3-1.9x) and collapsed in some rounds
-while two busy processes held the cores, where passive waiting was the fastest fixed setting for
-both the MLP and the transformer. So the thread count is this node's usable cores shared by its
+while two busy processes held the cores. There, two passive threads were the transformer's fastest
+fixed setting; the MLP's was two passive threads in one measurement and 1 thread in others, and no
+one setting was fastest for both. So the thread count is this node's usable cores shared by its
 ranks, and the wait turns passive when other programs held a quarter of a core or more (the noise
 guard's threshold). `run.threads`, $WORKBENCH_THREADS and an OMP_WAIT_POLICY already in the
 environment are the user's choice and are kept.
