@@ -124,8 +124,8 @@ class Contender:
 def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int) -> dict:
     """{variant: (samples/s, setting)} of one round: every variant's `seconds` in `turns` turns."""
     # the choice looks at the machine first, as a launch does before its ranks start: beside three
-    # starting processes of its own, 8 looks at a quiet machine read 0.10-0.25 cores "other", the
-    # busy threshold being 0.25 (the tree's CPU is read a moment after the machine's)
+    # starting processes of its own, 8 looks at a quiet machine read 0.10-0.25 cores "other" (CPU
+    # time the meter did not find in its own tree; why is not known), the busy threshold being 0.25
     choice = choose_threads(cfg, other_cores_now())
     contenders: dict[str, Contender] = {}
     try:
