@@ -9,12 +9,12 @@ Each round starts a fresh process per variant (OpenMP reads its wait policy once
 import) that builds the config's model and data as a rank does and runs 5 warm-up steps; the
 choice looks at the machine just before the round's processes start, as a launch does. Then the
 processes take turns, one training while the others sleep (A B C D, D C B A, ...), and each
-variant's rate in the round is its samples over its timed seconds, summed over its turns. Turns, rather than one stretch
-a process, because beside busy processes a process's speed switches between levels for seconds at
-a time (where the scheduler put its threads): spread over the round, every variant meets the same
-levels. Ratios are paired by round, with their 95 % interval. Goals: the choice within 10 % of the
-best fixed setting in both conditions, and at least 5x today's default (2 threads, spinning) under
-load.
+variant's rate in the round is its samples over its timed seconds, summed over its turns. Turns,
+rather than one stretch a process, because beside busy processes a process's speed switches
+between levels for seconds at a time (where the scheduler put its threads): spread over the round,
+every variant meets the same levels. Ratios are paired by round, with their 95 % interval. Goals:
+the choice within 10 % of the best fixed setting in both conditions, and at least 5x today's
+default (2 threads, spinning) under load.
 """
 from __future__ import annotations
 
@@ -111,8 +111,7 @@ class Contender:
         return self.samples / self.seconds
 
     def stop(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()  # the child's loop ends and it exits
+        self.proc.stdin.close()  # the child's loop ends and it exits
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -192,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name, value, least in (("--rounds", args.rounds, 1), ("--turns", args.turns, 1)):
-        if value < least:
-            p.error(f"{name} must be at least {least}, got {value}")
+    for name, value in (("--rounds", args.rounds), ("--turns", args.turns)):
+        if value < 1:
+            p.error(f"{name} must be at least 1, got {value}")
     if not args.seconds > 0:
         p.error(f"--seconds must be above 0, got {args.seconds:g}")
     if args.child:
