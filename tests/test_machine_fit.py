@@ -1,6 +1,7 @@
 """The one rule of what this machine can run (workbench.machine.fit) and the thread choice
 (workbench.machine.threads), on faked machines: the launch, the stacking planner and the scaling
-study give the same sentence, and the wait turns passive only when other programs hold cores."""
+study give the same sentence, and the wait turns passive only when other programs hold cores;
+then a lone run's warm-up tries its thread counts in turn and keeps the faster."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,10 @@ import torch
 from workbench.config import ConfigError, RunConfig
 from workbench.distributed.limits import check_cores
 from workbench.machine.fit import cannot_run, max_ranks
-from workbench.machine.threads import choose_threads
+from workbench.distributed.launch import run
+from workbench.events import read_events
+from workbench.machine.threads import ThreadChoice, choose_threads
+from workbench.train.thread_trial import ThreadTrial
 from workbench.stacking.plan import plan
 
 CPU = torch.device("cpu")
@@ -43,7 +47,12 @@ def test_the_wait_turns_passive_when_others_hold_cores(fake_cores, monkeypatch, 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     c = choose_threads(RunConfig.smoke(), other)
     assert (c.threads, c.wait_policy) == (2, policy)
-    assert c.env() == ({"OMP_WAIT_POLICY": "PASSIVE"} if policy == "passive" else {})
+    # passive: the machine is busy, so the warm-up also tries 1 thread; a comparison's runs do not
+    trial = {"OMP_WAIT_POLICY": "PASSIVE", "WORKBENCH_THREAD_TRIAL": "2,1"}
+    assert c.env() == (trial if policy == "passive" else {})
+    assert c.fixed().env() == ({"OMP_WAIT_POLICY": "PASSIVE"} if policy == "passive" else {})
+    assert ("tries them and 1 thread" in c.why) == (policy == "passive")
+    assert "tries" not in c.fixed().why
     assert c.why.startswith(f"other processes held {other:.1f} of 2 cores: 2 thread(s) per rank")
 
 
@@ -58,3 +67,43 @@ def test_the_users_threads_and_wait_policy_are_kept(fake_cores, monkeypatch):
     kept = choose_threads(RunConfig.smoke(), 1.9)
     assert kept.wait_policy == "default" and "OMP_WAIT_POLICY=ACTIVE from the environment, kept" in kept.why
     assert kept.env() == {}
+    assert not one.trial and not two_ranks.trial and not kept.trial  # the user's, or ranks to agree
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    compiled = choose_threads(RunConfig.smoke().replace(**{"compile.enabled": True}), 1.9)
+    assert compiled.wait_policy == "passive" and not compiled.trial  # each count would recompile
+
+
+def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_THREAD_TRIAL", "2,1")
+    before = torch.get_num_threads()
+    try:
+        trial = ThreadTrial.from_env(5)  # 4 steps: as many for each count
+        assert trial.steps == 4
+        # 1 thread's first step is its slowest: counted, it would lose
+        for i, seconds in zip(range(1, 5), [0.001, 0.100, 0.005, 0.004]):
+            assert trial.before(i) == (2, 1)[(i - 1) % 2] == torch.get_num_threads()
+            record = trial.after(i, seconds)
+            assert (record is None) == (i < 4)
+        assert record["kept"] == trial.kept == torch.get_num_threads() == 1
+        assert record["median_step_ms"] == {"2": 5.0, "1": 4.0} and record["timed_steps_each"] == 1
+        assert record["why"] == ("the warm-up tried 2 and 1 thread(s) in turn, 1 timed steps each: "
+                                 "median 5 ms and 4 ms a step; kept 1")
+        assert trial.before(5) is None and trial.after(5, 1.0) is None  # past the trial
+    finally:
+        torch.set_num_threads(before)
+    assert ThreadTrial.from_env(3) is None  # too short to time each count after its first step
+    monkeypatch.setenv("WORKBENCH_THREAD_TRIAL", "2")
+    assert ThreadTrial.from_env(10) is None  # nothing to choose between
+
+
+@pytest.mark.timeout(300)
+def test_a_run_asked_for_a_trial_runs_its_warm_up_at_each_count_and_keeps_one(smoke, fake_cores):
+    fake_cores(2)
+    choice = ThreadChoice(2, "passive", "a test's choice", 1.9, trial=(2, 1))
+    summary = run(smoke.replace(**{"run.eval_batches": 0}), threads=choice)  # 20 steps: 4 warm-up
+    assert summary["status"] == "completed", summary
+    steps = [r for r in read_events(summary["run_dir"]) if r["event"] == "step"]
+    assert [r.get("threads") for r in steps[:5]] == [2, 1, 2, 1, None]
+    trial = summary["thread_trial"]
+    assert summary["threads"] == trial["kept"] in (1, 2) and summary["wait_policy"] == "passive"
+    assert summary["threads_why"] == f"a test's choice; {trial['why']}"

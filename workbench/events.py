@@ -46,6 +46,7 @@ GRAD_SCALE, SKIPPED_STEPS = "grad_scale", "skipped_steps"  # fp16 only: the loss
 NONFINITE_LOSSES = "nonfinite_losses"  # how many losses so far were NaN or infinite
 PROFILED = "profiled"  # flag: the step ran under the profiler (left out of the figures)
 LAST = "last"  # flag: the time budget ended the steps here; evaluating and saving next
+THREADS = "threads"  # a warm-up step's thread count while a busy machine's trial tries them
 MFU_OVER_PEAK = "mfu_over_peak"  # flag: the step went faster than the peak allows (a wrong peak)
 PID, CREATED_T, WORLD_SIZE = "pid", "created_t", "world_size"  # the start record: the process
 NODE = "node"  # the start record, in a SLURM job: the rank's node, as srun names it

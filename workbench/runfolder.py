@@ -89,7 +89,8 @@ class Summary(TypedDict, total=False):
     precision: str
     params: int
     threads: int  # torch threads per rank
-    threads_why: str  # why the launcher chose them
+    threads_why: str  # why the launcher chose them, and what the warm-up's trial kept
+    thread_trial: dict  # busy machine: each count's median warm-up step, the count kept, why
     wait_policy: str  # how OpenMP threads wait: default | passive
     output_adapter: str  # where the model's logits were found (workbench.train.contract)
     output_shape: list[int]  # the logits' shape on one batch

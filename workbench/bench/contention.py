@@ -6,8 +6,10 @@ with 1 thread, 2 threads, 2 threads with a passive OpenMP wait, and the workbenc
     python -m workbench.bench contention --conditions busy --rounds 12   # narrower busy intervals
 
 Each round starts a fresh process per variant (OpenMP reads its wait policy once, at torch's
-import) that builds the config's model and data as a rank does and runs 5 warm-up steps; the
-choice looks at the machine just before the round's processes start, as a launch does. Then the
+import), one after another, that builds the config's model and data as a rank does and runs 5
+warm-up steps; the choice looks at the machine just before the round's processes start, as a
+launch does, and where it asks for a thread trial its process first runs one over a run's warm-up
+steps, as a rank does (workbench.train.thread_trial). Then the
 processes take turns, one training while the others sleep (A B C D, D C B A, ...), and each
 variant's rate in the round is its samples over its timed seconds, summed over its turns. Turns,
 rather than one stretch a process, because beside busy processes a process's speed switches
@@ -29,7 +31,8 @@ import time
 
 from ..config import RunConfig
 from ..machine.cpu import usable_cores
-from ..machine.threads import WAIT_ENV, ThreadChoice, choose_threads, other_cores_now
+from ..machine.threads import (THREADS_ENV, TRIAL_ENV, WAIT_ENV, ThreadChoice, choose_threads,
+                               other_cores_now)
 from ..measure.compare import paired_speed_ratio
 from ..procs import OtherWork
 from ..profile.run import default_transformer
@@ -49,6 +52,8 @@ def child(config_json: str) -> None:
     from ..train.models import build_model, loss_fn
     from ..train.precision import autocast, grad_scaler
     from ..train.step import StepParts, cycle_batches, make_optimizer, train_step
+    from ..train.thread_trial import ThreadTrial
+    from ..train.trainer import warmup_steps
 
     cfg = RunConfig.from_dict(json.loads(config_json))
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
@@ -63,9 +68,15 @@ def child(config_json: str) -> None:
     def step() -> int:
         return train_step(parts, batches)[1]
 
+    trial = ThreadTrial.from_env(warmup_steps(cfg.run.steps))  # the choice on a busy machine, as a run
+    for i in range(1, trial.steps + 1 if trial else 0):
+        trial.before(i)
+        t0 = time.perf_counter()
+        step()
+        trial.after(i, time.perf_counter() - t0)
     for _ in range(5):
         step()
-    print("ready", flush=True)
+    print(f"ready {torch.get_num_threads()}", flush=True)
     for line in sys.stdin:
         step()  # after a sleep the caches are cold again: not timed
         samples, t0 = 0, time.perf_counter()
@@ -78,7 +89,7 @@ class Contender:
     """One variant's process for one round: started warm, then trained turn by turn."""
 
     def __init__(self, cfg: RunConfig, variant: str, choice: ThreadChoice):
-        env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, "WORKBENCH_THREADS")}
+        env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, TRIAL_ENV, THREADS_ENV)}
         threads = 1 if variant == "1 thread" else 2
         if variant.endswith("passive"):
             env[WAIT_ENV] = "PASSIVE"
@@ -86,7 +97,9 @@ class Contender:
             threads = choice.threads
             env.update(choice.env())
         env["BENCH_THREADS"] = str(threads)
-        self.setting = f"{threads}t {'passive' if env.get(WAIT_ENV) else 'spin'}"
+        self.wait = "passive" if env.get(WAIT_ENV) else "spin"
+        self.setting = f"{threads}t {self.wait}"
+        self.tried = f" (tried {env[TRIAL_ENV]})" if TRIAL_ENV in env else ""
         self.errors = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "workbench.bench.contention", "--child",
                                       cfg.to_json()], env=env, stdin=subprocess.PIPE,
@@ -99,6 +112,11 @@ class Contender:
             self.errors.seek(0)
             raise RuntimeError(f"a {self.setting} process ended early: {self.errors.read()[-2000:]}")
         return line
+
+    def ready(self) -> None:
+        """Waits until the process is warm; its setting is then the threads its trial kept."""
+        threads = int(self.answer().split()[1])  # "ready 1"
+        self.setting = f"{threads}t {self.wait}{self.tried}"
 
     def turn(self, seconds: float) -> None:
         self.proc.stdin.write(f"{seconds}\n")
@@ -128,10 +146,9 @@ def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int
     choice = choose_threads(cfg, other_cores_now())
     contenders: dict[str, Contender] = {}
     try:
-        for v in order:  # they start side by side; nothing is timed until all are warm
+        for v in order:  # one after another, so a trial in a warm-up meets no other one starting
             contenders[v] = Contender(cfg, v, choice)
-        for c in contenders.values():
-            c.answer()  # "ready"
+            contenders[v].ready()
         for t in range(turns):
             for v in (order if t % 2 == 0 else order[::-1]):
                 contenders[v].turn(seconds / turns)

@@ -12,20 +12,23 @@ while two busy processes held the cores. There, two passive threads were the tra
 fixed setting; the MLP's was two passive threads in one measurement and 1 thread in others, and no
 one setting was fastest for both. So the thread count is this node's usable cores shared by its
 ranks, and the wait turns passive when other programs held a quarter of a core or more (the noise
-guard's threshold). `run.threads`, $WORKBENCH_THREADS and an OMP_WAIT_POLICY already in the
-environment are the user's choice and are kept.
+guard's threshold); then a lone rank's warm-up also tries 1 thread and keeps whichever ran its
+steps faster (workbench.train.thread_trial). `run.threads`, $WORKBENCH_THREADS and an
+OMP_WAIT_POLICY already in the environment are the user's choice and are kept.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .contention import BUSY_CORES, ContentionMeter
 from . import cpu
 
 THREADS_ENV = "WORKBENCH_THREADS"  # the default of run.threads=0 for every run of a session
 WAIT_ENV = "OMP_WAIT_POLICY"  # read once by OpenMP when torch is imported: set before a rank starts
+TRIAL_ENV = "WORKBENCH_THREAD_TRIAL"  # thread counts the rank's warm-up tries in turn ("2,1")
+TRIAL_WHY = "; the warm-up tries them and 1 thread in turn and keeps the faster"
 READ_S = 0.2  # the shortest look at the machine: 40 clock ticks on 2 cores, 10 of them a quarter core
 
 
@@ -40,7 +43,12 @@ def thread_count(cfg) -> tuple[int, str]:
     if env.isdigit() and int(env) > 0:
         return int(env), f"${THREADS_ENV}"
     cores, ranks = cpu.usable_cores(), cfg.distributed.nproc
-    return max(1, cores // ranks), f"{cores} usable core(s) shared by {ranks} rank(s)"
+    return max(1, cores // ranks), auto_source(cfg)
+
+
+def auto_source(cfg) -> str:
+    """Where the thread count comes from when the workbench chose it."""
+    return f"{cpu.usable_cores()} usable core(s) shared by {cfg.distributed.nproc} rank(s)"
 
 
 def threads_for(cfg) -> int:
@@ -53,10 +61,19 @@ class ThreadChoice:
     wait_policy: str  # "passive", or "default" (OpenMP spins a while before it sleeps)
     why: str
     other_cpu_cores: float | None = None
+    trial: tuple[int, ...] = ()  # thread counts the warm-up tries, keeping the faster (train.thread_trial)
 
     def env(self) -> dict[str, str]:
         """What the ranks' environment needs (nothing when the default stands)."""
-        return {WAIT_ENV: "PASSIVE"} if self.wait_policy == "passive" else {}
+        env = {WAIT_ENV: "PASSIVE"} if self.wait_policy == "passive" else {}
+        if self.trial:
+            env[TRIAL_ENV] = ",".join(map(str, self.trial))
+        return env
+
+    def fixed(self) -> "ThreadChoice":
+        """The same choice without a trial: every run of a comparison then runs the same threads,
+        so a ratio is of the change alone."""
+        return replace(self, trial=(), why=self.why.removesuffix(TRIAL_WHY)) if self.trial else self
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,5 +104,10 @@ def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
         policy, wait = "passive", "passive wait: spinning threads collapse when others hold the cores"
     else:
         policy, wait = "default", "the default wait: spinning is fastest on a quiet machine"
-    return ThreadChoice(threads, policy, f"{held}: {threads} thread(s) per rank ({source}), {wait}",
-                        round(other, 3))
+    why = f"{held}: {threads} thread(s) per rank ({source}), {wait}"
+    # which count runs faster under load depends on the model: a lone rank times both in its warm-up
+    # (a compiled step would recompile for each count; ranks of one run would have to agree)
+    trial = (policy == "passive" and not os.environ.get(WAIT_ENV) and source == auto_source(cfg)
+             and cfg.distributed.nproc * cfg.distributed.nnodes == 1 and not cfg.compile.enabled)
+    return ThreadChoice(threads, policy, why + (TRIAL_WHY if trial else ""), round(other, 3),
+                        (threads, 1) if trial else ())

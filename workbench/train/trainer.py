@@ -26,7 +26,8 @@ from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
 from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
                       NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
-                      SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, EventWriter)
+                      SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, THREADS, WORLD_SIZE,
+                      EventWriter)
 from ..runfolder import RunFolder, Summary
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
@@ -45,6 +46,7 @@ from .sharding import (ACTIVATIONS, GRADIENTS, MEMORY_PARTS, MID_STEP, PARAMETER
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
+from .thread_trial import ThreadTrial
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Steps:
     resumed_from: int = 0  # the step a restarted attempt continued after (run.save_every)
     held: dict = field(default_factory=dict)  # bytes held mid-step: gradients, activations
     measured: int | None = None  # the step (from 1 in this attempt) that measured them: untimed
+    thread_trial: dict | None = None  # the warm-up's thread counts and the one kept (busy machine)
 
     @property
     def done(self) -> int:
@@ -201,6 +204,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
     sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
     save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
+    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 else None
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if step == warmup + 1:
             if meter is not None:
@@ -212,6 +216,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
             step_fn = partial(train_step, phase=measuring(s.parts.model, out.held))
             out.measured = len(out.times) + 1
         phase.name = f"step {step}"
+        tried = trial.before(step - resumed_from) if trial else None
         t0 = time.perf_counter()
         scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
         loss_v, samples, wait = step_fn(s.parts, s.batches)
@@ -219,6 +224,9 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         rec = {STEP_NUMBER: step, LOSS: loss_v, STEP_TIME_MS: round(dt * 1e3, 4),
                DATA_WAIT_MS: round(wait * 1e3, 4), SAMPLES_PER_S: round(samples / dt, 2),
                **s.mfu.step(dt)}
+        if tried is not None:
+            rec[THREADS] = tried
+            out.thread_trial = trial.after(step - resumed_from, dt) or out.thread_trial
         if profiler and profiler.profiled(step):
             rec[PROFILED] = True
             out.profiled.add(step)
@@ -264,6 +272,10 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
                "wall_s": round(time.time() - s.t_launch, 3), NONFINITE_LOSSES: st.nonfinite,
                "threads": torch.get_num_threads(), "wait_policy": wait_policy(), **s.contract}
     summary.update(threads_why(run_dir))
+    if st.thread_trial is not None:
+        summary["thread_trial"] = st.thread_trial
+        summary["threads_why"] = "; ".join(filter(None, (summary.get("threads_why"),
+                                                          st.thread_trial["why"])))
     if st.first_nonfinite is not None:
         summary["first_nonfinite_step"] = st.first_nonfinite
     if st.resumed_from:

@@ -33,7 +33,8 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
     out: dict[str, list[dict]] = {label: [] for label in labels}
     failed: set[str] = set()
     for r in range(rounds):
-        other = other_cores_now()  # one look a round: its runs share what it saw
+        other = other_cores_now()  # one look a round: its runs share what it saw, and no thread
+        # trial (ThreadChoice.fixed): the sides of a comparison run the same threads
         for label in (labels if r % 2 == 0 else labels[::-1]):
             if stop is not None and stop():
                 return out
@@ -42,7 +43,7 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
             cfg = configs[label]
             cfg = speed_config(cfg, f"{label}-r{r}") if speed_only else cfg.replace(
                 **{"run.label": f"{label}-r{r}"[:60]})
-            summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other))
+            summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other).fixed())
             if summary.get("status") != "completed":
                 if not keep_going:
                     raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "

@@ -74,7 +74,7 @@ class RealMeasure:
         cfg = self.config(settings).replace(**{"run.label": label})
         t0 = time.monotonic()
         try:
-            summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other))
+            summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other).fixed())
         except ConfigError as e:  # refused at launch: the machine changed since the refusal check
             summary = {"status": "refused", "message": str(e)}
         self.wall[_key(settings)] = time.monotonic() - t0

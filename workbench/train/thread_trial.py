@@ -1,0 +1,66 @@
+"""A busy machine's warm-up tries its thread counts in turn and keeps the faster one.
+
+Under load no one thread count was fastest for every model (README, "On a busy machine": the
+default MLP ran faster on 1 thread, the default transformer on 2 passive threads), so a look at the
+machine cannot choose between them; a rank measuring its own steps can. The launch asks for a
+trial (workbench.machine.threads: $WORKBENCH_THREAD_TRIAL) when it found other programs holding
+cores and chose the threads itself. The warm-up's steps, which no figure counts, then run in turn
+at each count (the launch's first), and the rest of the run keeps the count whose median step was
+shorter. Each count's first step is left out of its median: it pays for that count's thread pool.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+
+import torch
+
+from ..machine.threads import TRIAL_ENV
+
+
+class ThreadTrial:
+    def __init__(self, candidates: tuple[int, ...], steps: int):
+        self.candidates, self.steps = candidates, steps
+        self.times: dict[int, list[float]] = {n: [] for n in candidates}
+        self.kept: int | None = None
+
+    @classmethod
+    def from_env(cls, warmup: int) -> "ThreadTrial | None":
+        """The trial the launch asked for, over the warm-up's first steps (as many for each count);
+        None when it asked for none, or when the warm-up is too short to time every count on a
+        step after its first."""
+        raw = os.environ.get(TRIAL_ENV, "")
+        candidates = tuple(dict.fromkeys(int(n) for n in raw.split(",") if n.isdigit() and int(n)))
+        if len(candidates) < 2 or warmup < 2 * len(candidates):
+            return None
+        return cls(candidates, warmup - warmup % len(candidates))  # as many steps for each count
+
+    def _count(self, i: int) -> int | None:
+        return self.candidates[(i - 1) % len(self.candidates)] if i <= self.steps else None
+
+    def before(self, i: int) -> int | None:
+        """Sets the threads of the trial's i-th step (from 1) and returns them; None past the trial."""
+        n = self._count(i)
+        if n is not None:
+            torch.set_num_threads(n)
+        return n
+
+    def after(self, i: int, seconds: float) -> dict | None:
+        """Records the i-th step's time. After the last one, keeps the faster count and returns the
+        trial's record for the summary; None before that."""
+        n = self._count(i)
+        if n is None:
+            return None
+        self.times[n].append(seconds)
+        if i < self.steps:
+            return None
+        medians = {n: statistics.median(t[1:]) for n, t in self.times.items()}
+        self.kept = min(medians, key=medians.get)
+        torch.set_num_threads(self.kept)
+        timed = self.steps // len(self.candidates) - 1
+        counts = " and ".join(str(n) for n in self.candidates)
+        ms = " and ".join(f"{medians[n] * 1e3:.3g} ms" for n in self.candidates)
+        return {"median_step_ms": {str(n): round(m * 1e3, 4) for n, m in medians.items()},
+                "timed_steps_each": timed, "kept": self.kept,
+                "why": f"the warm-up tried {counts} thread(s) in turn, {timed} timed steps each: "
+                       f"median {ms} a step; kept {self.kept}"}
