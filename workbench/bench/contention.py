@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 from ..config import RunConfig
 from ..machine.cpu import usable_cores
@@ -160,14 +161,14 @@ def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int
 
 def condition(name: str, models: list[str], rounds: int, seconds: float, turns: int) -> dict:
     rates = {(m, v): [] for m in models for v in VARIANTS}
-    chosen: dict[str, set] = {m: set() for m in models}
+    chosen: dict[str, Counter] = {m: Counter() for m in models}
     for r in range(rounds):
         order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
         for m in models:
             for v, (rate, setting) in one_round(MODELS[m](), order, seconds, turns).items():
                 rates[(m, v)].append(rate)
                 if v == "workbench's choice":
-                    chosen[m].add(setting)
+                    chosen[m][setting] += 1
         print(f"  {name}: round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     return {"rates": rates, "chosen": chosen}
 
@@ -179,7 +180,8 @@ def report(name: str, result: dict, models: list[str]) -> list[str]:
         r = result["rates"]
         fixed = {v: statistics.median(r[(m, v)]) for v in VARIANTS[:3]}
         best = max(fixed, key=fixed.get)
-        lines.append(f"  {m} (choice ran {', '.join(sorted(result['chosen'][m]))}):")
+        ran = ", ".join(f"{s} in {n} round(s)" for s, n in sorted(result["chosen"][m].items()))
+        lines.append(f"  {m} (choice ran {ran}):")
         for v in VARIANTS:
             vs = paired_speed_ratio(r[(m, v)], r[(m, "workbench's choice")])
             lines.append(f"    {v:<20} {statistics.median(r[(m, v)]):>10,.0f} samples/s   "
