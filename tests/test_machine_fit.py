@@ -77,21 +77,35 @@ def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monke
     monkeypatch.setenv("WORKBENCH_THREAD_TRIAL", "2,1")
     before = torch.get_num_threads()
     try:
-        trial = ThreadTrial.from_env(5)  # 4 steps: as many for each count
-        assert trial.steps == 4
+        trial = ThreadTrial.from_env(9)  # 8 steps: as many for each count, 3 timed
+        assert trial.steps == 8
         # 1 thread's first step is its slowest: counted, it would lose
-        for i, seconds in zip(range(1, 5), [0.001, 0.100, 0.005, 0.004]):
+        times = [0.001, 0.100, 0.005, 0.004, 0.006, 0.003, 0.005, 0.004]
+        for i, seconds in enumerate(times, 1):
             assert trial.before(i) == (2, 1)[(i - 1) % 2] == torch.get_num_threads()
             record = trial.after(i, seconds)
-            assert (record is None) == (i < 4)
+            assert (record is None) == (i < 8)
         assert record["kept"] == trial.kept == torch.get_num_threads() == 1
-        assert record["median_step_ms"] == {"2": 5.0, "1": 4.0} and record["timed_steps_each"] == 1
-        assert record["why"] == ("the warm-up tried 2 and 1 thread(s) in turn, 1 timed steps each: "
+        assert record["median_step_ms"] == {"2": 5.0, "1": 4.0} and record["timed_steps_each"] == 3
+        assert record["why"] == ("the warm-up tried 2 and 1 thread(s) in turn, 3 timed steps each: "
                                  "median 5 ms and 4 ms a step; kept 1")
-        assert trial.before(5) is None and trial.after(5, 1.0) is None  # past the trial
+        assert trial.before(9) is None and trial.after(9, 1.0) is None  # past the trial
+        assert trial.unfinished(9) is None  # it chose
+        short = ThreadTrial.from_env(7)  # 3 steps each: 2 timed, too few to choose on
+        assert short.steps == 0 and short.before(1) is None
+        assert short.unfinished(7) == {"kept": 2, "why": "the warm-up's 7 step(s) were too short to "
+                                       "time each of 2 and 1 thread(s) on 3 steps after its first: "
+                                       "no trial; kept 2"}
+        assert torch.get_num_threads() == 2
+        ended = ThreadTrial.from_env(8)
+        ended.before(1)
+        ended.after(1, 0.01)
+        ended.before(2)  # a time budget ends the run on this step, at 1 thread
+        assert ended.unfinished(8)["why"] == ("the run ended inside the warm-up's thread trial, "
+                                              "before it chose; kept 2")
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    assert ThreadTrial.from_env(3) is None  # too short to time each count after its first step
     monkeypatch.setenv("WORKBENCH_THREAD_TRIAL", "2")
     assert ThreadTrial.from_env(10) is None  # nothing to choose between
 
@@ -100,10 +114,10 @@ def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monke
 def test_a_run_asked_for_a_trial_runs_its_warm_up_at_each_count_and_keeps_one(smoke, fake_cores):
     fake_cores(2)
     choice = ThreadChoice(2, "passive", "a test's choice", 1.9, trial=(2, 1))
-    summary = run(smoke.replace(**{"run.eval_batches": 0}), threads=choice)  # 20 steps: 4 warm-up
+    summary = run(smoke.replace(**{"run.eval_batches": 0, "run.steps": 40}), threads=choice)
     assert summary["status"] == "completed", summary
     steps = [r for r in read_events(summary["run_dir"]) if r["event"] == "step"]
-    assert [r.get("threads") for r in steps[:5]] == [2, 1, 2, 1, None]
+    assert [r.get("threads") for r in steps[:9]] == [2, 1] * 4 + [None]  # the 8 warm-up steps
     trial = summary["thread_trial"]
     assert summary["threads"] == trial["kept"] in (1, 2) and summary["wait_policy"] == "passive"
     assert summary["threads_why"] == f"a test's choice; {trial['why']}"

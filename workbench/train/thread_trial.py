@@ -7,6 +7,7 @@ trial (workbench.machine.threads: $WORKBENCH_THREAD_TRIAL) when it found other p
 cores and chose the threads itself. The warm-up's steps, which no figure counts, then run in turn
 at each count (the launch's first), and the rest of the run keeps the count whose median step was
 shorter. Each count's first step is left out of its median: it pays for that count's thread pool.
+A warm-up too short to time each count on MIN_TIMED steps runs no trial and keeps the launch's count.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import torch
 
 from ..machine.threads import TRIAL_ENV
 
+MIN_TIMED = 3  # timed steps of each count at least: one step alone is a coin toss on a busy machine
+
 
 class ThreadTrial:
     def __init__(self, candidates: tuple[int, ...], steps: int):
@@ -26,14 +29,14 @@ class ThreadTrial:
 
     @classmethod
     def from_env(cls, warmup: int) -> "ThreadTrial | None":
-        """The trial the launch asked for, over the warm-up's first steps (as many for each count);
-        None when it asked for none, or when the warm-up is too short to time every count on a
-        step after its first."""
+        """The trial the launch asked for, over the warm-up's first steps (as many for each count),
+        or None when it asked for none. A warm-up too short for it gives a trial of no steps."""
         raw = os.environ.get(TRIAL_ENV, "")
         candidates = tuple(dict.fromkeys(int(n) for n in raw.split(",") if n.isdigit() and int(n)))
-        if len(candidates) < 2 or warmup < 2 * len(candidates):
+        if len(candidates) < 2:
             return None
-        return cls(candidates, warmup - warmup % len(candidates))  # as many steps for each count
+        each = warmup // len(candidates)  # the first of them is not timed
+        return cls(candidates, each * len(candidates) if each > MIN_TIMED else 0)
 
     def _count(self, i: int) -> int | None:
         return self.candidates[(i - 1) % len(self.candidates)] if i <= self.steps else None
@@ -64,3 +67,16 @@ class ThreadTrial:
                 "timed_steps_each": timed, "kept": self.kept,
                 "why": f"the warm-up tried {counts} thread(s) in turn, {timed} timed steps each: "
                        f"median {ms} a step; kept {self.kept}"}
+
+    def unfinished(self, warmup: int) -> dict | None:
+        """The record of a trial that chose nothing, None if it chose: the warm-up was too short for
+        it, or the run ended inside it. The launch's count stays."""
+        if self.kept is not None:
+            return None
+        first = self.candidates[0]
+        torch.set_num_threads(first)
+        counts = " and ".join(str(n) for n in self.candidates)
+        why = (f"the warm-up's {warmup} step(s) were too short to time each of {counts} thread(s) "
+               f"on {MIN_TIMED} steps after its first: no trial" if not self.steps
+               else "the run ended inside the warm-up's thread trial, before it chose")
+        return {"kept": first, "why": f"{why}; kept {first}"}
