@@ -90,10 +90,10 @@ def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monke
         assert record["why"] == ("the warm-up tried 2 and 1 thread(s) in turn, 3 timed steps each: "
                                  "median 5 ms and 4 ms a step; kept 1")
         assert trial.before(9) is None and trial.after(9, 1.0) is None  # past the trial
-        assert trial.unfinished(9) is None  # it chose
+        assert trial.unfinished() is None  # it chose
         short = ThreadTrial.from_env(7)  # 3 steps each: 2 timed, too few to choose on
         assert short.steps == 0 and short.before(1) is None
-        assert short.unfinished(7) == {"kept": 2, "why": "the warm-up's 7 step(s) were too short to "
+        assert short.unfinished() == {"kept": 2, "why": "the warm-up's 7 step(s) were too short to "
                                        "time each of 2 and 1 thread(s) on 3 steps after its first: "
                                        "no trial; kept 2"}
         assert torch.get_num_threads() == 2
@@ -101,7 +101,7 @@ def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monke
         ended.before(1)
         ended.after(1, 0.01)
         ended.before(2)  # a time budget ends the run on this step, at 1 thread
-        assert ended.unfinished(8)["why"] == ("the run ended inside the warm-up's thread trial, "
+        assert ended.unfinished()["why"] == ("the run ended inside the warm-up's thread trial, "
                                               "before it chose; kept 2")
         assert torch.get_num_threads() == 2
     finally:

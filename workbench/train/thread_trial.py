@@ -22,8 +22,9 @@ MIN_TIMED = 3  # timed steps of each count at least: one step alone is a coin to
 
 
 class ThreadTrial:
-    def __init__(self, candidates: tuple[int, ...], steps: int):
-        self.candidates, self.steps = candidates, steps
+    def __init__(self, candidates: tuple[int, ...], steps: int, warmup: int):
+        self.candidates, self.steps, self.warmup = candidates, steps, warmup
+        self.counts = " and ".join(str(n) for n in candidates)  # "2 and 1", as the records say them
         self.times: dict[int, list[float]] = {n: [] for n in candidates}
         self.kept: int | None = None
 
@@ -36,7 +37,7 @@ class ThreadTrial:
         if len(candidates) < 2:
             return None
         each = warmup // len(candidates)  # the first of them is not timed
-        return cls(candidates, each * len(candidates) if each > MIN_TIMED else 0)
+        return cls(candidates, each * len(candidates) if each > MIN_TIMED else 0, warmup)
 
     def _count(self, i: int) -> int | None:
         return self.candidates[(i - 1) % len(self.candidates)] if i <= self.steps else None
@@ -61,22 +62,20 @@ class ThreadTrial:
         self.kept = min(medians, key=medians.get)
         torch.set_num_threads(self.kept)
         timed = self.steps // len(self.candidates) - 1
-        counts = " and ".join(str(n) for n in self.candidates)
         ms = " and ".join(f"{medians[n] * 1e3:.3g} ms" for n in self.candidates)
         return {"median_step_ms": {str(n): round(m * 1e3, 4) for n, m in medians.items()},
                 "timed_steps_each": timed, "kept": self.kept,
-                "why": f"the warm-up tried {counts} thread(s) in turn, {timed} timed steps each: "
+                "why": f"the warm-up tried {self.counts} thread(s) in turn, {timed} timed steps each: "
                        f"median {ms} a step; kept {self.kept}"}
 
-    def unfinished(self, warmup: int) -> dict | None:
+    def unfinished(self) -> dict | None:
         """The record of a trial that chose nothing, None if it chose: the warm-up was too short for
         it, or the run ended inside it. The launch's count stays."""
         if self.kept is not None:
             return None
         first = self.candidates[0]
         torch.set_num_threads(first)
-        counts = " and ".join(str(n) for n in self.candidates)
-        why = (f"the warm-up's {warmup} step(s) were too short to time each of {counts} thread(s) "
-               f"on {MIN_TIMED} steps after its first: no trial" if not self.steps
+        why = (f"the warm-up's {self.warmup} step(s) were too short to time each of {self.counts} "
+               f"thread(s) on {MIN_TIMED} steps after its first: no trial" if not self.steps
                else "the run ended inside the warm-up's thread trial, before it chose")
         return {"kept": first, "why": f"{why}; kept {first}"}

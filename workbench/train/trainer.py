@@ -257,8 +257,8 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         out.losses.append(loss_v)
         if last:
             break
-    if trial is not None and out.thread_trial is None:
-        out.thread_trial = trial.unfinished(warmup - resumed_from)
+    if trial is not None:
+        out.thread_trial = trial.unfinished() or out.thread_trial
     if meter is not None:
         out.contention = meter.read()
     return out
