@@ -56,6 +56,23 @@ def test_the_wait_turns_passive_when_others_hold_cores(fake_cores, monkeypatch, 
     assert c.why.startswith(f"other processes held {other:.1f} of 2 cores: 2 thread(s) per rank")
 
 
+def test_the_busy_processes_are_other_users_programs():
+    """OtherWork's spinners stand for other users' programs: outside this process's tree (so the
+    meter counts them as other work) and each in a session of its own (so the scheduler shares the
+    cores between them and this session as between users, not thread by thread)."""
+    import os
+
+    import psutil
+
+    from workbench.procs import OtherWork
+
+    with OtherWork(2) as hogs:
+        ours = {p.pid for p in psutil.Process().children(recursive=True)}
+        assert [os.getsid(p.pid) for p in hogs.procs] == [p.pid for p in hogs.procs]
+        assert os.getsid(0) not in {p.pid for p in hogs.procs} and not ours & {p.pid for p in hogs.procs}
+        assert all(p.cmdline()[1:] == ["-c", "while True: pass"] for p in hogs.procs)
+
+
 def test_the_users_threads_and_wait_policy_are_kept(fake_cores, monkeypatch):
     fake_cores(2)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

@@ -66,9 +66,13 @@ def same_process(pid: int, created: float | None, tolerance_s: float = 1.0) -> b
 
 
 class OtherWork:
-    """`n` processes that each spin on a core, started outside this process's tree, as other users'
-    programs are, so the noise guard and the thread choice count them as other work (children of
-    this process would count as its own). For benchmarks and tests of a busy machine:
+    """`n` processes that each spin on a core, started outside this process's tree and each in a
+    session of its own, as other users' programs are: outside the tree, so the noise guard and the
+    thread choice count them as other work (children of this process would count as its own); a
+    session each, because the kernel's scheduler shares the cores between sessions before it shares
+    them between threads (autogroup), and spinners in this process's session would compete with
+    its threads one by one, as no other user's program does. For benchmarks and tests of a busy
+    machine:
 
         with OtherWork(2):
             ...   # both cores held by other programs
@@ -82,7 +86,8 @@ class OtherWork:
 
         import psutil
 
-        spin = f'"{sys.executable}" -c "while True: pass" </dev/null >/dev/null 2>&1 & echo $!'
+        # setsid execs in place here: a job of a shell without job control leads no process group
+        spin = f'setsid "{sys.executable}" -c "while True: pass" </dev/null >/dev/null 2>&1 & echo $!'
         out = subprocess.run(["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True,
                              check=True)  # sh exits at once: its children go to init, not to us
         self.procs = [psutil.Process(int(pid)) for pid in out.stdout.split()]
