@@ -2,7 +2,7 @@
 with 1 thread, 2 threads, 2 threads with a passive OpenMP wait, and the workbench's choice
 (workbench.machine.threads), first idle, then while two busy processes hold the cores.
 
-    python -m workbench.bench contention            # or: --rounds 6 --seconds 2 --turns 4 --only mlp
+    python -m workbench.bench contention            # or: --rounds 6 --seconds 8 --turns 2 --only mlp
     python -m workbench.bench contention --conditions busy --rounds 12   # narrower busy intervals
 
 Each round starts a fresh process per variant (OpenMP reads its wait policy once, at torch's
@@ -14,7 +14,11 @@ processes take turns, one training while the others sleep (A B C D, D C B A, ...
 variant's rate in the round is its samples over its timed seconds, summed over its turns. Turns,
 rather than one stretch a process, because beside busy processes a process's speed switches
 between levels for seconds at a time (where the scheduler put its threads): spread over the round,
-every variant meets the same levels. Ratios are paired by round, with their 95 % interval. Goals:
+every variant meets the same levels. Turns of 4 s, not shorter: beside busy processes, a process
+that slept while the others took their turns ran its threads faster than a run training without
+pause does (presumably the scheduler's credit for the cores its session left idle; two passive threads beside busy processes in
+sessions of their own ran the MLP at 14-15k samples/s in 0.5 s turns, 7k in 4 s turns, and 5-6k in
+two of three real 10 s runs). Ratios are paired by round, with their 95 % interval. Goals:
 the choice within 10 % of the best fixed setting in both conditions, and at least 5x today's
 default (2 threads, spinning) under load.
 """
@@ -203,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.bench contention", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=scaled(6, 2))
-    p.add_argument("--seconds", type=float, default=scaled(2.0, 0.5),
+    p.add_argument("--seconds", type=float, default=scaled(8.0, 1.0),
                    help="timed seconds of each variant in a round")
-    p.add_argument("--turns", type=int, default=4, help="turns those seconds are split into")
+    p.add_argument("--turns", type=int, default=2, help="turns those seconds are split into")
     p.add_argument("--only", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
     p.add_argument("--child", help=argparse.SUPPRESS)
