@@ -7,6 +7,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -91,7 +92,24 @@ class OtherWork:
         out = subprocess.run(["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True,
                              check=True)  # sh exits at once: its children go to init, not to us
         self.procs = [psutil.Process(int(pid)) for pid in out.stdout.split()]
+        # sh echoes a pid before setsid has made its session and turned into the spinner: wait for
+        # both, so what runs next meets the busy machine it asked for
+        deadline = time.monotonic() + 30
+        while not all(self._spinning(p) for p in self.procs):
+            if time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("the busy processes did not start within 30 s")
+            time.sleep(0.01)
         return self
+
+    @staticmethod
+    def _spinning(p) -> bool:
+        import psutil
+
+        try:
+            return os.getsid(p.pid) == p.pid and p.cmdline()[:1] == [sys.executable]
+        except (psutil.Error, OSError):
+            return False
 
     def alive(self) -> bool:
         return all(p.is_running() and p.status() != "zombie" for p in self.procs)
