@@ -16,11 +16,11 @@ rather than one stretch a process, because beside busy processes a process's spe
 between levels for seconds at a time (where the scheduler put its threads): spread over the round,
 every variant meets the same levels. Turns of 4 s, not shorter: beside busy processes, a process
 that slept while the others took their turns ran its threads faster than a run training without
-pause does (presumably the scheduler's credit for the cores its session left idle; two passive threads beside busy processes in
-sessions of their own ran the MLP at 14-15k samples/s in 0.5 s turns, 7k in 4 s turns, and 5-6k in
-two of three real 10 s runs). Ratios are paired by round, with their 95 % interval. Goals:
-the choice within 10 % of the best fixed setting in both conditions, and at least 5x today's
-default (2 threads, spinning) under load.
+pause does (presumably the scheduler's credit for the cores its session left idle; two passive
+threads beside busy processes in sessions of their own ran the MLP at 14-15k samples/s in 0.5 s
+turns, 7k in 4 s turns, and 5-6k in two of three real 10 s runs). Ratios are paired by round, with
+their 95 % interval. Goals: the choice within 10 % of the best fixed setting in both conditions,
+and at least 5x today's default (2 threads, spinning) under load.
 """
 from __future__ import annotations
 
