@@ -1,0 +1,177 @@
+"""A warm process that hosts training variants for the trial engine (workbench.trials): each variant
+is built once, as a run's setup builds it (the same seed, so the same initial weights and the same
+data order), and then runs slices of its steps on request. One process, or a torchrun group whose
+rank 0 takes the requests and hands each to the other ranks.
+
+    python -m workbench.train.host --address SOCKET --folder TRIAL_DIR    # started by trials.hosts
+
+Requests are dicts over a Unix socket that only this machine's owner can open: build a variant,
+run a slice of it, report its memory per rank, drop it, close. A slice reports its samples, its wall
+time, the CPU time of this process tree and the cores other programs held meanwhile, and its losses.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import socket
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ..procs import leave, set_pdeathsig
+
+PACE_STEPS = 2  # steps run when a variant is built: its first pays for lazy init, the next sets the pace
+
+
+class Variant:
+    """One variant built in this process: what its steps run on, and its pace."""
+
+    def __init__(self, label: str, cfg, folder: Path, env):
+        from ..events import EventWriter
+        from ..machine.threads import threads_for
+        from ..runfolder import RunFolder
+        from .trainer import Phase, measuring, setup
+
+        self.label, self.cfg, self.env = label, cfg, env
+        self.dir = folder / label
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if env.rank == 0:
+            cfg.save(RunFolder(self.dir).config_file)
+        self.events = EventWriter(self.dir, env.rank)
+        self.phase = Phase()
+        self.threads = threads_for(cfg)
+        self.s = setup(cfg, self.events, env, self.phase)
+        self.held: dict = {}
+        self.step_s = None
+        self.losses_at_build = []
+        for i in range(PACE_STEPS):  # the first measures what a step holds (untimed), as a run does
+            t0 = time.perf_counter()
+            self.losses_at_build.append(self._step(measuring(self.s.parts.model, self.held) if i == 0
+                                                   else None))
+            self.step_s = time.perf_counter() - t0
+
+    def _step(self, phase=None) -> float:
+        from .step import train_step
+
+        loss, samples, _ = train_step(self.s.parts, self.s.batches, *([phase] if phase else []))
+        self.samples_per_step = samples * self.env.world_size
+        return loss
+
+    def run(self, steps: int) -> dict:
+        """`steps` steps, timed as one stretch, with what the machine did meanwhile."""
+        import torch
+
+        from ..machine.contention import system_cpu, tree_cpu
+        from ..measure.timer import device_sync
+
+        torch.set_num_threads(self.threads)
+        root = os.getpid() if self.env.world_size == 1 else os.getppid()  # the ranks' agent
+        sys0, own0 = system_cpu(), tree_cpu(root)
+        t0 = time.perf_counter()
+        losses = [self._step() for _ in range(steps)]
+        device_sync(self.s.parts.device)
+        wall = time.perf_counter() - t0
+        sys1, own1 = system_cpu(), tree_cpu(root)
+        own = own1 - own0
+        other = max(0.0, (sys1[0] - sys0[0] - own) / wall) if sys1[2] > sys0[2] else None
+        self.step_s = wall / steps
+        return {"work": float(self.samples_per_step * steps), "wall_s": wall, "cpu_s": own,
+                "other_cores": None if other is None else round(other, 3), "steps": steps,
+                "losses": losses, "threads": self.threads}
+
+    def memory(self) -> dict:
+        from .trainer import memory_per_rank
+
+        return memory_per_rank(self.cfg, self.s, self.env, self.held)
+
+    def close(self) -> None:
+        self.events.close()
+
+
+def _connect(address: str) -> Connection:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(address)
+    return Connection(sock.detach())
+
+
+def serve(conn: Connection | None, folder: Path) -> None:
+    """Answer requests until `close` or the end of the connection (rank 0 reads them; under several
+    ranks every request is handed to all, so collectives in a step or a report line up)."""
+    import torch.distributed as dist
+
+    from ..config import RunConfig
+    from .rank import RankEnv
+
+    env = RankEnv.from_environ()
+    variants: dict[str, Variant] = {}
+    while True:
+        msg = None
+        if conn is not None:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = {"op": "close"}
+            if msg.get("op") == "slice":  # rank 0 turns seconds into steps: every rank runs as many
+                v = variants.get(msg["label"])
+                pace = v.step_s if v is not None and v.step_s else msg["seconds"]
+                msg["steps"] = max(1, round(msg["seconds"] / pace))
+        if env.world_size > 1 and dist.is_initialized():
+            box = [msg]
+            dist.broadcast_object_list(box, src=0)
+            msg = box[0]
+        op = msg["op"]
+        if op == "close":
+            break
+        try:
+            if op == "build":
+                cfg = RunConfig.from_dict(msg["config"])
+                variants[msg["label"]] = v = Variant(msg["label"], cfg, folder, env)
+                reply = {"step_s": v.step_s, "threads": v.threads, "losses": v.losses_at_build,
+                         "run_dir": str(v.dir)}
+            elif op == "slice":
+                reply = variants[msg["label"]].run(msg["steps"])
+            elif op == "memory":
+                reply = {"memory": variants[msg["label"]].memory()}
+            elif op == "drop":
+                v = variants.pop(msg["label"], None)
+                if v is not None:
+                    v.close()
+                gc.collect()
+                reply = {}
+            else:
+                reply = {"error": f"unknown request {op!r}", "type": "ValueError"}
+        except Exception as e:  # noqa: BLE001 - the parent names the variant and the error
+            reply = {"error": str(e) or type(e).__name__, "type": type(e).__name__,
+                     "traceback": traceback.format_exc()}
+        if conn is not None:
+            conn.send(reply)
+    for v in variants.values():
+        v.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.train.host", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--address", required=True, help="the Unix socket rank 0 connects to")
+    p.add_argument("--folder", required=True, help="where each variant's config and events go")
+    p.add_argument("--config", help="under several ranks: a config whose process group they join")
+    args = p.parse_args(argv)
+    set_pdeathsig()  # the trial's owner (or torchrun) gone: this host goes too
+    rank = int(os.environ.get("RANK", 0))
+    if args.config:  # the group first, so every request can be handed to every rank
+        from ..config import RunConfig
+        from .rank import RankEnv, join_group, pick_device
+
+        cfg = RunConfig.load(args.config)
+        env = RankEnv.from_environ()
+        join_group(cfg, env, pick_device(cfg, env))
+    conn = _connect(args.address) if rank == 0 else None
+    serve(conn, Path(args.folder))
+    return 0
+
+
+if __name__ == "__main__":
+    leave(main())
