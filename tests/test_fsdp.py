@@ -169,7 +169,7 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     ddp = RunConfig.smoke().replace(**{"model.width": 256, "distributed.nproc": 2,
                                        "run.oversubscribe": True, "run.eval_batches": 0,
                                        "run.save_weights": False})
-    result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2, steps=4,
+    result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2,
                      labels=("ddp", "fsdp"))
     assert result.ratio.rounds == 2 and len(result.samples_per_s["fsdp"]) == 2
     memory = result.memory_per_rank

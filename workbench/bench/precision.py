@@ -1,8 +1,8 @@
-"""What bf16 and fp16 buy over fp32 on this machine, for training: each an A/B test of real runs
-in alternating rounds (workbench.trials.ab), the median speed ratio with its interval and the
+"""What bf16 and fp16 buy over fp32 on this machine, for training: each an A/B test in alternating
+slices of one warm process (workbench.trials.ab), the median speed ratio with its interval and the
 verdict, beside the matmul lesson of the same machine (workbench.hardware.lessons).
 
-    python -m workbench.bench precision [--rounds 6] [--steps 40]     # or: make bench
+    python -m workbench.bench precision [--rounds 8]     # or: make bench
 """
 from __future__ import annotations
 
@@ -23,15 +23,14 @@ MODELS = {
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.bench precision", description=__doc__)
-    p.add_argument("--rounds", type=int, default=scaled(6, 2))
-    p.add_argument("--steps", type=int, default=scaled(40, 8))
+    p.add_argument("--rounds", type=int, default=scaled(8, 6))
     args = p.parse_args(argv)
     print(precision_lesson("cpu", refresh=True).text)
     for name, base in MODELS.items():
         base = base.replace(**{"run.device": "cpu"})
         for dtype in ("bf16", "fp16"):
             result = ab_test(base, base.replace(**{"precision.dtype": dtype}), args.rounds,
-                             args.steps, labels=("fp32", dtype))
+                             ("fp32", dtype))
             print(f"\n{name}: {result.text()}")
     return 0
 

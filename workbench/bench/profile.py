@@ -25,7 +25,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.bench profile")
     parser.add_argument("--rounds", type=int, default=min_rounds(), help="A/B rounds (default: the "
                         "fewest that carry a 95%% interval)")
-    parser.add_argument("--steps", type=int, default=30, help="steps per A/B run")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     args = parser.parse_args(argv)
     cfg = default_transformer().replace(**{"run.threads": args.threads})
@@ -33,7 +32,7 @@ def main(argv=None) -> int:
     print("1. breakdown of the default transformer")
     print(profile(cfg).text())
     print("\n2. activation checkpointing of its layers")
-    trade = checkpoint_trade(cfg, ["blocks.layers.*"], rounds=args.rounds, steps=args.steps)
+    trade = checkpoint_trade(cfg, ["blocks.layers.*"], rounds=args.rounds)
     print(trade.text())
     print("\n3. optimizer implementations")
     print(compare_optimizers(cfg, rounds=max(10, args.rounds)).text())

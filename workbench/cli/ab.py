@@ -1,9 +1,10 @@
-"""`workbench ab`: is B faster than A? Short real runs in alternating rounds, the median speed ratio
-with its interval, the verdict, and what other programs did meanwhile.
+"""`workbench ab`: is B faster than A? Both built once in warm processes, their steps alternating in
+short slices; the median speed ratio with its interval, the verdict, the pairs used and dropped, and
+what other programs did meanwhile.
 
-    workbench ab --set precision.dtype=fp32 --vs precision.dtype=bf16 --steps 60 --rounds 6
-    workbench ab --preset smoke --rounds 6            # A/A: the same config on both sides
-    workbench ab --vs precision.dtype=bf16 --budget-s 5  # every run 5 s of steps, rates compared
+    workbench ab --set precision.dtype=fp32 --vs precision.dtype=bf16 --rounds 12
+    workbench ab --preset smoke --rounds 8            # A/A: the same config on both sides
+    workbench ab --vs precision.dtype=bf16 --slice-s 0.5  # half a second of steps a slice
     workbench ab --model mynet.py:build --data dataset --data-factory mydata.py:build --vs precision.dtype=bf16
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError
-from ..events import SAMPLES_PER_S
+from ..trials.engine import SLICE_S
 from .run import add_data_args, base_config, parse_settings
 
 
@@ -30,11 +31,10 @@ def add_parser(sub):
                    help="a setting of side A (repeatable); none: A is the base config")
     p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
                    help="a setting of side B (repeatable); none: B is the base config (A/A test)")
-    p.add_argument("--steps", type=int, help="steps per run (default: the config's)")
-    p.add_argument("--budget-s", type=float, help="seconds of steps per run, the same for both sides "
-                                                  "(run.time_budget_s; --steps is then the most)")
-    p.add_argument("--rounds", type=int, help="rounds of A and B (default: the fewest that carry a "
-                                               "95%% interval)")
+    p.add_argument("--slice-s", type=float, default=SLICE_S,
+                   help="seconds of steps a slice (default %(default)s)")
+    p.add_argument("--rounds", type=int, help="pairs of slices of A and B (default: the fewest that "
+                                               "carry a 95%% interval)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -46,24 +46,22 @@ def main(args) -> int:
     a_changes, b_changes = parse_settings(args.set, "--set"), parse_settings(args.vs, "--vs")
     a = base.replace(**a_changes) if a_changes else base
     b = base.replace(**b_changes) if b_changes else base
-    if args.steps is not None and args.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise ConfigError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
+    if not 0.01 <= args.slice_s <= 60:
+        raise ConfigError(f"--slice-s must be between 0.01 and 60 seconds, got {args.slice_s}")
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     labels = (_name(a_changes, "A"), _name(b_changes, "B"))
     if labels[0] == labels[1]:
         labels = (f"{labels[0]} (A)", f"{labels[1]} (B)")
 
-    def progress(label, r, summary):
-        if not args.json:
-            print(f"  round {r + 1} {label}: {summary[SAMPLES_PER_S]:,.0f} samples/s", file=sys.stderr,
+    def progress(s):
+        if not args.json and s.round >= 0:
+            print(f"  pair {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr,
                   flush=True)
 
     from ..trials.ab import ab_test  # torch: only once the input is checked
 
-    result = ab_test(a, b, args.rounds, args.steps, labels, on_run=progress, budget_s=args.budget_s)
+    result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress)
     print(json.dumps(result.as_dict(), indent=2) if args.json else result.text())
     return 0
 

@@ -1,5 +1,5 @@
 """`workbench tune`: measure the settings this machine can run on your model, keep only what
-interleaved rounds show faster by more than the minimum effect, and hand back the config, the
+pairs of slices in warm processes show faster by more than the minimum effect, and hand back the config, the
 exported script and a reason for every setting kept or dropped.
 
     workbench tune --model mynet.py:build --budget-min 10 [--memory-budget 4]
@@ -11,6 +11,7 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError
+from ..trials.engine import SLICE_S
 from ..tune.search import FIRST
 from .run import add_data_args, base_config
 
@@ -23,7 +24,8 @@ def add_parser(sub):
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
-    p.add_argument("--run-s", type=float, default=3.0, help="seconds of steps each run of a round gets")
+    p.add_argument("--slice-s", type=float, default=SLICE_S,
+                   help="seconds of steps a slice, both sides alike (default %(default)s)")
     p.add_argument("--memory-budget", type=float, metavar="GIB",
                    help="GiB a rank may hold: the largest batch that fits it is tried (default: what "
                         "the pre-launch check says is available)")
@@ -37,18 +39,18 @@ def main(args) -> int:
     base = base_config(args)
     if not args.budget_min > 0:
         raise ConfigError(f"--budget-min must be > 0 minutes, got {args.budget_min}")
-    if not args.run_s > 0:
-        raise ConfigError(f"--run-s must be > 0 seconds, got {args.run_s}")
+    if not 0.01 <= args.slice_s <= 60:
+        raise ConfigError(f"--slice-s must be between 0.01 and 60 seconds, got {args.slice_s}")
     if args.memory_budget is not None and not args.memory_budget > 0:
         raise ConfigError(f"--memory-budget must be > 0 GiB, got {args.memory_budget}")
 
     def heard(d):
         if not args.json:
-            print(f"  {'kept' if d.kept else 'dropped'} {d.setting}: {d.outcome}", file=sys.stderr, flush=True)
+            print(f"  {d.status} {d.setting}: {d.outcome}", file=sys.stderr, flush=True)
 
     from ..tune.tuner import tune  # torch: only once the input is checked
 
-    report = tune(base, budget_s=60 * args.budget_min, run_s=args.run_s, bound_by=args.bound_by,
+    report = tune(base, budget_s=60 * args.budget_min, slice_s=args.slice_s, bound_by=args.bound_by,
                   memory_budget_gib=args.memory_budget, on_decision=heard)
     out = report.as_dict()
     if args.out:

@@ -96,13 +96,12 @@ def trade_modules(cfg: RunConfig, modules: list[str] | None = None) -> list[str]
 
 
 def checkpoint_trade(cfg: RunConfig, modules: list[str] | None = None, *, rounds: int | None = None,
-                     steps: int | None = None, profile_steps: int = 3, timed: bool = True,
-                     root=None, on_run=None, baseline: Breakdown | None = None,
-                     budget_s: float | None = None) -> CheckpointTrade:
+                     profile_steps: int = 3, timed: bool = True, root=None, on_slice=None,
+                     baseline: Breakdown | None = None) -> CheckpointTrade:
     """Profile `cfg` with and without checkpointing `modules` (default: the config's own
     train.checkpoint, else the built-in model's suggestion) and, when `timed`, A/B test their speed
-    in `rounds` alternating rounds, each run `steps` long or `budget_s` seconds of steps (the losses
-    are compared on the profiles, step by step). `baseline`, a profile of `cfg` without checkpointing already
+    in `rounds` pairs of slices in one warm process (workbench.trials.ab; the losses are compared on
+    the profiles, step by step). `baseline`, a profile of `cfg` without checkpointing already
     made, stands for the profile without (a profile of another config is not used)."""
     modules = trade_modules(cfg, modules)
     base = cfg.replace(**{"train.checkpoint": [], "run.profile_steps": 0})
@@ -114,6 +113,5 @@ def checkpoint_trade(cfg: RunConfig, modules: list[str] | None = None, *, rounds
     if timed:
         if root is not None:
             base, ckpt = (c.replace(**{"run.runs_dir": str(root)}) for c in (base, ckpt))
-        ab = ab_test(base, ckpt, rounds, steps or (None if budget_s else scaled(30, 8)),
-                     labels=("off", "checkpoint"), on_run=on_run, budget_s=budget_s)
+        ab = ab_test(base, ckpt, rounds, ("off", "checkpoint"), on_slice=on_slice)
     return CheckpointTrade(modules, off, on, ab)

@@ -1,43 +1,49 @@
-"""The A/B test of two training configs: short real runs in alternating rounds (A B, B A, ...),
-the median speed ratio of B over A with its interval, the verdict, and what other programs did.
+"""The A/B test of two training configs, through the trial engine (workbench.trials.engine): both
+are built once in warm host processes, from the same seed, and their steps alternate in short slices
+(A B B A ...); each pair of neighbouring slices gives one ratio of samples/s, and the result is the
+median ratio with its interval, the verdict, the pairs used and dropped and the conditions.
 
-    result = ab_test(cfg, cfg.replace(**{"precision.dtype": "bf16"}), rounds=6, budget_s=5)
-    print(result.text())    # 'B vs A: 1.31x [1.18, 1.44] over 6 rounds: faster ...'
+    result = ab_test(cfg, cfg.replace(**{"precision.dtype": "bf16"}), rounds=8)
+    print(result.text())    # 'B vs A: 1.31x [1.18, 1.44] over 8 pairs, quiet: faster ...'
 
-Each run is sized by `steps`, or by a time budget (`budget_s`: every run of both sides gets the same
-seconds, so a variant 12x slower costs the same minutes, not 12x); the rates are compared either
-way, and the result says how many steps each side ran.
-
-An A/A test (the same config on both sides) comes out within noise: that is how to know the
-method is honest on this machine, busy or not.
+Two configs that one process can host (precision, layout, optimizer, batch, checkpointing,
+compile) share one; a side with ranks, loader workers or threads of its own gets its own warm
+process (workbench.trials.hosts). An A/A test (the same config on both sides) comes out within
+noise: that is how to know the method is honest on this machine, busy or not.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from ..config import RunConfig
 from ..disk import mib
 from ..events import RANK, SAMPLES_PER_S
-from ..measure.compare import Ratio, min_rounds, paired_speed_ratio
+from ..machine.contention import BUSY_CORES
+from ..measure.compare import Ratio, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD, PEAK
-from .rounds import contention_of, run_rounds
-
-BUDGET_MAX_STEPS = 1_000_000  # a budgeted run's bound on steps: its budget ends it first
+from .engine import SLICE_S, Comparison, Slice, Trial
+from .hosts import TrainingHosts
 
 
 @dataclass
 class ABResult:
     labels: tuple[str, str]
-    ratio: Ratio  # speed of B over A
-    samples_per_s: dict = field(default_factory=dict)  # label -> one figure per round
+    comparison: Comparison  # B against A
+    samples_per_s: dict = field(default_factory=dict)  # label -> one figure per counted slice
     threads: dict = field(default_factory=dict)  # label -> intra-op threads per process
-    steps: dict = field(default_factory=dict)  # label -> steps of each round's run
+    steps: dict = field(default_factory=dict)  # label -> steps of each counted slice
     contention: dict = field(default_factory=dict)
-    run_dirs: dict = field(default_factory=dict)
-    # label -> {"predicted": [...], "measured": [...]}: each rank's bytes in the last run, by part
+    folder: str = ""  # the trial folder: every slice (slices.jsonl), each side's config and events
+    threads_why: str = ""
+    # label -> {"predicted": [...], "measured": [...]}: each rank's bytes, by part (several ranks)
     memory_per_rank: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> Ratio:  # speed of B over A
+        return self.comparison.ratio
 
     @property
     def busy(self) -> bool:
@@ -45,54 +51,68 @@ class ABResult:
 
     def text(self) -> str:
         a, b = self.labels
-        lines = [f"{b} vs {a}: {self.ratio.label()}"]
+        lines = [f"{b} vs {a}: {self.comparison.text()}"]
         for label in self.labels:
             rates = ", ".join(f"{v:,.0f}" for v in self.samples_per_s[label])
             steps = self.steps.get(label) or []
-            ran = f", {min(steps)}-{max(steps)} steps a run" if steps else ""
-            lines.append(f"  {label}: samples/s per round {rates} ({self.threads[label]} thread(s) "
+            ran = f", {min(steps)}-{max(steps)} steps a slice" if steps else ""
+            lines.append(f"  {label}: samples/s per slice {rates} ({self.threads[label]} thread(s) "
                          f"per process{ran})")
         for label in self.labels:
             memory = self.memory_per_rank.get(label)
             if memory:
                 lines.append(f"  {label}: per rank, measured (predicted): {rank_memory(memory)}")
-        c = self.contention
-        if c.get("runs"):
-            lines.append(f"  other programs: up to {c['other_cpu_cores_max']:.2f} cores "
-                         f"(median {c['other_cpu_cores_median']:.2f}), steal up to "
-                         f"{c['steal_frac_max']:.0%}, {c['busy_runs']} of {c['runs']} runs busy")
-        if self.busy:
-            lines.append("  the machine was busy during this comparison: the comparison is "
-                         "unreliable; rerun it when other work has stopped")
+        lines.append(f"  threads: {self.threads_why}")
+        lines.append(f"  every slice: {self.folder}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"a": self.labels[0], "b": self.labels[1], **self.ratio.as_dict("speedup"),
-                "label": self.ratio.label(), SAMPLES_PER_S: self.samples_per_s,
-                "threads": self.threads, "steps": self.steps, "contention": self.contention,
-                "busy": self.busy, "run_dirs": self.run_dirs,
+        return {"a": self.labels[0], "b": self.labels[1], **self.comparison.as_dict("speedup"),
+                "label": self.comparison.text(), SAMPLES_PER_S: self.samples_per_s,
+                "threads": self.threads, "threads_why": self.threads_why, "steps": self.steps,
+                "contention": self.contention, "busy": self.busy, "folder": self.folder,
                 "memory_per_rank": self.memory_per_rank}
 
 
-def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None, steps: int | None = None,
-            labels: tuple[str, str] = ("A", "B"), min_effect: float = MIN_EFFECT,
-            on_run: Callable[[str, int, dict], None] | None = None,
-            budget_s: float | None = None) -> ABResult:
-    """Run A and B `rounds` times each, alternating, and compare their samples/s round by round.
-    `budget_s` gives every run the same seconds of steps (`steps`, when given too, is the most)."""
+def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None,
+            labels: tuple[str, str] = ("A", "B"), *, slice_s: float = SLICE_S,
+            min_effect: float = MIN_EFFECT, on_slice: Callable[[Slice], None] | None = None,
+            stop: Callable[[], bool] | None = None, folder: str | Path | None = None) -> ABResult:
+    """`rounds` pairs of slices of A and B (default: the fewest that carry a 95 % interval), each
+    about `slice_s` seconds of steps; see the module."""
     rounds = rounds or min_rounds()
-    sized = {"run.steps": steps} if steps is not None else {}
-    if budget_s is not None:
-        sized = {"run.steps": steps or BUDGET_MAX_STEPS, "run.time_budget_s": budget_s}
-    a, b = (c.replace(**sized) for c in (a, b))
-    runs = run_rounds({labels[0]: a, labels[1]: b}, rounds, on_run=on_run)
-    rates = {k: [s[SAMPLES_PER_S] for s in v] for k, v in runs.items()}
-    ratio = paired_speed_ratio(rates[labels[0]], rates[labels[1]], min_effect)
-    return ABResult(labels, ratio, rates, {k: v[0].get("threads") for k, v in runs.items()},
-                    {k: [s.get("steps") for s in v] for k, v in runs.items()},
-                    contention_of([s for v in runs.values() for s in v]),
-                    {k: [s["run_dir"] for s in v] for k, v in runs.items()},
-                    {k: sides(v[-1].get("memory_per_rank")) for k, v in runs.items()})
+    if labels[0] == labels[1]:
+        raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")
+    with TrainingHosts(a, folder) as hosts:
+        for label, cfg in zip(labels, (a, b)):
+            hosts.add(label, cfg)
+
+        def heard(s: Slice) -> None:
+            hosts.record(s)
+            if on_slice is not None:
+                on_slice(s)
+
+        trial = Trial(hosts.of(labels), labels[0], slice_s=slice_s, min_effect=min_effect,
+                      on_slice=heard).run(rounds, stop)
+        memory = {label: sides(hosts.variants[label].memory(label)) for label, cfg in
+                  zip(labels, (a, b)) if cfg.distributed.world_size > 1}
+        comparison = trial.compare(labels[1])
+        counted = {k: trial.slices[k] for k in labels}
+        return ABResult(labels, comparison,
+                        {k: [round(s.rate, 2) for s in v] for k, v in counted.items()},
+                        {k: (v[0].threads if v else None) for k, v in counted.items()},
+                        {k: [s.steps for s in v] for k, v in counted.items()},
+                        contention_of(comparison), str(hosts.folder), hosts.threads.why, memory)
+
+
+def contention_of(c: Comparison) -> dict:
+    """What other programs did over the kept pairs: the worst and the median reading."""
+    other = sorted(c.other_cores)
+    if not other:
+        return {"busy": None, "pairs": 0, "dropped": c.dropped}
+    return {"other_cpu_cores_max": other[-1], "other_cpu_cores_median": other[len(other) // 2],
+            "busy_pairs": c.busy_pairs, "pairs": c.pairs, "dropped": c.dropped,
+            "busy": other[-1] >= BUSY_CORES, "conditions": c.conditions}
 
 
 def sides(memory: dict | None) -> dict | None:

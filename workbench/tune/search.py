@@ -16,8 +16,9 @@ and each look is a chance to be fooled. Each decision needs only its own side:
 - kept when the lower bound lies above 1 + the minimum effect: faster by more than it is worth;
 - dropped early when the upper bound lies below 1 + the minimum effect: it cannot bring that gain;
 - dropped as undecided after `max_rounds`, or when the budget left cannot hold another round.
-A round the measure flags busy (other programs held the cores) is not trusted: it is repeated, and
-the decision says how many were. A candidate that changes the numbers (bf16, fp16, compile,
+A round is one pair of neighbouring slices (workbench.trials.engine): a busy pair is kept, as both
+sides shared the load of its moment; a pair the measure drops (the load changed inside it) is
+repeated, and the decision says how many were. A candidate that changes the numbers (bf16, fp16, compile,
 activation checkpointing, a larger batch) is kept only when its loss stays within the measure's
 tolerance of the best's; the decision says how far it moved.
 
@@ -43,7 +44,7 @@ from ..measure.verdict import MIN_EFFECT
 # (a two-sided 99 % interval made every decision wait for an 8th round, with no gain in calibration).
 DECIDE_CONFIDENCE = 0.98
 MAX_ROUNDS = 20  # an undecided comparison gives up here: the gain, if any, is too small to see
-MAX_BUSY = 10  # busy rounds repeated per comparison before it gives up
+MAX_DROPPED = 10  # dropped pairs repeated per comparison before it gives up
 FEWEST = min_rounds(DECIDE_CONFIDENCE)  # rounds before any decision can be made (7)
 
 # What to try first, by what the profile says bounds the step (workbench.profile.verdict).
@@ -70,7 +71,7 @@ class Round:
     """One round: the candidate's speed over the best's, measured side by side."""
 
     ratio: float | None  # above 1: the candidate was faster (None when a run failed)
-    busy: bool = False  # other programs held the cores: not trusted, repeated
+    dropped: bool = False  # the load of other programs changed inside the pair: repeated
     failed: str | None = None  # a run that did not complete: what it said
 
 
@@ -106,6 +107,9 @@ class Measure(Protocol):
     def prepare(self, best: dict, candidate: dict, timeout_s: float) -> Prepared:
         """Do that one-off work, given at most `timeout_s` seconds."""
 
+    def conditions(self, best: dict, candidate: dict) -> str:
+        """Under which load the comparison's pairs ran ('quiet', or what other programs held)."""
+
     def clock(self) -> float:
         """Seconds, for the budget."""
 
@@ -121,18 +125,29 @@ class Decision:
     ratio: float | None = None  # median speed over the best so far, with the 95 % interval
     low: float | None = None
     high: float | None = None
-    rounds: int = 0
-    busy_rounds: int = 0
+    rounds: int = 0  # pairs used
+    dropped_pairs: int = 0
+    conditions: str = ""  # quiet, or how much other programs held while it was measured
     loss_check: str | None = None  # for a setting that changes the numbers: how far the loss moved
     ratios: list = field(default_factory=list, repr=False)
     settings: dict = field(default_factory=dict)  # the config fields it sets ({"loader.batch_size": 256})
 
+    @property
+    def status(self) -> str:
+        """kept, dropped, undecided (with the pairs it got), or not measured (with why)."""
+        if self.kept:
+            return "kept"
+        if not self.rounds:
+            return "not measured"
+        return "undecided" if self.outcome.startswith("undecided") else "dropped"
+
     def as_dict(self) -> dict:
         r = lambda v: None if v is None else round(v, 4)  # noqa: E731
         return {"setting": self.setting, "settings": self.settings, "kept": self.kept,
+                "status": self.status,
                 "ratio": r(self.ratio),
                 "low": r(self.low), "high": r(self.high), "rounds": self.rounds,
-                "busy_rounds": self.busy_rounds, "loss_check": self.loss_check, "why": self.why,
+                "dropped_pairs": self.dropped_pairs, "conditions": self.conditions, "loss_check": self.loss_check, "why": self.why,
                 "outcome": self.outcome}
 
 
@@ -165,25 +180,26 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
     round starts only when the budget left holds it: at this comparison's pace once it has one,
     else at `round_s` (the pace seen so far)."""
     ratios: list[float] = []
-    busy = 0
-    outcome = f"undecided after {max_rounds} rounds: any gain is below what the rounds can show"
+    dropped = 0
+    outcome = f"undecided after {max_rounds} pairs: any gain is below what they can show"
     faster = False
     t0 = measure.clock()
     while len(ratios) < max_rounds:
-        done = len(ratios) + busy
+        done = len(ratios) + dropped
         pace = (measure.clock() - t0) / done if done else round_s
         if measure.clock() + pace > deadline:
-            outcome = (f"undecided when the budget ran out, after {len(ratios)} rounds (another "
+            outcome = (f"undecided when the budget ran out, after {len(ratios)} pairs (another "
                        f"would take about {pace:.0f} s)")
             break
         r = measure.round(best, trial)
         if r.failed:
             outcome = f"ended: {r.failed}"
             break
-        if r.busy:
-            busy += 1
-            if busy > MAX_BUSY:
-                outcome = f"undecided: {busy} rounds were busy (other programs held the cores)"
+        if r.dropped:
+            dropped += 1
+            if dropped > MAX_DROPPED:
+                outcome = (f"undecided after {len(ratios)} pairs: {dropped} more were dropped, the "
+                           "load of other programs changing inside them")
                 break
             continue
         ratios.append(r.ratio)
@@ -201,7 +217,8 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
     return Decision(setting="", kept=faster, why="", outcome=outcome,
                     ratio=statistics.median(ratios) if ratios else None,
                     low=shown[0] if shown else None, high=shown[1] if shown else None,
-                    rounds=len(ratios), busy_rounds=busy, ratios=ratios)
+                    rounds=len(ratios), dropped_pairs=dropped, ratios=ratios,
+                    conditions=measure.conditions(best, trial) if ratios else "")
 
 
 def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: float,
@@ -229,25 +246,25 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
         pace = paced[0] / paced[1] if paced[1] else 0.0  # seconds a round, so far
         left = deadline - measure.clock()
         if left <= FEWEST * pace:
-            decided(Decision(cand.key, False, why, f"not tried: the {left:.0f} s left cannot hold "
+            decided(Decision(cand.key, False, why, f"not measured: the {left:.0f} s left cannot hold "
                              f"the {FEWEST} rounds that can decide (about {FEWEST * pace:.0f} s at "
                              f"{pace:.1f} s a round so far)"))
             continue
         refused = measure.refusal(trial)
         if refused:
-            decided(Decision(cand.key, False, why, f"cannot run here: {refused}"))
+            decided(Decision(cand.key, False, why, f"not measured: this machine cannot run it: {refused}"))
             continue
         work = measure.one_off(best, trial)
         if work:
             short = _prepared(measure, best, trial, work, deadline, pace)
             if short:
-                decided(Decision(cand.key, False, why, f"skipped: {short}"))
+                decided(Decision(cand.key, False, why, f"not measured: {short}"))
                 continue
         t0 = measure.clock()
         d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
                     deadline=deadline, round_s=pace)
         paced[0] += measure.clock() - t0
-        paced[1] += d.rounds + d.busy_rounds
+        paced[1] += d.rounds + d.dropped_pairs
         d.setting, d.why = cand.key, why
         if cand.needed and d.rounds:
             d.kept, d.outcome = True, f"needed: {cand.needed} (its speed: {d.outcome})"

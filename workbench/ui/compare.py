@@ -126,7 +126,7 @@ class CompareView:
             publish(fig)
         self.table.value = table_html(self.frame)
 
-    def measure(self, rounds: int | None = None, steps: int | None = None, wait: bool = False):
+    def measure(self, rounds: int | None = None, wait: bool = False):
         """The A/B test of the first two runs' configs (the first is A); wait=True blocks."""
         if len(self.run_dirs) < 2:
             self.ab_status.value = "pick two runs to compare"
@@ -135,8 +135,8 @@ class CompareView:
         labels = (self.run_dirs[0].name, self.run_dirs[1].name)
 
         def work():
-            self.ab_status.value = html.escape(f"running {labels[0]} and {labels[1]} in rounds...")
-            self.ab_result = ab_test(a, b, rounds, steps, labels)
+            self.ab_status.value = html.escape(f"running {labels[0]} and {labels[1]} in alternating slices...")
+            self.ab_result = ab_test(a, b, rounds, labels)
             self.ab_status.value = "<pre>" + html.escape(self.ab_result.text()) + "</pre>"
             return self.ab_result
 

@@ -15,7 +15,6 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from ..config import RunConfig
-from ..events import SAMPLES_PER_S
 from ..profile.report import LABELS
 from ..profile.checkpoint import checkpoint_trade
 from ..profile.memory import PARTS, mib
@@ -82,13 +81,11 @@ class ProfileLab:
     """Profile `cfg`; `.breakdown`, `.trade_result` and `.optimizer_result` hold what was measured."""
 
     def __init__(self, cfg: RunConfig, profile_steps: int = PROFILE_STEPS, rounds: int | None = None,
-                 steps: int | None = None, checkpoint: list[str] | None = None,
-                 budget_s: float | None = None):
-        """`rounds`, and `steps` or `budget_s` (seconds of steps) per run: of the checkpointing A/B
-        test (default: the fewest rounds that carry an interval); `checkpoint`: the modules it
-        checkpoints (default: the model's suggestion)."""
+                 checkpoint: list[str] | None = None):
+        """`rounds`: pairs of slices of the checkpointing A/B test (default: the fewest that carry
+        an interval); `checkpoint`: the modules it checkpoints (default: the model's suggestion)."""
         self.cfg, self.profile_steps, self.checkpoint = cfg, profile_steps, checkpoint
-        self.rounds, self.steps, self.budget_s = rounds, steps, budget_s
+        self.rounds = rounds
         self.breakdown = self.trade_result = self.optimizer_result = None
         self.status = widgets.HTML("not started")
         self.profile_button = widgets.Button(description="Profile", button_style="primary")
@@ -145,12 +142,11 @@ class ProfileLab:
     def trade(self) -> bool:
         """Checkpointing on vs off: two profiles and an A/B test of the two configs."""
         def work():
-            def progress(label, r, summary):
-                show(self.status, f"A/B round {r + 1}: {label} {summary[SAMPLES_PER_S]:,.0f} samples/s")
+            def progress(s):
+                show(self.status, f"A/B pair {s.round + 1}: {s.label} {s.rate:,.0f} samples/s")
 
             show(self.status, "checkpointing trade: profiling with and without ...")
-            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, steps=self.steps,
-                                 budget_s=self.budget_s, on_run=progress,
+            t = checkpoint_trade(self.cfg, self.checkpoint, rounds=self.rounds, on_slice=progress,
                                  baseline=self.breakdown)  # reused when it profiled this config
             self.trade_result = t
             self.results.value = f"<pre>{html.escape(t.text())}</pre>"

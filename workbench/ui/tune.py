@@ -1,5 +1,6 @@
 """The tune panel (notebook 08): a budget, Tune and Stop, a table that gains a row as each setting
-is decided (kept or dropped, the ratio with its interval, rounds, the loss check, why), and the
+is decided (kept, dropped, undecided or not measured, the ratio with its interval, the pairs used
+and dropped and under which load, the loss check, why), and the
 recommended config with the export of it.
 
     panel = TunePanel(RunConfig.default().with_model("mynet.py:build"), budget_min=3); display(panel)
@@ -13,19 +14,19 @@ import threading
 import ipywidgets as w
 
 from ..config import ConfigError, RunConfig
-from ..events import SAMPLES_PER_S
+from ..trials.engine import SLICE_S
 from ..tune.search import Decision
 from .job import BackgroundJob, show
 
-COLUMNS = ("setting", "kept", "ratio [95 % interval]", "rounds", "busy", "loss check", "what decided",
-           "why then")
+COLUMNS = ("setting", "decision", "ratio [95 % interval]", "pairs", "dropped", "conditions",
+           "loss check", "what decided", "why then")
 
 
 def decision_row(d: Decision) -> list[str]:
     ratio = "" if d.ratio is None else f"{d.ratio:.2f}x" + (
         f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
-    return [d.setting, "kept" if d.kept else "dropped", ratio, str(d.rounds or ""),
-            str(d.busy_rounds or ""), d.loss_check or "", d.outcome, d.why]
+    return [d.setting, d.status, ratio, str(d.rounds or ""), str(d.dropped_pairs or ""),
+            d.conditions, d.loss_check or "", d.outcome, d.why]
 
 
 def decisions_table(decisions: list[Decision]) -> str:
@@ -36,13 +37,13 @@ def decisions_table(decisions: list[Decision]) -> str:
 
 
 class TunePanel:
-    def __init__(self, cfg: RunConfig, budget_min: float = 3.0, run_s: float = 3.0,
+    def __init__(self, cfg: RunConfig, budget_min: float = 3.0, slice_s: float = SLICE_S,
                  memory_gib: float | None = None):
         self.cfg, self.memory_gib = cfg, memory_gib  # None: what the pre-launch check says is free
         self.budget = w.FloatText(budget_min, description="budget (min)",
                                   tooltip="minutes for the whole tune, the profiling run included")
-        self.run_s = w.FloatText(run_s, description="run (s)",
-                                 tooltip="seconds of steps each run of a round gets, both sides alike")
+        self.slice_s = w.FloatText(slice_s, description="slice (s)",
+                                   tooltip="seconds of steps a slice gets, both sides alike")
         self.tune_button = w.Button(description="Tune", button_style="primary")
         self.stop_button = w.Button(description="Stop", button_style="warning")
         self.status = w.HTML("")
@@ -55,7 +56,7 @@ class TunePanel:
         self.job = BackgroundJob(self.status, [self.tune_button], "workbench-tune", on_end=self._ended)
         self.tune_button.on_click(lambda _: self.run())
         self.stop_button.on_click(lambda _: self.stop())
-        self.widget = w.VBox([w.HBox([self.budget, self.run_s, self.tune_button, self.stop_button]),
+        self.widget = w.VBox([w.HBox([self.budget, self.slice_s, self.tune_button, self.stop_button]),
                               self.status, self.table, self.result])
 
     def _repr_mimebundle_(self, **kwargs):
@@ -65,30 +66,29 @@ class TunePanel:
         """Start the tune on a thread (the kernel stays free); with `wait`, return its report."""
         from ..tune.tuner import tune
 
-        budget_s, run_s = 60 * float(self.budget.value), float(self.run_s.value)
-        if not budget_s > 0 or not run_s > 0:  # refused here, in the status line, before any run
-            show(self.status, f"error: budget and run seconds must be > 0, got {self.budget.value} "
-                              f"min and {self.run_s.value} s", error=True)
+        budget_s, slice_s = 60 * float(self.budget.value), float(self.slice_s.value)
+        if not budget_s > 0 or not 0.01 <= slice_s <= 60:  # refused here, before any run
+            show(self.status, f"error: the budget must be > 0 min and a slice 0.01-60 s, got "
+                              f"{self.budget.value} min and {self.slice_s.value} s", error=True)
             return None
         self.decisions, self.report, self._runs = [], None, 0
         self._stop.clear()
         self.table.value = self.result.value = ""
         show(self.status, f"tuning for up to {budget_s / 60:g} min: profiling the baseline first")
-        started = self.job.start(lambda: tune(self.cfg, budget_s=budget_s, run_s=run_s,
+        started = self.job.start(lambda: tune(self.cfg, budget_s=budget_s, slice_s=slice_s,
                                               memory_budget_gib=self.memory_gib,
-                                              on_decision=self._decided, on_run=self._ran,
+                                              on_decision=self._decided, on_slice=self._ran,
                                               stop=self._stop.is_set))
         return self.job.wait() if (wait and started) else None
 
     def stop(self) -> None:
-        """Stop after the run going now; the settings decided so far stay in the report."""
+        """Stop after the slice going now; the settings decided so far stay in the report."""
         self._stop.set()
-        show(self.status, "stopping after the current run")
+        show(self.status, "stopping after the current slice")
 
-    def _ran(self, side: str, summary: dict) -> None:
+    def _ran(self, s) -> None:
         self._runs += 1
-        show(self.status, f"run {self._runs}: {side} {summary.get(SAMPLES_PER_S) or 0:,.0f} "
-                          f"samples/s ({summary.get('status')})")
+        show(self.status, f"slice {self._runs}: {s.label} {s.rate:,.0f} samples/s")
 
     def _decided(self, d: Decision) -> None:
         self.decisions.append(d)
