@@ -273,3 +273,38 @@ g = {LOSS: 1, "other": 2}
 """
     keys = sorted(key for _, key in _key_literals(ast.parse(code)))
     assert keys == ["attempt", "last", "loss", "mfu", "other", "rank", "rss_gib", "step"]
+
+
+def _alternates_an_order(node: ast.AST) -> bool:
+    """`x % 2 == 0` (a round's parity) or `[::-1]` (a reversed order): what a rounds loop is made of."""
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.BinOp):
+        b = node.left
+        return isinstance(b.op, ast.Mod) and isinstance(b.right, ast.Constant) and b.right.value == 2
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+        step = node.slice.step
+        return (isinstance(step, ast.UnaryOp) and isinstance(step.operand, ast.Constant)
+                and step.operand.value == 1 and node.slice.lower is None and node.slice.upper is None)
+    return False
+
+
+def test_one_place_alternates_the_order_of_rounds():
+    """Every comparison interleaves through the trial engine (workbench.trials.engine.order_of): a
+    second rounds loop, alternating an order by a round's parity or by reversing it, fails here."""
+    engine = PACKAGE / "trials" / "engine.py"
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.Assign))):
+            # a loop's order reversed, or an order chosen by a round's parity
+            source = loop.iter if isinstance(loop, ast.For) else loop.value
+            seen = [n for n in ast.walk(source) if _alternates_an_order(n)]
+            if seen if isinstance(loop, ast.For) else any(isinstance(n, ast.Compare) for n in seen):
+                found.append(f"{path.relative_to(PACKAGE)}:{loop.lineno}")
+    assert [f for f in found if not f.startswith(str(engine.relative_to(PACKAGE)))] == [], found
+    assert found, "the engine's own alternation is no longer seen: the rule reads nothing"
+
+
+def test_the_rounds_rule_sees_a_second_loop():
+    code = "for r in range(4):\n    for v in (a if r % 2 == 0 else a[::-1]):\n        pass\n"
+    loops = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.For)]
+    assert any(_alternates_an_order(n) for n in ast.walk(loops[1].iter))

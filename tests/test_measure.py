@@ -8,7 +8,7 @@ import pytest
 
 from workbench.measure.compare import (median_interval, min_rounds, paired_ratio,
                                        paired_speed_ratio, unpaired_ratio)
-from workbench.measure.timer import interleaved
+from workbench.trials.calls import timed_calls
 from workbench.measure.verdict import verdict
 
 
@@ -65,5 +65,5 @@ def test_verdict_rule_needs_both_the_interval_and_the_minimum_effect():
 
 def test_interleaved_alternates_the_order_of_variants():
     calls = []
-    interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=0, rounds=4)
+    timed_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=0, rounds=4)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]

@@ -33,9 +33,9 @@ def test_sweep_config_errors(kwargs, match):
         SweepConfig(**kwargs)
 
 
-def test_a_batch_timed_while_other_programs_hold_the_cores_gets_no_verdict(monkeypatch):
-    """Each batch size is judged by what other programs did while it was timed: busy, its ratio
-    and interval stay and its verdict is withheld; quiet, the verdict rule speaks."""
+def test_a_batch_timed_beside_other_programs_keeps_its_verdict_and_says_its_conditions():
+    """Busy pairs are kept: both sides of a pair met the same load. An A/A beside two busy
+    processes comes out within noise, and the record says under which load it was timed."""
     from workbench.compress import stats
     from workbench.procs import OtherWork
 
@@ -44,19 +44,15 @@ def test_a_batch_timed_while_other_programs_hold_the_cores_gets_no_verdict(monke
     models["same"] = models["dense"]  # an A/A: any verdict but "within noise" would be noise
     subject = Subject.from_config(DIGITS_MLP)
     with OtherWork(2) as hogs:
-        busy = stats.latencies(models, subject, batch_sizes=(1, 32), rounds=6)["same"]
+        busy = stats.latencies(models, subject, batch_sizes=(1, 32), rounds=8)["same"]
         assert hogs.alive()
     for b in (1, 32):
-        assert busy[f"busy_b{b}"] and busy[f"speedup_b{b}_verdict"] == "withheld: busy", busy
-        assert busy[f"speedup_b{b}_low"] is not None and busy[f"speedup_b{b}_rounds"] == 6
+        assert busy[f"speedup_b{b}_verdict"] == "within noise", busy
+        assert busy[f"speedup_b{b}_low"] is not None
+        assert busy[f"speedup_b{b}_rounds"] + busy[f"dropped_b{b}"] == 8
+        assert busy[f"busy_b{b}"] and "beside other programs" in busy[f"conditions_b{b}"]
     judged = verdict("structured", busy)
-    assert judged["verdict"] == "withheld: busy" and "the comparison is unreliable" in judged["why"]
-    assert "over 6 rounds: withheld: busy at batch 32" in judged["why"]
-
-    quiet = {"busy": False, "other_cpu_cores": 0.0, "steal_frac": 0.0}
-    monkeypatch.setattr(stats.ContentionMeter, "read", lambda self: dict(quiet))
-    calm = stats.latencies(models, subject, batch_sizes=(32,), rounds=6)["same"]
-    assert not calm["busy_b32"] and calm["speedup_b32_verdict"] in ("faster", "slower", "within noise")
+    assert judged["verdict"] == "within noise" and "beside other programs holding" in judged["why"]
 
 
 def timed(**ratios) -> dict:
@@ -75,7 +71,7 @@ def test_verdicts_follow_the_interval_not_the_median():
     v = verdict("masked", timed(b1=(0.5, 0.02), b64=(0.6, 0.02)))
     assert v["verdict"] == "slower" and "hook" in v["why"]
     v = verdict("structured", timed(b1=(1.3, 0.02), b64=(2.5, 0.02)))
-    assert v["verdict"] == "faster" and "2.50x [" in v["why"] and "over 15 rounds" in v["why"]
+    assert v["verdict"] == "faster" and "2.50x [" in v["why"] and "over 15 pairs" in v["why"]
     # a median of 1.4x whose rounds swing from 0.7x to 2.8x is not a speedup
     assert verdict("structured", timed(b64=(1.4, 0.8)))["verdict"] == "within noise"
     v = verdict("dynamic_int8", timed(b1=(0.5, 0.02), b64=(1.5, 0.02)))
@@ -98,7 +94,7 @@ def test_magnitude_sweep_records(tmp_path):
     assert list(df["amount"]) == [0.0, 0.5, 0.9]
     assert df["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.9], abs=0.01)
     assert df["verdict"].iloc[0] == "reference" and "noise floor" in df["why"].iloc[0]
-    assert ", 6 rounds at batch" in df["why"].iloc[0]  # the floor is itself an interval
+    assert ", 6 pairs at batch" in df["why"].iloc[0]  # the floor is itself an interval
     floor = df["why"].iloc[0].split("not a speedup: ", 1)[1]
     for word in ("faster", "slower", "within noise"):  # an A/A's ratio is no verdict
         assert word not in floor
@@ -206,7 +202,7 @@ def test_what_notebook_03_says_of_a_kind_comes_from_its_table():
         {"variant": "sparse CSR 90%", "kind": "sparse_csr", "speedup_b64": 1.4, "speedup_b64_low": 1.2,
          "speedup_b64_high": 1.6, "speedup_b64_rounds": 15, "speedup_b64_verdict": "faster"}])
     assert measured_sentence(df, "sparse_csr", 64) == \
-        "sparse CSR 90%: 1.40x [1.20, 1.60] over 15 rounds: faster at batch 64"
+        "sparse CSR 90%: 1.40x [1.20, 1.60] over 15 pairs: faster at batch 64"
     assert measured_sentence(df, "masked", 64) == ""
 
 

@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections import Counter
 
+from ..trials.engine import order_of
 from ..config import RunConfig
 from ..machine.cpu import usable_cores
 from ..machine.threads import (THREADS_ENV, TRIAL_ENV, WAIT_ENV, ThreadChoice, choose_threads,
@@ -155,7 +156,7 @@ def one_round(cfg: RunConfig, order: tuple[str, ...], seconds: float, turns: int
             contenders[v] = Contender(cfg, v, choice)
             contenders[v].ready()
         for t in range(turns):
-            for v in (order if t % 2 == 0 else order[::-1]):
+            for v in order_of(order, t):
                 contenders[v].turn(seconds / turns)
         return {v: (c.rate(), c.setting) for v, c in contenders.items()}
     finally:
@@ -167,7 +168,7 @@ def condition(name: str, models: list[str], rounds: int, seconds: float, turns: 
     rates = {(m, v): [] for m in models for v in VARIANTS}
     chosen: dict[str, Counter] = {m: Counter() for m in models}
     for r in range(rounds):
-        order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
+        order = order_of(VARIANTS, r)
         for m in models:
             for v, (rate, setting) in one_round(MODELS[m](), order, seconds, turns).items():
                 rates[(m, v)].append(rate)

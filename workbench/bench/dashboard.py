@@ -15,6 +15,7 @@ import argparse
 import statistics
 import time
 
+from ..trials.engine import order_of
 from ..config import RunConfig
 from ..distributed.launch import start_run
 from ..events import (ATTEMPT, DATA_WAIT_MS, EVENT, LOSS, RANK, RSS_GIB, SAMPLES_PER_S, STEP,
@@ -54,7 +55,7 @@ def one_run(cfg: RunConfig, watched: bool) -> dict:
 
 def redraw_cost(lengths=(1_000, 1_000_000), rounds: int = 7) -> dict[int, float]:
     """Milliseconds of one full redraw after `n` steps (median of interleaved rounds)."""
-    from ..measure.timer import interleaved
+    from ..trials.calls import timed_calls
     from ..ui.charts import LiveCharts
     from ..ui.series import RunSeries
 
@@ -67,7 +68,7 @@ def redraw_cost(lengths=(1_000, 1_000_000), rounds: int = 7) -> dict[int, float]
                           SAMPLES_PER_S: 100.0 + (i % 7), **({RSS_GIB: 0.5} if i % 50 == 1 else {})}
                          for i in range(start, min(start + 10_000, n + 1))])
         charts[n] = (LiveCharts(), series)
-    times = interleaved({n: (lambda c=c, s=s: c.redraw(s)) for n, (c, s) in charts.items()},
+    times = timed_calls({n: (lambda c=c, s=s: c.redraw(s)) for n, (c, s) in charts.items()},
                         warmup=1, rounds=rounds)
     return {n: t.median_ms for n, t in times.items()}
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{cfg.loader.batch_size}), {args.steps} steps, {args.rounds} rounds, A B B A order")
     results: dict[bool, list[dict]] = {False: [], True: []}
     for i in range(args.rounds):
-        for watched in ((False, True) if i % 2 == 0 else (True, False)):
+        for watched in order_of([False, True], i):
             r = one_run(cfg, watched)
             results[watched].append(r)
             print(f"  round {i + 1} {'dashboard' if watched else 'no dashboard':>12}: "

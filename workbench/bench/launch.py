@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..trials.engine import order_of
 from ..config import RunConfig
 from ..distributed.launch import launcher, run, start_run
 from ..events import (CREATED_T, EVENT, INIT, RANK, READY, SAMPLES_PER_S, START, STEP, TIME,
@@ -145,8 +146,7 @@ def launch_to_first_step(rounds: int, base: RunConfig) -> None:
     phases: dict[str, list[dict]] = {k: [] for k in variants if k.startswith("workbench")}
     try:
         for i in range(rounds):
-            names = list(variants) if i % 2 == 0 else list(variants)[::-1]
-            for name in names:
+            for name in order_of(list(variants), i):
                 seconds, run_dir = variants[name]()
                 times[name].append(seconds)
                 if run_dir is not None and name in phases:

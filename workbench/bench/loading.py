@@ -22,7 +22,7 @@ from ..config import RunConfig
 from ..loading.cache import DecodedCache
 from ..loading.imageset import generate_image_set
 from ..loading.sweep import shutdown_workers
-from ..measure.timer import interleaved
+from ..trials.calls import timed_calls
 from ..train.data import make_loader
 from ..train.images import ImageFolder
 
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         _epoch(loaders["cached, 0 workers"])()  # the first epoch fills the cache
         fill_s = time.perf_counter() - t0
         try:
-            res = interleaved({k: _epoch(v) for k, v in loaders.items()}, warmup=1, rounds=args.rounds)
+            res = timed_calls({k: _epoch(v) for k, v in loaders.items()}, warmup=1, rounds=args.rounds)
         finally:
             for loader in loaders.values():
                 shutdown_workers(loader, [])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..trials.engine import order_of
 from ..config import RunConfig
 from ..events import (DATA_WAIT_MS, EVENT, LOSS, MFU, SAMPLES_PER_S, STEP, STEP_NUMBER,
                       STEP_TIME_MS, TFLOPS, TIME, EventWriter, read_events)
@@ -92,8 +93,7 @@ def _overhead(max_rounds: int, goal_half_width: float) -> None:
     meter = ContentionMeter()
     ratio = None
     for r in range(max_rounds):
-        order = ("bare", "workbench") if r % 2 == 0 else ("workbench", "bare")
-        for name in order:
+        for name in order_of(["bare", "workbench"], r):
             samples[name].append(bare_step_s(cfg) if name == "bare" else instrumented_step_s(cfg))
         ratio = paired_ratio(samples["workbench"], samples["bare"])  # workbench time / bare time
         if ratio.low is not None and (ratio.high - ratio.low) / 2 < goal_half_width:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..trials.engine import order_of
 from ..machine.contention import ContentionMeter, busy_sentence
 
 GOAL_S = 1.0
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = []
         meter = ContentionMeter()
         for r in range(args.repeat):
-            for name in (list(CASES) if r % 2 == 0 else list(CASES)[::-1]):
+            for name in order_of(list(CASES), r):
                 took, done = refuse(CASES[name], folder, env)
                 times[name].append(took)
                 lines = done.stderr.strip().splitlines()

@@ -1,10 +1,10 @@
 """`workbench stack`: the stacking study on your model: from a baseline, add changes one at a time,
-cumulatively, every step real training runs in alternating rounds, and print the waterfall as a
-table: what each step added, samples/s, the ratio to the step before with its interval, the
-verdict, the steps each side ran, and every skipped step with the reason.
+cumulatively, every step built once in a warm process and their steps alternating in slices, and
+print the waterfall as a table: what each step added, samples/s, the ratio to the step before with
+its interval, the verdict, the pairs used and dropped, and every skipped step with the reason.
 
     workbench stack --model mynet.py:build --data dataset --data-factory mydata.py:build
-    workbench stack --preset smoke --changes bf16,workers,ddp --budget-s 3 --rounds 6 --json
+    workbench stack --preset smoke --changes bf16,workers,ddp --rounds 8 --json
     workbench stack --inference RUN_DIR          # the inference end: + structured pruning, + int8
 """
 from __future__ import annotations
@@ -14,13 +14,14 @@ import sys
 
 from ..config import BUILTIN_MODELS, ConfigError
 from ..events import SAMPLES_PER_S
+from ..runfolder import RunFolder
 from ..stacking.changes import CHANGES, STACK_STEP
+from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
 from .run import (OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside,
                   say_trust)
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
-BUDGET_S = 3.0  # seconds of steps a run gets
 
 
 def add_parser(sub):
@@ -37,12 +38,10 @@ def add_parser(sub):
     p.add_argument("--changes", default=DEFAULT_CHANGES,
                    help=f"comma-separated, stacked in this order: {' | '.join(CHANGES)} "
                         f"(default {DEFAULT_CHANGES})")
-    p.add_argument("--budget-s", type=float, default=BUDGET_S,
-                   help="seconds of steps every run gets, the same for all (run.time_budget_s; "
-                        "default 3); the study makes steps x rounds runs")
-    p.add_argument("--steps", type=int, help="the most steps a run takes (default: its budget ends it)")
-    p.add_argument("--rounds", type=int, help="rounds of every step (default: the fewest that carry "
-                                               "a 95%% interval)")
+    p.add_argument("--slice-s", type=float, default=SLICE_S,
+                   help="seconds of steps a slice, the same for every step (default %(default)s)")
+    p.add_argument("--rounds", type=int, help="rounds of slices of every step (default: the fewest "
+                                               "that carry a 95%% interval)")
     p.add_argument("--json", action="store_true", help="print the study as JSON")
     inference = p.add_argument_group("the inference study: a trained run's model, + structured "
                                      "pruning, + int8, inference samples/s timed interleaved")
@@ -73,8 +72,8 @@ def parse_changes(text: str) -> list[str]:
 def inference(args) -> int:
     """The inference end of the study on a run's trained weights."""
     refuse_beside(args, "--inference uses the run's own model, data and weights",
-                  {**OWN_CONFIG, "steps": None, "set": [], "changes": DEFAULT_CHANGES,
-                   "preset": "default", "budget_s": BUDGET_S})
+                  {**OWN_CONFIG, "set": [], "changes": DEFAULT_CHANGES,
+                   "preset": "default", "slice_s": SLICE_S})
     if not 0 < args.amount < 1:
         raise ConfigError(f"--amount must be between 0 and 1 (a share to prune), got {args.amount}")
     if args.batch < 1:
@@ -110,45 +109,38 @@ def main(args) -> int:
     settings = parse_settings(args.set, "--set")
     base = base.replace(**settings) if settings else base
     changes = parse_changes(args.changes)
-    if not args.budget_s > 0:
-        raise ConfigError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
-    if args.steps is not None and args.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if not 0.01 <= args.slice_s <= 60:
+        raise ConfigError(f"--slice-s must be between 0.01 and 60 seconds, got {args.slice_s}")
 
     from ..measure.compare import min_rounds
     from ..stacking.plan import plan
     from ..stacking.study import run_study  # torch: only once the input is checked
-    from ..trials.ab import BUDGET_MAX_STEPS
 
-    base = base.replace(**{"run.steps": args.steps or BUDGET_MAX_STEPS,
-                           "run.time_budget_s": args.budget_s})
     rounds = args.rounds or min_rounds()
     planned = plan(base, changes)
-    runs = rounds * sum(s.reason is None for s in planned)
     if not args.json:
-        print(f"stacking {len(changes)} change(s): {runs} runs of {args.budget_s:g} s of steps "
-              f"({rounds} round(s))", file=sys.stderr, flush=True)
+        print(f"stacking {len(changes)} change(s): {rounds} round(s) of {args.slice_s:g} s slices "
+              "of every step", file=sys.stderr, flush=True)
 
-    def heard(step, r, summary):
-        if not args.json:
-            rate = summary.get(SAMPLES_PER_S)
-            said = f"{rate:,.0f} samples/s" if rate else summary.get("status")
-            print(f"  round {r + 1} {step}: {said}", file=sys.stderr, flush=True)
+    def heard(s):
+        if not args.json and s.round >= 0:
+            print(f"  round {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr,
+                  flush=True)
 
-    df = run_study(base, changes, rounds=rounds, on_run=heard)
+    df = run_study(base, changes, rounds=rounds, slice_s=args.slice_s, on_slice=heard)
     records = json.loads(df.to_json(orient="records"))
     adds = {s.change.label: s.change.settings for s in planned}
     for rec in records:
         rec["adds"] = adds.get(rec[STACK_STEP], {})
     if args.json:
         print(json.dumps({"baseline": base.to_dict(), "changes": changes, "rounds": rounds,
-                          "budget_s": args.budget_s, "study": records}, indent=2))
+                          "slice_s": args.slice_s, "study": records}, indent=2))
     else:
         from ..stacking.report import study_text
 
         print(study_text(records))
         last = [r for r in records if r.get("run_dir") and r.get(SAMPLES_PER_S)]
-        if last:
+        if last and RunFolder(last[-1]["run_dir"]).weights_file.is_file():
             print(f"next, the inference end on the last step's model: workbench stack --inference "
                   f"{last[-1]['run_dir']}")
     return 0

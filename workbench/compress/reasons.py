@@ -9,7 +9,6 @@ under half of the model's weights says so in its verdict, one timed on a busy ma
 """
 from __future__ import annotations
 
-from ..measure.verdict import WITHHELD_BUSY
 from .coverage import coverage_note
 from .stats import busy_note, speedup_label
 
@@ -84,7 +83,7 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
         text += ("; memory-bound vs compute-bound: at batch 1 a layer whose weights do not fit in "
                  "cache is memory-bound (int8 reads 4x fewer bytes), at a large batch the matmul "
                  "is compute-bound (int8 kernels do more work per cycle)")
-        if small != lab and WITHHELD_BUSY not in (small, lab):
+        if small != lab:
             text += (f"; here it is {small} at batch {batches[0]} and {lab} at the large batch: "
                      "these layers are small enough that per-call work (quantizing the "
                      "activations, dispatch) decides at small batches")

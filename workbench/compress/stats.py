@@ -5,13 +5,13 @@ inference latency at several batch sizes measured side by side with the referenc
     t = latencies({"dense": m1, "int8": m2}, subject, (1, 64))
     t["int8"]["speedup_b64"], t["int8"]["speedup_b64_low"], speedup_label(t["int8"], 64)
 
-Variants are timed interleaved (A B C, C B A, ...) in `rounds` rounds; each variant's speedup at a
-batch size is the median of its per-round ratios to the reference with a distribution-free
-interval (`workbench.measure.compare.paired_ratio`), and the one verdict rule says faster, slower
-or within noise. Every record also says the thread count it was timed with and what other
-programs did to the machine meanwhile (`contention`; `busy` when that makes it unreliable); a
-batch size timed while other programs held the cores (`busy_bN`) gets no verdict
-("withheld: busy"), only its ratio and interval.
+Variants are timed by the trial engine (workbench.trials.engine): slices of calls of each model,
+in rounds whose order alternates, each variant's slice paired with the reference's of the same
+round. A variant's speedup at a batch size is the median of its pairs' ratios with a
+distribution-free interval and the one verdict rule; a busy pair is kept (both sides met the same
+load), and a pair whose load changed inside it is dropped and counted. Every record also says the
+thread count it was timed with, the pairs used and dropped, and the conditions (`conditions_bN`:
+quiet, or what other programs held).
 """
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ import torch
 from torch import nn
 
 from ..machine.contention import ContentionMeter, busy_sentence
-from ..measure.compare import paired_ratio
-from ..measure.timer import interleaved
-from ..measure.verdict import WITHHELD_BUSY
+from ..trials.engine import Trial
+from ..trials.calls import LocalHost
 from .subject import Subject
+
+SLICE_S = 0.1  # inference calls are short: a tenth of a second of them a slice
 
 
 def state_size_bytes(model: nn.Module) -> int:
@@ -45,10 +46,10 @@ def output_error(reference: nn.Module, model: nn.Module, x: torch.Tensor) -> flo
 
 def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64), rounds: int = 15,
               warmup: int = 3, threads: int | None = 1) -> dict[str, dict]:
-    """Per model and batch size: median/p10/p90 ms, the per-round samples (`_rounds_ms`, paired
-    round by round across models) and, against the first model (the reference),
-    the paired speedup with its interval, rounds and verdict; plus `timing_threads`, `contention`
-    and `busy`. `threads=1` by default: on a shared CPU multi-threaded int8 kernels wait for busy
+    """Per model and batch size: median/p10/p90 ms a call, the per-round samples (`_rounds_ms`,
+    paired round by round across models) and, against the first model (the reference), the paired
+    speedup with its interval, pairs, dropped pairs, conditions and verdict; plus `timing_threads`,
+    `contention` and `busy`. `threads=1` by default: on a shared CPU multi-threaded int8 kernels wait for busy
     cores and swing by 100x; one thread gives steady ratios. None keeps torch's setting."""
     out: dict[str, dict] = {name: {} for name in models}
     with num_threads(threads):
@@ -68,7 +69,8 @@ def _field(rec: dict, key: str):
 
 
 def speedup_label(rec: dict, batch: int) -> str:
-    """'1.31x [1.18, 1.44] over 15 rounds: faster' for one batch size of a latencies record."""
+    """'1.31x [1.18, 1.44] over 15 pairs: faster' for one batch size of a latencies record, with the
+    dropped pairs and the load when other programs held cores."""
     key = f"speedup_b{batch}"
     ratio, rounds = _field(rec, key), _field(rec, f"{key}_rounds")
     if ratio is None:
@@ -77,23 +79,32 @@ def speedup_label(rec: dict, batch: int) -> str:
         return f"{ratio:.2f}x (the reference)"
     low, high = _field(rec, f"{key}_low"), _field(rec, f"{key}_high")
     interval = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
-    return f"{ratio:.2f}x{interval} over {int(rounds)} rounds: {rec[f'{key}_verdict']}"
+    dropped = _field(rec, f"dropped_b{batch}")
+    dropped = f", {int(dropped)} dropped" if dropped else ""
+    where = _field(rec, f"conditions_b{batch}")
+    where = f", {where}" if where and where != "quiet" else ""
+    return f"{ratio:.2f}x{interval} over {int(rounds)} pairs{dropped}{where}: {rec[f'{key}_verdict']}"
 
 
 def speedup_short(rec: dict, batch: int) -> str:
-    """'1.31x [1.18, 1.44], 15 rounds': a chart label's form of `speedup_label`."""
+    """'1.31x [1.18, 1.44], 15 pairs': a chart label's form of `speedup_label`."""
     key = f"speedup_b{batch}"
     ratio, low, rounds = _field(rec, key), _field(rec, f"{key}_low"), _field(rec, f"{key}_rounds")
     if ratio is None or rounds is None:
         return f"{ratio:.2f}x" if ratio is not None else ""
     if low is None:
-        return f"{ratio:.2f}x, {int(rounds)} rounds (too few for an interval)"
-    return f"{ratio:.2f}x [{low:.2f}, {rec[f'{key}_high']:.2f}], {int(rounds)} rounds"
+        return f"{ratio:.2f}x, {int(rounds)} pairs (too few for an interval)"
+    return f"{ratio:.2f}x [{low:.2f}, {rec[f'{key}_high']:.2f}], {int(rounds)} pairs"
 
 
 def busy_note(rec: dict) -> str:
-    """The busy-machine warning for a latencies record ('' when the machine was quiet)."""
-    return busy_sentence(rec.get("contention"))
+    """What other programs did while a latencies record was timed ('' when quiet): its pairs met
+    that load on both sides, so the verdicts stand, and the note says under which conditions."""
+    c = rec.get("contention")
+    if not c or not c.get("busy"):
+        return ""
+    return busy_sentence(c).replace(": the comparison is unreliable",
+                                    ": each pair's two sides met that load alike")
 
 
 @contextmanager
@@ -109,25 +120,26 @@ def num_threads(n: int | None):
 
 
 def _time_all(models, subject, batch_sizes, rounds, warmup, out) -> None:
+    from ..measure.timer import summarize
+
     with torch.inference_mode():
         for batch in batch_sizes:
             x = subject.example(batch)
-            inner = 5 if batch <= 8 else 1  # tiny calls: average a few per sample
-            fns = {name: (lambda m=m: m(x)) for name, m in models.items()}
-            meter = ContentionMeter(os.getpid())
-            times = interleaved(fns, warmup=warmup, rounds=rounds, inner=inner)
-            busy = meter.read_over()["busy"]  # a tiny model's timing can take milliseconds
-            ref = times[next(iter(models))]
-            for i, (name, t) in enumerate(times.items()):
+            calls = LocalHost({name: (lambda m=m: m(x)) for name, m in models.items()}, work=batch)
+            trial = Trial({name: calls for name in models}, next(iter(models)), slice_s=SLICE_S,
+                          warmup=max(1, warmup // 3)).run(rounds)
+            for i, name in enumerate(models):
+                per_call = [s.wall_s / s.steps * 1e3 for s in trial.slices[name]]
+                t = summarize(per_call)
                 out[name].update({f"latency_b{batch}_ms": t.median_ms,
                                   f"latency_b{batch}_p10_ms": t.p10_ms,
                                   f"latency_b{batch}_p90_ms": t.p90_ms,
-                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in t.samples_ms],
-                                  f"busy_b{batch}": busy})
+                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in per_call]})
                 if i == 0:
                     out[name][f"speedup_b{batch}"] = 1.0
-                else:  # round by round against the reference: drift hits both alike
-                    ratio = paired_ratio(ref.samples_ms, t.samples_ms)
-                    out[name].update(ratio.as_dict(f"speedup_b{batch}"))
-                    if busy:  # the interval stays; the word waits for a quiet machine
-                        out[name][f"speedup_b{batch}_verdict"] = WITHHELD_BUSY
+                    continue
+                c = trial.compare(name)  # pair by pair against the reference: both met one load
+                out[name].update(c.ratio.as_dict(f"speedup_b{batch}"))
+                out[name].update({f"pairs_b{batch}": c.pairs, f"dropped_b{batch}": c.dropped,
+                                  f"conditions_b{batch}": c.conditions,
+                                  f"busy_b{batch}": bool(c.busy_pairs)})

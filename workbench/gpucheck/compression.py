@@ -19,7 +19,7 @@ from ..compress.quantize import quantize, torchao_available, unsupported_reason
 from ..compress.stats import output_error
 from ..compress.structured import layer_widths, structured_prune
 from ..measure.compare import paired_ratio
-from ..measure.timer import interleaved
+from ..trials.calls import timed_calls
 from ..train.models import MLP
 
 ROUNDS = 12  # interleaved rounds per comparison (6 is the fewest with a 95 % interval)
@@ -31,7 +31,7 @@ SMALL_BATCH = 16  # weight-only int8: where reading the weights, not the math, s
 def timed(ctx, models: dict, x: torch.Tensor) -> dict:
     fns = {name: (lambda m=m: m(x)) for name, m in models.items()}
     with torch.inference_mode():
-        return interleaved(fns, device=ctx.device, warmup=3, rounds=ROUNDS)
+        return timed_calls(fns, device=ctx.device, warmup=3, rounds=ROUNDS)
 
 
 def against(reference, timing, flops: float | None = None) -> dict:

@@ -25,7 +25,7 @@ from ..loading.imageset import generate_image_set
 from ..loading.sweep import MEASURE, LoaderSetting, grid, run_sweep
 from ..machine.cpu import usable_cores
 from ..measure.compare import paired_ratio, paired_speed_ratio
-from ..measure.timer import interleaved
+from ..trials.calls import timed_calls
 from ..train.images import ImageFolder
 from ..train.models import SmallCNN
 
@@ -38,7 +38,7 @@ def copies(ctx, rec) -> None:
     n = COPY_MIB * 2**20 // 4
     pageable, pinned = torch.randn(n), torch.randn(n).pin_memory()
     dev = torch.empty(n, device=ctx.device)
-    t = interleaved({"pageable": lambda: dev.copy_(pageable), "pinned": lambda: dev.copy_(pinned),
+    t = timed_calls({"pageable": lambda: dev.copy_(pageable), "pinned": lambda: dev.copy_(pinned),
                      "pinned non_blocking": lambda: dev.copy_(pinned, non_blocking=True)},
                     device=ctx.device, warmup=2, rounds=ROUNDS)
     gbs = {k: round(n * 4 / v.median_ms / 1e6, 2) for k, v in t.items()}
@@ -54,7 +54,7 @@ def copies(ctx, rec) -> None:
         dev.copy_(pinned, non_blocking=non_blocking)
         time.sleep(host_s)  # the host's own work; the timer syncs the device after the step
 
-    s = interleaved({"blocking": lambda: step(False), "non_blocking": lambda: step(True)},
+    s = timed_calls({"blocking": lambda: step(False), "non_blocking": lambda: step(True)},
                     device=ctx.device, warmup=2, rounds=ROUNDS)
     r = paired_ratio(s["blocking"].samples_ms, s["non_blocking"].samples_ms)
     rec.item("non_blocking overlap", "ok", host_work_ms=round(host_s * 1e3, 3),

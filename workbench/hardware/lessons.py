@@ -21,7 +21,7 @@ from ..machine.cpu import cpu_flags, flags_owner
 from ..cache import read_json, write_json
 from ..machine.peaks import device_key, load_ceilings
 from ..measure.compare import Ratio, paired_ratio
-from ..measure.timer import interleaved
+from ..trials.calls import timed_calls
 from ..train.precision import DTYPES
 
 ROUNDS = 8
@@ -62,7 +62,7 @@ def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS)
     g = torch.Generator().manual_seed(0)
     mats = {k: [torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2)]
             for k, dtype in DTYPES.items()}
-    times = interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in mats.items()},
+    times = timed_calls({k: (lambda a=a, b=b: a @ b) for k, (a, b) in mats.items()},
                         device=device, warmup=1, rounds=rounds)
     base = times["fp32"].samples_ms
     return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 from torch.utils.benchmark import Timer
 
+from ..trials.engine import order_of
 from ..measure.timer import device_sync, measure, summarize
 from ..train.precision import DTYPES
 from .allreduce import run_allreduce
@@ -44,7 +45,7 @@ def paired(fn: Callable, stmt: str, env: dict, device, repeats: int, warmup: int
         fn()
     ours, theirs = [], []
     for i in range(repeats):  # A B, B A, A B, ...: neither timer always runs right after the other
-        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+        for which in order_of([0, 1], i):
             if which == 0:
                 ours.append(measure(fn, device=device, warmup=0, repeats=1).median_ms)
             else:

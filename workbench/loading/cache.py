@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 from ..cache import PRIVATE
 from ..config import ConfigError
 from ..disk import make_dirs
-from ..measure.timer import interleaved
+from ..trials.calls import timed_calls
 from ..train.data import make_loader
 from ..train.memory import GIB, rss_gib
 
@@ -152,7 +152,7 @@ def cache_payoff(dataset: Dataset, cfg, rounds: int = 3) -> dict:
     t0 = time.perf_counter()
     epoch(cached_loader)  # decodes every sample once and fills the cache
     fill_ms = (time.perf_counter() - t0) * 1e3
-    res = interleaved({"uncached": lambda: epoch(uncached_loader),
+    res = timed_calls({"uncached": lambda: epoch(uncached_loader),
                        "cached": lambda: epoch(cached_loader)}, warmup=0, rounds=rounds)
     return {"fill_epoch_ms": fill_ms, "uncached_epoch_ms": res["uncached"].median_ms,
             "cached_epoch_ms": res["cached"].median_ms,

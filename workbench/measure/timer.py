@@ -78,24 +78,3 @@ def summarize(samples_ms: list[float]) -> Timing:
     else:
         p10 = p90 = med
     return Timing(round(med, 5), round(p10, 5), round(p90, 5), len(samples_ms), list(samples_ms))
-
-
-def interleaved(fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3,
-                rounds: int = 10, inner: int = 1) -> dict[str, Timing]:
-    """Time several variants in rounds, alternating the order (A B C, C B A, ...), so drift on a
-    shared machine hits them all alike. Each Timing keeps its per-round samples: round i of every
-    variant was measured side by side, which is what `measure.compare.paired_ratio` pairs."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    device_sync(device)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns.items())
-    for r in range(rounds):
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            device_sync(device)
-            samples[name].append((time.perf_counter() - t0) / inner * 1e3)
-    return {k: summarize(v) for k, v in samples.items()}

@@ -11,9 +11,6 @@ whole interval lies on that side of 1.
 from __future__ import annotations
 
 FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
-# In place of a verdict when other programs held the cores while it was measured: its interval is
-# shown, but an A/A under such load has read "slower" with an interval that excluded 1.
-WITHHELD_BUSY = "withheld: busy"
 MIN_EFFECT = 0.05  # smaller gains are not worth a setting, whatever the interval says
 
 

@@ -21,7 +21,8 @@ import torch
 from ..config import ConfigError, RunConfig
 from ..machine.capability import resolve_device, unsupported_reason
 from ..measure.compare import Ratio, paired_ratio
-from ..measure.timer import Timing, device_sync, interleaved
+from ..measure.timer import Timing, device_sync
+from ..trials.calls import timed_calls
 from ..train.data import build_data
 from ..train.models import build_model
 from ..machine.threads import threads_for
@@ -112,7 +113,7 @@ def compare_optimizers(cfg: RunConfig, impls=IMPLS, rounds: int = 10) -> Optimiz
                 p.grad = torch.randn_like(p)  # random, never zeros
             steps[impl] = _optimizer(cfg, params, impl).step
         inner = _calibrate(steps[next(iter(steps))], device) if steps else 1
-        timings: dict[str, Timing] = interleaved(steps, device=device, rounds=rounds, inner=inner)
+        timings: dict[str, Timing] = timed_calls(steps, device=device, rounds=rounds, inner=inner)
         ratios: dict[str, Ratio] = {}
         if BASE in timings:
             base = timings[BASE].samples_ms

@@ -6,7 +6,7 @@ rank 0 takes the requests and hands each to the other ranks.
     python -m workbench.train.host --address SOCKET --folder TRIAL_DIR    # started by trials.hosts
 
 Requests are dicts over a Unix socket that only this machine's owner can open: build a variant,
-run a slice of it, report its memory per rank, drop it, close. A slice reports its samples, its wall
+run a slice of it, report its memory per rank, save its weights, drop it, close. A slice reports its samples, its wall
 time, the CPU time of this process tree and the cores other programs held meanwhile, and its losses.
 """
 from __future__ import annotations
@@ -87,6 +87,23 @@ class Variant:
 
         return memory_per_rank(self.cfg, self.s, self.env, self.held)
 
+    def save(self) -> None:
+        """Its weights as a run saves them (model.pt, whole under FSDP): what it has trained so far."""
+        import io
+
+        import torch
+
+        from ..disk import write_atomic
+        from ..runfolder import RunFolder
+        from .rank import unwrap
+        from .trainer import full_state
+
+        state = full_state(unwrap(self.s.parts.model), self.cfg)  # under FSDP every rank gathers
+        if self.env.rank == 0:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            write_atomic(RunFolder(self.dir).weights_file, buffer.getvalue())
+
     def close(self) -> None:
         self.events.close()
 
@@ -135,6 +152,9 @@ def serve(conn: Connection | None, folder: Path) -> None:
                 reply = variants[msg["label"]].run(msg["steps"])
             elif op == "memory":
                 reply = {"memory": variants[msg["label"]].memory()}
+            elif op == "save":
+                variants[msg["label"]].save()
+                reply = {}
             elif op == "drop":
                 v = variants.pop(msg["label"], None)
                 if v is not None:

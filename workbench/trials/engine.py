@@ -59,6 +59,12 @@ class Slice:
         return {**d, "rate": round(self.rate, 4)}
 
 
+def order_of(labels: list, rnd: int) -> list:
+    """The order of round `rnd`: as given, then reversed, in turn (A B, B A, ...: A B B A A B ...).
+    The one place the workbench alternates an order; every comparison's rounds ask it."""
+    return list(labels) if rnd % 2 == 0 else list(labels)[::-1]
+
+
 class Host(Protocol):
     def slice(self, label: str, seconds: float) -> Slice:
         """Run about `seconds` of `label`'s work and say what it did."""
@@ -153,11 +159,9 @@ class Trial:
                 self.warmups[label].append(self._slice(label, -1))
 
     def round(self) -> dict[str, Slice]:
-        """One slice of every variant, the order reversed every other round (the one place the
-        workbench alternates an order)."""
+        """One slice of every variant, the order reversed every other round."""
         self.warm_up()
-        order = self.labels if self.rounds % 2 == 0 else self.labels[::-1]
-        out = {label: self._slice(label, self.rounds) for label in order}
+        out = {label: self._slice(label, self.rounds) for label in order_of(self.labels, self.rounds)}
         for label, s in out.items():
             self.slices[label].append(s)
         self.rounds += 1
@@ -214,3 +218,4 @@ def _as_pairs(r: Ratio) -> Ratio:
     note = r.note.replace("rounds are too few", "pairs are too few").replace(
         "use at least", "the fewest that carry one:")
     return Ratio(r.ratio, r.low, r.high, r.rounds, r.verdict, r.paired, note)
+

@@ -1,13 +1,11 @@
-"""Where a trial's variants run (workbench.trials.engine): functions in this process, or training
-variants in warm processes that live for the whole comparison.
+"""Where a trial's training variants run (workbench.trials.engine): warm processes that live for the
+whole comparison (functions in this process: workbench.trials.calls).
 
     hosts = TrainingHosts(baseline)              # threads chosen once, from what the machine has free
     hosts.add("fp32", cfg)                       # built once in a warm host process
     hosts.add("bf16", cfg.replace(**{"precision.dtype": "bf16"}))
     trial = Trial(hosts.of(["fp32", "bf16"]))    # slices of both alternate in that process
     hosts.close()                                # every host process ends
-
-    calls = LocalHost({"dense": lambda: model(x), "int8": lambda: q(x)}, work=64)
 
 Variants that one process can host share one (precision, channels_last, the optimizer, the batch,
 checkpointing, compile): both sides of a pair then meet the same process and the same machine.
@@ -33,10 +31,8 @@ from typing import Callable
 from ..config import ConfigError, RunConfig
 from ..disk import open_log
 from ..machine.capability import resolve_device
-from ..machine.contention import system_cpu, tree_cpu
 from ..machine.fit import cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
-from ..measure.timer import device_sync
 from ..runstore import runs_root
 from ..distributed.torchrun import rank_command
 from .engine import Slice
@@ -47,36 +43,6 @@ START_TIMEOUT_S = 180.0  # a host's start: Python, torch, and under several rank
 
 class TrialError(ConfigError):
     """A variant that could not be built or run: one line naming it, its host's log beside."""
-
-
-class LocalHost:
-    """Variants that are functions in this process: `fn()` does one unit of work (an inference call,
-    a matmul, a launch) and returns how much it did (None: `work`, default 1). A slice calls it until
-    `seconds` have passed, at least `min_calls` times."""
-
-    def __init__(self, fns: dict[str, Callable[[], object]], *, work: float = 1.0, device=None,
-                 min_calls: int = 1):
-        self.fns, self.work, self.device, self.min_calls = dict(fns), work, device, min_calls
-
-    def slice(self, label: str, seconds: float) -> Slice:
-        fn, done, calls = self.fns[label], 0.0, 0
-        sys0, own0 = system_cpu(), tree_cpu(os.getpid())
-        t0 = time.perf_counter()
-        while True:
-            got = fn()
-            counted = isinstance(got, (int, float)) and not isinstance(got, bool)
-            done += float(got) if counted else self.work
-            calls += 1
-            if calls >= self.min_calls:
-                device_sync(self.device)
-                if time.perf_counter() - t0 >= seconds:
-                    break
-        wall = time.perf_counter() - t0
-        sys1, own1 = system_cpu(), tree_cpu(os.getpid())
-        own = own1 - own0
-        other = max(0.0, (sys1[0] - sys0[0] - own) / wall) if sys1[2] > sys0[2] else None
-        return Slice(label, done, wall, own, None if other is None else round(other, 3),
-                     steps=calls)
 
 
 def host_key(cfg: RunConfig) -> tuple:
@@ -170,6 +136,10 @@ class ProcessHost:
 
     def memory(self, label: str) -> dict:
         return self.ask({"op": "memory", "label": label})["memory"]
+
+    def save(self, label: str) -> None:
+        """Its weights in its folder (model.pt), as a run saves them."""
+        self.ask({"op": "save", "label": label})
 
     def drop(self, label: str) -> None:
         self.ask({"op": "drop", "label": label})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .engine import order_of
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
 from ..machine.contention import BUSY_CORES, BUSY_STEAL
@@ -35,7 +36,7 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
     for r in range(rounds):
         other = other_cores_now()  # one look a round: its runs share what it saw, and no thread
         # trial (ThreadChoice.fixed): the sides of a comparison run the same threads
-        for label in (labels if r % 2 == 0 else labels[::-1]):
+        for label in order_of(labels, r):
             if stop is not None and stop():
                 return out
             if label in failed:

@@ -29,7 +29,8 @@ STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728"
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
 
 
-TRAINING_SIDE = (("peak_mem_gib", "peak memory, rank 0 (GiB)"), ("final_loss", "final loss"))
+TRAINING_SIDE = (("mem_held_gib", "held by rank 0: weights, gradients, optimizer, activations (GiB)"),
+                 ("final_loss", "final loss"))
 INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
 
 
@@ -140,12 +141,12 @@ class StackingPanel(w.VBox):
         if self.job.busy():
             return False
         changes = self.selected_changes()
-        n_runs = sum(1 for s in plan(self.baseline, changes) if s.reason is None) * self.rounds
+        n_runs = self.rounds
         self.rows = []
         self._stop.clear()
         self.stop_button.disabled, self.export_button.disabled = False, True
-        self.status.value = (f"running {n_runs} runs ({len(changes) + 1} steps, {self.rounds} "
-                             "rounds in alternating order)...")
+        self.status.value = (f"building {len(changes) + 1} steps, then {self.rounds} rounds of "
+                             "slices in alternating order...")
         return self.job.start(lambda: self._work(changes, n_runs))
 
     def _work(self, changes, n_runs: int):
@@ -156,7 +157,7 @@ class StackingPanel(w.VBox):
             self.rows = df.to_dict("records")
             self.waterfall.update(df)
             self.table.value = table_html(df)
-            self.status.value = f"run {runs[0]}/{n_runs} done"
+            self.status.value = f"round {min(runs[0], n_runs)}/{n_runs} done"
 
         result = run_study(self.baseline, changes, rounds=self.rounds, on_update=on_update,
                            stop=self._stop.is_set)
