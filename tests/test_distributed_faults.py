@@ -18,7 +18,6 @@ from launch_helpers import (assert_all_gone, faulty_model, run_pids, steps_seen,
                             wait_for_steps)
 from workbench.events import read_events
 from workbench.distributed.launch import run, start_run
-from workbench.net import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from workbench.tune.candidates import CATALOG, NOT_TRIED
 def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_path, runs_root):
     out = tmp_path / "tuned"
     cmd = [sys.executable, "-m", "workbench", "tune", "--preset", "smoke", "--budget-min", "0.25",
-           "--run-s", "0.5", "--bound-by", "data", "--json", "--out", str(out)]
+           "--bound-by", "data", "--json", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -26,15 +26,19 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert set(decisions) == {c.key for c in CATALOG} | {"batch", "checkpointing"}
     assert report["bound_by"] == "data" and report["not_tried"] == NOT_TRIED
     assert report["memory_budget_gib"] > 0 and "the RAM available" in report["memory_note"]
-    assert decisions["checkpointing"]["outcome"].startswith("skipped: this model has no blocks")
+    assert decisions["checkpointing"]["outcome"].startswith("not measured: this model has no blocks")
+    assert decisions["checkpointing"]["status"] == "not measured"
     first = report["decisions"][0]
     assert first["setting"] == "workers" and first["why"].startswith("bound by data: loader first")
     assert first["settings"]["loader.num_workers"] == 2  # what each row set, beside its name
     assert decisions["batch"]["settings"]["loader.batch_size"] > RunConfig.smoke().loader.batch_size
-    # measured: real runs side by side (beside the suite's other tests its rounds may all be busy:
-    # repeated, not trusted, so it may decide nothing in this budget)
-    assert first["rounds"] + first["busy_rounds"] >= 1 and first["outcome"], first
-    assert decisions["channels_last"]["outcome"].startswith("cannot run here: channels_last")
+    # measured: pairs of slices in warm processes (busy pairs count; a pair whose load changed is
+    # dropped and repeated)
+    assert first["rounds"] + first["dropped_pairs"] >= 1 and first["outcome"], first
+    assert first["status"] in ("kept", "dropped", "undecided") and first["conditions"]
+    assert decisions["channels_last"]["outcome"].startswith(
+        "not measured: this machine cannot run it: channels_last")
+    assert not any("drop" in d["status"] for d in report["decisions"] if not d["rounds"])
     assert all(d["outcome"] for d in report["decisions"])
     tuned = RunConfig.from_dict(report["config"])  # a valid config: the baseline + what was kept
     smoke = RunConfig.smoke()
@@ -99,21 +103,28 @@ def test_the_memory_plan_takes_the_largest_power_of_two_that_the_prediction_fits
         plan_memory(lm, 0.01)
 
 
-def test_a_compile_is_done_once_untimed_and_a_larger_batch_is_checked_against_samples_seen():
-    from workbench.tune.tuner import RealMeasure
+def test_a_compile_is_done_once_untimed_and_a_larger_batch_is_checked_against_samples_seen(tmp_path):
+    from workbench.tune.tuner import TrialMeasure
 
     ran = []
-    m = RealMeasure(RunConfig.smoke().replace(**{"run.threads": 1}), run_s=0.5,
-                    on_run=lambda side, summary: ran.append(summary))
-    trial = {"compile.enabled": True, "loader.batch_size": 128}  # one round for both rules
-    assert m.one_off({}, trial) == "compiling" and m.one_off({}, {}) is None
-    p = m.prepare({}, trial, 300)
-    assert p.failed is None and p.round_s >= p.seconds > 0 and m.one_off({}, trial) is None
-    assert ran[0]["steps"] > 10  # its budget started after the warm-up: the compile is not in it
-    r = m.round({}, trial)
-    assert r.failed is None and r.ratio > 0 and all(s["steps"] > 10 for s in ran[1:])
-    check = m.loss_check({}, trial)
-    assert "samples seen (batch 128 against 32 a step)" in check.note, check.note
+    m = TrialMeasure(RunConfig.smoke().replace(**{"run.threads": 1}), on_slice=ran.append,
+                     folder=tmp_path / "trial")
+    try:
+        trial = {"compile.enabled": True, "loader.batch_size": 128}  # one round for both rules
+        assert m.one_off({}, trial) == "compiling" and m.one_off({}, {}) is None
+        p = m.prepare({}, trial, 300)
+        assert p.failed is None and p.seconds > 0 and m.one_off({}, trial) is None
+        assert not ran  # building compiled it, outside every slice
+        for _ in range(3):
+            r = m.round({}, trial)
+            assert r.failed is None and (r.dropped or r.ratio > 0)
+        assert {s.label for s in ran} == {"baseline", "compile.enabled=True,loader.batch_size=128"}
+        assert all(s.steps >= 1 and s.wall_s > 0 for s in ran)
+        check = m.loss_check({}, trial)
+        assert "samples seen (batch 128 against 32 a step)" in check.note, check.note
+        assert (tmp_path / "trial" / "slices.jsonl").read_text().count("\n") == len(ran)
+    finally:
+        m.close()
 
 
 def test_without_a_compiler_the_compile_row_says_the_fit_rule_s_sentence(monkeypatch):

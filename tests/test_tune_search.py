@@ -59,7 +59,7 @@ def test_a_clear_loss_stops_at_the_first_round_that_can_decide_and_busy_rounds_a
     sim = SimulatedDevice(CANDIDATES, {c.key: 0.6 for c in CANDIDATES}, 1, busy=0.3)
     d = compare(sim, {}, CANDIDATES[0].settings)
     assert not d.kept and d.outcome == "slower" and d.rounds == 7  # the fewest for a one-sided 99 %
-    assert d.busy_rounds > 0 and d.high < 1
+    assert d.dropped_pairs > 0 and d.high < 1
 
 
 def test_a_faster_setting_that_moves_the_loss_is_dropped_and_says_how_far():
@@ -77,7 +77,7 @@ def test_the_budget_holds_and_what_it_left_out_is_named():
     result = search(order(CANDIDATES, None), sim, budget_s=120)
     tried = [d for d in result.decisions if d.rounds]
     assert tried and len(tried) < len(CANDIDATES)
-    assert all(re.match(r"not tried: the \d+ s left cannot hold the 7 rounds", d.outcome)
+    assert all(re.match(r"not measured: the \d+ s left cannot hold the 7 rounds", d.outcome)
                for d in result.decisions[len(tried):])
     # no round starts that the budget left cannot hold at the pace seen so far: the tune ends
     # within its budget (a round slower than the pace may still overrun it by its difference)
@@ -112,7 +112,7 @@ def test_a_compile_is_charged_to_the_budget_and_skipped_when_its_rounds_cannot_f
     sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
     (d,) = search([(compiled, "first")], sim, budget_s=60).decisions
     assert not d.kept and d.rounds == 0
-    assert d.outcome.startswith("skipped: compiling took 30 s; the 7 rounds that can decide would "
+    assert d.outcome.startswith("not measured: compiling took 30 s; the 7 rounds that can decide would "
                                 "take about"), d.outcome
     # after other comparisons, the pace of a round says beforehand that nothing fits
     effects["s0"] = 0.6  # decided in the fewest rounds, which set the pace
@@ -121,7 +121,7 @@ def test_a_compile_is_charged_to_the_budget_and_skipped_when_its_rounds_cannot_f
     result = search([(CANDIDATES[0], "first"), (compiled, "then")], sim,
                     budget_s=alone.spent_s + 20)
     assert result.decisions[0].rounds == 7
-    assert re.fullmatch(r"not tried: the \d+ s left cannot hold the 7 rounds that can decide "
+    assert re.fullmatch(r"not measured: the \d+ s left cannot hold the 7 rounds that can decide "
                         r"\(about \d+ s at [\d.]+ s a round so far\)", result.decisions[1].outcome)
     assert sim.compiled == set()  # not compiled: nothing was spent on it
 
@@ -129,7 +129,7 @@ def test_a_compile_is_charged_to_the_budget_and_skipped_when_its_rounds_cannot_f
 def test_a_compile_that_outruns_the_budget_is_stopped_and_said():
     sim = SimulatedDevice(CANDIDATES, {c.key: 1.0 for c in CANDIDATES}, 5, compile_s={"s2": 500.0})
     (d,) = search([(CANDIDATES[2], "first")], sim, budget_s=300).decisions
-    assert d.outcome == "skipped: compiling: did not finish in 300 s" and not d.kept
+    assert d.outcome == "not measured: compiling: did not finish in 300 s" and not d.kept
 
 
 def test_a_needed_setting_goes_first_and_is_kept_though_slower_unless_its_loss_moves():

@@ -63,7 +63,10 @@ class SimulatedDevice:
         rate = {}
         for side in order:
             rate[side] = self._run(best if side == "best" else candidate, collapse=side == hit)
-        return Round(rate["candidate"] / rate["best"], busy=busy)
+        return Round(rate["candidate"] / rate["best"], dropped=busy)
+
+    def conditions(self, best: dict, candidate: dict) -> str:
+        return "simulated"
 
     def loss_check(self, best: dict, candidate: dict) -> LossCheck:
         moved = abs(sum(self.loss_moves.get(k, 0.0) for k in self.applied(candidate))

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from ..config import ConfigError, RunConfig
 from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
-from ..quick import scaled
 from ..train.checkpointing import suggested
 from ..trials.ab import ABResult, ab_test
 from .breakdown import Breakdown

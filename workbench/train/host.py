@@ -15,7 +15,6 @@ import argparse
 import gc
 import os
 import socket
-import sys
 import time
 import traceback
 from multiprocessing.connection import Connection

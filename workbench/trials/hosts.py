@@ -26,7 +26,6 @@ import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Callable
 
 from ..config import ConfigError, RunConfig
 from ..disk import open_log

@@ -11,7 +11,7 @@ import shlex
 
 import ipywidgets as widgets
 
-from ..config import ConfigError, RunConfig, choices
+from ..config import RunConfig, choices
 from ..distributed.launch import RunHandle
 from ..machine.capability import resolve_device
 from ..machine.fit import max_ranks

@@ -18,7 +18,6 @@ from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP, as_change
-from ..stacking.plan import plan
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
