@@ -288,9 +288,10 @@ def _alternates_an_order(node: ast.AST) -> bool:
 
 
 def test_one_place_alternates_the_order_of_rounds():
-    """Every comparison interleaves through the trial engine (workbench.trials.engine.order_of): a
-    second rounds loop, alternating an order by a round's parity or by reversing it, fails here."""
-    engine = PACKAGE / "trials" / "engine.py"
+    """Every comparison interleaves through the trial engine, whose order is workbench.measure.order's
+    (a host's interleaved steps ask it too): a second rounds loop, alternating an order by a round's
+    parity or by reversing it, fails here."""
+    engine = PACKAGE / "measure" / "order.py"
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())

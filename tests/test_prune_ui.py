@@ -21,8 +21,8 @@ def test_lab_sweeps_compares_and_draws():
     assert list(lab.lat_fig.data[0].x) == [0.0, 0.45, 0.9]
     lab.compare(wait=True)
     assert len(lab.pareto_fig.data) == 2 and "verdict" in lab.table.value
-    assert "coverage" in lab.table.value and "rounds:" in lab.table.value  # speedups with intervals
-    assert any("rounds" in t for t in lab.pareto_fig.data[1].text)
+    assert "coverage" in lab.table.value and "pairs:" in lab.table.value  # speedups with intervals
+    assert any("pairs" in t for t in lab.pareto_fig.data[1].text)
     assert not lab.sweep_button.disabled
     check_variants_table(lab.variants)
 

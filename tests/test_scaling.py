@@ -44,10 +44,11 @@ def test_ideal_and_efficiency():
 def test_study_runs_one_and_two_processes(smoke):
     cfg = smoke.replace(**{"run.steps": 30, "run.eval_batches": 0})
     seen = []
-    df = study(cfg, (1, 2), modes=("strong",), on_update=seen.append, timeout_s=240)
+    df = study(cfg, (1, 2), modes=("strong",), on_update=seen.append, timeout_s=240, rounds=2)
     assert list(zip(df["mode"], df["processes"], df["batch_per_rank"])) == [("strong", 1, 32),
                                                                            ("strong", 2, 16)]
-    assert (df["status"] == "completed").all() and len(seen) == 2
+    assert (df["status"] == "completed").all() and len(seen) == 2  # a table after each round
+    assert list(df["rounds"]) == [2, 2]
     two = df[df["processes"] == 2].iloc[0]
     assert two["samples_per_s"] > 0 and two["efficiency"] > 0
     assert two["ideal_samples_per_s"] == pytest.approx(2 * df["samples_per_s"].iloc[0], rel=1e-3)

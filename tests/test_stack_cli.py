@@ -18,16 +18,16 @@ def workbench(*args, timeout=600):
 
 
 def test_a_short_study_on_the_smoke_preset(runs_root):
-    done = workbench("--preset", "smoke", "--changes", "bf16,pin_memory", "--budget-s", "0.5",
+    done = workbench("--preset", "smoke", "--changes", "bf16,pin_memory", "--slice-s", "0.2",
                      "--rounds", "2", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["changes"] == ["bf16", "pin_memory"] and report["rounds"] == 2
-    assert report["baseline"]["run"]["time_budget_s"] == 0.5
+    assert report["slice_s"] == 0.2
     base, bf16, pinned = report["study"]
     assert base["step"] == "baseline" and base["status"] == "baseline" and base["samples_per_s"] > 0
     assert bf16["adds"] == {"precision.dtype": "bf16"} and bf16["samples_per_s"] > 0
-    assert bf16["rounds"] == 2 and bf16["steps"] >= 1 and base["steps"] >= 1  # a run each round
+    assert bf16["rounds"] == 2 and bf16["steps"] >= 1 and base["steps"] >= 1  # a slice each round
     assert bf16["status"] == "within noise" and "too few" in bf16["note"]  # 2 rounds: no verdict
     assert pinned["status"] == "skipped" and "pin_memory needs a GPU" in pinned["reason"]
     text = study_text(report["study"])  # what the command prints without --json
@@ -53,7 +53,8 @@ def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
                                           "study knows; allowed: bf16, fp16, tf32"),
             (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
             (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
-            (["--budget-s", "0"], "workbench stack: --budget-s must be > 0 seconds, got 0.0"),
+            (["--slice-s", "0"], "workbench stack: --slice-s must be between 0.01 and 60 seconds, "
+                                 "got 0.0"),
             (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0"),
             (["--inference", "runs/x", "--amount", "1.5"], "workbench stack: --amount must be "
                                                             "between 0 and 1"),

@@ -10,11 +10,11 @@ from workbench.ui import stacking as ui
 
 ROWS = [
     {"step": "baseline", "status": "baseline", "samples_per_s": 1000.0, "gain_vs_prev": 1.0,
-     "gain_vs_baseline": 1.0, "peak_mem_gib": 0.3, "final_loss": 2.0, "eval_accuracy": 0.5, "reason": ""},
+     "gain_vs_baseline": 1.0, "mem_held_gib": 0.3, "final_loss": 2.0, "reason": ""},
     {"step": "+ bf16", "status": "faster", "samples_per_s": 1500.0, "gain_vs_prev": 1.5,
-     "gain_vs_baseline": 1.5, "peak_mem_gib": 0.31, "final_loss": 2.01, "eval_accuracy": 0.5, "reason": ""},
+     "gain_vs_baseline": 1.5, "mem_held_gib": 0.31, "final_loss": 2.01, "reason": ""},
     {"step": "+ pinned memory", "status": "skipped", "samples_per_s": None, "gain_vs_prev": None,
-     "gain_vs_baseline": None, "peak_mem_gib": None, "final_loss": None, "eval_accuracy": None,
+     "gain_vs_baseline": None, "mem_held_gib": None, "final_loss": None,
      "reason": "pin_memory needs a GPU"},
 ]
 

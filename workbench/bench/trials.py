@@ -9,6 +9,10 @@ pairs used and dropped, the conditions and the verdict; the cost of the comparis
 its slices measured (starting the host process and building the variants included, the goal at
 most 1.25 once built), and decisions a minute. The table, this machine's report and the date go to
 the results file: prose elsewhere reads it, never re-types it.
+
+Quiet, each training comparison is also measured the way comparisons were made before the engine:
+whole runs of each side, one process start each, in alternating rounds (workbench.trials.rounds);
+the engine's ratio should agree with it within their intervals.
 """
 from __future__ import annotations
 
@@ -53,6 +57,20 @@ def one_training(a: RunConfig, b: RunConfig, rounds: int) -> dict:
             "cost_all": (done - t0) / measured, "seconds": done - t0}
 
 
+def cross_process(a: RunConfig, b: RunConfig, rounds: int, run_s: float) -> dict:
+    """The same comparison as whole runs in separate processes, `run_s` seconds of steps each."""
+    from ..measure.compare import paired_speed_ratio
+    from ..events import SAMPLES_PER_S
+    from ..trials.rounds import run_rounds
+
+    sized = {"run.steps": 1_000_000, "run.time_budget_s": run_s}
+    t0 = time.monotonic()
+    runs = run_rounds({"a": a.replace(**sized), "b": b.replace(**sized)}, rounds)
+    ratio = paired_speed_ratio([s[SAMPLES_PER_S] for s in runs["a"]],
+                               [s[SAMPLES_PER_S] for s in runs["b"]])
+    return {"ratio": ratio, "seconds": time.monotonic() - t0}
+
+
 def one_int8(rounds: int) -> dict:
     import torch
 
@@ -75,10 +93,21 @@ def one_int8(rounds: int) -> dict:
             "cost_all": (done - t0) / measured, "seconds": done - t0}
 
 
-def condition(rounds: int) -> dict:
-    out = {name: one_training(a, b, rounds) for name, (a, b) in training_pairs().items()}
+def condition(rounds: int, cross: int = 0, run_s: float = 2.0) -> dict:
+    out = {}
+    for name, (a, b) in training_pairs().items():
+        out[name] = one_training(a, b, rounds)
+        if cross:
+            out[name]["cross"] = cross_process(a, b, cross, run_s)
     out["dynamic int8 (3x1024 MLP, batch 64)"] = one_int8(rounds)
     return out
+
+
+def agrees(engine, cross) -> bool:
+    """Whether two intervals of the same ratio overlap (each its own 95 % interval)."""
+    if engine.low is None or cross.low is None:
+        return False
+    return engine.low <= cross.high and cross.low <= engine.high
 
 
 def table(results: dict) -> list[str]:
@@ -91,13 +120,29 @@ def table(results: dict) -> list[str]:
     return lines
 
 
+def cross_table(quiet: dict) -> list[str]:
+    rows = {k: r for k, r in quiet.items() if "cross" in r}
+    if not rows:
+        return []
+    lines = ["| comparison, quiet | trial engine | whole runs, a process each | agree | "
+             "seconds (engine / whole runs) |", "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        e, c = r["comparison"].ratio, r["cross"]["ratio"]
+        lines.append(f"| {name} | {r['comparison'].text()} | {c.label()} | "
+                     f"{'yes' if agrees(e, c) else 'no'} | {r['seconds']:.0f} / "
+                     f"{r['cross']['seconds']:.0f} |")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.bench trials", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=12, help="pairs of slices a comparison")
+    p.add_argument("--cross-rounds", type=int, default=6,
+                   help="rounds of whole runs in separate processes, quiet (0: none)")
     p.add_argument("--out", default="results/trials.md", help="the results file")
     args = p.parse_args(argv)
-    results = {"quiet": condition(args.rounds)}
+    results = {"quiet": condition(args.rounds, args.cross_rounds)}
     with OtherWork(2):
         results["two busy processes"] = condition(args.rounds)
     quiet, busy = results["quiet"], results["two busy processes"]
@@ -108,6 +153,7 @@ def main(argv=None) -> int:
              f"Machine: {platform.processor() or platform.machine()}, {usable_cores()} usable "
              f"core(s), {platform.platform()}; {args.rounds} pairs of slices a comparison.", "",
              *table(results), "",
+             *cross_table(results["quiet"]), "",
              f"Verdicts busy that agree with quiet: {agree} of {len(quiet)}.",
              f"Decisions a minute, process starts and builds included: "
              f"{decisions / (seconds / 60):.1f} ({decisions} in {seconds:.0f} s)."]

@@ -6,7 +6,8 @@ rank 0 takes the requests and hands each to the other ranks.
     python -m workbench.train.host --address SOCKET --folder TRIAL_DIR    # started by trials.hosts
 
 Requests are dicts over a Unix socket that only this machine's owner can open: build a variant,
-run a slice of it, report its memory per rank, save its weights, drop it, close. A slice reports its samples, its wall
+run a slice of one or several (their steps interleaved in short chunks, A B B A ...), report a
+variant's memory per rank, save its weights, drop it, close. A slice reports its samples, its wall
 time, the CPU time of this process tree and the cores other programs held meanwhile, and its losses.
 """
 from __future__ import annotations
@@ -23,6 +24,10 @@ from pathlib import Path
 from ..procs import leave, set_pdeathsig
 
 PACE_STEPS = 2  # steps run when a variant is built: its first pays for lazy init, the next sets the pace
+# Seconds of one variant's steps before the next takes its turn inside an interleaved slice: short
+# enough that the variants meet the same machine (beside busy programs a process's speed switches
+# level within a second), long enough that each chunk runs on warm caches.
+CHUNK_S = 0.02
 
 
 class Variant:
@@ -59,27 +64,18 @@ class Variant:
         self.samples_per_step = samples * self.env.world_size
         return loss
 
-    def run(self, steps: int) -> dict:
-        """`steps` steps, timed as one stretch, with what the machine did meanwhile."""
+    def chunk(self, steps: int) -> tuple[float, list[float]]:
+        """`steps` steps at this variant's threads: their seconds (device synced) and losses."""
         import torch
 
-        from ..machine.contention import system_cpu, tree_cpu
         from ..measure.timer import device_sync
 
         torch.set_num_threads(self.threads)
-        root = os.getpid() if self.env.world_size == 1 else os.getppid()  # the ranks' agent
-        sys0, own0 = system_cpu(), tree_cpu(root)
         t0 = time.perf_counter()
         losses = [self._step() for _ in range(steps)]
         device_sync(self.s.parts.device)
-        wall = time.perf_counter() - t0
-        sys1, own1 = system_cpu(), tree_cpu(root)
-        own = own1 - own0
-        other = max(0.0, (sys1[0] - sys0[0] - own) / wall) if sys1[2] > sys0[2] else None
-        self.step_s = wall / steps
-        return {"work": float(self.samples_per_step * steps), "wall_s": wall, "cpu_s": own,
-                "other_cores": None if other is None else round(other, 3), "steps": steps,
-                "losses": losses, "threads": self.threads}
+        return time.perf_counter() - t0, losses
+
 
     def memory(self) -> dict:
         from .trainer import memory_per_rank
@@ -107,6 +103,53 @@ class Variant:
         self.events.close()
 
 
+def plan(variants: list[Variant], seconds: float) -> list[tuple[int, int]]:
+    """(steps, steps a chunk) of each variant: about `seconds` of steps each, at its pace so far, in
+    chunks of about CHUNK_S."""
+    out = []
+    for v in variants:
+        pace = v.step_s or seconds
+        out.append((max(1, round(seconds / pace)), max(1, round(CHUNK_S / pace))))
+    return out
+
+
+def interleave(variants: list[Variant], steps: list[tuple[int, int]]) -> list[dict]:
+    """Each variant's steps in chunks, the variants taking turns in alternating order (A B B A ...),
+    so all of them meet the same machine moment by moment; one reading of what other programs
+    held covers them all, and the CPU time of this process tree is shared by their seconds."""
+    from ..machine.contention import system_cpu, tree_cpu
+    from ..measure.order import order_of
+
+    env = variants[0].env
+    root = os.getpid() if env.world_size == 1 else os.getppid()  # several ranks: their agent
+    sys0, own0 = system_cpu(), tree_cpu(root)
+    t0 = time.perf_counter()
+    left = [n for n, _ in steps]
+    walls, losses = [0.0] * len(variants), [[] for _ in variants]
+    turn = 0
+    while any(left):
+        for i in order_of(range(len(variants)), turn):
+            if left[i]:
+                k = min(left[i], steps[i][1])
+                dt, got = variants[i].chunk(k)
+                walls[i] += dt
+                losses[i] += got
+                left[i] -= k
+        turn += 1
+    elapsed = time.perf_counter() - t0
+    sys1, own1 = system_cpu(), tree_cpu(root)
+    own = own1 - own0
+    other = max(0.0, (sys1[0] - sys0[0] - own) / elapsed) if sys1[2] > sys0[2] else None
+    out = []
+    for v, (n, _), wall, got in zip(variants, steps, walls, losses):
+        v.step_s = wall / n
+        out.append({"work": float(v.samples_per_step * n), "wall_s": wall,
+                    "cpu_s": own * wall / max(sum(walls), 1e-9),
+                    "other_cores": None if other is None else round(other, 3), "steps": n,
+                    "losses": got, "threads": v.threads})
+    return out
+
+
 def _connect(address: str) -> Connection:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(address)
@@ -131,9 +174,9 @@ def serve(conn: Connection | None, folder: Path) -> None:
             except (EOFError, OSError):
                 msg = {"op": "close"}
             if msg.get("op") == "slice":  # rank 0 turns seconds into steps: every rank runs as many
-                v = variants.get(msg["label"])
-                pace = v.step_s if v is not None and v.step_s else msg["seconds"]
-                msg["steps"] = max(1, round(msg["seconds"] / pace))
+                chosen = [variants.get(label) for label in msg["labels"]]
+                if all(chosen):
+                    msg["steps"] = plan(chosen, msg["seconds"])
         if env.world_size > 1 and dist.is_initialized():
             box = [msg]
             dist.broadcast_object_list(box, src=0)
@@ -148,7 +191,8 @@ def serve(conn: Connection | None, folder: Path) -> None:
                 reply = {"step_s": v.step_s, "threads": v.threads, "losses": v.losses_at_build,
                          "run_dir": str(v.dir)}
             elif op == "slice":
-                reply = variants[msg["label"]].run(msg["steps"])
+                chosen = [variants[label] for label in msg["labels"]]
+                reply = {"slices": interleave(chosen, msg["steps"])}
             elif op == "memory":
                 reply = {"memory": variants[msg["label"]].memory()}
             elif op == "save":

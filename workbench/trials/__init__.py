@@ -1,3 +1,4 @@
-"""Measured comparisons of training configs, run from the kernel or the CLI: configs run as short,
-real runs in alternating rounds (A B, B A, ...), the A/B test and the scaling study on top. May
-import the base, machine/, train/ and distributed/; stacking/ and the faces import it."""
+"""The trial engine and the comparisons on top of it, run from the kernel or the CLI: variants built
+once in warm hosts (engine.py: the rounds and the pairs; hosts.py: training variants in warm
+processes; calls.py: functions in this process), the A/B test and the scaling study. May import
+the base, machine/, train/ and distributed/; the other labs and the faces import it."""

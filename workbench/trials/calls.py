@@ -13,37 +13,64 @@ from typing import Callable
 
 from ..machine.contention import system_cpu, tree_cpu
 from ..measure.timer import device_sync, summarize
+from ..measure.order import order_of
 from .engine import Slice, Trial
+
+
+CHUNK_S = 0.02  # seconds of one function's calls before the next takes its turn inside a slice
 
 
 class LocalHost:
     """Variants that are functions in this process: `fn()` does one unit of work (an inference call,
     a matmul, a launch) and returns how much it did (None: `work`, default 1). A slice calls it until
-    `seconds` have passed, at least `min_calls` times."""
+    `seconds` have passed, at least `min_calls` times; the slices of several (`pair`) take turns in
+    chunks of CHUNK_S (A B B A ...), so they meet the same machine moment by moment."""
 
     def __init__(self, fns: dict[str, Callable[[], object]], *, work: float = 1.0, device=None,
                  min_calls: int = 1):
         self.fns, self.work, self.device, self.min_calls = dict(fns), work, device, min_calls
 
     def slice(self, label: str, seconds: float) -> Slice:
+        return self.pair([label], seconds)[label]
+
+    def _chunk(self, label: str, seconds: float, calls_before: int) -> tuple[float, float, int]:
+        """(work, seconds, calls) of one turn: calls until `seconds` have passed and, counting
+        `calls_before`, at least min_calls were made."""
         fn, done, calls = self.fns[label], 0.0, 0
-        sys0, own0 = system_cpu(), tree_cpu(os.getpid())
         t0 = time.perf_counter()
         while True:
             got = fn()
             counted = isinstance(got, (int, float)) and not isinstance(got, bool)
             done += float(got) if counted else self.work
             calls += 1
-            if calls >= self.min_calls:
+            if calls_before + calls >= self.min_calls:
                 device_sync(self.device)
                 if time.perf_counter() - t0 >= seconds:
-                    break
-        wall = time.perf_counter() - t0
+                    return done, time.perf_counter() - t0, calls
+
+    def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
+        sys0, own0 = system_cpu(), tree_cpu(os.getpid())
+        t0 = time.perf_counter()
+        work, walls, calls = ({k: 0.0 for k in labels}, {k: 0.0 for k in labels},
+                              {k: 0 for k in labels})
+        turn = 0
+        while turn == 0 or any(walls[k] < seconds for k in labels):
+            for label in order_of(labels, turn):
+                if turn and walls[label] >= seconds:
+                    continue
+                w, dt, n = self._chunk(label, min(CHUNK_S, seconds - walls[label]), calls[label])
+                work[label] += w
+                walls[label] += dt
+                calls[label] += n
+            turn += 1
+        elapsed = time.perf_counter() - t0
         sys1, own1 = system_cpu(), tree_cpu(os.getpid())
         own = own1 - own0
-        other = max(0.0, (sys1[0] - sys0[0] - own) / wall) if sys1[2] > sys0[2] else None
-        return Slice(label, done, wall, own, None if other is None else round(other, 3),
-                     steps=calls)
+        other = max(0.0, (sys1[0] - sys0[0] - own) / elapsed) if sys1[2] > sys0[2] else None
+        total = max(sum(walls.values()), 1e-9)
+        return {k: Slice(k, work[k], walls[k], own * walls[k] / total,
+                         None if other is None else round(other, 3), steps=calls[k])
+                for k in labels}
 
 
 def timed_calls(fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3,

@@ -9,7 +9,9 @@ studies, the micro-benchmarks and the benchmarks) interleaves its variants here.
 A host runs slices of a variant's work (`host.slice(label, seconds) -> Slice`): a few hundred ms of
 training steps inside a warm process (workbench.trials.hosts), or calls of a function in this one.
 The variants run in rounds whose order alternates (A B, B A, A B, ...: A B B A A B ...), so in every
-round each variant's slice runs next to the reference's and both meet the same machine. A slice
+round each variant's slice runs next to the reference's and both meet the same machine; variants
+that share a host run their round's slices together, their work interleaved in chunks of a few tens
+of milliseconds (the host's `pair`), so they meet the same machine moment by moment. A slice
 records its work, its wall time, the CPU time of the process tree that ran it and the cores other
 programs held meanwhile. A round gives one pair per variant: its rate over the reference's.
 
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
 from ..measure.compare import Ratio, ratio_of
+from ..measure.order import order_of
 from ..measure.verdict import MIN_EFFECT
 from ..machine.contention import BUSY_CORES, MIN_WINDOW_S
 
@@ -59,15 +62,24 @@ class Slice:
         return {**d, "rate": round(self.rate, 4)}
 
 
-def order_of(labels: list, rnd: int) -> list:
-    """The order of round `rnd`: as given, then reversed, in turn (A B, B A, ...: A B B A A B ...).
-    The one place the workbench alternates an order; every comparison's rounds ask it."""
-    return list(labels) if rnd % 2 == 0 else list(labels)[::-1]
-
-
 class Host(Protocol):
     def slice(self, label: str, seconds: float) -> Slice:
         """Run about `seconds` of `label`'s work and say what it did."""
+
+    # optional: def pair(self, labels, seconds) -> dict[str, Slice]: a slice of each of `labels`,
+    # their work interleaved in short chunks, so they meet the same machine moment by moment
+
+
+def groups(labels: list[str], hosts: dict) -> list[list[str]]:
+    """Runs of neighbouring labels on one host that can interleave them (`pair`), in order."""
+    out: list[list[str]] = []
+    for label in labels:
+        host = hosts[label]
+        if out and hosts[out[-1][0]] is host and hasattr(host, "pair"):
+            out[-1].append(label)
+        else:
+            out.append([label])
+    return out
 
 
 def changed(a: Slice, b: Slice) -> bool:
@@ -159,9 +171,19 @@ class Trial:
                 self.warmups[label].append(self._slice(label, -1))
 
     def round(self) -> dict[str, Slice]:
-        """One slice of every variant, the order reversed every other round."""
+        """One slice of every variant, the order reversed every other round; variants that share a
+        host that can interleave them run their slices together, chunk by chunk."""
         self.warm_up()
-        out = {label: self._slice(label, self.rounds) for label in order_of(self.labels, self.rounds)}
+        out: dict[str, Slice] = {}
+        for group in groups(order_of(self.labels, self.rounds), self.hosts):
+            if len(group) == 1:
+                out[group[0]] = self._slice(group[0], self.rounds)
+                continue
+            for label, s in self.hosts[group[0]].pair(group, self.slice_s).items():
+                s.label, s.round = label, self.rounds
+                if self.on_slice is not None:
+                    self.on_slice(s)
+                out[label] = s
         for label, s in out.items():
             self.slices[label].append(s)
         self.rounds += 1

@@ -129,9 +129,15 @@ class ProcessHost:
         return self.ask({"op": "build", "label": label, "config": cfg.to_dict()})
 
     def slice(self, label: str, seconds: float) -> Slice:
-        r = self.ask({"op": "slice", "label": label, "seconds": seconds})
-        return Slice(label, r["work"], r["wall_s"], r["cpu_s"], r["other_cores"], steps=r["steps"],
-                     losses=r["losses"], threads=r["threads"])
+        return self.pair([label], seconds)[label]
+
+    def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
+        """A slice of each of `labels`, their steps interleaved in short chunks (workbench.train.host)."""
+        got = self.ask({"op": "slice", "labels": list(labels), "seconds": seconds,
+                        "label": labels[0]})["slices"]
+        return {label: Slice(label, r["work"], r["wall_s"], r["cpu_s"], r["other_cores"],
+                             steps=r["steps"], losses=r["losses"], threads=r["threads"])
+                for label, r in zip(labels, got)}
 
     def memory(self, label: str) -> dict:
         return self.ask({"op": "memory", "label": label})["memory"]

@@ -1,6 +1,8 @@
-"""Run several configs as short, real training runs in rounds, the order alternating each round
-(A B C, C B A, ...), so drift and other programs hit every config alike; round i of each config
-ran side by side, which is what the measurement core pairs. The threads and wait policy are chosen
+"""Whole runs, a process start each, in rounds whose order alternates (workbench.measure.order): how
+comparisons were measured before the trial engine. Kept as the reference the engine is held against
+(`python -m workbench.bench trials`: the two must agree within their intervals on a quiet machine)
+and for the GPU check's runs, whose whole run is what it checks; every comparison of the labs goes
+through the engine. The threads and wait policy are chosen
 anew before each round (workbench.machine.threads) and shared by every run of that round.
 
     summaries = run_rounds({"fp32": cfg, "bf16": cfg.replace(**{"precision.dtype": "bf16"})}, 6)

@@ -22,7 +22,8 @@ from ..machine.capability import resolve_device
 from ..machine.cpu import usable_cores
 from ..machine.fit import cannot_run
 from ..measure.compare import min_rounds, paired_speed_ratio, speedup_text
-from .rounds import run_rounds
+from .engine import SLICE_S, Trial
+from .hosts import TrainingHosts
 
 
 def plan(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate: bool = False
@@ -69,14 +70,18 @@ def config_for(cfg: RunConfig, entry: dict) -> RunConfig:
 
 def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate: bool = False,
           on_update: Callable[[list[dict]], None] | None = None, timeout_s: float | None = None,
-          threads_per_process: int | None = None, rounds: int = 1):
-    """Run the plan and return a DataFrame: measured and ideal samples/s, speedup (with its interval
-    over `rounds` alternating rounds) and efficiency per mode and process count.
+          threads_per_process: int | None = None, rounds: int = 1,
+          slice_s: float = SLICE_S):
+    """Run the plan through the trial engine and return a DataFrame: measured and ideal samples/s,
+    speedup (with its interval over `rounds` pairs of slices) and efficiency per mode and process
+    count. Each process count is built once in a warm host of its own (a torchrun group for
+    several), and their slices alternate round by round; one at a time, so ranks never compete
+    with another variant of the study.
 
     Threads: by default (None) every process gets this node's usable cores shared by its ranks
     (run.threads=0), so 1 process x 2 threads and 2 ranks x 1 thread use the same cores in total,
-    and the table says so; an integer gives every process that many. Runs go one at a time, so
-    ranks never compete with another run of the study; `on_update(rows)` after every run."""
+    and the table says so; an integer gives every process that many. `on_update(rows)` after every
+    round."""
     import pandas as pd
 
     entries = plan(cfg, processes, modes, accumulate)
@@ -91,39 +96,43 @@ def study(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate
             skipped[key] = reason
         else:
             configs.setdefault(key, c)
-    results: dict[str, list[dict]] = {k: [] for k in configs}
+    trial: Trial | None = None
+    built: dict[str, dict] = {}
 
     def rows() -> list[dict]:
         out = []
         for e in entries:
             row = {k: v for k, v in e.items() if k != "shared"}
-            if _key(e) in skipped:
-                out.append({**row, "status": "skipped", "reason": skipped[_key(e)], "_rates": []})
+            key = _key(e)
+            if key in skipped:
+                out.append({**row, "status": "skipped", "reason": skipped[key], "_rates": []})
                 continue
-            runs = [s for s in results[_key(e)] if s.get("status") == "completed"]
-            last = (results[_key(e)] or [{}])[-1]
-            threads = (runs or [last])[0].get("threads")
+            done = trial.slices[key] if trial is not None else []
+            threads = done[0].threads if done else None
             row.update({"threads_per_process": threads,
                         "total_threads": threads * e["processes"] if threads else None,
-                        SAMPLES_PER_S: _median(runs, SAMPLES_PER_S),
-                        STEP_TIME_MS: _median(runs, "step_time_ms_median"),
-                        "rounds": len(runs), "status": last.get("status"),
-                        "device": last.get("device"), "run_dir": last.get("run_dir"),
-                        "other_cpu_cores": max((s.get("contention") or {}).get("other_cpu_cores", 0.0)
-                                               for s in runs) if runs else None})
-            row["_rates"] = [s[SAMPLES_PER_S] for s in runs]
+                        SAMPLES_PER_S: statistics.median(s.rate for s in done) if done else None,
+                        STEP_TIME_MS: statistics.median(s.wall_s / s.steps * 1e3 for s in done)
+                        if done else None,
+                        "rounds": len(done), "status": "completed" if done else "not run",
+                        "device": str(device), "run_dir": built.get(key, {}).get("run_dir"),
+                        "other_cpu_cores": max((s.other_cores or 0.0) for s in done) if done else None})
+            row["_rates"] = [s.rate for s in done]
             out.append(row)
         return add_ideal(out)
 
-    def on_run(label, r, summary):
-        results[label].append(summary)
-        if on_update is not None:
-            on_update(rows())
-
     if on_update is not None and skipped:
         on_update(rows())
-    run_rounds(configs, rounds, timeout_s=timeout_s or 900, speed_only=True, keep_going=True,
-               on_run=on_run)
+    if configs:
+        first = next(iter(configs.values()))
+        with TrainingHosts(first, timeout_s=timeout_s or 900) as hosts:
+            for key, c in configs.items():
+                built[key] = hosts.add(key, c)
+            trial = Trial(hosts.of(configs), slice_s=slice_s, on_slice=hosts.record)
+            for _ in range(rounds):
+                trial.round()
+                if on_update is not None:
+                    on_update(rows())
     return pd.DataFrame(rows()).drop(columns=["_rates"])
 
 
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--modes", nargs="+", default=["strong", "weak"])
     p.add_argument("--accumulate", action="store_true")
-    p.add_argument("--rounds", type=int, default=1, help="alternating rounds (6 give an interval)")
+    p.add_argument("--rounds", type=int, default=6, help="pairs of slices (6 give an interval)")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.eval_batches": 0})
     df = study(cfg, args.nproc, args.modes, args.accumulate, rounds=args.rounds,
