@@ -10,7 +10,7 @@ under half of the model's weights says so in its verdict, one timed on a busy ma
 from __future__ import annotations
 
 from .coverage import coverage_note
-from .stats import busy_note, speedup_label
+from .stats import speedup_label
 
 
 KINDS = ("dense", "masked", "unstructured", "sparse_csr", "structured", "dynamic_int8",
@@ -65,7 +65,7 @@ def partial_verdict(verdict: str, cov: dict | None) -> str:
 
 def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None = None) -> dict:
     """{'verdict': ..., 'why': ...}: the verdict at the largest batch measured, every batch
-    size's speedup quoted with its interval and rounds, the reason, coverage and contention."""
+    size's speedup quoted with its interval and rounds, the reason and coverage (each quoted speedup names its load)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     batches = sorted(int(k[len("speedup_b"):]) for k in timing
@@ -90,9 +90,6 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
     why = f"{measured}: {text}"
     if coverage:
         why += f"; {coverage_note(coverage, 'converted' if 'int8' in kind else 'pruned')}"
-    busy = busy_note(timing)
-    if busy:
-        why += f"; {busy}"
     return {"verdict": partial_verdict(lab, coverage), "why": why}
 
 

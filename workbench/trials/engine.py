@@ -113,9 +113,9 @@ class Comparison:
         """'quiet', or 'beside other programs holding 1.2-1.9 cores in 7 of 8 pairs'."""
         if not self.other_cores or not self.busy_pairs:
             return "quiet"
-        lo, hi = min(self.other_cores), max(self.other_cores)
-        return (f"beside other programs holding {lo:.1f}-{hi:.1f} cores in {self.busy_pairs} of "
-                f"{self.pairs} pairs")
+        lo, hi = f"{min(self.other_cores):.1f}", f"{max(self.other_cores):.1f}"
+        held = lo if lo == hi else f"{lo}-{hi}"
+        return f"beside other programs holding {held} cores in {self.busy_pairs} of {self.pairs} pairs"
 
     @property
     def verdict(self) -> str | None:

@@ -293,6 +293,6 @@ def _prepared(measure: Measure, best: dict, trial: dict, work: str, deadline: fl
     left = deadline - measure.clock()
     if FEWEST * p.round_s > left:
         return (f"{work} took {p.seconds:.0f} s; the {FEWEST} rounds that can decide would take "
-                f"about {FEWEST * p.round_s:.0f} s ({p.round_s:.1f} s a round) and {left:.0f} s "
-                "are left")
+                f"about {FEWEST * p.round_s:.0f} s ({p.round_s:.1f} s a round) and "
+                f"{max(left, 0):.0f} s are left")
     return None

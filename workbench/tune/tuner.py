@@ -50,6 +50,7 @@ class TrialMeasure:
         self.hosts = TrainingHosts(self.baseline, folder)
         self.trials: dict[tuple[str, str], Trial] = {}
         self.losses: dict[str, list[float]] = {}  # label -> every step's loss from its first
+        self.compile_s = 0.0  # the longest build of a compiled variant so far
 
     def config(self, settings: dict) -> RunConfig:
         return self.baseline.replace(**settings) if settings else self.baseline
@@ -125,7 +126,11 @@ class TrialMeasure:
 
     def prepare(self, best: dict, candidate: dict, timeout_s: float) -> Prepared:
         """Build the compiled variant (its first steps compile it), outside every timing; a round
-        is then about two slices."""
+        is then about two slices. A build cannot be cut short, so one is not started when an
+        earlier compile took longer than the `timeout_s` left for it."""
+        if self.compile_s > timeout_s:
+            return Prepared(0.0, failed=f"the last compile took {self.compile_s:.0f} s and "
+                                        f"{max(timeout_s, 0):.0f} s are left for this one")
         t0 = time.monotonic()
         try:
             self._built(best)
@@ -133,6 +138,7 @@ class TrialMeasure:
         except TrialError as e:
             return Prepared(time.monotonic() - t0, failed=str(e))
         took = time.monotonic() - t0
+        self.compile_s = max(self.compile_s, took)
         return Prepared(took, 2 * self.slice_s + 0.1)
 
     def clock(self) -> float:
