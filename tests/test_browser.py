@@ -150,10 +150,11 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
               and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
         _check_no_widget_errors(page)
         assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
-        names = [p.name for p in runs.iterdir()]
-        ab_rounds = [n for n in names if re.search(r"-r\d+$", n)]
-        assert len(names) - len(ab_rounds) == 3, names  # the panel's fp32, bf16, fp16
-        assert len(ab_rounds) == 2, names  # one quick A/B round: each side once
+        names = [p.name for p in runs.iterdir() if p.name != "trials"]
+        assert len(names) == 3, names  # the panel's fp32, bf16, fp16
+        (trial,) = (runs / "trials").iterdir()  # the A/B: one trial, both sides in one process
+        slices = (trial / "slices.jsonl").read_text().splitlines()
+        assert len(slices) >= 2 * 6, slices  # every slice of its pairs kept
 
         # a person's turn: pick bf16, ask for many steps and no time budget, press Run
         page.locator(".widget-toggle-button", has_text=re.compile(r"^bf16$")).first.click()
@@ -179,8 +180,8 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         _check_no_widget_errors(page)  # (b)
 
         # (c) the panel's comparison table lists all four runs, the notebook's the three
-        names = sorted(p.name for p in runs.iterdir() if not re.search(r"-r\d+$", p.name))
-        assert len(names) == 4, names  # the A/B test's runs are not the panel's
+        names = sorted(p.name for p in runs.iterdir() if p.name != "trials")
+        assert len(names) == 4, names  # the A/B test's trial is not the panel's
         tables = page.locator(".wb-compare-table")
         _wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
               "the panel's table to list every run")

@@ -1,6 +1,7 @@
 """Run every benchmark module in this package (or those named): python -m workbench.bench [NAME...]
 One benchmark takes its own options after its name: python -m workbench.bench NAME [OPTIONS]
-`notebooks` (every notebook with its defaults, about half an hour) runs only when named."""
+`notebooks` (every notebook with its defaults, about half an hour) and `tunes` (a 10-minute tune
+of each README example) run only when named."""
 from __future__ import annotations
 
 import importlib
@@ -9,7 +10,7 @@ import sys
 
 import workbench.bench as pkg
 
-NAMED_ONLY = {"notebooks"}  # too long for `make bench`
+NAMED_ONLY = {"notebooks", "tunes"}  # too long for `make bench`
 
 
 def main(argv: list[str]) -> int:

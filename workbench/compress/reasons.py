@@ -65,7 +65,7 @@ def partial_verdict(verdict: str, cov: dict | None) -> str:
 
 def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None = None) -> dict:
     """{'verdict': ..., 'why': ...}: the verdict at the largest batch measured, every batch
-    size's speedup quoted with its interval and rounds, the reason and coverage (each quoted speedup names its load)."""
+    size's speedup quoted with its interval, pairs and load, the reason and the coverage."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     batches = sorted(int(k[len("speedup_b"):]) for k in timing

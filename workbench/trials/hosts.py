@@ -120,7 +120,8 @@ class ProcessHost:
         except (EOFError, OSError):
             pass
         code = self.proc.poll()
-        what = f"ended ({code})" if code is not None else f"gave no answer in {timeout_s or self.timeout_s:.0f} s"
+        waited = timeout_s or self.timeout_s
+        what = f"ended ({code})" if code is not None else f"gave no answer in {waited:.0f} s"
         self.close()
         raise TrialError(f"{msg.get('label', 'the trial')}: its host process {what} during "
                          f"'{msg['op']}': {self.log_tail()}")
