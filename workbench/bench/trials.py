@@ -23,12 +23,22 @@ import time
 from pathlib import Path
 
 from ..config import RunConfig
-from ..machine.cpu import usable_cores
 from ..procs import OtherWork
 from ..trials.engine import Trial
 from ..trials.hosts import TrainingHosts
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def machine_line() -> str:
+    """This machine as a results file names it: the CPU, its cores and instruction sets, torch."""
+    import torch
+
+    from .notebooks import machine
+
+    m = machine()
+    return (f"{m['summary']}, instruction sets {', '.join(m['flags']) or 'none of note'}, torch "
+            f"{torch.__version__} ({m['torch_kernels']} kernels), {platform.platform()}")
 
 
 def training_pairs() -> dict[str, tuple[RunConfig, RunConfig]]:
@@ -150,8 +160,7 @@ def main(argv=None) -> int:
     seconds = sum(r["seconds"] for rows in results.values() for r in rows.values())
     decisions = sum(len(rows) for rows in results.values())
     lines = [f"# Trial engine: cost and honesty ({datetime.date.today().isoformat()})", "",
-             f"Machine: {platform.processor() or platform.machine()}, {usable_cores()} usable "
-             f"core(s), {platform.platform()}; {args.rounds} pairs of slices a comparison.", "",
+             f"Machine: {machine_line()}; {args.rounds} pairs of slices a comparison.", "",
              *table(results), "",
              *cross_table(results["quiet"]), "",
              f"Verdicts busy that agree with quiet: {agree} of {len(quiet)}.",

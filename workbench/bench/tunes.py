@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import platform
 from pathlib import Path
 
 from ..config import RunConfig
-from ..machine.cpu import usable_cores
 from ..procs import OtherWork
+from .trials import machine_line
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -72,8 +71,7 @@ def main(argv=None) -> int:
             print(rows[-1], flush=True)
     text = "\n".join([f"# Tunes of the README examples, {condition} "
                       f"({datetime.date.today().isoformat()})", "",
-                      f"Machine: {platform.machine()}, {usable_cores()} usable core(s), "
-                      f"{platform.platform()}; {args.budget_min:g} minutes a tune.", "", *rows])
+                      f"Machine: {machine_line()}; {args.budget_min:g} minutes a tune.", "", *rows])
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
