@@ -117,13 +117,11 @@ def interleave(variants: list[Variant], steps: list[tuple[int, int]]) -> list[di
     """Each variant's steps in chunks, the variants taking turns in alternating order (A B B A ...),
     so all of them meet the same machine moment by moment; one reading of what other programs
     held covers them all, and the CPU time of this process tree is shared by their seconds."""
-    from ..machine.contention import system_cpu, tree_cpu
+    from ..machine.contention import ContentionMeter
     from ..measure.order import order_of
 
     env = variants[0].env
-    root = os.getpid() if env.world_size == 1 else os.getppid()  # several ranks: their agent
-    sys0, own0 = system_cpu(), tree_cpu(root)
-    t0 = time.perf_counter()
+    meter = ContentionMeter(os.getpid() if env.world_size == 1 else os.getppid())  # ranks: their agent
     left = [n for n, _ in steps]
     walls, losses = [0.0] * len(variants), [[] for _ in variants]
     turn = 0
@@ -136,16 +134,14 @@ def interleave(variants: list[Variant], steps: list[tuple[int, int]]) -> list[di
                 losses[i] += got
                 left[i] -= k
         turn += 1
-    elapsed = time.perf_counter() - t0
-    sys1, own1 = system_cpu(), tree_cpu(root)
-    own = own1 - own0
-    other = max(0.0, (sys1[0] - sys0[0] - own) / elapsed) if sys1[2] > sys0[2] else None
+    seen = meter.read()
+    own = seen["own_cpu_cores"] * seen["wall_s"]
     out = []
     for v, (n, _), wall, got in zip(variants, steps, walls, losses):
         v.step_s = wall / n
         out.append({"work": float(v.samples_per_step * n), "wall_s": wall,
                     "cpu_s": own * wall / max(sum(walls), 1e-9),
-                    "other_cores": None if other is None else round(other, 3), "steps": n,
+                    "other_cores": seen["other_cpu_cores"], "steps": n,
                     "losses": got, "threads": v.threads})
     return out
 

@@ -102,10 +102,10 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None,
                         {k: [round(s.rate, 2) for s in v] for k, v in counted.items()},
                         {k: (v[0].threads if v else None) for k, v in counted.items()},
                         {k: [s.steps for s in v] for k, v in counted.items()},
-                        contention_of(comparison), str(hosts.folder), hosts.threads.why, memory)
+                        load_of(comparison), str(hosts.folder), hosts.threads.why, memory)
 
 
-def contention_of(c: Comparison) -> dict:
+def load_of(c: Comparison) -> dict:
     """What other programs did over the kept pairs: the worst and the median reading."""
     other = sorted(c.other_cores)
     if not other:

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Callable
 
-from ..machine.contention import system_cpu, tree_cpu
+from ..machine.contention import ContentionMeter
 from ..measure.timer import device_sync, summarize
 from ..measure.order import order_of
 from .engine import Slice, Trial
@@ -49,8 +49,7 @@ class LocalHost:
                     return done, time.perf_counter() - t0, calls
 
     def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
-        sys0, own0 = system_cpu(), tree_cpu(os.getpid())
-        t0 = time.perf_counter()
+        meter = ContentionMeter(os.getpid())
         work, walls, calls = ({k: 0.0 for k in labels}, {k: 0.0 for k in labels},
                               {k: 0 for k in labels})
         turn = 0
@@ -63,14 +62,10 @@ class LocalHost:
                 walls[label] += dt
                 calls[label] += n
             turn += 1
-        elapsed = time.perf_counter() - t0
-        sys1, own1 = system_cpu(), tree_cpu(os.getpid())
-        own = own1 - own0
-        other = max(0.0, (sys1[0] - sys0[0] - own) / elapsed) if sys1[2] > sys0[2] else None
-        total = max(sum(walls.values()), 1e-9)
-        return {k: Slice(k, work[k], walls[k], own * walls[k] / total,
-                         None if other is None else round(other, 3), steps=calls[k])
-                for k in labels}
+        seen = meter.read()
+        own, total = seen["own_cpu_cores"] * seen["wall_s"], max(sum(walls.values()), 1e-9)
+        return {k: Slice(k, work[k], walls[k], own * walls[k] / total, seen["other_cpu_cores"],
+                         steps=calls[k]) for k in labels}
 
 
 def timed_calls(fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3,

@@ -22,7 +22,6 @@ and under which conditions. The first `warmup` slices of every variant pair with
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
@@ -220,14 +219,6 @@ class Trial:
         others = [max(r.other_cores or 0.0, v.other_cores or 0.0) for r, v in kept]
         return Comparison(label, against or self.reference, _as_pairs(ratio), len(kept), dropped,
                           others, self.slice_s)
-
-    def rates(self, label: str) -> list[float]:
-        """The variant's rate in every counted slice, by round."""
-        return [s.rate for s in self.slices[label]]
-
-    def median_rate(self, label: str) -> float | None:
-        rates = self.rates(label)
-        return statistics.median(rates) if rates else None
 
     def losses(self, label: str) -> list[float]:
         """Every step's loss of a training variant, from its first step (warm-up slices included)."""
