@@ -187,7 +187,6 @@ class TrainingHosts:
         self.hosts: dict[tuple, ProcessHost] = {}
         self.variants: dict[str, ProcessHost] = {}
         self.built: dict[str, dict] = {}  # label -> what its build reported (pace, losses, run_dir)
-        self.configs: dict[str, RunConfig] = {}
         self._log = open(self.folder / "slices.jsonl", "a")
         (self.folder / "threads.json").write_text(json.dumps(self.threads.as_dict()))
 
@@ -214,7 +213,7 @@ class TrainingHosts:
             if host.proc.poll() is not None:
                 self.hosts.pop(key, None)
             raise
-        self.variants[label], self.configs[label] = host, cfg
+        self.variants[label] = host
         return self.built[label]
 
     def drop(self, label: str) -> None:
