@@ -14,6 +14,8 @@ from workbench.config import RunConfig
 from workbench.distributed import warm
 from workbench.distributed.launch import launcher, run, start_run
 from workbench.events import read_events
+from workbench.machine.threads import WAIT_ENV, ThreadChoice
+from workbench.procs import OtherWork
 
 from launch_helpers import alive, assert_all_gone, wait_for
 
@@ -87,16 +89,47 @@ def test_a_spare_that_does_not_fit_is_ended_and_the_run_starts_cold():
     spare = ready_spare(cfg_for(1))
     handle = start_run(cfg_for(1).replace(**{"model.width": 24, "distributed.nproc": 2}))
     assert handle.proc.pid != spare.proc.pid and "warm" not in launch_record(handle.run_dir)
+    assert "distributed.nproc" in launch_record(handle.run_dir)["cold_because"]
     assert_all_gone({spare.proc.pid}, within=30)
     assert handle.wait(180) == 0
 
 
-def test_warm_worker_false_starts_cold_and_keeps_no_spare_busy():
+def test_warm_worker_false_starts_cold_and_leaves_the_ready_spare_to_the_next_run():
     spare = ready_spare(cfg_for(1))
     handle = start_run(cfg_for(1).replace(**{"run.warm_worker": False}))
-    assert handle.proc.pid != spare.proc.pid and "warm" not in launch_record(handle.run_dir)
+    assert handle.proc.pid != spare.proc.pid
+    assert launch_record(handle.run_dir)["cold_because"] == "run.warm_worker is false"
     assert handle.wait(180) == 0 and "warm" not in start_record(handle.run_dir)
-    assert_all_gone({spare.proc.pid}, within=30)
+    after = start_run(cfg_for(1))  # the panel's next run: the spare waited, asleep, and takes it
+    assert after.proc.pid == spare.proc.pid and after.wait(180) == 0
+
+
+def test_a_busy_launchs_thread_trial_goes_to_the_spare_with_its_job(monkeypatch):
+    # The spare warmed up without a trial; the run asks for one at its launch: the trial is no
+    # part of the fit (a rank reads it only after its job), so the spare takes the run and runs it.
+    monkeypatch.setenv(WAIT_ENV, "PASSIVE")  # the wait policy, fixed at torch's import, is shared
+    cfg = cfg_for(1).replace(**{"run.steps": 60})
+    spare = ready_spare(cfg)
+    busy = ThreadChoice(2, "passive", "as a busy launch chooses", 1.5, (2, 1))
+    handle = start_run(cfg, threads=busy)
+    assert handle.proc.pid == spare.proc.pid
+    handle.wait(180)
+    trial = handle.summary()["thread_trial"]
+    assert set(trial["median_step_ms"]) == {"2", "1"} and trial["kept"] in (1, 2), trial
+
+
+def test_a_spare_takes_the_run_beside_other_work():
+    # The wait policy a busy launch chooses is fixed when a rank imports torch: the waiting spare
+    # is restarted with the policy the machine's load calls for, so the busy run still fits it.
+    cfg = cfg_for(1).replace(**{"run.threads": 0})
+    launcher().spares.keep_warm(cfg)
+    with OtherWork(2):
+        spare = wait_for(lambda: (s := launcher().spares.spare) and s.wait_policy == "passive"
+                         and s.ready() and s, 180, "a spare with the passive wait")
+        handle = start_run(cfg)
+        assert handle.proc.pid == spare.proc.pid
+        assert launch_record(handle.run_dir)["threads"]["wait_policy"] == "passive"
+        assert handle.wait(180) == 0
 
 
 def test_stop_ends_a_warm_run_like_a_cold_one():

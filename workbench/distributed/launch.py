@@ -247,10 +247,10 @@ class Launcher:
         except OSError as e:
             raise ConfigError(disk_message(run_dir, e, "preparing the run folder")) from None
         ranks_env = supervisor_env(env)
-        spare = self.spares.take(cfg, ranks_env)  # from here the run counts as going
+        spare, cold_because = self.spares.take(cfg, ranks_env)  # from here the run counts as going
         try:
             with log:
-                proc, command, how = self._hand_to(spare, run_dir) if spare else (None, None, {})
+                proc, command, how = self._hand_to(spare, run_dir, env) if spare else (None, None, {})
                 if proc is None:
                     command = worker_command(cfg, run_dir)  # cold: built only now, on a free port
                     proc = self.lifelines.start_supervisor(["--run-dir", str(run_dir)], command, log,
@@ -265,17 +265,17 @@ class Launcher:
                 "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
                 "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
                 "launcher_created": created_time(), "notes": plan.notes, "precheck": plan.precheck,
-                "threads": plan.threads.as_dict(), **how})
+                "threads": plan.threads.as_dict(), **(how or {"cold_because": cold_because or "the spare exited as it was handed the run"})})
         except OSError as e:
             handle.stop("the run folder could not be written")
             raise ConfigError(disk_message(folder.launch_file, e, "writing")) from None
         return handle
 
     @staticmethod
-    def _hand_to(spare: Spare, run_dir: Path) -> tuple:
+    def _hand_to(spare: Spare, run_dir: Path, env: dict[str, str]) -> tuple:
         """(supervisor, command, launch record fields) when the spare took the run; Nones when it
         had gone meanwhile."""
-        if spare.hand_over(run_dir):
+        if spare.hand_over(run_dir, env):
             return spare.proc, spare.command, {"warm": spare.record()}
         return None, None, {}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import select
 import shutil
@@ -229,9 +230,10 @@ def _stop_reason(run_dir: Path, signum: int) -> dict:
                        f"after step {last_step(run_dir)}"}
 
 
-def _wait_for_job(parent_fd: int, child: subprocess.Popen, signalled: list) -> Path | None:
-    """The run folder the launcher names on the lifeline, or None: the lifeline closed, we were
-    signalled, or the warm worker died before it had a job."""
+def _wait_for_job(parent_fd: int, child: subprocess.Popen, signalled: list) -> dict | None:
+    """The job the launcher sends on the lifeline (its run folder and the environment handed to
+    the ranks), or None: the lifeline closed, we were signalled, or the warm worker died before it
+    had a job."""
     line = b""
     while not signalled:
         _reap()
@@ -249,7 +251,7 @@ def _wait_for_job(parent_fd: int, child: subprocess.Popen, signalled: list) -> P
             return None
         line += chunk
         if line.endswith(b"\n"):
-            return Path(line.decode().strip())
+            return json.loads(line)
     return None
 
 
@@ -258,18 +260,20 @@ def serve_spare(spare_dir: Path, command: list[str], parent_fd: int) -> int:
     signalled: list[int] = []
     _handle_signals(lambda signum, frame: signalled.append(signum))
     child = _start(command, relay=True)
-    run_dir = _wait_for_job(parent_fd, child, signalled)
-    if run_dir is None:
+    job = _wait_for_job(parent_fd, child, signalled)
+    if job is None:
         sweep(child.pid, grace_s=0.5)
         shutil.rmtree(spare_dir, ignore_errors=True)
         return 0
+    run_dir = Path(job["run_dir"])
     before = (spare_dir / SPARE_LOG).read_bytes() if (spare_dir / SPARE_LOG).is_file() else b""
     _point_output_at(RunFolder(run_dir).log_file)
     os.write(1, before)  # what the spare said while it waited
     supervisor = Supervisor(run_dir, command, parent_fd)
     supervisor.torchrun_logs = RunFolder(spare_dir).torchrun_logs
     _handle_signals(supervisor._on_term)
-    write_json_atomic(spare_dir / JOB, {"config": str(RunFolder(run_dir).config_file), "t": time.time()})
+    write_json_atomic(spare_dir / JOB, {"config": str(RunFolder(run_dir).config_file), "t": time.time(),
+                                        "env": job.get("env", {})})
     _log(f"spare {spare_dir.name} took the run {run_dir.name}")
     try:
         return supervisor.watch(child)

@@ -16,6 +16,12 @@ node, the same nproc and max_restarts, the same environment, working folder and 
 spare that does not fit the run being started is ended at once. Each spare is used once, and
 `run.warm_worker = false` starts cold.
 
+A busy machine changes the ranks' environment (workbench.machine.threads): the thread trial a rank
+reads after its job is handed to the spare with the job, so it is no part of the fit; the OpenMP
+wait policy is fixed when torch is imported, so a spare is started with the policy the machine
+calls for now, and while it waits a watcher restarts it when the machine's load changes the policy
+a launch would choose (twice in a row, so one busy second does not).
+
 Several ranks keep torchrun as the engine: the spare is the ordinary torchrun command with the
 warm worker as its program, so torchrun starts, rendezvouses and watches the ranks as always.
 Every spare is owned like a run: its supervisor holds a lifeline from this process (closed when
@@ -24,6 +30,7 @@ reads its config on stdin (end-of-file when this process dies: it exits).
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,13 +42,16 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..disk import open_log
+from ..machine.contention import ContentionMeter
+from ..machine.threads import TRIAL_ENV, WAIT_ENV, choose_threads, other_cores_now
 from ..runfolder import RunFolder
-from ..train.warm import ready_marker
+from ..train.warm import HANDED_ENV, ready_marker
 from .owned import Lifelines
 from .supervisor import SPARE_LOG
 from .torchrun import WORKER, rank_command
 
 PRECHECK = ["-m", "workbench.train.precheck", "-"]
+WATCH_S = 1.0  # how often a waiting spare's wait policy is checked against the machine's load
 
 
 def supervisor_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -65,7 +75,39 @@ def _fit(cfg: RunConfig, env: dict[str, str]) -> tuple | None:
     d = cfg.distributed
     if not cfg.run.warm_worker or d.nnodes != 1:
         return None
-    return d.nproc, d.max_restarts, sys.executable, os.getcwd(), tuple(sorted(env.items()))
+    shared = sorted((k, v) for k, v in env.items() if k not in HANDED_ENV)
+    return d.nproc, d.max_restarts, sys.executable, os.getcwd(), tuple(shared)
+
+
+def cold_reason(cfg: RunConfig, key: tuple | None, spare: Spare | None) -> str:
+    """Why a run of `cfg` (whose fit is `key`) does not take `spare`, in words."""
+    if not cfg.run.warm_worker:
+        return "run.warm_worker is false"
+    if key is None:
+        return "a run of several nodes starts its ranks on each node"
+    if spare is None:
+        return "no spare was kept: a launcher keeps one for a shown run panel, started between runs"
+    if not spare.alive():
+        return "the spare had exited"
+    names = ["distributed.nproc", "distributed.max_restarts", "the Python interpreter",
+             "the working folder"]
+    differ = [n for n, a, b in zip(names, key, spare.key) if a != b]
+    env, spare_env = dict(key[-1]), dict(spare.key[-1])
+    changed = sorted(k for k in env.keys() | spare_env.keys() if env.get(k) != spare_env.get(k))
+    if changed:
+        differ.append("the environment (" + ", ".join(changed[:3]) + (", ..." if changed[3:] else "")
+                      + ")")
+    return "the spare was shaped for another run: " + ", ".join(differ)
+
+
+def handed(env: dict[str, str]) -> dict[str, str]:
+    """What a spare's ranks take from the run's environment with the job (train.warm)."""
+    return {k: env[k] for k in HANDED_ENV if k in env}
+
+
+def threads_env_now(cfg: RunConfig, meter: ContentionMeter | None = None) -> dict[str, str]:
+    """The threads' part of a launch's environment if `cfg` were launched now (a look of 0.2 s)."""
+    return choose_threads(cfg, other_cores_now(meter)).env()
 
 
 @dataclass
@@ -78,6 +120,9 @@ class Spare:
     command: list[str]  # what the supervisor runs: the warm worker, or torchrun with warm ranks
     nproc: int
     lifelines: Lifelines
+    config: RunConfig  # the run it is shaped like
+    extra: dict[str, str]  # what that run added to the environment, but the threads' part
+    wait_policy: str  # its ranks' OpenMP wait, fixed when they imported torch
     started_t: float = field(default_factory=time.time)
 
     def alive(self) -> bool:
@@ -91,16 +136,19 @@ class Spare:
         """Every rank has warmed up and waits for its job."""
         return all(ready_marker(self.folder, r).is_file() for r in range(self.nproc))
 
-    def hand_over(self, run_dir: Path) -> bool:
-        """Name the run on the lifeline; False when the spare has gone meanwhile."""
-        return self.alive() and self.lifelines.send(self.proc.pid, f"{Path(run_dir).resolve()}\n")
+    def hand_over(self, run_dir: Path, env: dict[str, str]) -> bool:
+        """Name the run, and what its ranks take from the run's environment `env`, on the lifeline;
+        False when the spare has gone meanwhile."""
+        job = {"run_dir": str(Path(run_dir).resolve()), "env": handed(env)}
+        return self.alive() and self.lifelines.send(self.proc.pid, json.dumps(job) + "\n")
 
     def end(self) -> None:
         self.lifelines.release(self.proc.pid)  # its supervisor sweeps its processes and its folder
 
     def record(self) -> dict:
         return {"spare_pid": self.proc.pid, "spare_started_t": round(self.started_t, 4),
-                "ready_when_taken": self.ready(), "spare_command": self.command}
+                "ready_when_taken": self.ready(), "spare_command": self.command,
+                "spare_wait_policy": self.wait_policy}
 
 
 @dataclass
@@ -122,6 +170,8 @@ class Spares:
         self._going = 0  # runs started through `take` and not ended yet
         self._spare: Spare | None = None
         self._check: _CheckSpare | None = None
+        self._watcher: threading.Thread | None = None
+        self._shape: tuple[RunConfig, dict[str, str] | None] | None = None  # of the last spare asked for
 
     @property
     def spare(self) -> Spare | None:
@@ -133,27 +183,39 @@ class Spares:
         """The spare check process kept now, if any."""
         return self._check.proc if self._check else None
 
-    def _start_spare(self, cfg: RunConfig, env: dict[str, str], key: tuple) -> Spare:
+    def _start_spare(self, cfg: RunConfig, extra: dict[str, str], env: dict[str, str],
+                     key: tuple) -> Spare:
         folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
         command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)],
                                str(RunFolder(folder).torchrun_logs))  # moved into the run it takes
         with open_log(folder / SPARE_LOG) as log:
             proc = self.lifelines.start_supervisor(["--warm", str(folder)], command, log, env)
-        return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines)
+        policy = "passive" if env.get(WAIT_ENV, "").upper() == "PASSIVE" else "default"
+        return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines, cfg, extra,
+                     policy)
 
-    def _prepare(self, cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
-        """Have a spare run shaped like `cfg` (its ranks' environment with `extra`: the last run's
-        wait policy) and a spare check ready (called between runs only)."""
-        env = supervisor_env(extra)
+    def _prepare(self, cfg: RunConfig, extra: dict[str, str] | None = None,
+                 threads: dict[str, str] | None = None) -> None:
+        """Have a spare run shaped like `cfg` and a spare check ready (called between runs only).
+        The spare's environment: the last run's additions `extra`, with the threads' part a launch
+        would choose now (`threads`, when it has just been read)."""
+        if not self._wanted or self._going:
+            return
+        kept = {k: v for k, v in (extra or {}).items() if k not in (WAIT_ENV, TRIAL_ENV)}
+        if _fit(cfg, {}) is not None and threads is None:
+            threads = threads_env_now(cfg)
+        env = supervisor_env({**kept, **(threads or {})})
         key = _fit(cfg, env)
         with self._lock:
             if not self._wanted or self._going:
                 return
+            if key is not None:
+                self._shape = (cfg, kept)
             spare = self._spare
             if key is not None and not (spare and spare.fits(key)):
                 if spare is not None:
                     spare.end()
-                self._spare = self._start_spare(cfg, env, key)
+                self._spare = self._start_spare(cfg, kept, env, key)
             if not (self._check and self._check.fits()):
                 if self._check is not None:
                     self._check.proc.stdin.close()  # end-of-file: it exits
@@ -165,6 +227,29 @@ class Spares:
         self._wanted = True
         if cfg is not None:
             self._prepare(cfg)
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch, name="workbench-spare-watch",
+                                             daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """While a spare waits, restart it when a launch would now choose another wait policy
+        than its ranks run (two looks in a row), so that a change of the machine's load between
+        runs does not leave a spare that no run fits."""
+        meter, misses = ContentionMeter(), 0
+        while self._wanted:
+            time.sleep(WATCH_S)
+            other = meter.read()["other_cpu_cores"]
+            meter.restart()
+            spare = self._spare
+            if spare is None or self._going or not spare.alive():
+                misses = 0
+                continue
+            now = choose_threads(spare.config, other)
+            misses = misses + 1 if now.wait_policy != spare.wait_policy else 0
+            if misses >= 2:
+                misses = 0
+                self._prepare(spare.config, spare.extra, now.env())
 
     def wait_ready(self, timeout_s: float = 60) -> bool:
         """Wait until the spare run has warmed up (what a person's pause before pressing Run gives
@@ -184,24 +269,32 @@ class Spares:
         spare = self._spare
         return spare if spare is not None and spare.fits(_fit(cfg, env)) else None
 
-    def take(self, cfg: RunConfig, env: dict[str, str]) -> Spare | None:
-        """The spare run that fits `cfg` started with `env`, now this run's; None: start cold. A
-        spare that does not fit is ended. Counts the run as going until `ended`."""
+    def take(self, cfg: RunConfig, env: dict[str, str]) -> tuple[Spare | None, str]:
+        """The spare run that fits `cfg` started with `env`, now this run's, or None and why the
+        run starts cold. A spare that does not fit is ended, but a run that takes no spare leaves a
+        ready one waiting (it sleeps, and the next run may fit it). Counts the run as going until
+        `ended`."""
         key = _fit(cfg, env)
         with self._lock:
             self._going += 1
-            spare, self._spare = self._spare, None
+            spare = self._spare
+            if key is None and spare is not None and spare.alive() and spare.ready():
+                return None, cold_reason(cfg, None, spare)
+            self._spare = None
         if spare is not None and spare.fits(key):
-            return spare
+            return spare, ""
+        why = cold_reason(cfg, key, spare)
         if spare is not None:
             spare.end()
-        return None
+        return None, why
 
     def ended(self, cfg: RunConfig, extra: dict[str, str] | None = None) -> None:
         """A run started through `take` has ended: start the next spares, shaped like it (`extra`:
-        the environment it added), if nothing else goes."""
+        the environment it added), or like the last run that could take one, if nothing else goes."""
         with self._lock:
             self._going = max(0, self._going - 1)
+            if _fit(cfg, {}) is None and self._shape is not None:
+                cfg, extra = self._shape
         self._prepare(cfg, extra)
 
     def check_process(self) -> subprocess.Popen:

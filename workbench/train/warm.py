@@ -7,7 +7,8 @@ Before its job it imports the trainer (torch, DDP, the models, the data, the pro
 tiny forward, backward and AdamW step on the CPU: an optimizer's first step imports torch._dynamo
 (about a second here). The FLOP counter is not warmed: its counts are cached per model and shape.
 Then it writes SPARE_DIR/ready-RANK and waits for SPARE_DIR/job.json, which names the run's
-config; from there it is an ordinary rank. It never touches CUDA, so a GPU run initialises its
+config and hands over the environment a rank reads only after its job (HANDED_ENV: the busy
+machine's thread trial, chosen at the launch); from there it is an ordinary rank. It never touches CUDA, so a GPU run initialises its
 device after taking the job, as a cold rank does; each warm process takes one job and exits with it,
 so no run ever inherits another run's device state.
 """
@@ -18,7 +19,10 @@ import os
 import time
 from pathlib import Path
 
+from ..machine.threads import TRIAL_ENV
+
 JOB = "job.json"
+HANDED_ENV = (TRIAL_ENV,)  # read by a rank after it takes its job, so any spare fits any value
 POLL_S = 0.01  # how often a waiting rank looks for its job: a stat call, no measurable load
 
 
@@ -54,7 +58,11 @@ def take_job(spare_dir: Path, rank: int) -> tuple[Path, dict]:
     job = Path(spare_dir) / JOB
     while not job.is_file():  # written atomically by the supervisor
         time.sleep(POLL_S)
-    config = Path(json.loads(job.read_text())["config"])
+    spec = json.loads(job.read_text())
+    for name in HANDED_ENV:  # exactly the run's: a value the spare started with is not kept
+        os.environ.pop(name, None)
+    os.environ.update({k: v for k, v in spec.get("env", {}).items() if k in HANDED_ENV})
+    config = Path(spec["config"])
     import torch
 
     return config, {"warm_up_s": round(t_ready - t0, 3), "ready_t": round(t_ready, 4),
