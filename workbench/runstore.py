@@ -258,7 +258,7 @@ def load_events(run_dirs, event: str = STEP):
 
 def run_to_first_step(run_dir: str | Path) -> dict:
     """From the launcher's start (launch.json) to rank 0's first step, and whether a warm worker
-    took the run (and had warmed up by then)."""
+    took the run (and had warmed up by then) or why it started cold."""
     run_dir = Path(run_dir)
     launch = read_json(RunFolder(run_dir).launch_file)
     step = next((r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK) == 0),
@@ -267,7 +267,20 @@ def run_to_first_step(run_dir: str | Path) -> dict:
     return {"run": run_dir.name,
             "seconds": round(step[TIME] - launch["t"], 3) if step and "t" in launch else None,
             "warm_worker": spare is not None,
-            "warmed_up_when_taken": spare.get("ready_when_taken") if spare else None}
+            "warmed_up_when_taken": spare.get("ready_when_taken") if spare else None,
+            "cold_because": launch.get("cold_because")}
+
+
+def warm_start_text(hot: dict, cold: dict) -> str:
+    """What two `run_to_first_step` rows say: whether the panel's spare took its run, and each
+    run's seconds from Run to the first step (one run each: figures, not a comparison)."""
+    if not hot["warm_worker"]:
+        return (f"The spare did not take this run ({hot.get('cold_because') or 'no reason recorded'}): "
+                f"both started cold, {hot['seconds']:.2f} s and {cold['seconds']:.2f} s from Run to the "
+                "first step.")
+    ready = "" if hot["warmed_up_when_taken"] else ", still warming up when it was taken,"
+    return (f"The spare{ready} took the panel's run: {hot['seconds']:.2f} s from Run to the first step, "
+            f"against {cold['seconds']:.2f} s for the cold start ({cold.get('cold_because')}).")
 
 
 def load_config(run_dir: str | Path) -> RunConfig:
@@ -310,7 +323,7 @@ def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
                      "speedup": ratio.ratio if ratio else None,
                      "speedup_low": ratio.low if ratio else None,
                      "speedup_high": ratio.high if ratio else None,
-                     "verdict": (ratio.verdict if ratio and rows else None),
+                     "verdict": (ratio.verdict if ratio else None) if rows else "baseline",
                      STEP_TIME_MS: s.get("step_time_ms_median"),
                      "peak_mem_gib": s.get(MEM_PEAK_GIB, s.get(RSS_GIB)),
                      "final_loss": s.get("final_loss"), "eval_accuracy": s.get("eval_accuracy"),
