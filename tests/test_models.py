@@ -1,4 +1,5 @@
 """Built-in models on the built-in data, and a user's model by import path with clear errors."""
+import math
 import os
 import subprocess
 import sys
@@ -24,6 +25,22 @@ def test_builtin_models_run_on_their_data(model, data):
     loss = loss_fn(bundle.task)(net(x), y)
     loss.backward()
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("model, data", [("mlp", "digits"), ("cnn", "synthetic_images"),
+                                         ("transformer", "text")])
+def test_an_untrained_built_in_model_starts_near_the_loss_of_a_uniform_guess(model, data):
+    # ln(classes) is the loss of a model that knows nothing yet; far above it, the logits' scale
+    # is off and every lesson drawn from the first steps inherits that
+    cfg = RunConfig.default().replace(**{"model.name": model, "data.name": data,
+                                         "data.num_samples": 256})
+    bundle = build_data(cfg)
+    torch.manual_seed(0)
+    net = build_model(cfg, bundle)
+    x, y = next(iter(make_loader(bundle.train, cfg, train=True)))
+    with torch.no_grad():
+        loss = loss_fn(bundle.task)(net(x), y).item()
+    assert abs(loss - math.log(bundle.num_classes)) < 0.5, (loss, bundle.num_classes)
 
 
 def test_digits_is_the_real_dataset_with_a_fixed_split():

@@ -57,12 +57,19 @@ class SmallCNN(nn.Module):
 
 
 class TinyTransformerLM(nn.Module):
-    """A causal character-level language model: embeddings, a pre-norm encoder stack, a tied head."""
+    """A causal character-level language model: embeddings, a pre-norm encoder stack, a tied head.
+
+    The embeddings start small (std INIT_STD, as GPT-2's do): the head shares them, and at
+    nn.Embedding's default std of 1 the untrained logits have a std of sqrt(width), so the first
+    loss sat near a hundred times ln(vocab_size) instead of at ln(vocab_size)."""
+
+    INIT_STD = 0.02
 
     def __init__(self, vocab_size: int, seq_len: int, width: int = 128, depth: int = 2, heads: int = 4):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, width)
-        self.pos = nn.Parameter(torch.randn(seq_len, width) / math.sqrt(width))
+        nn.init.normal_(self.embed.weight, std=self.INIT_STD)
+        self.pos = nn.Parameter(torch.randn(seq_len, width) * self.INIT_STD)
         layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True,
                                            norm_first=True)
         self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
