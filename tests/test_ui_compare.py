@@ -28,6 +28,9 @@ def test_table_and_overlaid_curves(runs_root, smoke):
     assert view.frame["run"].tolist() == [a.name, b.name]
     assert view.frame["speedup"].tolist() == [1.0, 3.0]
     assert a.name in view.table.value and "3.00x" in view.table.value
+    assert view.frame["verdict"].tolist()[0] == "baseline"
+    cells = view.table.value.split("<td>")[1:]  # a reader never meets a placeholder for no value
+    assert not any(c.startswith(("None<", "nan<")) for c in cells), view.table.value
     assert [t.name for t in view.loss_fig.data] == [a.name, b.name]
     assert list(view.speed_fig.data[1].y)[0] == 300.0  # summed over both ranks
     assert set(view.picker.value) == {str(a), str(b)}

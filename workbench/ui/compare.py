@@ -52,13 +52,18 @@ def table_html(df: pd.DataFrame) -> str:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
                           for v in shown[col]]
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
                    for row in shown.itertuples(index=False))
     return (f"<table class='wb-compare-table' style='border-collapse:collapse;font-size:12px'>"
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
             "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row, with its "
             f"95 % interval; {html.escape(df.attrs.get('note', ''))}; other_cpu_cores: what other "
             "programs used during each run; peak memory: device peak on a GPU, RSS on a CPU</div>")
+
+
+def _cell(value) -> str:
+    """A table cell's text: nothing where nothing was measured, never 'None' or 'nan'."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 class CompareView:
