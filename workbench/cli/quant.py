@@ -52,12 +52,12 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
         size = state_size_bytes(models[method])
         cov = info["coverage"]
         fields = {k: v for k, v in info.items() if k != "coverage"}
-        out["results"].append({**fields, **columns(cov), "details": cov,
-                               "accuracy": subject.evaluate(models[method]),
+        accuracy = subject.evaluate(models[method])
+        out["results"].append({**fields, **columns(cov), "details": cov, "accuracy": accuracy,
                                "output_error": output_error(dense, models[method], x),
                                "size_bytes": size, "size_ratio": round(float_size / size, 3),
-                               **times[method], **judge(method, times[method],
-                                                        coverage=cov)})
+                               **times[method], **judge(method, times[method], coverage=cov,
+                                                        accuracy=(out["float"]["accuracy"], accuracy))})
     return out
 
 

@@ -9,6 +9,7 @@ under half of the model's weights says so in its verdict, one timed on a busy ma
 """
 from __future__ import annotations
 
+from ..measure.verdict import weighed
 from .coverage import coverage_note
 from .stats import speedup_label
 
@@ -63,9 +64,12 @@ def partial_verdict(verdict: str, cov: dict | None) -> str:
         f"{verdict}, partial: {share:.0%} of the weights"
 
 
-def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None = None) -> dict:
+def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None = None,
+          accuracy: tuple[float, float] | None = None) -> dict:
     """{'verdict': ..., 'why': ...}: the verdict at the largest batch measured, every batch
-    size's speedup quoted with its interval, pairs and load, the reason and the coverage."""
+    size's speedup quoted with its interval, pairs and load, the reason and the coverage; with
+    `accuracy` (the reference's, the variant's) a verdict that cost accuracy says so
+    (workbench.measure.verdict.weighed)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     batches = sorted(int(k[len("speedup_b"):]) for k in timing
@@ -90,7 +94,7 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
     why = f"{measured}: {text}"
     if coverage:
         why += f"; {coverage_note(coverage, 'converted' if 'int8' in kind else 'pruned')}"
-    return {"verdict": partial_verdict(lab, coverage), "why": why}
+    return {"verdict": weighed(partial_verdict(lab, coverage), *(accuracy or (None, None))), "why": why}
 
 
 def measured_sentence(df, kind: str, batch: int) -> str:

@@ -120,6 +120,7 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
     masked_cov = pruning_coverage(base) if kind == "unstructured" else None
     unreliable = ""  # said on every later row once the dense model timed against itself differed
     not_learned = subject.not_learned()  # said before the first point, and on every row
+    dense_accuracy = subject.evaluate(base)
     for amount in scfg.amounts:
         if stop is not None and stop.is_set():
             return
@@ -139,7 +140,8 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
         times = latencies({"dense": base, "pruned": pruned}, subject, scfg.batch_sizes, scfg.rounds)
         rec.update(times["pruned"])
         rec.update({f"dense_{k}": v for k, v in times["dense"].items() if k.startswith("latency")})
-        judged = judge(kind, times["pruned"], stats["sparsity"], cov)
+        judged = judge(kind, times["pruned"], stats["sparsity"], cov,
+                       accuracy=(dense_accuracy, rec.get("accuracy_finetuned", rec["accuracy"])))
         if amount == 0:  # the same model twice: an A/A, whose ratios are a noise floor, no verdict
             differed = [b for b in scfg.batch_sizes
                         if rec.get(f"speedup_b{b}_verdict") in (FASTER, SLOWER)]

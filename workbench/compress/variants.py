@@ -124,6 +124,7 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
     dense = models["dense"]
     dense_size = state_size_bytes(dense)
     x = subject.example(max(batch_sizes), seed=1)
+    accuracy = {name: subject.evaluate(model) for name, model in models.items()}
     table = []
     for name, model in models.items():
         fields = dict(rows[name])
@@ -131,7 +132,7 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
         row = {"variant": name, **fields}
         counts = sparsity(model) if not getattr(model, "_workbench_quantized", False) else {}
         size = state_size_bytes(model)
-        row.update(accuracy=subject.evaluate(model), output_error=round(output_error(dense, model, x), 5),
+        row.update(accuracy=accuracy[name], output_error=round(output_error(dense, model, x), 5),
                    params=counts.get("params", sparsity(dense)["params"]),
                    nonzero_weights=counts.get("nonzero_weights"),
                    model_sparsity=counts.get("model_sparsity"), size_bytes=size,
@@ -139,7 +140,8 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
         if cov:
             row.update(columns(cov), details=cov)
         row.update(times[name])
-        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0), cov))
+        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0), cov,
+                         accuracy=(accuracy["dense"], accuracy[name])))
         table.append(row)
     for name, reason in skipped:
         table.append({"variant": name, "verdict": "skipped", "why": reason})

@@ -7,6 +7,12 @@
 A ratio is the variant's speed over the reference's (above 1: faster). It is called faster or
 slower only when it differs from 1 by more than `min_effect` and, when an interval is known, the
 whole interval lies on that side of 1.
+
+A variant that lost accuracy is not simply faster: `weighed` adds what was lost to the verdict
+when accuracy fell by more than ACCURACY_TOLERANCE, and `is_clean_gain` tells a chart or table
+whether it may paint the row as a gain.
+
+    weighed("faster", 0.995, 0.273)    # 'faster, but accuracy 0.995 -> 0.273'
 """
 from __future__ import annotations
 
@@ -25,3 +31,22 @@ def verdict(ratio: float | None, interval: tuple[float, float] | None = None,
     if ratio < 1 / (1 + min_effect) and high < 1:
         return SLOWER
     return WITHIN_NOISE
+
+
+ACCURACY_TOLERANCE = 0.01  # accuracy (a fraction) a variant may lose before its verdict says so
+BUT = ", but "
+
+
+def weighed(verdict: str | None, before: float | None, after: float | None,
+            tolerance: float = ACCURACY_TOLERANCE) -> str | None:
+    """`verdict` with the accuracy it cost when that fell by more than `tolerance` (absolute)."""
+    if verdict is None or before is None or after is None or before != before or after != after:
+        return verdict
+    if before - after <= tolerance:
+        return verdict
+    return f"{verdict}{BUT}accuracy {before:.3f} -> {after:.3f}"
+
+
+def is_clean_gain(status: str | None) -> bool:
+    """A faster verdict that cost nothing beyond its tolerance: the only kind drawn as a gain."""
+    return bool(status) and status.startswith(FASTER) and BUT not in status

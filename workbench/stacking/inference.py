@@ -24,7 +24,7 @@ from ..config import ConfigError
 from ..events import SAMPLES_PER_S
 from ..machine.contention import busy_sentence
 from ..measure.compare import paired_ratio
-from ..measure.verdict import MIN_EFFECT
+from ..measure.verdict import MIN_EFFECT, weighed
 from .changes import STACK_STEP
 
 COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
@@ -61,7 +61,7 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
     subject = Subject.from_run(run_dir, trust_code=trust_code)
     models, skipped, covered = _variants(subject.model, amount, method, subject.example(2))
     times = latencies(models, subject, batch_sizes=(batch,), rounds=rounds)
-    rows, prev, base, prev_rounds = [], None, None, None
+    rows, prev, base, prev_rounds, base_accuracy = [], None, None, None, None
     labels = list(models) + [s[0] for s in skipped]
     reasons = dict(skipped)
     for label in sorted(labels, key=lambda name: _position(name)):
@@ -79,12 +79,12 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
                "reason": coverage_note(cov, "touched") if cov else busy_sentence(t["contention"])}
         if base is None:
             row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
-            base = sps
+            base, base_accuracy = sps, row["accuracy"]
         else:  # paired round by round with the step before: the one verdict on its interval
             gain = paired_ratio(prev_rounds, per_round, min_effect)
             row.update(gain_vs_prev=round(gain.ratio, 3), gain_low=gain.low, gain_high=gain.high,
                        rounds=gain.rounds, gain_vs_baseline=round(sps / base, 3),
-                       status=partial_verdict(gain.verdict, cov))
+                       status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]))
         prev, prev_rounds = sps, per_round
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)

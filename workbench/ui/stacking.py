@@ -19,6 +19,7 @@ from ..export import export
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP, as_change
 from ..measure.compare import min_rounds, speedup_text
+from ..measure.verdict import FASTER, is_clean_gain
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
 from .figure import LiveFigure
@@ -26,6 +27,17 @@ from .job import BackgroundJob
 
 STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
+COST_COLOR = "#ff7f0e"  # faster, but it lost accuracy: never the gain's green
+
+
+def status_color(status: str | None, default: str = "#7f7f7f") -> str:
+    """A verdict's colour by its first words ("faster, partial: ..." is faster's); a gain that cost
+    accuracy is never drawn green."""
+    if not status:
+        return default
+    if status.startswith(FASTER) and not is_clean_gain(status):
+        return COST_COLOR
+    return STATUS_COLORS.get(status.split(",")[0], default)
 
 
 TRAINING_SIDE = (("mem_held_gib", "held by rank 0: weights, gradients, optimizer, activations (GiB)"),
@@ -61,7 +73,7 @@ class Waterfall:
         with self.fig.batch_update():
             self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], text=wf["text"],
                                     hovertext=wf["text"],
-                                    marker_color=[STATUS_COLORS.get(s, "#7f7f7f") for s in wf["status"]])
+                                    marker_color=[status_color(s) for s in wf["status"]])
             for trace, (column, _) in zip(self.fig.data[1:], self.side):
                 values = [number(r.get(column)) for r in rows]
                 trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
@@ -88,7 +100,7 @@ def table_html(df) -> str:
             v = "" if v is None or (isinstance(v, float) and v != v) else (
                 f"{v:.4g}" if isinstance(v, float) else v)
             cells.append(f"<td>{html.escape(str(v))}</td>")
-        color = STATUS_COLORS.get(r["status"], "#000")
+        color = status_color(r["status"], "#000")
         body.append(f"<tr style='color:{color}'>{''.join(cells)}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
