@@ -95,9 +95,35 @@ def test_an_export_runs_from_a_copy_in_another_folder_with_the_originals_gone(tm
     shutil.copytree(tmp_path / "exported", moved)
     shutil.rmtree(src)  # the originals are gone: only the copies can run
     shutil.rmtree(tmp_path / "exported")
-    proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--config", "config.json",
-                           "--run-dir", str(tmp_path / "run"), "--json"], cwd=moved,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")})
+    env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")}
+    for cwd, config in ((moved, "config.json"), (tmp_path, str(moved / "config.json"))):
+        # from the export's folder, and from another one: the config names its copies beside it
+        proc = subprocess.run([sys.executable, "-m", "workbench", "run", "--config", config,
+                               "--json"], cwd=cwd, capture_output=True, text=True, timeout=300,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout)["status"] == "completed"
+    proc = subprocess.run([sys.executable, "-m", "workbench", "ab", "--config",
+                           str(moved / "config.json"), "--vs", "optim.lr=0.01", "--rounds", "2",
+                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["status"] == "completed"
+    for command in ("tune", "submit"):  # each reads --config the same way before it starts
+        assert _config_of(command, moved / "config.json").model.name == f"{moved / 'net.py'}:build"
+
+
+def _config_of(command: str, config) -> RunConfig:
+    import argparse
+    import importlib
+
+    module = importlib.import_module(f"workbench.cli.{command}")
+    args = module.add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
+        ["--config", str(config)])
+    if command == "submit":
+        from workbench.cli.run import build_config
+
+        module._fill(args)
+        return build_config(args)
+    from workbench.cli.run import base_config
+
+    return base_config(args)

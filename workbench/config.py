@@ -45,6 +45,9 @@ def error_line(e: BaseException, limit: int = 200) -> str:
     return f"{type(e).__name__}: {first[:limit]}"
 
 
+FILE_FIELDS = ("model.name", "data.factory", "data.path")  # fields that may name a file or folder
+
+
 def _fail(path: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{path} must be {allowed}, got {shown(value)}")
 
@@ -474,9 +477,37 @@ class RunConfig(_Section):
                               f"at position {e.start}): a config is a JSON file") from None
         return cls.from_json(text)
 
+    @classmethod
+    def from_file(cls, path: str | Path) -> "RunConfig":
+        """A config file a person names (`--config FILE`). Its relative file paths (the file of a
+        "file.py:factory" in model.name or data.factory, and data.path) are looked up beside FILE
+        first, where an export keeps its copies, then in the working folder; one found beside
+        FILE becomes absolute, so the config runs from any folder. (`load` reads a run folder's
+        config as written: its paths are relative to the launch's working folder.)"""
+        cfg = cls.load(path)
+        here = Path(path).resolve().parent
+        data = cfg.to_dict()
+        changes = {}
+        for field in FILE_FIELDS:
+            section, key = field.split(".")
+            value = data[section][key]
+            target, colon, attr = value.rpartition(":") if field != "data.path" else (value, "", "")
+            if field != "data.path" and not target.endswith(".py"):
+                continue  # a built-in name or a module path: nothing on disk to find
+            if target and not Path(target).is_absolute() and (here / target).exists():
+                changes[field] = f"{here / target}{colon}{attr}"
+        return cfg.replace(**changes) if changes else cfg
+
     def save(self, path: str | Path) -> None:
         """Write atomically, so a reader never sees half a config (workbench.disk.write_atomic)."""
         write_atomic(path, self.to_json())
+
+    def differences(self, other: "RunConfig") -> dict[str, tuple[Any, Any]]:
+        """The dotted fields in which `other` differs from this config: {field: (ours, theirs)}."""
+        ours, theirs = self.to_dict(), other.to_dict()
+        return {f"{section}.{key}": (value, theirs[section][key])
+                for section, fields in ours.items() if isinstance(fields, dict)
+                for key, value in fields.items() if theirs[section][key] != value}
 
     def with_model(self, name: str) -> "RunConfig":
         """A copy with another model and the data it needs (see `matching_data`)."""

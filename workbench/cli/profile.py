@@ -51,7 +51,7 @@ def build_config(args) -> RunConfig:
     from ..profile.presets import default_transformer
 
     if args.config:
-        cfg = RunConfig.load(args.config)
+        cfg = RunConfig.from_file(args.config)
     else:
         cfg = default_transformer() if args.preset == "transformer" else getattr(RunConfig, args.preset)()
     cfg = base_config(args, cfg)

@@ -63,7 +63,7 @@ def subject_config(args) -> RunConfig:
     """The config the model and data come from: --config or the digits MLP, with the flags."""
     from .run import parse_settings
 
-    cfg = RunConfig.load(args.config) if args.config else DIGITS_MLP
+    cfg = RunConfig.from_file(args.config) if args.config else DIGITS_MLP
     if args.model is not None:
         cfg = cfg.with_model(args.model)
         own = ":" in args.model

@@ -81,7 +81,7 @@ def base_config(args, base: RunConfig | None = None) -> RunConfig:
     """The config a command starts from: `base`, else --config or --preset, with --model, --data
     and --data-factory applied (a model alone brings its matching data)."""
     if base is None:
-        base = RunConfig.load(args.config) if args.config else getattr(RunConfig, args.preset)()
+        base = RunConfig.from_file(args.config) if args.config else getattr(RunConfig, args.preset)()
     data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
     if args.model is not None:
         return base.with_model(args.model) if not data else base.replace(

@@ -56,7 +56,7 @@ def resolve_config(source) -> RunConfig:
                               "(one from `workbench runs`) or a config file")
         return folder.config()
     if path.is_file():
-        return RunConfig.load(path)
+        return RunConfig.from_file(path)
     raise ConfigError(f"{str(path)!r} does not exist; give a run folder or a config JSON file")
 
 
