@@ -37,6 +37,7 @@ def test_a_a_beside_two_busy_processes_is_within_noise_and_keeps_its_busy_pairs(
     assert result.busy and c.busy_pairs >= c.pairs // 2 and "beside other programs" in c.conditions
     assert cpu_hog.alive()  # the hogs held the cores the whole time
     assert "passive" in result.threads_why  # chosen for the load, once, for both sides
+    assert result.text().startswith("A and B are the same config: an A/A test")
     lines = (tmp_path / "trial" / "slices.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 24 + 2  # every slice kept, the two warm-ups too
 
@@ -73,9 +74,21 @@ def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
     assert contention_of([{}]) == {"busy": None, "runs": 0}
 
 
+def test_ab_set_means_both_sides_and_the_report_opens_with_what_differs(capsys):
+    assert cli(["ab", "--preset", "smoke", "--set", "run.eval_batches=0", "--set", "run.threads=1",
+                "--a", "optim.lr=0.01", "--b", "optim.lr=0.02", "--vs", "loader.batch_size=16",
+                "--rounds", "2", "--slice-s", "0.05"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("A and B differ in ") and "optim.lr: 0.01 (A) vs 0.02 (B)" in first
+    assert "loader.batch_size: 32 (A) vs 16 (B)" in first and "differ in 2 settings" in first, first
+    assert "run.eval_batches" not in first and "run.threads" not in first  # --set: both sides
+
+
 def test_ab_cli_refuses_bad_settings_in_one_line(capsys):
     assert cli(["ab", "--preset", "smoke", "--set", "loader.batch_size"]) == 2
     assert "--set needs FIELD=VALUE" in capsys.readouterr().err
-    assert cli(["ab", "--preset", "smoke", "--vs", "loader.batch_size=0"]) == 2
+    assert cli(["ab", "--preset", "smoke", "--b", "loader.batch_size=0"]) == 2
     assert "loader.batch_size must be >= 1, got 0" in capsys.readouterr().err
+    assert cli(["ab", "--preset", "smoke", "--a", "loader.batch_size"]) == 2
+    assert "--a needs FIELD=VALUE" in capsys.readouterr().err
     assert cli(["ab", "--preset", "smoke", "--rounds", "0"]) == 2

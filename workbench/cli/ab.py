@@ -2,10 +2,14 @@
 short slices; the median speed ratio with its interval, the verdict, the pairs used and dropped, and
 what other programs did meanwhile.
 
-    workbench ab --set precision.dtype=fp32 --vs precision.dtype=bf16 --rounds 12
+    workbench ab --a precision.dtype=fp32 --b precision.dtype=bf16 --rounds 12
+    workbench ab --set data.seq_len=32 --b precision.dtype=bf16   # --set: both sides, as everywhere
     workbench ab --preset smoke --rounds 8            # A/A: the same config on both sides
-    workbench ab --vs precision.dtype=bf16 --slice-s 0.5  # half a second of steps a slice
-    workbench ab --model mynet.py:build --data dataset --data-factory mydata.py:build --vs precision.dtype=bf16
+    workbench ab --b precision.dtype=bf16 --slice-s 0.5  # half a second of steps a slice
+    workbench ab --model mynet.py:build --data dataset --data-factory mydata.py:build --b precision.dtype=bf16
+
+The report opens with the settings in which A and B differ; sides that differ in more than one
+say that the ratio measures them together.
 """
 from __future__ import annotations
 
@@ -25,12 +29,13 @@ def add_parser(sub):
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
                                                "file.py:factory"]) + " (both sides)")
     add_data_args(p)
-    p.add_argument("--both", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of both sides (repeatable), e.g. distributed.nproc=2")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of side A (repeatable); none: A is the base config")
-    p.add_argument("--vs", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of side B (repeatable); none: B is the base config (A/A test)")
+                   help="a setting of both sides (repeatable), as --set means in every command")
+    p.add_argument("--a", action="append", default=[], metavar="FIELD=JSON",
+                   help="a setting of side A only (repeatable); none: A is the base config")
+    p.add_argument("--b", "--vs", action="append", default=[], metavar="FIELD=JSON", dest="b",
+                   help="a setting of side B only (repeatable; --vs is the same); none: B is the "
+                        "base config (an A/A test)")
     p.add_argument("--slice-s", type=float, default=SLICE_S,
                    help="seconds of steps a slice (default %(default)s)")
     p.add_argument("--rounds", type=int, help="pairs of slices of A and B (default: the fewest that "
@@ -41,9 +46,9 @@ def add_parser(sub):
 
 def main(args) -> int:
     base = base_config(args)
-    shared = parse_settings(args.both, "--both")
+    shared = parse_settings(args.set, "--set")
     base = base.replace(**shared) if shared else base
-    a_changes, b_changes = parse_settings(args.set, "--set"), parse_settings(args.vs, "--vs")
+    a_changes, b_changes = parse_settings(args.a, "--a"), parse_settings(args.b, "--b")
     a = base.replace(**a_changes) if a_changes else base
     b = base.replace(**b_changes) if b_changes else base
     if not 0.01 <= args.slice_s <= 60:

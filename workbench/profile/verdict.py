@@ -58,7 +58,7 @@ class Verdict:
             lines.append("  also worth a look: " + ", ".join(self.also))
         lines.append(f"try next: {self.try_next}")
         if self.changes:
-            vs = " ".join(f"--vs {k}={_arg(v)}" for k, v in self.changes.items())
+            vs = " ".join(f"--b {k}={_arg(v)}" for k, v in self.changes.items())
             lines.append(f"  measure it: workbench ab --config CONFIG {vs}")
         return "\n".join(lines)
 

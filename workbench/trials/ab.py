@@ -13,6 +13,7 @@ noise: that is how to know the method is honest on this machine, busy or not.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,17 @@ class ABResult:
     threads_why: str = ""
     # label -> {"predicted": [...], "measured": [...]}: each rank's bytes, by part (several ranks)
     memory_per_rank: dict = field(default_factory=dict)
+    differences: dict = field(default_factory=dict)  # field -> (A's value, B's value)
+
+    def sides_text(self) -> str:
+        """What the two sides differ in, said first: a ratio measures all of it together."""
+        if not self.differences:
+            return "A and B are the same config: an A/A test, whose verdict should be within noise"
+        named = "; ".join(f"{k}: {json.dumps(a)} (A) vs {json.dumps(b)} (B)"
+                          for k, (a, b) in self.differences.items())
+        more = (f" (the sides differ in {len(self.differences)} settings: the ratio measures them "
+                "together, not one alone)" if len(self.differences) > 1 else "")
+        return f"A and B differ in {named}{more}"
 
     @property
     def ratio(self) -> Ratio:  # speed of B over A
@@ -51,7 +63,7 @@ class ABResult:
 
     def text(self) -> str:
         a, b = self.labels
-        lines = [f"{b} vs {a}: {self.comparison.text()}"]
+        lines = [self.sides_text(), f"{b} vs {a}: {self.comparison.text()}"]
         for label in self.labels:
             rates = ", ".join(f"{v:,.0f}" for v in self.samples_per_s[label])
             steps = self.steps.get(label) or []
@@ -67,7 +79,9 @@ class ABResult:
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"a": self.labels[0], "b": self.labels[1], **self.comparison.as_dict("speedup"),
+        return {"a": self.labels[0], "b": self.labels[1],
+                "differences": {k: list(v) for k, v in self.differences.items()},
+                **self.comparison.as_dict("speedup"),
                 "label": self.comparison.text(), SAMPLES_PER_S: self.samples_per_s,
                 "threads": self.threads, "threads_why": self.threads_why, "steps": self.steps,
                 "contention": self.contention, "busy": self.busy, "folder": self.folder,
@@ -102,7 +116,8 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None,
                         {k: [round(s.rate, 2) for s in v] for k, v in counted.items()},
                         {k: (v[0].threads if v else None) for k, v in counted.items()},
                         {k: [s.steps for s in v] for k, v in counted.items()},
-                        load_of(comparison), str(hosts.folder), hosts.threads.why, memory)
+                        load_of(comparison), str(hosts.folder), hosts.threads.why, memory,
+                        a.differences(b))
 
 
 def load_of(c: Comparison) -> dict:
