@@ -173,3 +173,52 @@ def test_notebook_03_reads_the_int8_ceiling_notebook_04_measured(private_cache):
     line = int8_ceiling_line("cpu")
     assert "a bare int8 matmul 250 GOP/s against fp32's 100 GFLOP/s, 2.50x" in line
     assert "its speedup is the one this notebook measures" in line
+
+
+class _Load:
+    """A ContentionMeter whose reading a test sets: a busy machine without busy processes."""
+
+    def __init__(self, other: float):
+        self.other = other
+
+    def read(self):
+        return {"other_cpu_cores": self.other}
+
+
+def test_the_precision_lesson_is_measured_once_per_conditions_and_kept_apart(private_cache,
+                                                                             monkeypatch):
+    from workbench.hardware import lessons
+
+    measured = []
+    real = lessons.measure_precisions
+    monkeypatch.setattr(lessons, "measure_precisions",
+                        lambda device: measured.append(device) or real(device, n=64, rounds=6))
+    for other in (0.0, 0.0, 1.5, 1.5, 0.0):
+        monkeypatch.setattr(lessons, "other_cores_now", lambda other=other: other)
+        monkeypatch.setattr(lessons, "ContentionMeter", lambda other=other: _Load(other))
+        lesson = lessons.precision_lesson("cpu")
+        assert ("beside other programs holding 1.5 cores" in lesson.text) == (other > 0), lesson.text
+    assert len(measured) == 2  # once quiet, once busy: each reused only under its own conditions
+    files = sorted((private_cache / "lessons").glob("precision-*.json"))
+    kept = [json.loads(f.read_text())["conditions"]["busy"] for f in files]
+    assert sorted(kept) == [False, True]  # two files: a busy measurement never replaced the quiet
+
+
+def test_an_ab_of_training_steps_decides_the_lesson_for_its_model_and_says_so():
+    from workbench.hardware.lessons import Lesson
+    from workbench.measure.compare import Ratio
+
+    matmul = Lesson("fp32", {"bf16": Ratio(1.1, 0.4, 6.2, 8, "within noise")}, [], "a matmul")
+    faster = matmul.after_ab("bf16", Ratio(2.16, 1.17, 2.74, 12, "faster"))
+    assert faster.recommend == "bf16" and "which overrides the matmul" in faster.text
+    assert "bf16 is the precision to try first for this model" in faster.text
+    noise = matmul.after_ab("bf16", Ratio(1.02, 0.95, 1.1, 12, "within noise"))
+    assert noise.recommend == "fp32" and "which agrees with the matmul" in noise.text
+
+
+def test_the_profilers_advice_takes_the_precision_from_the_lesson(private_cache):
+    from workbench.config import RunConfig
+    from workbench.hardware.lessons import precision_lesson
+    from workbench.profile.run import recommended_dtype
+
+    assert recommended_dtype(RunConfig.smoke()) == precision_lesson("cpu").recommend

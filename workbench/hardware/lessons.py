@@ -6,21 +6,30 @@ prose that another machine would contradict.
 
 The measurement is an n x n matmul in fp32, bf16 and fp16, timed interleaved in rounds (the order
 alternating), so each 16-bit type gets a speed ratio over fp32 with its interval and the one
-verdict rule. It takes a second or two and is kept per device, thread count and torch version
-beside the ceiling cache; `refresh=True` measures again.
+verdict rule. It takes a second or two and carries its conditions: the device and its thread count,
+the instruction sets torch may use, torch's version, and whether other programs held the cores. It
+is kept in a cache file of its own for those conditions (two kernels and a CLI never overwrite each
+other's) and reused only where the conditions match, a busy machine's figure only on a busy machine;
+`refresh=True` measures again. Every notebook, the run panel and the profiler's advice take the
+precision to try first from here (`precision_lesson`), so they say the same thing on one machine.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from ..machine.capability import recommend_precision
-from ..machine.cpu import cpu_flags, flags_owner
 from ..cache import read_json, write_json
+from ..machine.capability import recommend_precision
+from ..machine.contention import ContentionMeter, is_busy
+from ..machine.cpu import cpu_flags, flags_owner, isa_cap, usable_cores
 from ..machine.peaks import device_key, load_ceilings
+from ..machine.threads import other_cores_now
 from ..measure.compare import Ratio, paired_ratio
+from ..measure.verdict import FASTER, SLOWER
 from ..trials.calls import timed_calls
 from ..train.precision import DTYPES
 
@@ -35,6 +44,21 @@ class Lesson:
     ratios: dict = field(default_factory=dict)  # dtype -> Ratio of its speed over fp32
     flags: list = field(default_factory=list)
     source: str = ""  # how and when it was measured
+    trained: str = ""  # what an A/B of training steps measured, when one did (`after_ab`)
+
+    def after_ab(self, dtype: str, ratio: Ratio) -> "Lesson":
+        """This lesson once an A/B of a model's training steps has timed `dtype` against fp32
+        (`ratio`: its speed over fp32's): a more direct measurement than a matmul, so where its
+        verdict speaks it decides for that model, and the lesson says so."""
+        recommend = self.recommend
+        if ratio.verdict == FASTER:
+            recommend = dtype
+        elif ratio.verdict == SLOWER and recommend == dtype:
+            recommend = "fp32"
+        agrees = "agrees with" if recommend == self.recommend else "overrides"
+        trained = (f"an A/B of this model's training steps measured {dtype} against fp32 at "
+                   f"{ratio.label()}, which {agrees} the matmul")
+        return Lesson(recommend, self.ratios, self.flags, self.source, trained)
 
     @property
     def sentences(self) -> list[str]:
@@ -47,6 +71,11 @@ class Lesson:
             why = (f"{flags_owner()} has {', '.join(u.upper().replace('_', '-') for u in units)}" if units
                    else f"{flags_owner()} lists no instructions for it") if self.flags is not None else ""
             out.append(f"{dtype} matmul against fp32: {r.label()}" + (f"; {why}" if why else ""))
+        if self.trained:
+            out.append(self.trained)
+            out.append(f"so {self.recommend} is the precision to try first for this model "
+                       f"(the matmul: {self.source})")
+            return out
         out.append(f"so {self.recommend} is the precision to try first here ({self.source})")
         return out
 
@@ -68,30 +97,42 @@ def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS)
     return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}
 
 
-LESSONS = "lessons.json"
+def conditions(device, busy: bool) -> dict:
+    """What a precision measurement depends on, and so the key it is kept under."""
+    device = torch.device(device)
+    return {"device": device_key(device), "torch": torch.__version__,
+            "flags": sorted(cpu_flags()) if device.type == "cpu" else [],
+            "isa_cap": (isa_cap() or ("",))[0], "usable_cores": usable_cores(), "busy": busy}
 
 
-def _key(device) -> str:
-    return f"{device_key(device)} torch {torch.__version__}"
+def cache_name(conds: dict) -> str:
+    """The cache file of one set of conditions: one file each, so writers of others never clash."""
+    digest = hashlib.sha256(json.dumps(conds, sort_keys=True).encode()).hexdigest()[:16]
+    return f"lessons/precision-{digest}.json"
 
 
 def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
-    """The precision lesson of this device: measured (or recalled from an earlier measurement on the
-    same device, threads and torch), with the instruction sets that explain it."""
+    """The precision lesson of this device: measured now, or recalled from a measurement taken
+    under the same conditions (busy or quiet included), with the instruction sets that explain it."""
     device = torch.device(device)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
-    cached = {} if refresh else read_json(LESSONS).get(_key(device), {})
-    if cached:
+    now = conditions(device, is_busy(other_cores_now()))
+    cached = {} if refresh else read_json(cache_name(now))
+    if cached.get("conditions") == now:
         ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
-        source = f"{ROUNDS} interleaved rounds of a matmul, measured {cached['measured_at']}"
+        when, other = f"measured {cached['measured_at']}", cached["other_cpu_cores"]
     else:
+        meter = ContentionMeter()
         ratios = measure_precisions(device)
-        source = f"{ROUNDS} interleaved rounds of a matmul, measured just now"
-        remembered = read_json(LESSONS)
-        remembered[_key(device)] = {"measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                                    "ratios": {k: r.__dict__ for k, r in ratios.items()}}
-        write_json(LESSONS, remembered)  # best effort: unwritable means measured again next time
-    source += f", {torch.get_num_threads()} thread(s)"
+        other = meter.read()["other_cpu_cores"]
+        when = "measured just now"
+        measured = {**now, "busy": is_busy(other)}  # kept under what it met, not what was expected
+        write_json(cache_name(measured), {  # best effort: unwritable means measured again next time
+            "conditions": measured, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+            "other_cpu_cores": round(other, 3), "ratios": {k: r.__dict__ for k, r in ratios.items()}})
+    source = (f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} "
+              f"thread(s)" + (f", beside other programs holding {other:.1f} cores: both sides of "
+                              "each round met them" if is_busy(other) else ", quiet"))
     return Lesson(pick(ratios, device), ratios, flags, source)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
-from ..machine.capability import recommend_precision, resolve_device
+from ..machine.capability import resolve_device
 from .breakdown import Breakdown, read_breakdown
 from .presets import default_transformer  # noqa: F401 - where the notebooks and benches find it
 
@@ -55,9 +55,12 @@ def is_profile_of(b: Breakdown, cfg: RunConfig) -> bool:
 
 
 def recommended_dtype(cfg: RunConfig) -> str | None:
-    """The dtype this machine recommends for the run's device (the capability rule's answer)."""
+    """The precision to try first on the run's device: the one precision lesson
+    (workbench.hardware.lessons), measured on this machine, as the notebooks and the panel say it."""
+    from ..hardware.lessons import precision_lesson  # measures: only once the profile has run
+
     try:
-        return recommend_precision(resolve_device(cfg.run.device))[0]
+        return precision_lesson(resolve_device(cfg.run.device)).recommend
     except (ConfigError, RuntimeError):
         return None
 
