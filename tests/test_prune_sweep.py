@@ -169,12 +169,16 @@ def test_cli_prunes_your_model_on_your_dataset_and_says_when_accuracy_means_noth
                      "--batch-sizes", "1,8", "--train-epochs", "1", "--method", "structured"]) == 0
     out = json.loads(capsys.readouterr().out)
     r = out["records"][1]
-    assert out["trained"] and out["accuracy_note"] is None and r["coverage"] == 1.0
+    assert out["trained"] and r["coverage"] == 1.0
+    from workbench.compress.subject import CHANCE_FACTOR
+
+    near_chance = out["records"][0]["accuracy"] <= CHANCE_FACTOR / 4  # 4 classes; amount 0: dense
+    assert (out["accuracy_note"] is not None) == near_chance, out["accuracy_note"]
     assert r["details"]["layers_touched"] and r["speedup_b8_rounds"] == 6
     assert cli_main(["quant", "--json", "--width", "32", "--method", "dynamic_int8", "--rounds", "6",
                      "--batch-sizes", "1,8", "--train-epochs", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert "accuracy is not meaningful" in out["accuracy_note"] and not out["trained"]
+    assert out["accuracy_note"] and not out["trained"]  # untrained: near chance or not, it is said
     assert out["results"][0]["coverage"] > 0.95 and out["results"][0]["speedup_b8_low"] is not None
 
 

@@ -106,14 +106,6 @@ def subject_from_args(args):
     return subject
 
 
-def accuracy_note(subject) -> str:
-    """What the accuracy column means for this subject ('' when the model was trained)."""
-    if subject.trained or subject.eval_fn is not None:
-        return ""
-    return ("accuracy is not meaningful: the model is untrained (--train-epochs 0); "
-            "use --run-dir or --train-epochs N")
-
-
 def timing_header(records: list[dict]) -> str:
     """Threads, rounds and the noise guard, said once for a table."""
     from ..machine.contention import busy_sentence
@@ -154,9 +146,9 @@ def main(args) -> int:
                        batch_sizes=tuple(parse_list(args.batch_sizes, int, "--batch-sizes")),
                        rounds=args.rounds)
     subject = subject_from_args(args)
-    flag = subject.not_learned()
-    if flag:  # before the sweep's minutes, not after
-        print(f"workbench prune: note: {flag}", file=sys.stderr, flush=True)
+    note = subject.accuracy_note()
+    if note:  # before the sweep's minutes, not after
+        print(f"workbench prune: note: {note}", file=sys.stderr, flush=True)
 
     def heard(line):  # a long dependency-graph search says what it is doing
         if not args.json:
@@ -165,7 +157,6 @@ def main(args) -> int:
     with search_progress(heard):
         df = run_sweep(subject, scfg)
     records = json.loads(df.to_json(orient="records"))
-    note = accuracy_note(subject)
     if args.json:
         out = {"model": subject.name, "torch": torch.__version__,
                "timing_threads": records[0]["timing_threads"], "trained": subject.trained,

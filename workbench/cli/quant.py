@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from ..config import ConfigError
-from .prune import accuracy_note, add_subject_args, parse_list, subject_from_args, timing_header
+from .prune import add_subject_args, parse_list, subject_from_args, timing_header
 
 CHOICES = ("all", "dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 
@@ -76,8 +76,10 @@ def main(args) -> int:
     if not batch_sizes or min(batch_sizes) < 1:
         raise ConfigError(f"--batch-sizes must be integers >= 1, got {args.batch_sizes!r}")
     subject = subject_from_args(args)
+    note = subject.accuracy_note()
+    if note and not args.json:  # before the minutes of timing, not after
+        print(f"workbench quant: note: {note}", file=sys.stderr, flush=True)
     report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds)
-    note = accuracy_note(subject)
     report.update(model=subject.name, torch=torch.__version__,
                   timing_threads=report["float"]["timing_threads"], trained=subject.trained,
                   accuracy_note=note or None)

@@ -86,9 +86,11 @@ def inference(args) -> int:
     df = inference_study(args.inference, amount=args.amount, method=args.method, batch=args.batch,
                          rounds=args.rounds or 15, trust_code=args.trust_code)
     records = json.loads(df.to_json(orient="records"))
+    note = df.attrs.get("accuracy_note", "")
     if args.json:
         print(json.dumps({"run_dir": str(args.inference), "amount": args.amount,
-                          "method": args.method, "batch": args.batch, "study": records}, indent=2))
+                          "method": args.method, "batch": args.batch,
+                          "accuracy_note": note or None, "study": records}, indent=2))
         return 0
     from ..stacking.report import study_text
 
@@ -97,6 +99,8 @@ def inference(args) -> int:
         if rec.get("size_mib") is not None:
             print(f"{rec[STACK_STEP]}: accuracy {rec['accuracy']:.3f}, {rec['size_mib']:.3f} MiB, "
                   f"{rec['latency_ms']:.3f} ms a batch of {args.batch}")
+    if note:
+        print(f"note: {note}")
     return 0
 
 

@@ -86,7 +86,18 @@ class Subject:
         if acc > CHANCE_FACTOR * chance:
             return ""
         return (f"this model has not learned: accuracy {acc:.2f} with {self.vocab} classes (chance is "
-                f"{chance:.2f}), so what pruning does to its accuracy means nothing; train it first")
+                f"{chance:.2f}), so what compression does to its accuracy means nothing; train it first")
+
+    def accuracy_note(self) -> str:
+        """What its accuracy figures are worth, in one line ('' when they mean something): a model
+        whose accuracy sits near chance, or one nobody trained. Every compression and inference
+        result says it: text, table and JSON."""
+        if self.not_learned():
+            return self.not_learned()
+        if self.trained or self.eval_fn is not None:
+            return ""
+        return ("accuracy is not meaningful: the model is untrained (--train-epochs 0); "
+                "use --run-dir or --train-epochs N")
 
     def evaluate(self, model: nn.Module) -> float | None:
         if self.eval_fn is not None:

@@ -87,7 +87,9 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
                        status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]))
         prev, prev_rounds = sps, per_round
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df.attrs["accuracy_note"] = subject.accuracy_note()  # what its accuracy column is worth
+    return df
 
 
 def _position(label: str) -> int:
