@@ -37,7 +37,8 @@ def one(name: str, cfg: RunConfig, budget_s: float) -> list[str]:
 
     report = tune(cfg, budget_s=budget_s)
     reachable = [d for d in report.decisions if not d.outcome.startswith(
-        ("not measured: this machine cannot run it", "not measured: this model has no blocks"))
+        ("not measured: this machine cannot run it", "not measured: the launch refuses it with",
+         "not measured: this model has no blocks"))
         and d.outcome != "already part of the best config"]
     decided = [d for d in reachable if d.rounds]
     share = len(decided) / len(reachable) if reachable else 1.0

@@ -252,7 +252,8 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
             continue
         refused = measure.refusal(trial)
         if refused:
-            decided(Decision(cand.key, False, why, f"not measured: this machine cannot run it: {refused}"))
+            decided(Decision(cand.key, False, why, f"not measured: the launch refuses it with what "
+                             f"was kept before it: {refused}"))
             continue
         work = measure.one_off(best, trial)
         if work:
