@@ -155,6 +155,25 @@ def test_script_one_rank_reproduces_the_run(tmp_path):
     ours = workbench_losses(summary["run_dir"])
     assert len(ours) == 6
     assert script_losses(tmp_path / "out" / "metrics") == pytest.approx(ours, abs=1e-4)
+    # the run's own thread choice travels as the script's fallback where /proc cannot be read
+    assert "RECORDED = {'other_cpu_cores'" in (tmp_path / "out" / "train.py").read_text()
+    assert proc.stdout.startswith("threads: other processes held")
+
+
+def test_the_script_chooses_its_threads_by_the_workbenchs_rule_beside_other_work(tmp_path):
+    from workbench.machine.cpu import usable_cores
+    from workbench.procs import OtherWork
+
+    export(RunConfig.smoke().replace(**{"run.steps": 60, "run.eval_batches": 0}), tmp_path / "out")
+    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)  # no workbench import: a copy of the rule
+    with OtherWork(2):
+        proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", ""],
+                              cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stdout.splitlines() if line.startswith("threads: ")]
+    assert said and said[0].startswith("threads: other processes held"), proc.stdout
+    if usable_cores() > 1:  # as a workbench run: passive, and the warm-up keeps the faster count
+        assert "passive" in said[0].lower() and "the warm-up tried 2 and 1 thread(s)" in said[1], said
 
 
 @pytest.fixture(scope="module")

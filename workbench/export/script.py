@@ -16,6 +16,9 @@ from .. import disk as wb_disk
 from .. import procs as wb_procs
 from ..config import ConfigError, RunConfig
 from ..events import STEP_NUMBER
+from ..machine import contention as wb_contention
+from ..machine import cpu as wb_cpu
+from ..machine import threads as wb_threads
 from ..runfolder import RESUME
 from ..train import budget as wb_budget
 from ..train import checkpointing as wb_checkpointing
@@ -26,6 +29,7 @@ from ..train import rank as wb_rank
 from ..train import resume as wb_resume
 from ..train import sharding as wb_sharding
 from ..train import step as wb_step
+from ..train import thread_trial as wb_thread_trial
 from ..train import trainer as wb_trainer
 from .template import MAIN
 from .user_code import BUILD_USER_MODEL, dataset_code, user_code, uses_user_code
@@ -57,16 +61,26 @@ import json
 import math
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
 from contextlib import nullcontext
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+# The run's settings (config.json next to this file holds the same, for the workbench).
+CONFIG = {config}
+
+
+def settings(config):
+    """Attribute access to the config sections: cfg.loader.batch_size."""
+    return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
+
+{threads}
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -76,14 +90,6 @@ from torch.utils.data import default_collate
 from torch.utils.data.distributed import DistributedSampler
 
 HERE = Path(__file__).resolve().parent
-
-# The run's settings (config.json next to this file holds the same, for the workbench).
-CONFIG = {config}
-
-
-def settings(config):
-    """Attribute access to the config sections: cfg.loader.batch_size."""
-    return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
 '''
 
 BUILD_MODEL = {
@@ -152,9 +158,95 @@ def _helpers_code() -> str:
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
         _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
-                wb_trainer.full_state, wb_budget.TimeBudget),
+                wb_trainer.full_state, wb_budget.TimeBudget, wb_trainer.warmup_steps),
+        f"MIN_TIMED = {wb_thread_trial.MIN_TIMED!r}\n\n\n" + _source(wb_thread_trial.ThreadTrial),
         "_NEVER_FREED: list = []  # what leave_group keeps alive",
         _source(wb_rank.leave_group, wb_procs.leave)])
+
+
+THREADS = '''
+# ---- threads and wait policy: the workbench's own rule, chosen before torch loads -----------------
+# OpenMP reads its wait policy once, when torch is imported: so the choice is made here, as the
+# workbench's launcher makes it before a rank starts, and said when training starts.
+{constants}
+
+
+{rule}
+
+
+cpu = SimpleNamespace(usable_cores=usable_cores)  # the rule asks cpu.usable_cores(), as in the workbench
+RECORDED = {recorded}  # what the workbench run this came from chose (None: exported from a config)
+
+
+def tree_cpu_s(root):
+    """CPU seconds of `root` and its descendants, from /proc: this run's own work (under torchrun,
+    its agent and every rank)."""
+    children, spent = {{}}, {{}}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{{entry}}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        spent[int(entry)] = sum(int(v) for v in fields[11:15]) / _TICK  # its and its reaped children's
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += spent.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+def other_cores_now(seconds=READ_S):
+    """Cores other programs held over `seconds` (the machine's CPU time less this run's), or None
+    where /proc cannot be read."""
+    root = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid()
+    busy0, _, total0 = system_cpu()
+    if not total0:
+        return None
+    own0, t0 = tree_cpu_s(root), time.monotonic()
+    time.sleep(seconds)
+    busy1, _, _ = system_cpu()
+    return max(0.0, (busy1 - busy0 - (tree_cpu_s(root) - own0)) / (time.monotonic() - t0))
+
+
+def threads_now(cfg):
+    """The rule on this machine now, for the ranks as launched; the run's recorded choice where the
+    machine cannot be read. The wait policy and thread trial go into the environment, as the
+    launcher puts them into a rank's."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cfg.distributed.nproc = local
+    cfg.distributed.nnodes = max(1, int(os.environ.get("WORLD_SIZE", local)) // local)
+    other = other_cores_now()
+    if other is None and RECORDED:
+        choice = ThreadChoice(**{{**RECORDED, "trial": tuple(RECORDED.get("trial") or ())}})
+    else:
+        choice = choose_threads(cfg, other or 0.0)
+    for name, value in choice.env().items():
+        os.environ.setdefault(name, value)
+    return choice
+
+
+# run as a script: chosen now, before torch loads; imported as a module, train() chooses (too late
+# for the wait policy, and without touching the importer's environment)
+CHOSEN = threads_now(settings(CONFIG)) if __name__ == "__main__" else None
+'''
+
+
+def _threads_code(recorded: dict | None) -> str:
+    """machine.threads' rule and what it reads, copied, for the script's header."""
+    t, c = wb_threads, wb_contention
+    constants = "\n".join(f"{name} = {value!r}" for name, value in (
+        ("THREADS_ENV", t.THREADS_ENV), ("WAIT_ENV", t.WAIT_ENV), ("TRIAL_ENV", t.TRIAL_ENV),
+        ("TRIAL_WHY", t.TRIAL_WHY), ("READ_S", t.READ_S), ("BUSY_CORES", c.BUSY_CORES)))
+    constants += '\n_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100'
+    rule = _source(c.system_cpu, wb_cpu.usable_cores, t.thread_count, t.auto_source, t.ThreadChoice,
+                   t.wait_policy, t.choose_threads)
+    return THREADS.format(constants=constants, rule=rule, recorded=pprint.pformat(recorded))
 
 
 CHECKPOINTING = '''import fnmatch
@@ -206,12 +298,13 @@ def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
     return config
 
 
-def script_source(cfg: RunConfig, specs: dict | None = None) -> str:
-    """The whole train.py for this config, as text."""
+def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | None = None) -> str:
+    """The whole train.py for this config, as text; `recorded`: the threads the run chose."""
     extra = "" if not uses_user_code(cfg) else " and your code (copied next to it)"
     header = HEADER.format(label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
                            extra_dep=extra,
-                           config=pprint.pformat(script_config(cfg, specs), indent=1, width=100))
+                           config=pprint.pformat(script_config(cfg, specs), indent=1, width=100),
+                           threads=_threads_code(recorded))
     sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
                 ("precision, loss and loading", _helpers_code()),
                 ("one training step (the workbench's own)", _step_code()),

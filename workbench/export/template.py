@@ -26,6 +26,10 @@ def train(cfg, args):
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     t_launch = time.time()
+    chosen = CHOSEN or choose_threads(settings(CONFIG), other_cores_now() or 0.0)
+    torch.set_num_threads(chosen.threads)  # chosen as the workbench chooses a rank's, said once
+    if rank == 0:
+        print(f"threads: {chosen.why}", flush=True)
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, local_rank)
     if world_size > 1:
@@ -70,10 +74,16 @@ def train(cfg, args):
         print(f"resumed after step {resumed} from {state_file}", flush=True)
     step_times = []
     budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
+    # on a busy machine the warm-up tries the thread counts the choice named and keeps the faster
+    trial = ThreadTrial.from_env(warmup_steps(cfg.run.steps - resumed)) if world_size == 1 else None
     for step in range(resumed + 1, cfg.run.steps + 1):
+        tried = trial.before(step - resumed) if trial else None
         t0 = time.perf_counter()
         loss_v, samples, _ = train_step(parts, batches)
         dt = time.perf_counter() - t0
+        kept = trial.after(step - resumed, dt) if tried is not None else None
+        if kept and rank == 0:
+            print(f"threads: {kept['why']}", flush=True)
         step_times.append(dt)
         if metrics:
             metrics.write(json.dumps({"step": step, "loss": loss_v, "step_time_ms": dt * 1e3,
@@ -87,7 +97,9 @@ def train(cfg, args):
         if last:
             break
 
-    times = sorted(step_times[min(len(step_times) // 5, 10):] or step_times)
+    if trial is not None and trial.unfinished() and rank == 0:
+        print(f"threads: {trial.unfinished()['why']}", flush=True)
+    times = sorted(step_times[warmup_steps(len(step_times)):] or step_times)
     median = times[len(times) // 2]
     if rank == 0:
         global_batch = cfg.loader.batch_size * accum * world_size
