@@ -60,6 +60,14 @@ def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_r
     assert mem["parameters"] == 4 * d["params"] and mem["gradients"] == mem["parameters"]
     assert mem["optimizer_state"] > 2 * mem["parameters"] and mem["activations"] > 0
     assert b.memory.estimate["parameters"] == mem["parameters"]  # the chooser's count agrees
+    # the process's peak is split into named parts that add up to it: the tensors are one of them
+    parts = b.memory.peak_parts()
+    rest = parts["the rest: operators' temporaries and memory freed but kept by the allocator"]
+    assert all(v >= 0 for v in parts.values())
+    assert sum(parts.values()) == b.memory.device["peak_rss_bytes"] or rest == 0, parts
+    assert parts["the step's tensors (counted above)"] == b.memory.total
+    assert parts["Python and torch, loaded (the pre-launch check's base)"] > 0
+    assert "process peak" in b.text()
     assert "bound by" in b.text() and "top operators" in b.text()
     assert read_breakdown(b.run_dir).as_dict()["phases_ms"] == d["phases_ms"]  # from the files alone
     assert is_profile_of(b, small_transformer())

@@ -153,8 +153,9 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
     slow = [r.rank for r in ranks if r.step_ms > 1.25 * min(x.step_ms for x in ranks)]
     if slow:
         notes.append(f"rank(s) {slow} took over 1.25x the fastest rank's step")
-    return Breakdown(run_dir, config, ranks, summary, verdict, memory_breakdown(ranks[0].memory),
-                     notes)
+    before_model = (folder.launch() or {}).get("precheck") or {}  # rank 0's base and data memory
+    return Breakdown(run_dir, config, ranks, summary, verdict,
+                     memory_breakdown(ranks[0].memory, before_model), notes)
 
 
 def _mean_spread(ranks: list) -> tuple[dict, dict]:

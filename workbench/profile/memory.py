@@ -36,6 +36,8 @@ class MemoryBreakdown:
     effective_batch_activations: int | None = None  # measured in one pass of the effective batch
     context_bytes: int = 0  # the chooser's allowance for the CUDA context
     checkpointed: list = field(default_factory=list)  # module names under activation checkpointing
+    # what the pre-launch check measured of a rank before its model: {'base_rss_gib', 'data_rss_gib'}
+    before_model: dict = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -53,7 +55,31 @@ class MemoryBreakdown:
         return {"bytes": self.bytes, "estimate_bytes": self.estimate, "per_module": self.per_module,
                 "device": self.device, "notes": self.notes, "micro_batch": self.micro_batch,
                 "accum": self.accum, "effective_batch_activations": self.effective_batch_activations,
-                "estimate_context_bytes": self.context_bytes, "checkpointed": self.checkpointed}
+                "estimate_context_bytes": self.context_bytes, "checkpointed": self.checkpointed,
+                "peak_parts": self.peak_parts()}
+
+    def peak_parts(self) -> dict[str, int]:
+        """On a CPU, the process's peak split into named parts (bytes): Python and torch as loaded,
+        the data, the step's tensors as counted, and the rest, which no tensor count sees (operators'
+        temporaries, memory the allocator keeps after freeing it). Empty without a measured peak."""
+        peak = self.device.get("peak_rss_bytes")
+        if not peak or "peak_allocated_bytes" in self.device:
+            return {}
+        base = int(self.before_model.get("base_rss_gib", 0) * 2**30)
+        data = int(self.before_model.get("data_rss_gib", 0) * 2**30)
+        parts = {"Python and torch, loaded (the pre-launch check's base)": base,
+                 "the data (the pre-launch check's)": data, "the step's tensors (counted above)": self.total}
+        parts["the rest: operators' temporaries and memory freed but kept by the allocator"] = max(
+            0, peak - sum(parts.values()))
+        return parts
+
+    def peak_sentence(self) -> str | None:
+        """Why the process's peak is larger than the step's tensors, part by part."""
+        parts = self.peak_parts()
+        if not parts:
+            return None
+        split = " + ".join(f"{name} {mib(b)}" for name, b in parts.items())
+        return f"process peak {mib(self.device['peak_rss_bytes'])} = {split}"
 
     def accumulation_sentence(self) -> str | None:
         """What gradient accumulation bought: the effective batch, and what it would cost at once."""
@@ -69,7 +95,7 @@ class MemoryBreakdown:
         return text
 
 
-def memory_breakdown(memory: dict) -> MemoryBreakdown:
+def memory_breakdown(memory: dict, before_model: dict | None = None) -> MemoryBreakdown:
     """From the `memory` section of a profile_rank*.json."""
     measured = {p: int(memory.get(p, 0)) for p in PARTS}
     notes = []
@@ -95,4 +121,4 @@ def memory_breakdown(memory: dict) -> MemoryBreakdown:
     return MemoryBreakdown(measured, estimate, per_module, memory.get("device_memory", {}), notes,
                            memory.get("micro_batch", 0), memory.get("accum", 1),
                            memory.get("activations_effective_batch"), context,
-                           memory.get("checkpointed", []))
+                           memory.get("checkpointed", []), before_model or {})

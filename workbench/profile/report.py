@@ -78,6 +78,8 @@ def memory_lines(b) -> list[str]:
     elif "rss_bytes" in d:
         lines.append(f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
                      "(everything the process holds: torch, Python, data)")
+        if m.peak_sentence():
+            lines.append(f"  {m.peak_sentence()}")
     lines += [f"  note: {n}" for n in m.notes]
     return lines + per_rank_lines(b.summary.get("memory_per_rank"))
 
