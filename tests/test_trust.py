@@ -214,3 +214,28 @@ def test_factory_kwargs_stay_plain_json(canary):
     RunConfig.smoke().replace(**{"model.kwargs": {"a": [1, 2.5, None, True, {"b": "c"}]}})
     with pytest.raises(ConfigError, match="data.kwargs"):
         RunConfig.smoke().replace(**{"data.kwargs": {"f": print}})
+
+
+class _Carries:
+    """What a malicious weights file holds: an object whose unpickling calls a function."""
+
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+@pytest.mark.parametrize("content", ["code", "garbage", "not_a_dict"])
+def test_a_weights_file_that_is_not_plain_tensors_is_refused_in_one_line(tmp_path, capsys, content):
+    run_dir = create_run_dir(RunConfig.smoke(), tmp_path)
+    weights = run_dir / "model.pt"
+    if content == "code":
+        torch.save({"net.1.weight": _Carries()}, weights)
+    elif content == "garbage":
+        weights.write_bytes(b"not a torch file")
+    else:
+        torch.save([torch.zeros(2)], weights)
+    with pytest.raises(ConfigError, match="model.pt") as caught:
+        load_model(run_dir)
+    assert "weights_only" not in str(caught.value) and "\n" not in str(caught.value)
+    assert cli(["quant", "--run-dir", str(run_dir), "--rounds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "model.pt" in err and "weights_only" not in err

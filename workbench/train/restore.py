@@ -6,6 +6,9 @@ code runs, and a factory the config names runs only when the folder is trusted: 
 """
 from __future__ import annotations
 
+import pickle
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -17,6 +20,28 @@ from .models import build_model
 from .trust import check_trust
 
 
+def load_saved(path: str | Path, what: str = "weights", map_location="cpu"):
+    """A saved file of tensors (a state dict, or a resumable state of dicts of them), loaded weights
+    only: nothing pickled in it runs. A file that holds anything else, or is not a torch file at
+    all, is refused in one line naming it, never with torch's advice to load it unsafely."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        blocked = next((line.strip() for line in str(e).splitlines()
+                        if "GLOBAL" in line or "Unsupported" in line), "")
+        held = f" ({blocked.rstrip('.')})" if blocked else ""
+        raise ConfigError(f"{what} file {str(path)!r} is not plain tensors{held}: refused, because "
+                          "loading it would run code it carries; save with "
+                          "torch.save(model.state_dict(), path)") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"{what} file {str(path)!r} cannot be read as a torch file: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'truncated'}") from None
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"{what} file {str(path)!r} holds a {type(state).__name__}, not a dict of "
+                          "tensors (a state dict)")
+    return state
+
+
 def load_model(run_dir: str | Path, trust_code: bool = False):
     run_dir = Path(run_dir)
     path = RunFolder(run_dir).weights_file
@@ -26,5 +51,5 @@ def load_model(run_dir: str | Path, trust_code: bool = False):
     cfg = RunFolder(run_dir).config()
     check_trust(run_dir, cfg, trust_code)  # before any of its code is imported
     model = build_model(cfg, build_data(cfg))
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    model.load_state_dict(load_saved(path))
     return model.eval()
