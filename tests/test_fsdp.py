@@ -228,3 +228,36 @@ def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model
     blocks = ready[0]["fsdp_blocks"]
     assert len(ready) == 2 and all(r["fsdp_blocks"] == blocks for r in ready) and blocks
     assert said[0].startswith(f"FSDP shards {len(blocks)} block(s), then the root: {blocks[0]}")
+
+
+SCALED = """
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        self.temperature = nn.Parameter(torch.tensor(1.0))  # a scalar: nothing to split
+
+    def forward(self, x):
+        return self.net(x) / self.temperature
+
+
+def build():
+    return Scaled()
+"""
+
+
+def test_a_parameter_fsdp_cannot_shard_is_refused_before_launch_by_name(tmp_path, capsys):
+    from workbench.cli import main as cli
+
+    (tmp_path / "scaled.py").write_text(SCALED)
+    runs = tmp_path / "runs"
+    assert cli(["run", "--preset", "smoke", "--model", f"{tmp_path / 'scaled.py'}:build",
+                "--set", "distributed.nproc=2", "--set", "distributed.strategy=\"fsdp\"",
+                "--set", "run.oversubscribe=true", "--set", f"run.runs_dir=\"{runs}\""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "scalar parameter(s) temperature" in err, err
+    assert not runs.exists() or not any(runs.iterdir())  # refused before any folder was made

@@ -270,7 +270,8 @@ def _checkpoint_code() -> str:
 
 def _sharding_code() -> str:
     """distributed.strategy 'fsdp': the trainer's own FSDP2 wrapping, copied."""
-    return _source(wb_sharding.layer_blocks, wb_sharding.block_names, wb_sharding.apply_fsdp)
+    return _source(wb_sharding.layer_blocks, wb_sharding.block_names, wb_sharding.check_shardable,
+                   wb_sharding.apply_fsdp)
 
 
 def _step_code() -> str:

@@ -32,7 +32,7 @@ from .memory import rss_gib  # noqa: E402
 from .contract import ContractError  # noqa: E402
 from .models import build_model, loss_fn  # noqa: E402
 from .precision import autocast  # noqa: E402
-from .sharding import block_names, layer_blocks  # noqa: E402
+from .sharding import block_names, check_shardable, layer_blocks  # noqa: E402
 from .checkpointing import apply_checkpointing  # noqa: E402
 from .footprint import saved_activations  # noqa: E402
 
@@ -71,6 +71,7 @@ def measure(cfg: RunConfig) -> dict:
                task=data.task)
     model, on_meta = _model(cfg, data)  # a factory's call and its return type, given the data
     if cfg.distributed.strategy == "fsdp":  # what will be sharded, said before launch
+        check_shardable(model)
         out["fsdp_blocks"] = block_names(model, cfg.distributed.fsdp_blocks)
     out["layer_blocks"] = layer_blocks(model)  # what the tune may checkpoint
     out["image_weights"] = any(p.dim() == 4 for p in model.parameters())  # what channels_last reorders

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..events import RANK
 from .checkpointing import resolve
 
@@ -68,10 +68,23 @@ COMPUTE_DTYPE = torch.bfloat16  # fsdp_mixed_precision: the parameters' dtype in
 REDUCE_DTYPE = torch.float32  # and the gradients' as they are reduce-scattered
 
 
+def check_shardable(model: nn.Module) -> None:
+    """Refuse what fully_shard cannot shard, naming it: a scalar parameter has no dimension to split
+    (asked before launch by the pre-launch check, and again here by each rank)."""
+    scalars = [name for name, p in model.named_parameters() if p.dim() == 0]
+    if scalars:
+        shown = ", ".join(scalars[:3]) + (f" and {len(scalars) - 3} more" if len(scalars) > 3 else "")
+        raise ConfigError(f"distributed.strategy 'fsdp' cannot shard the scalar parameter(s) {shown}: "
+                          "fully_shard splits every parameter along its first dimension; make each a "
+                          "1-element tensor (nn.Parameter(torch.ones(1))) or use distributed.strategy "
+                          "'ddp'")
+
+
 def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     """Shard the blocks, then the root, in place; returns the blocks' names."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+    check_shardable(model)
     d = cfg.distributed
     kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
     if d.fsdp_mixed_precision:
