@@ -154,3 +154,43 @@ def test_channels_last_is_tried_only_on_a_model_with_4d_weights():
         assert (layout is None) is has, layout
         if not has:
             assert layout.startswith("channels_last changes only 4-D image tensors")
+
+
+def _interrupted(cmd: list[str], root) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """Run a command until its trial has timed slices, press Ctrl-C once, and return how it ended
+    with every process it had started."""
+    import os
+    import signal
+
+    import psutil
+    from launch_helpers import wait_for
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WORKBENCH_RUNS": str(root)})
+    try:
+        wait_for(lambda: [f for f in root.glob("trials/*/slices.jsonl")
+                          if len(f.read_text().splitlines()) >= 4], 300, "timed slices")
+        started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), started
+
+
+def test_ctrl_c_in_a_tune_or_an_ab_keeps_what_was_measured_and_exits_130(tmp_path):
+    from launch_helpers import assert_all_gone
+
+    for command in (["tune", "--budget-min", "3", "--bound-by", "compute"],
+                    ["ab", "--b", "optim.impl=\"foreach\"", "--rounds", "500"]):
+        root = tmp_path / command[0]
+        done, started = _interrupted([sys.executable, "-m", "workbench", *command, "--preset",
+                                      "smoke", "--json"], root)
+        assert done.returncode == 130, done.stderr[-2000:]
+        out = json.loads(done.stdout)  # valid JSON, marked, holding what was measured
+        assert out["interrupted"] == "SIGINT" and "Traceback" not in done.stderr
+        if command[0] == "tune":
+            assert out["decisions"] and all(d["outcome"] for d in out["decisions"])
+        else:
+            assert out["speedup_pairs"] + out["speedup_dropped"] >= 1
+        assert_all_gone(started, within=30)  # nothing left running

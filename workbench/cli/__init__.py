@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args._main(args)
+    except KeyboardInterrupt:  # what a command had is printed by it; no traceback, no lost prompt
+        print(f"workbench {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except ConfigError as e:
         print(f"workbench {args.command}: {one_line(str(e))}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ import sys
 
 from ..config import BUILTIN_MODELS, ConfigError
 from ..trials.engine import SLICE_S
+from ._interrupt import Interrupt
 from .run import add_data_args, base_config, parse_settings
 
 
@@ -66,9 +67,14 @@ def main(args) -> int:
 
     from ..trials.ab import ab_test  # torch: only once the input is checked
 
-    result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress)
-    print(json.dumps(result.as_dict(), indent=2) if args.json else result.text())
-    return 0
+    with Interrupt("ab", quiet=args.json) as interrupted:  # Ctrl-C: the pairs so far are the result
+        result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress,
+                         stop=interrupted)
+    out = {**result.as_dict(), **({"interrupted": interrupted.asked} if interrupted() else {})}
+    print(json.dumps(out, indent=2) if args.json else result.text())
+    if interrupted() and not args.json:
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)
 
 
 def _name(changes: dict, fallback: str) -> str:

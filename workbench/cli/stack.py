@@ -18,6 +18,7 @@ from ..runfolder import RunFolder
 from ..stacking.changes import CHANGES, STACK_STEP
 from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
+from ._interrupt import Interrupt
 from .run import (OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside,
                   say_trust)
 
@@ -131,14 +132,17 @@ def main(args) -> int:
             print(f"  round {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr,
                   flush=True)
 
-    df = run_study(base, changes, rounds=rounds, slice_s=args.slice_s, on_slice=heard)
+    with Interrupt("stack", quiet=args.json) as interrupted:  # Ctrl-C: the rounds so far are the table
+        df = run_study(base, changes, rounds=rounds, slice_s=args.slice_s, on_slice=heard,
+                       stop=interrupted)
     records = json.loads(df.to_json(orient="records"))
     adds = {s.change.label: s.change.settings for s in planned}
     for rec in records:
         rec["adds"] = adds.get(rec[STACK_STEP], {})
     if args.json:
         print(json.dumps({"baseline": base.to_dict(), "changes": changes, "rounds": rounds,
-                          "slice_s": args.slice_s, "study": records}, indent=2))
+                          "slice_s": args.slice_s, "study": records,
+                          **({"interrupted": interrupted.asked} if interrupted() else {})}, indent=2))
     else:
         from ..stacking.report import study_text
 
@@ -147,4 +151,6 @@ def main(args) -> int:
         if last and RunFolder(last[-1]["run_dir"]).weights_file.is_file():
             print(f"next, the inference end on the last step's model: workbench stack --inference "
                   f"{last[-1]['run_dir']}")
-    return 0
+        if interrupted():
+            print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)

@@ -13,6 +13,7 @@ import sys
 from ..config import BUILTIN_MODELS, ConfigError
 from ..trials.engine import SLICE_S
 from ..tune.search import FIRST
+from ._interrupt import Interrupt
 from .run import add_data_args, base_config
 
 
@@ -44,14 +45,23 @@ def main(args) -> int:
     if args.memory_budget is not None and not args.memory_budget > 0:
         raise ConfigError(f"--memory-budget must be > 0 GiB, got {args.memory_budget}")
 
+    decided = []  # what the tune decided so far: kept however it ends
+
     def heard(d):
+        decided.append(d)
         if not args.json:
             print(f"  {d.status} {d.setting}: {d.outcome}", file=sys.stderr, flush=True)
 
     from ..tune.tuner import tune  # torch: only once the input is checked
 
-    report = tune(base, budget_s=60 * args.budget_min, slice_s=args.slice_s, bound_by=args.bound_by,
-                  memory_budget_gib=args.memory_budget, on_decision=heard)
+    with Interrupt("tune", quiet=args.json) as interrupted:
+        try:
+            report = tune(base, budget_s=60 * args.budget_min, slice_s=args.slice_s,
+                          bound_by=args.bound_by, memory_budget_gib=args.memory_budget,
+                          on_decision=heard, stop=interrupted)
+        except KeyboardInterrupt:  # the second Ctrl-C: no report, but what it decided
+            interrupted.asked = interrupted.asked or "SIGINT"
+            return _decided_so_far(base, decided, args.json, interrupted)
     out = report.as_dict()
     if args.out:
         from ..export.bundle import export
@@ -59,5 +69,24 @@ def main(args) -> int:
         written = export(report.config, args.out, overwrite=True)
         out["export"] = {"dir": str(written.dir), "files": [p.name for p in written.files],
                          "commands": written.single_node}
+    if interrupted():
+        out["interrupted"] = interrupted.asked
     print(json.dumps(out, indent=2) if args.json else report.text())
-    return 0
+    if interrupted() and not args.json:
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)
+
+
+def _decided_so_far(base, decided: list, as_json: bool, interrupted: Interrupt) -> int:
+    """What an interrupted tune decided before it stopped, printed (or valid JSON marked so)."""
+    settings = {k: v for d in decided if d.kept for k, v in d.settings.items()}
+    if as_json:
+        print(json.dumps({"interrupted": interrupted.asked, "settings": settings,
+                          "config": base.replace(**settings).to_dict(),
+                          "decisions": [d.as_dict() for d in decided]}, indent=2))
+    else:
+        for d in decided:
+            print(f"  {d.status:<12} {d.setting:<14} {d.outcome}")
+        print(f"kept so far: {', '.join(f'{k}={v}' for k, v in settings.items()) or 'nothing'}")
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code()
