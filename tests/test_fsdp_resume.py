@@ -4,15 +4,17 @@ the file; with real torchrun ranks on the CPU, that a restarted attempt continue
 run's losses, and that a state saved on 2 ranks goes on training on 1 rank and back on 2."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from launch_helpers import faulty_model
-from workbench.config import ConfigError
+from workbench.config import ConfigError, RunConfig
 from workbench.distributed.launch import run, worker_command
 from workbench.events import STEP, read_events
 from workbench.runfolder import RunFolder
@@ -203,3 +205,49 @@ def test_a_state_of_the_other_strategy_or_a_damaged_one_is_one_line(tmp_path):
     whole.write_bytes(whole.read_bytes()[:100])  # cut short, as a full disk or a copy might
     with pytest.raises(ConfigError, match=r"resume.pt' cannot be read \(.*\); the folder is damaged$"):
         restore_state(_setup(1), tmp_path / "ddp", accum=1)
+
+
+@pytest.mark.parametrize("how", ["shard missing", "shard cut short", "no index", "other strategy"])
+def test_a_damaged_sharded_state_is_refused_before_launch(tmp_path, how):
+    from workbench.distributed.launch import launcher
+
+    save_sharded(_setup(0), 2, tmp_path / "saved")
+    strategy = "fsdp"
+    if how == "other strategy":
+        strategy = "ddp"
+    else:
+        _damage(RunFolder(tmp_path / "saved").sharded_step_dir(2), how)
+    cfg = RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "saved"),
+                                       "distributed.nproc": 2, "run.oversubscribe": True,
+                                       "distributed.strategy": strategy})
+    with pytest.raises(ConfigError, match="damaged|saved with distributed.strategy=fsdp") as e:
+        launcher().check(cfg, tmp_path / "runs")  # the launch's checks: nothing made or started
+    assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("how", ["cut short", "garbage", "deleted"])
+def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_path, how):
+    import os
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "WORKBENCH_RUNS": str(runs)}
+    first = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
+                            "4", "--set", "run.save_every=2", "--set", "run.eval_batches=0",
+                            "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    run_dir = Path(json.loads(first.stdout)["run_dir"])
+    saved = RunFolder(run_dir).resume_file
+    if how == "cut short":
+        saved.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
+    elif how == "garbage":
+        saved.write_bytes(b"\0" * 4096)
+    else:
+        saved.unlink()
+    before = sorted(runs.iterdir())
+    again = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(run_dir)],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
+    assert "resume" in again.stderr and "Traceback" not in again.stderr
+    assert sorted(runs.iterdir()) == before  # no new run folder

@@ -155,11 +155,17 @@ class RunHandle:
 
 
 def check_resume_from(cfg: RunConfig) -> None:
-    """run.resume_from names a folder that holds a saved state (config validation reads no disk)."""
+    """run.resume_from names a folder that holds a saved state of the run's strategy, whole and
+    readable (config validation reads no disk; this does, before anything is made)."""
     source = cfg.run.resume_from
-    if source and not RunFolder(source).holds_resumable_state():
+    if not source:
+        return
+    if not RunFolder(source).holds_resumable_state():
         raise ConfigError(f"run.resume_from {source!r} holds no resumable state (resume.pt, or a "
                           "whole step in resume_sharded/): resume a run that had run.save_every > 0")
+    from ..train.resume import check_saved_state  # torch's checkpoint reader: only to resume
+
+    check_saved_state(source, cfg.distributed.strategy == "fsdp")
 
 
 def check_saves_are_shared(cfg: RunConfig) -> None:

@@ -12,6 +12,7 @@ folder must be one the ranks share (one machine, or a shared file system).
 from __future__ import annotations
 
 import io
+import zipfile
 
 import torch
 
@@ -20,7 +21,7 @@ from ..disk import write_atomic
 from ..events import STEP_NUMBER
 from ..runfolder import RunFolder
 from .rank import unwrap
-from .sharded_resume import restore_sharded, save_sharded
+from .sharded_resume import check_whole, restore_sharded, save_sharded
 
 
 def whole_state(parts, step: int) -> bytes:
@@ -64,6 +65,33 @@ def restore_state(s, run_dir, accum: int, sharded: bool = False, resume_from: st
     for _ in range(step * accum):  # the same data order as a run never interrupted
         next(s.batches)
     return step
+
+
+def check_saved_state(run_dir, sharded: bool) -> None:
+    """Before launch, in the launcher: the state a run would go on from is of its strategy, whole
+    and readable, or a one-line ConfigError naming the file, before any folder or rank exists (the
+    ranks ask the same again as they load it)."""
+    _check_kind(run_dir, sharded)
+    folder = RunFolder(run_dir)
+    steps = folder.sharded_steps()
+    if sharded and steps:
+        check_whole(steps[max(steps)])
+    elif not sharded and folder.resume_file.is_file():
+        _check_whole_file(folder.resume_file)
+
+
+def _check_whole_file(path) -> None:
+    """resume.pt is a zip archive (torch.save's format): every member present and its checksum
+    right, or the file was cut short or overwritten."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); "
+                          "the folder is damaged") from None
+    if bad:
+        raise ConfigError(f"the resumable state {str(path)!r} cannot be read (its member {bad!r} "
+                          "fails its checksum); the folder is damaged")
 
 
 def _check_kind(run_dir, sharded: bool) -> None:
