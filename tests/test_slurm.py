@@ -4,6 +4,7 @@ cause, cancelled, and a job the partition can never start."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,7 +131,11 @@ def test_stop_in_the_attached_dashboard_cancels_the_job(cluster):
     assert attach(job.run_dir, start=False).stop_button is not None  # any SLURM run folder has one
 
 
-def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster):
+def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster, monkeypatch):
+    from workbench.distributed import jobs
+
+    # what the checks before sbatch would refuse, let through: SLURM's own word must be heard too
+    monkeypatch.setattr(jobs, "check_submittable", lambda *a, **k: None)
     job = submit(small(), nodes=3, prefix=cluster.prefix, env=cluster.env)
     summary = wait_for(lambda: job.wait(timeout_s=120), 130, "the follower to give up")
     assert summary["status"] == "failed" and summary["cause"] == "unschedulable", summary
@@ -138,15 +143,28 @@ def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster)
     assert not Job(job.run_dir, cluster.prefix, cluster.env).running()
 
 
-def test_sbatch_refusal_is_one_line_and_leaves_the_config(cluster, tmp_path):
+@pytest.mark.parametrize("change, message", [
+    ({"time_limit": "soon"}, "--time 'soon' is not a SLURM time"),
+    ({"nodes": 99}, r"--nodes 99 is more than the 1 node\(s\) the cluster has"),
+    ({"cpus_per_task": 64}, "64 CPUs a node .* is more than the 2 the largest node has")])
+def test_what_slurm_would_refuse_is_refused_before_a_folder_is_made(cluster, tmp_path, change,
+                                                                   message):
     from workbench.config import ConfigError
 
-    with pytest.raises(ConfigError, match="sbatch refused the job: .*time") as e:
-        submit(small(), time_limit="soon", prefix=cluster.prefix, env=cluster.env,
-               run_dir=tmp_path / "refused")
-    assert "\n" not in str(e.value)
-    folder = RunFolder(tmp_path / "refused")
-    assert folder.config() == small() and folder.summary()["cause"] == "submit"
+    with pytest.raises(ConfigError, match=message) as e:
+        submit(small(), prefix=cluster.prefix, env=cluster.env, run_dir=tmp_path / "refused",
+               **change)
+    assert "\n" not in str(e.value) and not (tmp_path / "refused").exists()
+
+
+def test_without_slurm_submit_says_how_to_start_a_cluster_and_makes_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    env = {**os.environ, "WORKBENCH_RUNS": str(runs), "PATH": os.path.dirname(sys.executable)}
+    proc = subprocess.run([sys.executable, "-m", "workbench", "submit", "--preset", "smoke"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "SLURM is not installed here" in proc.stderr and "make slurm-up" in proc.stderr
+    assert not runs.exists()
 
 
 def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path,

@@ -34,6 +34,7 @@ from ..runfolder import FINAL_KEY, RunFolder
 from ..runstore import create_run_dir, read_summary
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
+from .localslurm import find_cluster
 from .slurm import per_node, shell_word, slurm_job
 from .torchrun import RESTART_ENV, WORKER, loopback_runner, torchrun_args
 
@@ -118,6 +119,9 @@ class Job:
         if not self.job_id.isdigit():
             raise ConfigError(f"{str(self.folder.job_record_file)!r} names no job id; the folder is "
                               "damaged")
+        if prefix is None and env is None:  # the cluster submit found, by the same rule
+            access, _ = find_cluster()
+            prefix, env = (access.prefix, access.env) if access else ([], None)
         self.prefix = list(prefix or [])
         self.env = env or dict(os.environ)
 
@@ -228,6 +232,41 @@ class Job:
             return False
 
 
+# SLURM's --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]]
+TIME_FORMAT = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
+
+
+def check_submittable(cfg: RunConfig, nodes: int, time_limit: str, cpus: int, prefix: list[str],
+                      env: dict[str, str]) -> None:
+    """What SLURM would refuse, or never start, refused here in one line before a run folder is
+    made: the time format, and nodes and CPUs a node against what `sinfo` says the cluster has."""
+    if not TIME_FORMAT.match(str(time_limit)):
+        raise ConfigError(f"--time {time_limit!r} is not a SLURM time: minutes, MM:SS, HH:MM:SS or "
+                          "D-HH[:MM[:SS]] (e.g. 00:30:00)")
+    try:
+        out = subprocess.run([*prefix, "sinfo", "-h", "-N", "-o", "%N %c"], capture_output=True,
+                             text=True, env=env, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"sinfo could not be run ({type(e).__name__}: {e}): SLURM's commands "
+                          "(sinfo, sbatch) must be on PATH") from None
+    if out.returncode != 0:
+        why = (out.stderr.strip() or f"exit code {out.returncode}").splitlines()[-1]
+        raise ConfigError(f"sinfo could not reach the cluster: {why}")
+    cpus_of = {}
+    for line in out.stdout.splitlines():
+        name, _, count = line.partition(" ")
+        if count.strip().isdigit():
+            cpus_of[name] = int(count)
+    if nodes > len(cpus_of):
+        raise ConfigError(f"--nodes {nodes} is more than the {len(cpus_of)} node(s) the cluster has "
+                          f"(sinfo: {', '.join(sorted(cpus_of)) or 'none'}): SLURM could never start it")
+    most = max(cpus_of.values(), default=0)
+    if cpus > most:
+        raise ConfigError(f"{cpus} CPUs a node (--cpus-per-task, or distributed.nproc x threads) is "
+                          f"more than the {most} the largest node has (sinfo): SLURM could never "
+                          "start it")
+
+
 def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int | None = None,
            time_limit: str = "00:30:00", cpus_per_task: int | None = None, port: int = 29500,
            prefix: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
@@ -239,6 +278,13 @@ def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int |
     nodes = cfg.distributed.nnodes if nodes is None else nodes
     if nodes < 1:
         raise ConfigError(f"nodes must be >= 1, got {nodes}")
+    if prefix is None and env is None:  # the cluster a notebook's find_cluster finds, by one rule
+        access, why = find_cluster()
+        if access is None:
+            raise ConfigError(why)
+        prefix, env = access.prefix, access.env
+    check_submittable(cfg, nodes, time_limit, cpus_per_task or _node_cpus(cfg), prefix or [],
+                      {**os.environ, **(env or {})})
     if nodes > 1:  # SLURM picks the nodes: the rendezvous is on whichever comes first
         cfg = cfg.replace(**{"distributed.nnodes": nodes, "distributed.node_rank": 0,
                              "distributed.rdzv_endpoint": f"$head_addr:{port}"})
