@@ -94,7 +94,8 @@ def test_each_section_is_checked_once_when_a_config_is_built(monkeypatch):
     counts = {}
     original = _Section._validate
     monkeypatch.setattr(_Section, "_validate",
-                        lambda self: counts.update({type(self).__name__: counts.get(type(self).__name__, 0) + 1})
+                        lambda self: counts.update({type(self).__name__:
+                                                    counts.get(type(self).__name__, 0) + 1})
                         or original(self))
     RunConfig.smoke().replace(**{"loader.batch_size": 16})
     assert len(counts) == 10 and set(counts.values()) == {2}  # smoke(), then replace(): once each

@@ -126,7 +126,8 @@ def test_a_user_dataset_of_token_windows_is_a_language_models_data(tmp_path):
     (tmp_path / "tok.py").write_text(
         "import torch\nclass W(torch.utils.data.Dataset):\n    vocab_size = 7\n"
         "    def __len__(self):\n        return 20\n"
-        "    def __getitem__(self, i):\n        x = torch.arange(i, i + 9) % 7\n        return x[:-1], x[1:]\n"
+        "    def __getitem__(self, i):\n        x = torch.arange(i, i + 9) % 7\n"
+        "        return x[:-1], x[1:]\n"
         "def build():\n    return W()\n")
     data = build_data(RunConfig.smoke().replace(**{"data.name": "dataset",
                                                    "data.factory": f"{tmp_path}/tok.py:build"}))

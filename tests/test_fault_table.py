@@ -51,7 +51,8 @@ def test_each_row_names_a_test_module_that_checks_its_cause():
 
 
 def test_the_scan_sees_each_way_a_cause_is_written():
-    samples = {'Diagnosis("raised", t, m)': "raised", 'summary["cause"] = x or {"cause": "stopped"}': "stopped",
+    samples = {'Diagnosis("raised", t, m)': "raised",
+               'summary["cause"] = x or {"cause": "stopped"}': "stopped",
                'stop = {"cause": "slurm_cancelled" if never is None': "slurm_cancelled",
                'summary.update(status="failed", cause="slurm_timeout")': "slurm_timeout"}
     for sample, cause in samples.items():

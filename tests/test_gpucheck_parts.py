@@ -150,7 +150,8 @@ def test_ceilings_stand_beside_the_h200_datasheet():
     assert h2d["reference"] == ceilings.pcie_gbs(5, 16) == 63.02 and "from NVML" in h2d["reference_source"]
     assert int8["of_reference"] is None
     unknown = ceilings.beside_datasheet([c("matmul bf16", "compute", 1.0, "bf16")], "Mystery GPU", {})
-    assert unknown[0]["reference"] is None and "not in the workbench's GPU table" in unknown[0]["reference_source"]
+    assert (unknown[0]["reference"] is None
+            and "not in the workbench's GPU table" in unknown[0]["reference_source"])
 
 
 def test_the_report_part_records_hardware_ceilings_and_the_cache(monkeypatch, tmp_path):

@@ -117,7 +117,8 @@ def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
     g = gpu.gpu_info()
     assert g["count"] == 2 and g["driver"] == "550.54.15" and g["driver_cuda"] == "12.4"
     d = g["gpus"][0]
-    assert (d["name"], d["capability"], d["sms"], d["memory_gib"]) == ("NVIDIA H100 80GB HBM3", "9.0", 132, 80.0)
+    assert (d["name"], d["capability"], d["sms"], d["memory_gib"]) == (
+        "NVIDIA H100 80GB HBM3", "9.0", 132, 80.0)
     assert d["dtypes"] == {"fp16": True, "bf16": True, "tf32": True, "int8": True, "fp8": True}
     assert d["pcie_gen"] == 5 and d["power_limit_w"] == 700
     assert g["links"] == [{"a": 0, "b": 1, "peer_access": True, "kind": "NVLink"}]

@@ -160,7 +160,8 @@ def test_cli_flags_build_the_distributed_section():
 
 
 def test_diagnosis_when_no_rank_ever_started(tmp_path):
-    log = "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.\n"
+    log = ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
+           "The connection to the C10d store has failed.\n")
     d = diagnose(tmp_path, 1, log)
     assert d["cause"] == "rendezvous" and "before any rank started" in d["message"]
     assert "RendezvousConnectionError" in d["message"]

@@ -32,7 +32,8 @@ def test_a_model_too_big_to_build_is_counted_on_the_meta_device(smoke):
 
 
 @pytest.mark.parametrize("changes, words", [
-    ({"distributed.nproc": 4}, "distributed.nproc=4 rank(s) x 1 thread(s) (run.threads) = 4 busy threads on 2"),
+    ({"distributed.nproc": 4},
+     "distributed.nproc=4 rank(s) x 1 thread(s) (run.threads) = 4 busy threads on 2"),
     ({"run.threads": 8}, "1 rank(s) x 8 thread(s) (run.threads) = 8 busy threads on 2 usable core(s)"),
     ({"loader.num_workers": 3}, "loader.num_workers=3 x 1 rank(s) = 3 loader processes on 2 usable"),
 ])

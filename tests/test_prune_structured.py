@@ -18,7 +18,7 @@ def test_mlp_neurons_removed_and_next_inputs_follow():
     m = MLP(64, 10, width=40, depth=3).eval()
     small = structured_prune(m, 0.5)
     assert layer_widths(small) == [20, 20, 20, 10]
-    assert [l.in_features for l in small.modules() if isinstance(l, nn.Linear)] == [64, 20, 20, 20]
+    assert [lin.in_features for lin in small.modules() if isinstance(lin, nn.Linear)] == [64, 20, 20, 20]
     assert small(torch.rand(3, 1, 8, 8)).shape == (3, 10)
     assert layer_widths(m) == [40, 40, 40, 10]  # the input model is untouched
 

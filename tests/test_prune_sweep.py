@@ -112,7 +112,8 @@ def test_magnitude_sweep_records(tmp_path):
 def test_structured_sweep_on_a_users_model_with_its_own_score(tmp_path):
     (tmp_path / "mine.py").write_text(
         "import torch\nfrom torch import nn\n"
-        "def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 10))\n"
+        "def build():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 10))\n"
         "def score(model):\n    return float(model(torch.ones(2, 1, 8, 8)).shape[0])\n")
     cfg = RunConfig.smoke().replace(**{"model.name": f"{tmp_path}/mine.py:build"})
     subject = Subject.from_config(cfg, eval_fn=f"{tmp_path}/mine.py:score")

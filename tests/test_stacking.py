@@ -16,7 +16,8 @@ from workbench.stacking.waterfall import waterfall_records
 
 
 def cnn() -> RunConfig:
-    return RunConfig.smoke().replace(**{"model.name": "cnn", "model.width": 8, "data.name": "synthetic_images",
+    return RunConfig.smoke().replace(**{"model.name": "cnn", "model.width": 8,
+                                        "data.name": "synthetic_images",
                                         "data.image_size": 16, "data.num_samples": 256})
 
 

@@ -36,5 +36,6 @@ def test_steps_end_a_run_before_its_budget(smoke, one_thread):
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
 def test_a_bad_budget_is_refused_in_one_line(smoke, value):
-    with pytest.raises(ConfigError, match=r"run\.time_budget_s must be (a number of seconds >= 0|a finite number)"):
+    with pytest.raises(ConfigError,
+                       match=r"run\.time_budget_s must be (a number of seconds >= 0|a finite number)"):
         smoke.replace(**{"run.time_budget_s": value})

@@ -488,14 +488,14 @@ class RunConfig(_Section):
         here = Path(path).resolve().parent
         data = cfg.to_dict()
         changes = {}
-        for field in FILE_FIELDS:
-            section, key = field.split(".")
+        for name in FILE_FIELDS:
+            section, key = name.split(".")
             value = data[section][key]
-            target, colon, attr = value.rpartition(":") if field != "data.path" else (value, "", "")
-            if field != "data.path" and not target.endswith(".py"):
+            target, colon, attr = value.rpartition(":") if name != "data.path" else (value, "", "")
+            if name != "data.path" and not target.endswith(".py"):
                 continue  # a built-in name or a module path: nothing on disk to find
             if target and not Path(target).is_absolute() and (here / target).exists():
-                changes[field] = f"{here / target}{colon}{attr}"
+                changes[name] = f"{here / target}{colon}{attr}"
         return cfg.replace(**changes) if changes else cfg
 
     def save(self, path: str | Path) -> None:

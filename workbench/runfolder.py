@@ -10,8 +10,8 @@ and the only module that names its files.
 Who writes what: the launcher claims the folder (RUN_ID), writes config.json and launch.json (the
 command and the supervisor's pid); each rank appends rankR.jsonl and, on an error, its traceback;
 rank 0 writes the weights and a first summary.json; with run.save_every rank 0 keeps resume.pt
-(DDP), or every rank writes its shards into resume_sharded/ (FSDP); the supervisor completes summary.json with the
-return code (then the summary is final) and moves torchrun's logs in; a stop request is
+(DDP), or every rank writes its shards into resume_sharded/ (FSDP); the supervisor completes
+summary.json with the return code (then the summary is final) and moves torchrun's logs in; a stop request is
 stop_reason.txt. Plain files only: nothing here imports what a config names, and the rank side may
 import it (it imports only the config and the disk helpers).
 """

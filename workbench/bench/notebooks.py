@@ -161,8 +161,10 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
             "reason": reason + (f" (in cell [{last}])" if reason and last else ""),
             "error_cells": len(errors), "first_error": errors[0] if errors else "", "stderr_cells": stderr,
             # where the time went: the slowest cells first, as [cell number, seconds]
-            "slowest_cells": [[i, round(t, 1)] for i, t in sorted(timed.items(), key=lambda it: -it[1])[:SLOWEST]],
-            "kernel_stderr": _first_line(KERNEL_START.sub("", (store / "kernel.log").read_text("utf-8", "replace"))),
+            "slowest_cells": [[i, round(t, 1)]
+                              for i, t in sorted(timed.items(), key=lambda it: -it[1])[:SLOWEST]],
+            "kernel_stderr": _first_line(KERNEL_START.sub(
+                "", (store / "kernel.log").read_text("utf-8", "replace"))),
             "leftover_processes": leftovers, "other_cpu_cores": condition.get("other_cpu_cores"),
             "load_avg_1m": condition.get("load_avg_1m"), "steal_frac": condition.get("steal_frac"),
             "machine_busy": condition.get("busy")}
@@ -242,7 +244,8 @@ def table(report: dict) -> str:
     goals = ", ".join(f"{m} <= {report['goals'][m]:g} s" for m in modes)
     return "\n".join(lines + [
         "", "others: cores other programs held meanwhile (* on a quiet run: a quarter core or more, or "
-        f"the hypervisor took {BUSY_STEAL:.0%} of the time or more, so not quiet); busy: two spinning processes"
+        f"the hypervisor took {BUSY_STEAL:.0%} of the time or more, so not quiet); "
+        "busy: two spinning processes"
         f"{'; WORKBENCH_QUICK=1 (smoke check, not the defaults)' if report['quick'] else ''}",
         f"machine: {report['machine']['summary']}",
         f"{sum(met)} of {len(met)} notebook runs met the goal ({goals}, no error cell, no timeout)"])

@@ -10,6 +10,7 @@ from the paired speedup's interval.
 from __future__ import annotations
 
 import json
+import sys
 
 from ..config import ConfigError
 from .prune import add_subject_args, parse_list, subject_from_args, timing_header

@@ -19,7 +19,8 @@ from .run import add_data_args, base_config
 
 def add_parser(sub):
     p = sub.add_parser("tune", help="find the settings that make your model train faster here, "
-                                    "each kept only when measured faster", description=__doc__.split("\n\n")[0])
+                                    "each kept only when measured faster",
+                       description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="a RunConfig JSON file: the baseline")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))

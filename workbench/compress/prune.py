@@ -6,8 +6,8 @@ shares, and the "make it real" step that removes the masks.
 
 Every matmul weight is a target (Linear, convolutions, Hugging Face's Conv1D, attention's fused
 in_proj_weight); a weight tied between layers (an embedding and its output head) is pruned once
-and stays tied. Masks alone never make a model faster: the weight is still a dense tensor (now with zeros) and a
-forward pre-hook recomputes `weight = weight_orig * mask` on every call. `make_real` drops the
+and stays tied. Masks alone never make a model faster: the weight is still a dense tensor (now with
+zeros) and a forward pre-hook recomputes `weight = weight_orig * mask` on every call. `make_real` drops the
 hooks; `to_sparse` stores Linear weights as CSR, which pays off only at high sparsity.
 """
 from __future__ import annotations

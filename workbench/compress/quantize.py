@@ -92,7 +92,8 @@ def _left_reasons(model: nn.Module, backend: str, converted: list[str]) -> dict[
         kind = kind_of(m)
         tied = held.get(id(m._parameters.get("weight")))
         if tied and tied != name:
-            reasons[name] = f"shares its weight with {tied}, which is int8 now: this layer keeps the float copy"
+            reasons[name] = (f"shares its weight with {tied}, which is int8 now: "
+                             "this layer keeps the float copy")
         elif kind == "conv":
             reasons[name] = ("a convolution: dynamic and weight-only int8 convert Linear layers; "
                              "int8 convolutions need static quantization with calibration data, "

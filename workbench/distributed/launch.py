@@ -271,7 +271,8 @@ class Launcher:
                 "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
                 "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
                 "launcher_created": created_time(), "notes": plan.notes, "precheck": plan.precheck,
-                "threads": plan.threads.as_dict(), **(how or {"cold_because": cold_because or "the spare exited as it was handed the run"})})
+                "threads": plan.threads.as_dict(),
+                **(how or {"cold_because": cold_because or "the spare exited as it was handed the run"})})
         except OSError as e:
             handle.stop("the run folder could not be written")
             raise ConfigError(disk_message(folder.launch_file, e, "writing")) from None

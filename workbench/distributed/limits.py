@@ -201,7 +201,8 @@ def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:
     nproc = cfg.distributed.nproc
     parts = (f"torch {need['base_rss_gib']:.2f} + data {need['data_rss_gib']:.2f}"
              + ("" if device_type == "cuda" else
-                f" + weights, gradients and optimizer state {m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
+                " + weights, gradients and optimizer state "
+                f"{m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
                 f" + activations {m['activations_gib']:.3g}"))
     worst, per_gpu, available = _available(cfg, device_type)
     if available is not None and nproc * m["host_gib"] > available:
@@ -233,7 +234,8 @@ def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
         raise ConfigError(f"the run folder {str(folder)!r} has {mib(free)} free and this run writes about "
                           f"{mib(total)} (events of {cfg.run.steps} steps x {cfg.distributed.nproc} rank(s) "
                           f"{mib(events)}, weights {mib(weights)}, a {mib(Reserve.SIZE)} reserve): No space "
-                          "left on device; free some space or choose another folder (run.runs_dir, --run-dir)")
+                          "left on device; free some space or choose another folder "
+                          "(run.runs_dir, --run-dir)")
 
 
 def fsdp_note(blocks: list[str], shown: int = 4) -> str:

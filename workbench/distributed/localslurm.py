@@ -2,7 +2,8 @@
 22.05) with their own config, state, spool and logs, for the tests and for people who want to try
 `workbench submit` before they meet a real cluster.
 
-    python -m workbench.distributed.localslurm up DIR [--nodes 2]   # make slurm-up: prints the SLURM_CONF line
+    # make slurm-up: prints the SLURM_CONF line
+    python -m workbench.distributed.localslurm up DIR [--nodes 2]
     python -m workbench.distributed.localslurm down DIR   # make slurm-down: stops what `up` started
 
     with LocalSlurm(folder) as cluster:                    # the test fixture
@@ -16,7 +17,8 @@ slurmd (`slurmd -N NAME`, NodeAddr its address); the controller runs on the firs
 `nodes=2` a job's two nodes reach each other over the link between the hosts, as two machines
 would; both see this machine's files, as a cluster's nodes see a shared file system. Commands that
 talk to the cluster (sbatch, squeue, scancel, and `workbench submit` itself) run in the first
-host's namespace: `cluster.prefix` is the words that put them there. Every daemon, the namespace and the link are stopped or removed by what started
+host's namespace: `cluster.prefix` is the words that put them there. Every daemon, the namespace
+and the link are stopped or removed by what started
 them, by pid. Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge.
 """
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Watch a running run's events and say when it must be failed: ranks not ready in time, or a rank
-that stopped making progress. Used by the supervisor every few hundred milliseconds; stdlib and psutil, no torch.
+that stopped making progress. Used by the supervisor every few hundred milliseconds; stdlib and
+psutil, no torch.
 
 Progress is a `ready` or `step` record. Each rank also writes a `heartbeat` record every second from
 a thread (workbench.train.heartbeat) with the last step it finished and where its main thread is, so a
@@ -184,7 +185,8 @@ class Watchdog:
         step = max(s.step for s in ranks.values())
         return {"cause": "node_unreachable", "ranks": sorted(r for rs in lost.values() for r in rs),
                 "message": f"lost contact with {where}: it does not answer on the network (its link "
-                           f"or the machine is down); this node's rank(s) {', '.join(map(str, sorted(ranks)))} "
+                           f"or the machine is down); this node's rank(s) "
+                           f"{', '.join(map(str, sorted(ranks)))} "
                            f"ended waiting for it after step {step} "
                            f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})"}
 

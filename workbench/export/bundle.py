@@ -126,7 +126,8 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     # An export holds its config under a run folder's name, naming the copies beside it (paths
     # relative to the export folder, where its commands run), never the originals.
     cfg.replace(**specs).save(to_dir / CONFIG)
-    launched = RunFolder(source).launch() if isinstance(source, (str, Path)) and Path(source).is_dir() else None
+    launched = (RunFolder(source).launch() if isinstance(source, (str, Path)) and Path(source).is_dir()
+                else None)
     recorded = (launched or {}).get("threads")  # the run's own choice, where it came from a run
     texts = {"train.py": script_source(cfg, specs, recorded),
              "commands.md": commands.commands_markdown(cfg, nodes, port),

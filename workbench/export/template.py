@@ -65,7 +65,8 @@ def train(cfg, args):
     # (--resume, also with a workbench run's folder as --state) or when restarted (torchrun's
     # --max-restarts, a requeued SLURM job)
     state_file = Path(args.state) / RESUME
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT") or 0)
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT")
+                    or 0)
     resuming = (args.resume or restarted) and state_file.is_file()
     resumed = load_whole_state(parts, state_file) if resuming else 0
     for _ in range(resumed * accum):  # the same data order as a run never interrupted
@@ -125,7 +126,8 @@ def train(cfg, args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, help="override run.steps")
     parser.add_argument("--budget-s", type=float, help="override run.time_budget_s (0: none)")
     parser.add_argument("--seed", type=int, help="override run.seed")

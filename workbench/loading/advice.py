@@ -86,7 +86,8 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
               else "no 0-worker setting was measured to compare with")
     text = (f"Use {best['setting']}: {versus}. " + " ".join(
         r[0].upper() + r[1:] + "." for r in reasons))
-    return {"setting": best["setting"], "loader": loader, "speedup_vs_0_workers": round(speedup, 3),  # nan without a baseline
+    # speedup_vs_0_workers: nan without a baseline
+    return {"setting": best["setting"], "loader": loader, "speedup_vs_0_workers": round(speedup, 3),
             "reasons": reasons, "text": text,
             "config_changes": {f"loader.{k}": v for k, v in loader.items()}}
 

@@ -47,7 +47,8 @@ def _synthetic_images(count: int, size: int, seed: int, classes: int = 4):
 
 def generate_image_set(root: str | Path, count: int = 2000, size: int = 64, source: str = "digits",
                        seed: int = 0, overwrite: bool = False) -> Path:
-    """Write `count` RGB PNG files (about 0.5 ms each) of `size` x `size` under `root/<class>/`; returns `root`.
+    """Write `count` RGB PNG files (about 0.5 ms each) of `size` x `size` under `root/<class>/`;
+    returns `root`.
 
     A folder that already holds the same set (same manifest) is reused, not rewritten."""
     from PIL import Image

@@ -36,7 +36,8 @@ CHANGES = {c.key: c for c in [
            "batches prepared in 2 worker processes, kept between epochs"),
     Change("pin_memory", "+ pinned memory", {"loader.pin_memory": True},
            "page-locked host batches for faster, asynchronous copies to the GPU"),
-    Change("ddp", "+ 2 DDP ranks", {"distributed.nproc": 2}, "two ranks with torchrun, gradients all-reduced"),
+    Change("ddp", "+ 2 DDP ranks", {"distributed.nproc": 2},
+           "two ranks with torchrun, gradients all-reduced"),
 ]}
 
 

@@ -61,7 +61,7 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
     subject = Subject.from_run(run_dir, trust_code=trust_code)
     models, skipped, covered = _variants(subject.model, amount, method, subject.example(2))
     times = latencies(models, subject, batch_sizes=(batch,), rounds=rounds)
-    rows, prev, base, prev_rounds, base_accuracy = [], None, None, None, None
+    rows, base, prev_rounds, base_accuracy = [], None, None, None
     labels = list(models) + [s[0] for s in skipped]
     reasons = dict(skipped)
     for label in sorted(labels, key=lambda name: _position(name)):
@@ -85,7 +85,7 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
             row.update(gain_vs_prev=round(gain.ratio, 3), gain_low=gain.low, gain_high=gain.high,
                        rounds=gain.rounds, gain_vs_baseline=round(sps / base, 3),
                        status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]))
-        prev, prev_rounds = sps, per_round
+        prev_rounds = per_round
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
     df.attrs["accuracy_note"] = subject.accuracy_note()  # what its accuracy column is worth

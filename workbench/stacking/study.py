@@ -96,7 +96,7 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
                 hosts.add(label, steps[i].config)
             except TrialError as e:
                 failed[i] = str(e)
-        built = {i: l for i, l in labels.items() if i not in failed}
+        built = {i: label for i, label in labels.items() if i not in failed}
         trial = None
 
         def heard(s: Slice) -> None:

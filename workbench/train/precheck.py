@@ -10,7 +10,8 @@ rank pays before its model), what building the data added, the model's parameter
 meta device first, so a model too big to build costs nothing), and, for models small enough to build
 for real, the bytes autograd saves for backward per sample (a real forward and backward on a few
 samples, train.checkpoint's modules checkpointed as the run will have them), and the layers of the
-model's first nn.ModuleList (its blocks: what the tune may checkpoint). It counts no FLOPs: the first FLOP count in a process costs seconds, too slow here.
+model's first nn.ModuleList (its blocks: what the tune may checkpoint). It counts no FLOPs: the
+first FLOP count in a process costs seconds, too slow here.
 """
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def load_saved(path: str | Path, what: str = "weights", map_location="cpu"):
                           "torch.save(model.state_dict(), path)") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
         raise ConfigError(f"{what} file {str(path)!r} cannot be read as a torch file: "
-                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'truncated'}") from None
+                          f"{type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else 'truncated'}") from None
     if not isinstance(state, Mapping):
         raise ConfigError(f"{what} file {str(path)!r} holds a {type(state).__name__}, not a dict of "
                           "tensors (a state dict)")

@@ -5,7 +5,8 @@ cores (README, "On a busy machine": beside busy processes in its own session the
 faster on 1 thread and the default transformer on 2 passive threads; beside busy processes in
 sessions of their own both ran faster on 1 thread), so a look at the machine cannot choose between
 them; a rank measuring its own steps can. The launch asks for a trial (workbench.machine.threads:
-$WORKBENCH_THREAD_TRIAL) when it found other programs holding cores and chose the threads itself. The warm-up's steps, which no figure counts, then run in turn
+$WORKBENCH_THREAD_TRIAL) when it found other programs holding cores and chose the threads itself.
+The warm-up's steps, which no figure counts, then run in turn
 at each count (the launch's first), and the rest of the run keeps the count whose median step was
 shorter. Each count's first step is left out of its median: it pays for that count's thread pool.
 A warm-up too short to time each count on MIN_TIMED steps runs no trial and keeps the launch's count.

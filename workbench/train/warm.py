@@ -8,7 +8,8 @@ tiny forward, backward and AdamW step on the CPU: an optimizer's first step impo
 (about a second here). The FLOP counter is not warmed: its counts are cached per model and shape.
 Then it writes SPARE_DIR/ready-RANK and waits for SPARE_DIR/job.json, which names the run's
 config and hands over the environment a rank reads only after its job (HANDED_ENV: the busy
-machine's thread trial, chosen at the launch); from there it is an ordinary rank. It never touches CUDA, so a GPU run initialises its
+machine's thread trial, chosen at the launch); from there it is an ordinary rank. It never touches
+CUDA, so a GPU run initialises its
 device after taking the job, as a cold rank does; each warm process takes one job and exits with it,
 so no run ever inherits another run's device state.
 """

@@ -6,7 +6,8 @@
 
 
 It reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT),
-appends events to its file in RUN_DIR (workbench.runfolder) and always ends them with a `done` or `error` record.
+appends events to its file in RUN_DIR (workbench.runfolder) and always ends them with a `done` or
+`error` record.
 SIGTERM or Ctrl-C stops it cleanly: an `error` record with status "stopped", exit code 143.
 A rank dies with its parent (PR_SET_PDEATHSIG), writes a heartbeat every second, and an exception is
 also recorded in torchrun's error file, so torchrun reports the failing rank's own traceback.

@@ -50,7 +50,8 @@ def plan(cfg: RunConfig, processes=(1, 2), modes=("strong", "weak"), accumulate:
             else:
                 if b % n:
                     raise ConfigError(f"loader.batch_size ({b}) must be divisible by every process "
-                                      f"count for strong scaling, got {n}; pick a batch such as {b - b % n or n}")
+                                      f"count for strong scaling, got {n}; "
+                                      f"pick a batch such as {b - b % n or n}")
                 per_rank, accum = b // n, 1
             key = (n, per_rank, accum)
             entries.append({"mode": mode, "processes": n, "batch_per_rank": per_rank,

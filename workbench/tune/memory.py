@@ -74,7 +74,8 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
         why = (f"{where}; give a memory budget (--memory-budget GIB)" if budget_gib is None else
                f"the memory a batch needs is not predicted: {unmeasured}")
         return MemoryPlan(budget_gib, f"no memory budget: {why}", [(BATCH, why), (CHECKPOINTING, why)])
-    note = f"memory budget {budget_gib:.3g} GiB a rank ({where}); the baseline needs {_gib(baseline, need, device)}"
+    note = (f"memory budget {budget_gib:.3g} GiB a rank ({where}); "
+            f"the baseline needs {_gib(baseline, need, device)}")
     size = baseline.loader.batch_size
     b0 = largest_batch(baseline, need, device, budget_gib)
     blocks = need.get("layer_blocks") or []
@@ -83,7 +84,8 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
     b1 = largest_batch(checkpointed, need1, device, budget_gib) if blocks else 0
     if b0 < size:  # the budget binds: checkpointing is needed, if it helps at all
         if b1 < size:
-            with_ckpt = f", {_gib(checkpointed, need1, device)} with activation checkpointing" if blocks else ""
+            with_ckpt = (f", {_gib(checkpointed, need1, device)} with activation checkpointing"
+                         if blocks else "")
             largest = max(b0, b1)
             use = (f"use loader.batch_size <= {largest}{' with train.checkpoint' if b1 > b0 else ''} "
                    "or a larger budget" if largest else "use a larger budget or a smaller model")

@@ -147,7 +147,8 @@ class Decision:
                 "status": self.status,
                 "ratio": r(self.ratio),
                 "low": r(self.low), "high": r(self.high), "rounds": self.rounds,
-                "dropped_pairs": self.dropped_pairs, "conditions": self.conditions, "loss_check": self.loss_check, "why": self.why,
+                "dropped_pairs": self.dropped_pairs, "conditions": self.conditions,
+                "loss_check": self.loss_check, "why": self.why,
                 "outcome": self.outcome}
 
 

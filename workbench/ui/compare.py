@@ -140,7 +140,8 @@ class CompareView:
         labels = (self.run_dirs[0].name, self.run_dirs[1].name)
 
         def work():
-            self.ab_status.value = html.escape(f"running {labels[0]} and {labels[1]} in alternating slices...")
+            self.ab_status.value = html.escape(
+                f"running {labels[0]} and {labels[1]} in alternating slices...")
             self.ab_result = ab_test(a, b, rounds, labels)
             self.ab_status.value = "<pre>" + html.escape(self.ab_result.text()) + "</pre>"
             return self.ab_result

@@ -135,12 +135,14 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
         for p in points:
             fig.add_scatter(x=[p["intensity"]], y=[p["gflops"]], mode="markers+text",
                             text=[f"{p['model']} {p['dtype']}"], textposition="top center",
-                            marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"), "symbol": "diamond"},
+                            marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"),
+                                    "symbol": "diamond"},
                             name=f"{p['model']} step ({p['gflops']:.3g} GFLOP/s)")
         default = f"Roofline (memory roof: copy at {bw:.3g} GB/s)" if bw else "Roofline (no copy figure)"
         fig.update_layout(title=title or default,
                           xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
-                          yaxis={"type": "log", "title": "GFLOP/s"}, height=450, legend={"font": {"size": 10}})
+                          yaxis={"type": "log", "title": "GFLOP/s"}, height=450,
+                          legend={"font": {"size": 10}})
     return fig
 
 
