@@ -6,6 +6,7 @@ the fields readers compute with."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,12 @@ def test_the_rounds_rule_sees_a_second_loop():
     code = "for r in range(4):\n    for v in (a if r % 2 == 0 else a[::-1]):\n        pass\n"
     loops = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.For)]
     assert any(_alternates_an_order(n) for n in ast.walk(loops[1].iter))
+
+
+def test_one_place_says_how_many_warm_up_steps_every_figure_leaves_out():
+    """The warm-up rule lives in workbench.measure.warmup; a second copy of its arithmetic could
+    drift, and two figures of one run would leave out different steps."""
+    rule = re.compile(r"//\s*5\s*,\s*10\s*\)")
+    copies = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+              if rule.search(p.read_text()) and p != PACKAGE / "measure" / "warmup.py"]
+    assert copies == []

@@ -17,7 +17,7 @@ from workbench.profile.checkpoint import checkpoint_trade
 from workbench.profile.optimizers import compare_optimizers
 from workbench.profile.run import is_profile_of, profile
 from workbench.profile.verdict import bound_by, group_shares
-from workbench.train.trainer import warmup_steps
+from workbench.measure.warmup import warmup_steps
 
 
 def small_transformer() -> RunConfig:

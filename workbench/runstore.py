@@ -23,6 +23,7 @@ from .events import (ATTEMPT, CREATED_T, DONE, ENDS, EVENT, LOSS, MEM_PEAK_GIB, 
                      SAMPLES_PER_S, START, STATUS, STEP, STEP_NUMBER, STEP_TIME_MS, TIME,
                      read_events)
 from .measure.compare import unpaired_ratio
+from .measure.warmup import warmup_steps
 from .procs import same_process
 from .provenance import record_created
 from .runfolder import RunFolder, Summary, read_json
@@ -297,7 +298,7 @@ def time_per_sample_ms(run_dir: str | Path) -> list[float]:
         if int(r.get(ATTEMPT, 0)) == last:
             total[r[STEP_NUMBER]] = total.get(r[STEP_NUMBER], 0.0) + r[SAMPLES_PER_S]
     times = [1e3 / total[k] for k in sorted(total)]
-    return times[min(len(times) // 5, 10):]
+    return times[warmup_steps(len(times)):]
 
 
 def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821

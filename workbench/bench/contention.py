@@ -59,7 +59,7 @@ def child(config_json: str) -> None:
     from ..train.precision import autocast, grad_scaler
     from ..train.step import StepParts, cycle_batches, make_optimizer, train_step
     from ..train.thread_trial import ThreadTrial
-    from ..train.trainer import warmup_steps
+    from ..measure.warmup import warmup_steps
 
     cfg = RunConfig.from_dict(json.loads(config_json))
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))

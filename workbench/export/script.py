@@ -19,6 +19,7 @@ from ..events import STEP_NUMBER
 from ..machine import contention as wb_contention
 from ..machine import cpu as wb_cpu
 from ..machine import threads as wb_threads
+from ..measure import warmup as wb_warmup
 from ..runfolder import RESUME
 from ..train import budget as wb_budget
 from ..train import checkpointing as wb_checkpointing
@@ -158,7 +159,7 @@ def _helpers_code() -> str:
     return "\n\n\n".join([
         dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
         _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
-                wb_trainer.full_state, wb_budget.TimeBudget, wb_trainer.warmup_steps),
+                wb_trainer.full_state, wb_budget.TimeBudget, wb_warmup.warmup_steps),
         f"MIN_TIMED = {wb_thread_trial.MIN_TIMED!r}\n\n\n" + _source(wb_thread_trial.ThreadTrial),
         "_NEVER_FREED: list = []  # what leave_group keeps alive",
         _source(wb_rank.leave_group, wb_procs.leave)])

@@ -19,7 +19,7 @@ from ..distributed.launch import run as launch_run
 from ..events import (EVENT, GRAD_SCALE, MEM_PEAK_GIB, MEM_RESERVED_GIB, MFU, NONFINITE_LOSSES, RANK,
                       SAMPLES_PER_S, SKIPPED_STEPS, STEP, STEP_TIME_MS, TFLOPS, TIME, read_events)
 from ..measure.compare import min_rounds, paired_speed_ratio, unpaired_ratio
-from ..train.trainer import warmup_steps
+from ..measure.warmup import warmup_steps
 from ..trials.rounds import contention_of, run_rounds, speed_config
 from .gpumem import DeviceMemory, Sampler
 

@@ -29,6 +29,7 @@ from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM
                       SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, THREADS, WORLD_SIZE,
                       EventWriter)
 from ..runfolder import RunFolder, Summary
+from ..measure.warmup import warmup_steps
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
 from . import footprint, memory
@@ -103,11 +104,6 @@ def threads_why(run_dir) -> dict:
         return {"threads_why": RunFolder(run_dir).launch()["threads"]["why"]}
     except (ConfigError, KeyError, TypeError):  # no launch record, or a damaged one
         return {}
-
-
-def warmup_steps(steps: int) -> int:
-    """Steps left out of every figure: the first ones pay for allocation and lazy init."""
-    return min(steps // 5, 10)
 
 
 def evaluate(model, loader, cfg, device, task, max_batches: int) -> dict:

@@ -17,8 +17,10 @@ from ..events import DATA_WAIT_MS, EVENT, SAMPLES_PER_S, STEP, STEP_TIME_MS, rea
 from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
 from ..loading.sweep import MEASURE, run_sweep, summarize_sweep
+from ..measure.warmup import warmup_steps
 from .figure import LiveFigure
 from .job import BackgroundJob
+from .sizing import button
 
 REDRAW_EVERY_S = 0.25
 
@@ -58,7 +60,7 @@ class LoaderLab:
             layout=dict(title="grid: loader setting x batch size", height=80 + 40 * len(rows),
                         xaxis_title="batch size", margin=dict(t=40, b=40, l=120, r=10)))
         self.advice_html = widgets.HTML()
-        self.button = widgets.Button(description="Run sweep", button_style="primary")
+        self.button = button("Run sweep", button_style="primary")
         self.button.on_click(lambda _: self.start())
         self.job = BackgroundJob(self.status, [self.button], "loader-sweep", on_end=self._ended)
         self.widget = widgets.VBox([widgets.HBox([self.button, self.progress, self.status]),
@@ -141,7 +143,7 @@ def wait_chart(summaries: dict[str, dict]) -> go.Figure:
     labels, waits, computes, texts = [], [], [], []
     for label, summary in summaries.items():
         steps = [e for e in read_events(summary["run_dir"]) if e[EVENT] == STEP]
-        steps = steps[min(len(steps) // 5, 10):]  # after warm-up, as the run's summary does
+        steps = steps[warmup_steps(len(steps)):]  # after warm-up, as the run's summary does
         wait = sum(e[DATA_WAIT_MS] for e in steps) / len(steps)
         total = sum(e[STEP_TIME_MS] for e in steps) / len(steps)
         labels.append(label)
