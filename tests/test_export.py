@@ -160,11 +160,31 @@ def test_script_one_rank_reproduces_the_run(tmp_path):
     assert proc.stdout.startswith("threads: other processes held")
 
 
+MINE = """from torch import nn
+
+
+class Net(nn.Module):  # a model of one's own, as a user writes it
+    def __init__(self, in_channels, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, 64), nn.ReLU(),
+                                  nn.Linear(64, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def build(in_channels, num_classes):
+    return Net(in_channels, num_classes)
+"""
+
+
 def test_the_script_chooses_its_threads_by_the_workbenchs_rule_beside_other_work(tmp_path):
     from workbench.machine.cpu import usable_cores
     from workbench.procs import OtherWork
 
-    export(RunConfig.smoke().replace(**{"run.steps": 60, "run.eval_batches": 0}), tmp_path / "out")
+    (tmp_path / "mine.py").write_text(MINE)
+    export(RunConfig.smoke().replace(**{"run.steps": 60, "run.eval_batches": 0,
+                                        "model.name": f"{tmp_path / 'mine.py'}:build"}), tmp_path / "out")
     (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)  # no workbench import: a copy of the rule
     with OtherWork(2):
         proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", ""],

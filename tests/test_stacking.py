@@ -150,6 +150,9 @@ def test_real_study_runs_each_step_in_alternating_rounds(tmp_path):
     assert len(seen) == 3  # a table after each of the 2 rounds, and the final one
     assert seen[-1] == ["baseline", "+ bf16", "+ pinned memory"]
     assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
+    # the claim the plan table makes before the study is what the study then did, step by step
+    planned = plan_table(RunConfig.smoke(), ["bf16", "pin_memory"])
+    assert list(planned["will_run"]) == [status != "skipped" for status in df["status"]]
     assert df["status"][1] == "within noise" and "too few" in df["note"][1]  # 2 rounds: no verdict
     assert list(df["rounds"][:2]) == [2, 2]
     assert (df["samples_per_s"][:2] > 0).all() and (df["mem_held_gib"][:2] > 0).all()

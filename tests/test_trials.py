@@ -3,6 +3,8 @@ and flagged busy (the verdict rule's detection of real differences is tested on 
 in test_measure.py); the alternating order; the CLI's one-line refusals."""
 from __future__ import annotations
 
+from pathlib import Path
+
 
 import pytest
 
@@ -75,9 +77,12 @@ def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
 
 
 def test_ab_set_means_both_sides_and_the_report_opens_with_what_differs(capsys):
-    assert cli(["ab", "--preset", "smoke", "--set", "run.eval_batches=0", "--set", "run.threads=1",
-                "--a", "optim.lr=0.01", "--b", "optim.lr=0.02", "--vs", "loader.batch_size=16",
-                "--rounds", "2", "--slice-s", "0.05"]) == 0
+    examples = Path(__file__).resolve().parents[1] / "examples"  # a model and Dataset of one's own
+    assert cli(["ab", "--preset", "smoke", "--model", f"{examples}/resnet.py:build", "--data", "dataset",
+                "--data-factory", f"{examples}/strokes.py:build", "--set", 'model.kwargs={"width": 4}',
+                "--set", 'data.kwargs={"size": 200}', "--set", "run.eval_batches=0",
+                "--set", "run.threads=1", "--a", "optim.lr=0.01", "--b", "optim.lr=0.02",
+                "--vs", "loader.batch_size=16", "--rounds", "2", "--slice-s", "0.05"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("A and B differ in ") and "optim.lr: 0.01 (A) vs 0.02 (B)" in first
     assert "loader.batch_size: 32 (A) vs 16 (B)" in first and "differ in 2 settings" in first, first
