@@ -135,6 +135,16 @@ def _lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
         assert not left, f"processes left behind: {left}"
 
 
+# Every button and description label shown whose text is wider than its box (cut to "Measure
+# prop..."): a reader must see whole words.
+CUT_OFF_JS = """() => {
+  const shown = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
+    .filter(el => el.offsetParent !== null && el.innerText.trim());
+  return {checked: shown.length,
+          cut: shown.filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.innerText.trim())};
+}"""
+
+
 @pytest.mark.browser
 @pytest.mark.slow  # beside the other tests: it passed in the same time beside two busy processes
 def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
@@ -149,6 +159,8 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         _wait(lambda: lab.kernel_states() == ["idle"] and (p := _prompts(page))
               and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
         _check_no_widget_errors(page)
+        shown = page.evaluate(CUT_OFF_JS)
+        assert shown["checked"] >= 10 and shown["cut"] == [], shown  # the panel's buttons and inputs
         assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
         names = [p.name for p in runs.iterdir() if p.name != "trials"]
         assert len(names) == 3, names  # the panel's fp32, bf16, fp16

@@ -20,6 +20,7 @@ from ..runstore import compare, list_runs, load_config
 from ..trials.ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
 from .job import BackgroundJob
+from .sizing import button
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
 FORMATS = {SAMPLES_PER_S: "{:,.0f}", STEP_TIME_MS: "{:.2f}", "peak_mem_gib": "{:.3f}",
@@ -78,7 +79,7 @@ class CompareView:
         self.picker = widgets.SelectMultiple(description="runs", rows=6,
                                              layout=widgets.Layout(width="880px"))
         self.picker.style.description_width = "40px"
-        self.measure_button = widgets.Button(description="Measure properly (A/B)", icon="balance-scale",
+        self.measure_button = button("Measure properly (A/B)", icon="balance-scale",
                                              tooltip="run the first two runs' configs in alternating "
                                                      "rounds and compare them with an interval")
         self.ab_status = widgets.HTML()

@@ -25,6 +25,7 @@ from ..compress.variants import compare_variants, pareto_front
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingIntSlider
+from .sizing import FULL_LABEL, button
 
 TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "params", "size_ratio",
                  "speedup b1", "speedup b{big}", "verdict", "why"]
@@ -51,11 +52,13 @@ class CompressLab:
         # fraction slider shown as "50%" read a typed "50" as 5000 % and stopped at its maximum.
         self.max_amount = RefusingIntSlider(value=90, min=10, max=95, step=5, description="up to %")
         self.points = RefusingIntSlider(value=5, min=2, max=12, description="points")
-        self.epochs = RefusingIntSlider(value=0, min=0, max=10, description="fine-tune ep.")
-        self.amount = RefusingIntSlider(value=50, min=0, max=95, step=5, description="variants at %")
-        self.sweep_button = W.Button(description="Sweep", button_style="primary")
-        self.compare_button = W.Button(description="Compare variants")
-        self.stop_button = W.Button(description="Stop", button_style="warning")
+        self.epochs = RefusingIntSlider(value=0, min=0, max=10, description="fine-tune ep.",
+                                         style=FULL_LABEL)
+        self.amount = RefusingIntSlider(value=50, min=0, max=95, step=5, description="variants at %",
+                                         style=FULL_LABEL)
+        self.sweep_button = button("Sweep", button_style="primary")
+        self.compare_button = button("Compare variants")
+        self.stop_button = button("Stop", button_style="warning")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
         self.status = W.Label("")
         self.table = W.HTML("")

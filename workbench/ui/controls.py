@@ -13,6 +13,7 @@ from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices, matching_d
 from ..machine.capability import resolve_device, unsupported_reason
 from .choices import ChoiceButtons
 from .refusing import set_controls
+from .sizing import FULL_LABEL
 
 PRECISION_TIPS = {"fp32": "full precision: the baseline",
                   "bf16": "bfloat16 autocast: fp32's range with fewer mantissa bits, no scaler",
@@ -22,7 +23,7 @@ TOGGLES = {"tf32": "TF32 matmuls", "channels_last": "channels_last", "compile": 
 
 def _w() -> dict:
     """Style and a fresh Layout for each input (a shared Layout would tie their sizes together)."""
-    return {"style": {"description_width": "90px"}, "layout": widgets.Layout(width="230px")}
+    return {"style": dict(FULL_LABEL), "layout": widgets.Layout(width="230px")}
 
 
 class Controls:

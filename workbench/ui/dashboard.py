@@ -18,6 +18,7 @@ from ..machine.contention import busy_sentence
 from .charts import LiveCharts
 from .series import RunSeries
 from .throttle import Throttle
+from .sizing import button
 
 STATUS_COLORS = {"completed": "#2ca02c", "diverged": "#d62728", "stopped": "#d62728",
                  "failed": "#d62728"}
@@ -38,7 +39,7 @@ class LiveDashboard:
         self.stop_button = None  # a Stop for a run this dashboard can end (a SLURM job)
         shown = [self.header, self.readout, self.charts.widget]
         if on_stop is not None:
-            self.stop_button = widgets.Button(description="Stop", button_style="warning")
+            self.stop_button = button("Stop", button_style="warning")
             self.stop_button.on_click(lambda _: self._stop_pressed(on_stop))
             shown.insert(0, self.stop_button)
         self.widget = widgets.VBox(shown)

@@ -25,6 +25,7 @@ from .dashboard import mfu_text
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingFloatLogSlider
+from .sizing import button
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
 
@@ -84,7 +85,7 @@ class BenchPanel:
     def __init__(self, device="cpu", quick: bool = False, save: bool = True):
         self.device, self.quick, self.save = device, quick, save
         self.ceilings: list[Ceiling] = []
-        self.button = widgets.Button(description="Measure ceilings", icon="tachometer")
+        self.button = button("Measure ceilings", icon="tachometer")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="0/0")
         self.status = widgets.Label("")
         self.table = widgets.HTML()

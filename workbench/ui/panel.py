@@ -20,6 +20,7 @@ from .controls import Controls
 from .monitor_view import MonitorView
 from .run_control import RunControl
 from .series import RunSeries
+from .sizing import button
 
 
 class RunPanel(RunControl):
@@ -81,7 +82,7 @@ class RunPanel(RunControl):
     def _init_profile(self) -> None:
         self.profile_lab = None
         self.profile_box = widgets.VBox([])
-        self.profile_button = widgets.Button(description="profile this config",
+        self.profile_button = button("profile this config",
                                              tooltip="where this config's step time and memory go")
         self.profile_button.on_click(lambda _: self.profile())
 

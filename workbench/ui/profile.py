@@ -23,6 +23,7 @@ from ..profile.run import PROFILE_STEPS, profile
 from ..train.profiling import PHASES
 from .figure import LiveFigure
 from .job import BackgroundJob, show
+from .sizing import button
 
 COLORS = {"data": "#ff7f0e", "copy": "#ffbb78", "forward": "#1f77b4", "backward": "#aec7e8",
           "all_reduce": "#d62728", "optimizer": "#2ca02c", "rest": "#7f7f7f"}
@@ -88,9 +89,9 @@ class ProfileLab:
         self.rounds = rounds
         self.breakdown = self.trade_result = self.optimizer_result = None
         self.status = widgets.HTML("not started")
-        self.profile_button = widgets.Button(description="Profile", button_style="primary")
-        self.trade_button = widgets.Button(description="Checkpointing trade")
-        self.optim_button = widgets.Button(description="Optimizer implementations")
+        self.profile_button = button("Profile", button_style="primary")
+        self.trade_button = button("Checkpointing trade")
+        self.optim_button = button("Optimizer implementations")
         self.profile_button.on_click(lambda _: self.start())
         self.trade_button.on_click(lambda _: self.trade())
         self.optim_button.on_click(lambda _: self.optimizers())

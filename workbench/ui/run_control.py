@@ -21,15 +21,16 @@ from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle, launcher
 from .dashboard import LiveDashboard
 from .series import RunSeries
+from .sizing import button
 
 ERROR_COLOR = "#d62728"
 
 
 class RunControl:
     def __init__(self):
-        self.run_button = widgets.Button(description="Run", button_style="success", icon="play",
+        self.run_button = button("Run", button_style="success", icon="play",
                                          tooltip="start a run with these settings")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop",
+        self.stop_button = button("Stop", button_style="danger", icon="stop",
                                           disabled=True, tooltip="stop every rank (its events are kept)")
         self.status = widgets.HTML("<span class='wb-panel-status'>ready</span>")
         self.dashboard = LiveDashboard()

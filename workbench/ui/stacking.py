@@ -24,6 +24,7 @@ from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
 from .figure import LiveFigure
 from .job import BackgroundJob
+from .sizing import button
 
 STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
@@ -117,10 +118,10 @@ class StackingPanel(w.VBox):
         self.boxes = {c.key: w.Checkbox(value=c.key in chosen, description=c.label, tooltip=c.why,
                                         indent=False, layout=w.Layout(width="170px")) for c in choices}
         self.changes = {c.key: c for c in choices}
-        self.run_button = w.Button(description="Run study", button_style="primary", icon="play")
-        self.stop_button = w.Button(description="Stop after this run", icon="stop", disabled=True)
+        self.run_button = button("Run study", button_style="primary", icon="play")
+        self.stop_button = button("Stop after this run", icon="stop", disabled=True)
         self.export_dir = w.Text(value=export_dir, description="export to", layout=w.Layout(width="320px"))
-        self.export_button = w.Button(description="Export stacked config", icon="download", disabled=True)
+        self.export_button = button("Export stacked config", icon="download", disabled=True)
         self.status = w.HTML("Pick the changes, then run. Each step is a real training run.")
         self.waterfall = Waterfall()
         self.fig = self.waterfall.fig

@@ -17,6 +17,7 @@ from ..config import ConfigError, RunConfig
 from ..trials.engine import SLICE_S
 from ..tune.search import Decision
 from .job import BackgroundJob, show
+from .sizing import FULL_LABEL, button
 
 COLUMNS = ("setting", "decision", "ratio [95 % interval]", "pairs", "dropped", "conditions",
            "loss check", "what decided", "why then")
@@ -40,12 +41,12 @@ class TunePanel:
     def __init__(self, cfg: RunConfig, budget_min: float = 3.0, slice_s: float = SLICE_S,
                  memory_gib: float | None = None):
         self.cfg, self.memory_gib = cfg, memory_gib  # None: what the pre-launch check says is free
-        self.budget = w.FloatText(budget_min, description="budget (min)",
+        self.budget = w.FloatText(budget_min, description="budget (min)", style=FULL_LABEL,
                                   tooltip="minutes for the whole tune, the profiling run included")
-        self.slice_s = w.FloatText(slice_s, description="slice (s)",
+        self.slice_s = w.FloatText(slice_s, description="slice (s)", style=FULL_LABEL,
                                    tooltip="seconds of steps a slice gets, both sides alike")
-        self.tune_button = w.Button(description="Tune", button_style="primary")
-        self.stop_button = w.Button(description="Stop", button_style="warning")
+        self.tune_button = button("Tune", button_style="primary")
+        self.stop_button = button("Stop", button_style="warning")
         self.status = w.HTML("")
         self.table = w.HTML("")
         self.result = w.HTML("")
