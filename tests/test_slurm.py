@@ -229,3 +229,20 @@ def test_the_run_panel_submits_a_job_follows_it_and_its_stop_cancels_it(cluster)
     assert panel.result["status"] == "stopped" and panel.result["slurm"]["state"] == "CANCELLED"
     assert "stopped from the run panel (scancel)" in panel.result["message"]
     assert panel.run_dirs == [job.run_dir] and panel.stop_button.disabled and not panel.run_button.disabled
+
+
+def test_a_job_that_ended_unwatched_gets_slurms_cause_when_its_runs_are_listed(cluster, tmp_path,
+                                                                              monkeypatch):
+    from workbench.cli import main as cli
+
+    monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
+    (tmp_path / "slurm-cluster").symlink_to(cluster.folder)  # where make slurm-up puts it
+    monkeypatch.chdir(tmp_path)
+    job = submit(small(**{"run.steps": 100_000}), prefix=cluster.prefix, env=cluster.env)
+    wait_for_steps(job.run_dir, 1, step=2, timeout=180)
+    cluster.run(["scancel", job.job_id])  # from outside: no one follows the job, no stop reason
+    wait_for(lambda: not job.running(), 120, "SLURM to end the job")
+    assert "slurm" not in (RunFolder(job.run_dir).summary() or {})  # the job said nothing itself
+    assert cli(["runs", "--json"]) == 0
+    summary = RunFolder(job.run_dir).summary()
+    assert summary["cause"] == "slurm_cancelled" and summary["slurm"]["state"] == "CANCELLED", summary

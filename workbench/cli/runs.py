@@ -19,8 +19,16 @@ def add_parser(sub):
 def main(args) -> int:
     import sys
 
+    from pathlib import Path
+
+    from ..runfolder import RunFolder
     from ..runstore import list_runs, runs_root
 
+    root = Path(args.dir or runs_root())
+    if any(RunFolder(p).job() is not None for p in root.glob("*")):  # torch only for SLURM runs
+        from ..distributed.jobs import reconcile
+
+        reconcile(root)  # submitted jobs that ended unwatched: how they ended, from SLURM
     df = list_runs(args.dir)
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))

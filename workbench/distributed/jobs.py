@@ -305,3 +305,29 @@ def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int |
     folder.write_job({"job_id": job_id, "submitted_t": round(time.time(), 4), "nodes": nodes,
                       "job_file": folder.job_file.name})
     return Job(run_dir, prefix, env_all)
+
+
+def reconcile(root: str | Path) -> list[Path]:
+    """Submitted runs under `root` whose job has ended while nobody followed it (a submit without
+    --wait, a closed laptop): their final summary, with SLURM's state and the ranks' cause, written
+    now, as `workbench submit RUN_DIR --wait` would. Runs whose summary has SLURM's word already, a
+    cluster that cannot be reached, or a job SLURM has forgotten are left as they are. Returns the
+    folders it finished."""
+    pending = [p for p in sorted(Path(root).glob("*")) if RunFolder(p).job() is not None
+               and "slurm" not in (RunFolder(p).summary() or {})]
+    if not pending:
+        return []
+    access, _ = find_cluster()
+    if access is None:
+        return []
+    done = []
+    for run_dir in pending:
+        try:
+            job = Job(run_dir, access.prefix, access.env)
+            state = job.state()
+            if state.ended:
+                job.finish(state)
+                done.append(run_dir)
+        except (ConfigError, OSError, subprocess.TimeoutExpired):
+            continue  # forgotten by SLURM, or a damaged record: the folder says what it can
+    return done
