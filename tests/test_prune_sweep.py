@@ -240,3 +240,28 @@ def test_a_model_that_has_not_learned_is_flagged_before_its_sweep():
     trained = Subject.from_config(RunConfig.smoke())
     finetune(trained.model, trained, 5)
     assert trained.evaluate(trained.model) > 0.5 and trained.not_learned() == ""
+
+
+def test_ctrl_c_in_a_sweep_prints_the_points_measured_and_exits_130(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "prune", "--width", "32",
+                             "--amounts", "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", "--rounds", "6",
+                             "--batch-sizes", "1,8", "--train-epochs", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")})
+    try:
+        for line in proc.stderr:  # the first point is measured: then Ctrl-C
+            if line.startswith("  point 1 of 10"):
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "workbench prune: interrupted (SIGINT)" in err and "Traceback" not in err
+    table = [ln for ln in out.splitlines() if ln.strip()[:4] in ("0.00", "0.10", "0.20")]
+    assert table and len(table) < 10, out  # the points measured before it, not all ten

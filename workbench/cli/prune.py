@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..config import BUILTIN_DATA, BUILTIN_MODELS, ConfigError, RunConfig
+from ._interrupt import Interrupt
 from .run import refuse_beside, say_trust
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
@@ -154,17 +155,23 @@ def main(args) -> int:
         if not args.json:
             print(f"  {line}", file=sys.stderr, flush=True)
 
-    with search_progress(heard):
-        df = run_sweep(subject, scfg)
+    def point_done(done, total, rec):
+        print(f"  point {done} of {total}: {rec['amount']:.0%} pruned, accuracy {rec['accuracy']:.3f}, "
+              f"{rec['verdict']}", file=sys.stderr, flush=True)
+
+    with search_progress(heard), Interrupt("prune", quiet=args.json) as interrupted:
+        df = run_sweep(subject, scfg, stop=interrupted,  # Ctrl-C: the points measured so far
+                       progress=None if args.json else point_done)
     records = json.loads(df.to_json(orient="records"))
     if args.json:
         out = {"model": subject.name, "torch": torch.__version__,
-               "timing_threads": records[0]["timing_threads"], "trained": subject.trained,
+               "timing_threads": records[0]["timing_threads"] if records else None,
+               "trained": subject.trained,
                "accuracy_note": note or None,
                "sweep": scfg.__dict__ | {"batch_sizes": list(scfg.batch_sizes)},
-               "records": records}
+               "records": records, **({"interrupted": interrupted.asked} if interrupted() else {})}
         print(json.dumps(out, indent=2))
-        return 0
+        return interrupted.exit_code(0)
     print(df[[c for c in COLUMNS if c in df.columns]].to_string(index=False))
     print(timing_header(records))
     for r in records:
@@ -172,7 +179,9 @@ def main(args) -> int:
         print(f"{r['amount']:.2f}: {speed}\n      {r['verdict']}: {r['why']}")
     if note:
         print(note)
-    return 0
+    if interrupted():
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)
 
 
 if __name__ == "__main__":

@@ -162,13 +162,21 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
         yield rec
 
 
+class _Asked:
+    """A stop callable where iter_sweep takes an Event: is_set() asks it."""
+
+    def __init__(self, stop: Callable[[], bool]):
+        self.is_set = stop
+
+
 def run_sweep(subject: Subject, scfg: SweepConfig, progress: Callable[[int, int, dict], None]
-              | None = None):
-    """The whole sweep as a pandas DataFrame; `progress(done, total, record)` after each point."""
+              | None = None, stop: Callable[[], bool] | None = None):
+    """The whole sweep as a pandas DataFrame; `progress(done, total, record)` after each point;
+    `stop()` True ends it before the next point, with the points measured so far."""
     import pandas as pd
 
     rows = []
-    for rec in iter_sweep(subject, scfg):
+    for rec in iter_sweep(subject, scfg, _Asked(stop) if stop else None):
         rows.append(rec)
         if progress:
             progress(len(rows), len(scfg.amounts), rec)
