@@ -96,3 +96,25 @@ def test_run_resume_goes_on_from_a_runs_saved_state_in_a_new_folder(runs_root):
                        (["--resume", whole["run_dir"]], "holds no resumable state")]:
         refused = workbench("run", *args)
         assert refused.returncode != 0 and said in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_a_resume_runs_its_saved_thread_count_and_repeats_the_unbroken_runs_losses_exactly(runs_root):
+    from workbench.config import RunConfig
+    from workbench.distributed.launch import run
+    from workbench.events import read_events
+    from workbench.machine.threads import TRIAL_ENV
+
+    def losses(run_dir):
+        return {r["step"]: r["loss"] for r in read_events(run_dir) if r["event"] == "step"}
+
+    cfg = RunConfig.smoke().replace(**{"run.steps": 12, "run.eval_batches": 0, "run.threads": 1,
+                                       "model.width": 128})
+    whole = run(cfg, timeout_s=180)
+    cut = run(cfg.replace(**{"run.steps": 8, "run.save_every": 4}), timeout_s=180)
+    # resumed with another thread count asked and a busy launch's thread trial in its environment:
+    # the saved steps' count stands and no trial runs, so every sum keeps its order
+    more = run(cfg.replace(**{"run.resume_from": cut["run_dir"], "run.threads": 2}),
+               env={TRIAL_ENV: "2,1"}, timeout_s=180)
+    assert more["status"] == "completed" and more["resumed_from_step"] == 4, more
+    assert more["threads"] == 1 and "thread_trial" not in more
+    assert losses(more["run_dir"]) == {k: v for k, v in losses(whole["run_dir"]).items() if k > 4}

@@ -28,7 +28,8 @@ def whole_state(parts, step: int) -> bytes:
     """The resumable state after `step` (model, optimizer, gradient scaler, step), serialised.
     Copied into exported scripts, which write and read the same file."""
     state = {STEP_NUMBER: step, "model": unwrap(parts.model).state_dict(),
-             "optimizer": parts.opt.state_dict(), "scaler": parts.scaler.state_dict()}
+             "optimizer": parts.opt.state_dict(), "scaler": parts.scaler.state_dict(),
+             "threads": torch.get_num_threads()}  # a sum's order: the resume runs the same count
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
     torch.save(state, buffer)
     return buffer.getvalue()
@@ -39,6 +40,8 @@ def load_whole_state(parts, path) -> int:
     saved after. Copied into exported scripts."""
     state = torch.load(path, map_location=parts.device, weights_only=True)
     step = int(state[STEP_NUMBER])
+    if "threads" in state:  # the count the saved steps ran: another sums in another order
+        torch.set_num_threads(int(state["threads"]))
     unwrap(parts.model).load_state_dict(state["model"])
     parts.opt.load_state_dict(state["optimizer"])
     parts.scaler.load_state_dict(state["scaler"])

@@ -200,7 +200,10 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
     sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
     save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
-    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 else None
+    # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
+    # would change the order of its sums, and its losses would leave the unbroken run's
+    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from \
+        else None
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if step == warmup + 1:
             if meter is not None:
