@@ -108,13 +108,13 @@ def subject_from_args(args):
 
 
 def timing_header(records: list[dict]) -> str:
-    """Threads, rounds and the noise guard, said once for a table."""
-    from ..machine.contention import busy_sentence
+    """Threads, rounds and the load the pairs met, said once for a table."""
+    from ..compress.stats import conditions_line
 
     if not records:
         return ""
     r = records[-1]
-    busy = next((busy_sentence(x.get("contention")) for x in records if x.get("busy")), "")
+    busy = conditions_line(records)
     return (f"timed on {r.get('timing_threads')} thread(s), paired rounds against the dense model"
             + (f"; {busy}" if busy else ""))
 
@@ -175,7 +175,7 @@ def main(args) -> int:
     print(df[[c for c in COLUMNS if c in df.columns]].to_string(index=False))
     print(timing_header(records))
     for r in records:
-        speed = "; ".join(f"b{b} {speedup_label(r, b)}" for b in scfg.batch_sizes)
+        speed = "; ".join(f"b{b} {speedup_label(r, b, conditions=False)}" for b in scfg.batch_sizes)
         print(f"{r['amount']:.2f}: {speed}\n      {r['verdict']}: {r['why']}")
     if note:
         print(note)

@@ -93,7 +93,7 @@ def main(args) -> int:
     print(f"float: accuracy {f['accuracy']}, {f['size_bytes'] / 1e6:.2f} MB")
     print(timing_header(report["results"]))
     for r in report["results"]:
-        speed = "; ".join(f"b{b} {speedup_label(r, b)}" for b in batch_sizes)
+        speed = "; ".join(f"b{b} {speedup_label(r, b, conditions=False)}" for b in batch_sizes)
         print(f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']}x "
               f"smaller; {speed}\n  {r['verdict']}: {r['why']}")
         for n in r["notes"]:

@@ -81,7 +81,7 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
         return {"verdict": "not measured", "why": "no latency was measured"}
     lab = label(timing, batches[-1])
     text = REASONS.get((kind, lab), REASONS[(kind, "*")]).format(sparsity=sparsity)
-    measured = "; ".join(f"{speedup_label(timing, b)} at batch {b}" for b in batches)
+    measured = "; ".join(f"{speedup_label(timing, b, conditions=False)} at batch {b}" for b in batches)
     small = label(timing, batches[0])
     if kind in ("dynamic_int8", "weight_only_int8") and len(batches) > 1:
         text += ("; memory-bound vs compute-bound: at batch 1 a layer whose weights do not fit in "

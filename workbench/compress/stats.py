@@ -68,9 +68,10 @@ def _field(rec: dict, key: str):
     return None if v is None or (isinstance(v, float) and v != v) else v
 
 
-def speedup_label(rec: dict, batch: int) -> str:
+def speedup_label(rec: dict, batch: int, conditions: bool = True) -> str:
     """'1.31x [1.18, 1.44] over 15 pairs: faster' for one batch size of a latencies record, with the
-    dropped pairs and the load when other programs held cores."""
+    dropped pairs and (unless a table says it once, `conditions_line`) the load when other programs
+    held cores."""
     key = f"speedup_b{batch}"
     ratio, rounds = _field(rec, key), _field(rec, f"{key}_rounds")
     if ratio is None:
@@ -81,7 +82,7 @@ def speedup_label(rec: dict, batch: int) -> str:
     interval = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
     dropped = _field(rec, f"dropped_b{batch}")
     dropped = f", {int(dropped)} dropped" if dropped else ""
-    where = _field(rec, f"conditions_b{batch}")
+    where = _field(rec, f"conditions_b{batch}") if conditions else None
     where = f", {where}" if where and where != "quiet" else ""
     return f"{ratio:.2f}x{interval} over {int(rounds)} pairs{dropped}{where}: {rec[f'{key}_verdict']}"
 
@@ -105,6 +106,17 @@ def busy_note(rec: dict) -> str:
         return ""
     return busy_sentence(c).replace(": the comparison is unreliable",
                                     ": each pair's two sides met that load alike")
+
+
+def conditions_line(records) -> str:
+    """The load a table's pairs met, said once above its rows ('' when every row was timed quiet)."""
+    loads = [r.get("contention") for r in records if isinstance(r, dict)]
+    cores = [c["other_cpu_cores"] for c in loads if isinstance(c, dict) and c.get("busy")]
+    if not cores:
+        return ""
+    held = f"{min(cores):.1f}-{max(cores):.1f}" if max(cores) - min(cores) >= 0.05 else f"{max(cores):.1f}"
+    return (f"timed beside other programs holding {held} cores in {len(cores)} of {len(records)} "
+            "rows: each pair's two sides met that load alike, so the verdicts stand")
 
 
 @contextmanager

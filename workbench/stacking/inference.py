@@ -17,12 +17,11 @@ from __future__ import annotations
 from ..compress.coverage import coverage_note
 from ..compress.quantize import quantize
 from ..compress.reasons import partial_verdict
-from ..compress.stats import latencies, state_size_bytes
+from ..compress.stats import busy_note, latencies, state_size_bytes
 from ..compress.structured import structured_coverage, structured_prune
 from ..compress.subject import Subject
 from ..config import ConfigError
 from ..events import SAMPLES_PER_S
-from ..machine.contention import busy_sentence
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
 from .changes import STACK_STEP
@@ -76,7 +75,7 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
                "size_mib": round(state_size_bytes(models[label]) / 2**20, 4),
                "accuracy": subject.evaluate(models[label]),
                "coverage": cov["coverage"] if cov else None,
-               "reason": coverage_note(cov, "touched") if cov else busy_sentence(t["contention"])}
+               "reason": coverage_note(cov, "touched") if cov else busy_note(t)}
         if base is None:
             row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
             base, base_accuracy = sps, row["accuracy"]

@@ -12,13 +12,14 @@ Work runs on a background thread; charts redraw inside `fig.batch_update()` once
 """
 from __future__ import annotations
 
+import html
 import threading
 
 import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..compress.long_search import search_progress
-from ..compress.stats import busy_note, speedup_label, speedup_short
+from ..compress.stats import busy_note, conditions_line, speedup_label, speedup_short
 from ..compress.subject import Subject
 from ..compress.sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
@@ -193,8 +194,11 @@ class CompressLab:
         """The variants table: coverage, each speedup with its interval and rounds, verdicts."""
         shown = df.copy()
         for b in (1, self.big):
-            shown[f"speedup b{b}"] = [speedup_label(r, b) if r.get("verdict") != "skipped" else ""
+            shown[f"speedup b{b}"] = [speedup_label(r, b, conditions=False)
+                                      if r.get("verdict") != "skipped" else ""
                                       for r in df.to_dict("records")]
         cols = [c.format(big=self.big) for c in TABLE_COLUMNS]
         cols = [c for c in cols if c in shown.columns]
-        return shown[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="")
+        said = conditions_line(df.to_dict("records"))  # once above the rows, not in every cell
+        head = f"<div style='font-size:12px'>{html.escape(said)}</div>" if said else ""
+        return head + shown[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="")
