@@ -29,6 +29,8 @@ def test_table_and_overlaid_curves(runs_root, smoke):
     assert view.frame["speedup"].tolist() == [1.0, 3.0]
     assert a.name in view.table.value and "3.00x" in view.table.value
     assert view.frame["verdict"].tolist()[0] == "baseline"
+    head = view.table.value.split("</thead>")[0]  # titles a person reads, with their units
+    assert "<th>samples/s</th>" in head and "<th>step (ms)</th>" in head and "samples_per_s" not in head
     cells = view.table.value.split("<td>")[1:]  # a reader never meets a placeholder for no value
     assert not any(c.startswith(("None<", "nan<")) for c in cells), view.table.value
     assert [t.name for t in view.loss_fig.data] == [a.name, b.name]

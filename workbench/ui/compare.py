@@ -21,6 +21,7 @@ from ..trials.ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
 from .job import BackgroundJob
 from .sizing import button
+from .titles import title
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
 FORMATS = {SAMPLES_PER_S: "{:,.0f}", STEP_TIME_MS: "{:.2f}", "peak_mem_gib": "{:.3f}",
@@ -52,13 +53,13 @@ def table_html(df: pd.DataFrame) -> str:
         if col in shown:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
                           for v in shown[col]]
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    head = "".join(f"<th>{html.escape(title(c))}</th>" for c in shown.columns)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
                    for row in shown.itertuples(index=False))
     return (f"<table class='wb-compare-table' style='border-collapse:collapse;font-size:12px'>"
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
             "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row, with its "
-            f"95 % interval; {html.escape(df.attrs.get('note', ''))}; other_cpu_cores: what other "
+            f"95 % interval; {html.escape(df.attrs.get('note', ''))}; others' cores: what other "
             "programs used during each run; peak memory: device peak on a GPU, RSS on a CPU</div>")
 
 

@@ -25,6 +25,7 @@ from ..stacking.waterfall import number, waterfall_records
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .sizing import button
+from .titles import title
 
 STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
                  "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
@@ -89,7 +90,7 @@ def table_html(df) -> str:
     """The study table, skipped and slower steps visible at a glance; a gain is shown with its
     interval."""
     shown = [c for c in df.columns if c not in ("run_dir", "gain_low", "gain_high")]
-    head = "".join(f"<th>{c}</th>" for c in shown)
+    head = "".join(f"<th>{html.escape(title(c))}</th>" for c in shown)
     body = []
     for r in df.to_dict("records"):
         if "gain_low" in r:

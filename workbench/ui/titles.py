@@ -1,0 +1,18 @@
+"""What a table's column is called where a person reads it: words with their units, not the field
+names the data carries (`samples_per_s` stays the key in JSON and DataFrames; the page says
+"samples/s"). One table of titles for every table the widgets draw."""
+from __future__ import annotations
+
+TITLES = {
+    "samples_per_s": "samples/s", "step_time_ms": "step (ms)", "step_time_ms_median": "step (ms)",
+    "peak_mem_gib": "peak memory (GiB)", "mem_held_gib": "held by rank 0 (GiB)",
+    "final_loss": "final loss", "eval_accuracy": "accuracy", "other_cpu_cores": "others' cores",
+    "gain_vs_prev": "gain over the step before", "gain_vs_baseline": "gain over the baseline",
+    "rounds": "pairs", "dropped": "pairs dropped", "size_mib": "size (MiB)",
+    "latency_ms": "latency (ms)", "run_dir": "run folder",
+}
+
+
+def title(column) -> str:
+    """The column's title on a page: its words and unit, or its own name when it has none."""
+    return TITLES.get(str(column), str(column))
