@@ -225,19 +225,31 @@ def test_a_damaged_sharded_state_is_refused_before_launch(tmp_path, how):
     assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
 
 
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A real run with a resumable state, made once; each case damages a copy of it."""
+    import os
+    import subprocess
+    import sys
+
+    runs = tmp_path_factory.mktemp("saved") / "runs"
+    first = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
+                            "4", "--set", "run.save_every=2", "--set", "run.eval_batches=0",
+                            "--json"], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "WORKBENCH_RUNS": str(runs)})
+    assert first.returncode == 0, first.stderr[-2000:]
+    return Path(json.loads(first.stdout)["run_dir"])
+
+
 @pytest.mark.parametrize("how", ["cut short", "garbage", "deleted"])
-def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_path, how):
+def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_path, saved_run, how):
     import os
     import subprocess
     import sys
 
     runs = tmp_path / "runs"
-    env = {**os.environ, "WORKBENCH_RUNS": str(runs)}
-    first = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
-                            "4", "--set", "run.save_every=2", "--set", "run.eval_batches=0",
-                            "--json"], capture_output=True, text=True, env=env, timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
-    run_dir = Path(json.loads(first.stdout)["run_dir"])
+    run_dir = runs / saved_run.name
+    shutil.copytree(saved_run, run_dir)
     saved = RunFolder(run_dir).resume_file
     if how == "cut short":
         saved.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
@@ -247,7 +259,8 @@ def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_p
         saved.unlink()
     before = sorted(runs.iterdir())
     again = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(run_dir)],
-                           capture_output=True, text=True, env=env, timeout=300)
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "WORKBENCH_RUNS": str(runs)})
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert "resume" in again.stderr and "Traceback" not in again.stderr
     assert sorted(runs.iterdir()) == before  # no new run folder
