@@ -3,8 +3,10 @@ names the data carries (`samples_per_s` stays the key in JSON and DataFrames; th
 "samples/s"). One table of titles for every table the widgets draw."""
 from __future__ import annotations
 
+from ..events import SAMPLES_PER_S, STEP_TIME_MS
+
 TITLES = {
-    "samples_per_s": "samples/s", "step_time_ms": "step (ms)", "step_time_ms_median": "step (ms)",
+    SAMPLES_PER_S: "samples/s", STEP_TIME_MS: "step (ms)", "step_time_ms_median": "step (ms)",
     "peak_mem_gib": "peak memory (GiB)", "mem_held_gib": "held by rank 0 (GiB)",
     "final_loss": "final loss", "eval_accuracy": "accuracy", "other_cpu_cores": "others' cores",
     "gain_vs_prev": "gain over the step before", "gain_vs_baseline": "gain over the baseline",
