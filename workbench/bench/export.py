@@ -25,7 +25,7 @@ from ..export.bundle import export
 from ..measure.compare import median_interval
 from ..measure.order import order_of
 from ..procs import OtherWork
-from .trials import machine_line
+from .trials import machine_line, write_results
 
 GOAL = 0.9
 DONE = re.compile(r"^done: .* ([0-9.]+) samples/s on \d+ rank", re.M)
@@ -91,11 +91,7 @@ def main(argv=None) -> int:
               f"{'met' if mid >= GOAL else 'not met'}"
               + (f", interval's bottom {'met' if interval[0] >= GOAL else 'not met'}" if interval else "")
               + "."]
-    text = "\n".join(lines)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    write_results(lines, args.out)
     return 0
 
 

@@ -16,7 +16,6 @@ import datetime
 import statistics
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
 from ..config import RunConfig
 from ..distributed.launch import launcher, start_run
@@ -26,7 +25,7 @@ from ..measure.order import order_of
 from ..procs import OtherWork
 from ..runfolder import RunFolder
 from .launch import _first_step_t
-from .trials import machine_line
+from .trials import machine_line, write_results
 
 GOAL_S = 1.0
 PAUSE_S = 3 * WATCH_S  # a person's pause before Run: the watcher looks twice, then the spare warms
@@ -89,11 +88,7 @@ def main(argv=None) -> int:
         med = statistics.median(r["seconds"] for r in presses[(condition, "warm spare")])
         lines.append(f"Goal, {condition}: the warm spare's median at most {GOAL_S:.0f} s: "
                      f"{'met' if med <= GOAL_S else 'not met'} ({med:.2f} s).")
-    text = "\n".join(lines)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    write_results(lines, args.out)
     return 0
 
 

@@ -41,6 +41,15 @@ def machine_line() -> str:
             f"{torch.__version__} ({m['torch_kernels']} kernels), {platform.platform()}")
 
 
+def write_results(lines: list[str], out: str | Path) -> None:
+    """A benchmark's results file: its lines printed, and written to `out` (folders made)."""
+    text = "\n".join(lines)
+    print(text)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+
+
 def training_pairs() -> dict[str, tuple[RunConfig, RunConfig]]:
     base = RunConfig.default().replace(**{"run.device": "cpu"})
     resnet = base.replace(**{"model.name": f"{EXAMPLES / 'resnet.py'}:build",
@@ -166,11 +175,7 @@ def main(argv=None) -> int:
              f"Verdicts busy that agree with quiet: {agree} of {len(quiet)}.",
              f"Decisions a minute, process starts and builds included: "
              f"{decisions / (seconds / 60):.1f} ({decisions} in {seconds:.0f} s)."]
-    text = "\n".join(lines)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    write_results(lines, args.out)
     return 0
 
 

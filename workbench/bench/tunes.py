@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..procs import OtherWork
-from .trials import machine_line
+from .trials import machine_line, write_results
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="the results file (default results/tunes-quiet.md or -busy.md)")
     args = p.parse_args(argv)
     condition = "beside two busy processes" if args.busy else "quiet"
-    out = Path(args.out or f"results/tunes-{'busy' if args.busy else 'quiet'}.md")
+    out = args.out or f"results/tunes-{'busy' if args.busy else 'quiet'}.md"
     rows = ["| example | settings decided of those this machine can run | each setting | time |",
             "|---|---|---|---|"]
     chosen = {k: v for k, v in examples().items()
@@ -70,12 +70,9 @@ def main(argv=None) -> int:
         for name, cfg in chosen.items():
             rows += one(name, cfg, 60 * args.budget_min)
             print(rows[-1], flush=True)
-    text = "\n".join([f"# Tunes of the README examples, {condition} "
-                      f"({datetime.date.today().isoformat()})", "",
-                      f"Machine: {machine_line()}; {args.budget_min:g} minutes a tune.", "", *rows])
-    print(text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    write_results([f"# Tunes of the README examples, {condition} "
+                   f"({datetime.date.today().isoformat()})", "",
+                   f"Machine: {machine_line()}; {args.budget_min:g} minutes a tune.", "", *rows], out)
     return 0
 
 
