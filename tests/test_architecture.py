@@ -18,7 +18,7 @@ FLOORS = {
     "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile",
              "tune"],
     "distributed": ["distributed"],
-    "train": ["train"],
+    "train": ["train", "tracking"],
     "machine": ["machine"],
     "base": ["config", "cache", "disk", "events", "provenance", "runfolder", "runstore", "measure",
              "net", "procs", "quick"],

@@ -18,7 +18,7 @@ from workbench.train.precision import check_supported
 from workbench.train.profiling import StepProfiler
 from workbench.train.rank import RankEnv
 from workbench.train.step import StepParts, cycle_batches, make_optimizer, train_step
-from workbench.train.trainer import step_stats
+from workbench.measure.steps import step_stats
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,8 @@ Folders follow the process that runs their code, and imports point down this lis
                                        stacking study, exports, interleaved A/B trials, profiling,
                                        the tune search
   distributed/                         what owns the ranks: the Launcher, supervisor, torchrun, SLURM
-  train/                               what runs inside a rank: worker, trainer, models, data
+  train/ tracking/                     what runs inside a rank: the workbench's worker, trainer,
+                                       models and data; a user's own script's tracker
   machine/                             what this machine is and can do
   config, runfolder, runstore, events, disk, provenance, cache, measure/, net, procs, quick
                                        the shared base: the frozen RunConfig, the one owner of a
@@ -18,5 +19,13 @@ Folders follow the process that runs their code, and imports point down this lis
 """
 from .config import ConfigError, RunConfig
 
-__all__ = ["ConfigError", "RunConfig"]
+__all__ = ["ConfigError", "RunConfig", "track"]
+
+
+def track(*args, **kwargs):
+    """Track your own training loop: `run = workbench.track(config=...)`, then
+    `with run.step(samples=n) as step: ...` around each step (workbench.tracking). Imports torch."""
+    from .tracking import track as start
+
+    return start(*args, **kwargs)
 __version__ = "0.1.0"

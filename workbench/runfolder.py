@@ -42,6 +42,7 @@ PROFILE = "profile_rank{rank}.json"  # the profiled steps' phases, operators and
 TRACE = "trace_rank{rank}.json"  # Chrome/Perfetto trace of the profiled steps
 JOB = "slurm_job.json"  # a submitted run's SLURM job id and how to reach its cluster
 JOB_FILE = "job.slurm"  # the batch file a submitted run was started with
+SCRIPT = "script.json"  # a user's own script tracked by workbench.track: its command and settings
 FINAL_KEY = "returncode"  # the key the supervisor adds when it completes the summary
 
 
@@ -258,8 +259,41 @@ class RunFolder:
 
     # --- the config ----------------------------------------------------------------------------
     def holds_run(self) -> bool:
-        """A folder with a config: a run was claimed here (whatever became of it)."""
-        return self.config_file.is_file()
+        """A folder with a config, or a tracked script's record: a run was claimed here (whatever
+        became of it)."""
+        return self.config_file.is_file() or self.script_file.is_file()
+
+    @property
+    def script_file(self) -> Path:
+        return self.path / SCRIPT
+
+    def is_script(self) -> bool:
+        """A user's own script ran here (workbench.track), not the workbench's trainer: there is
+        no RunConfig, and nothing here names code the workbench could load."""
+        return self.script_file.is_file() and not self.config_file.is_file()
+
+    def script(self) -> dict:
+        return read_json(self.script_file)
+
+    def write_script(self, record: dict) -> None:
+        write_json_atomic(self.script_file, record)
+
+    def shape(self) -> dict:
+        """What every listing shows of a run, from its config or its script's record without
+        building either: model, precision, ranks, batch_size, and steps (None: not known ahead).
+        A one-line ConfigError when the file lacks a part (the folder is damaged)."""
+        if self.is_script():
+            record = self.script()
+            keys = ("model", "precision", "ranks", "batch_size", "steps")
+            return {k: record.get(k) for k in keys}
+        cfg = self.config_data()
+        try:
+            return {"model": cfg["model"]["name"], "precision": cfg["precision"]["dtype"],
+                    "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
+                    "batch_size": cfg["loader"]["batch_size"],
+                    "steps": None if cfg["run"].get("time_budget_s") else cfg["run"]["steps"]}
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"{str(self.config_file)!r} lacks {e}; the folder is damaged") from None
 
     def config(self) -> RunConfig:
         return RunConfig.load(self.config_file)

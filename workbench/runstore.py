@@ -159,8 +159,9 @@ def _unclaim(path: Path, made: bool) -> None:
 # --- reading ------------------------------------------------------------------------------------
 def processes_alive(run_dir: str | Path) -> bool | None:
     """Whether any process of the run still lives: its supervisor (launch.json) or a rank (the pids
-    its `start` records hold), each checked against its start time so a reused pid does not count.
-    None when the folder names no process (never launched, or made before pids were recorded)."""
+    its `start` records hold; a tracked script's processes are its ranks), each checked against its
+    start time so a reused pid does not count. None when the folder names no process (never
+    launched, or made before pids were recorded)."""
     run_dir = Path(run_dir)
     procs = []
     try:
@@ -169,11 +170,11 @@ def processes_alive(run_dir: str | Path) -> bool | None:
         info = {}
     if info.get("supervisor_pid"):
         procs.append((info["supervisor_pid"], info.get("supervisor_created")))
-    if not procs:
+    if not procs and not RunFolder(run_dir).is_script():  # a tracked script has no supervisor
         return None
     procs += [(r[PID], r.get(CREATED_T)) for r in read_events(run_dir)
               if r.get(EVENT) == START and r.get(PID)]
-    return any(same_process(pid, created) for pid, created in procs)
+    return any(same_process(pid, created) for pid, created in procs) if procs else None
 
 
 def removed_folder(run_dir: str | Path) -> Summary:
@@ -212,14 +213,8 @@ def read_summary(run_dir: str | Path) -> Summary:
 
 
 def _config_of(run_dir: Path) -> dict:
-    folder = RunFolder(run_dir)
-    cfg = folder.config_data()
-    try:
-        return {"model": cfg["model"]["name"], "precision": cfg["precision"]["dtype"],
-                "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
-                "batch_size": cfg["loader"]["batch_size"]}
-    except (KeyError, TypeError) as e:
-        raise ConfigError(f"{str(folder.config_file)!r} lacks {e}; the folder is damaged") from None
+    shape = RunFolder(run_dir).shape()
+    return {k: shape[k] for k in ("model", "precision", "ranks", "batch_size")}
 
 
 def list_runs(root: str | Path | None = None):

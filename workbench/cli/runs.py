@@ -39,7 +39,7 @@ def main(args) -> int:
     broken = df[df["status"] == "broken"] if "problem" in df.columns else df.iloc[0:0]
     good = df.drop(broken.index)
     if not good.empty:
-        print(good[[c for c in COLUMNS if c in good.columns]].to_string(index=False))
+        print(good[[c for c in COLUMNS if c in good.columns]].to_string(index=False, na_rep="-"))
     for _, row in broken.iterrows():  # listed, not fatal: one damaged folder hides nothing else
         print(f"workbench runs: skipped {row['run']}: {row['problem']}", file=sys.stderr)
     return 0

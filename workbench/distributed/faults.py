@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import RunConfig
 from ..disk import DISK_FULL, Reserve, disk_message
 from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, NODE, PID, RANK,
                       START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
@@ -105,7 +104,7 @@ def traceback_of(run_dir: Path, rank: int, record: dict) -> str:
 
 def _multi_rank(run_dir: Path) -> bool:
     try:
-        return RunFolder(run_dir).config().distributed.world_size > 1
+        return (RunFolder(run_dir).shape()["ranks"] or 1) > 1
     except Exception:  # noqa: BLE001 - no readable config: assume torchrun
         return True
 
@@ -360,7 +359,7 @@ def restarts(run_dir: Path, log_text: str) -> list[dict]:
     return out
 
 
-def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: dict | None = None,
+def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop: dict | None = None,
                    failure: dict | None = None, agent_pid: int | None = None) -> Summary:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
@@ -392,7 +391,7 @@ def finish_summary(run_dir: Path, cfg: RunConfig, returncode: int | None, stop: 
     else:
         info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
     summary = {k: v for k, v in summary.items() if k not in ("traceback", RANK)}
-    summary.update(info, **{WORLD_SIZE: cfg.distributed.world_size, FINAL_KEY: returncode})
+    summary.update(info, **{WORLD_SIZE: world_size, FINAL_KEY: returncode})
     if again:
         summary.update(restarts=again, attempts=len(again) + 1,
                        restarted=restart_sentence(again, summary.get("resumed_from_step")))

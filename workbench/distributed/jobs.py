@@ -204,8 +204,8 @@ class Job:
         if state.state in ("CANCELLED", "PREEMPTED"):
             stop = {"cause": "slurm_cancelled" if never is None else "unschedulable",
                     "message": reason or f"SLURM {state}"}
-        summary = finish_summary(self.run_dir, cfg, 0 if state.state == "COMPLETED" else returncode,
-                                 stop=stop)
+        summary = finish_summary(self.run_dir, cfg.distributed.world_size,
+                                 0 if state.state == "COMPLETED" else returncode, stop=stop)
         step = last_step(self.run_dir)
         summary.setdefault("steps", step)  # a rank stopped by scancel's SIGTERM wrote no count
         if state.state == "TIMEOUT":

@@ -210,8 +210,8 @@ class Supervisor:
                 _log(f"torchrun's logs stay in {self.torchrun_logs}: {e}")
         agent = child.pid if self.cfg.distributed.world_size > 1 else None
         try:
-            summary = finish_summary(self.run_dir, self.cfg, returncode, stop=self.stop,
-                                     failure=self.failure, agent_pid=agent)
+            summary = finish_summary(self.run_dir, self.cfg.distributed.world_size, returncode,
+                                     stop=self.stop, failure=self.failure, agent_pid=agent)
             _log(f"run ended: {summary.get('status')}: {summary.get('message', '')}".rstrip(": "))
         except OSError as e:  # even the reserve did not make room: say it where it can be seen
             _log(f"run ended, but its summary could not be written: "

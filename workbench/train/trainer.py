@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import math
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM
                       SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, THREADS, WORLD_SIZE,
                       EventWriter)
 from ..runfolder import RunFolder, Summary
+from ..measure.steps import step_stats
 from ..measure.warmup import warmup_steps
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.threads import threads_for, wait_policy
@@ -407,19 +407,3 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
     return {"strategy": strategy, "predicted": predicted, "measured": measured,
             "not_measured": [k for k in MID_STEP if k not in held],
             "not_predicted": []}
-
-
-def step_stats(step_times: list[float], waits: list[float], batch: int, world_size: int,
-               profiled: set = frozenset()) -> dict:
-    """Medians and spread after warm-up (the first steps pay for allocation and lazy init), leaving
-    out profiled steps (numbered from 1): the profiler slows them."""
-    skip = warmup_steps(len(step_times))
-    kept = [i for i in range(skip, len(step_times)) if i + 1 not in profiled]
-    times = [step_times[i] for i in kept] or step_times
-    wait = [waits[i] for i in kept] or waits
-    med = statistics.median(times)
-    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [med] * 9
-    return {"step_time_ms_median": round(med * 1e3, 4), "step_time_ms_p10": round(q[0] * 1e3, 4),
-            "step_time_ms_p90": round(q[-1] * 1e3, 4),
-            SAMPLES_PER_S: round(batch * world_size / med, 2),
-            "data_wait_frac": round(sum(wait) / sum(times), 4)}

@@ -1,5 +1,6 @@
 """Attach a live dashboard to any run folder: watch a run started elsewhere (the CLI, another
-notebook, a SLURM job from `workbench submit`) while it goes, or replay a finished one. A SLURM
+notebook, a SLURM job from `workbench submit`, your own script under `workbench.track`, from a
+terminal, torchrun or a job) while it goes, or replay a finished one. A SLURM
 job's dashboard has a Stop button: scancel, the run recorded as stopped.
 
     dash = attach("runs/20260101-120000_mlp-bf16"); dash   # in a notebook cell
@@ -23,7 +24,7 @@ def attach(run_dir: str | Path, start: bool = True, job=None, **kwargs) -> LiveD
     if not folder.holds_run():
         raise ConfigError(f"run_dir {str(run_dir)!r} is not a run folder (no {folder.config_file.name}); "
                           "pick one from workbench.runstore.list_runs()")
-    cfg = folder.config()
+    shape = folder.shape()  # a tracked script's folder has no RunConfig, only its shape
     on_stop = None
     if folder.job() is not None:  # a SLURM job: alive while SLURM says it has not ended
         from ..distributed.jobs import Job
@@ -33,6 +34,6 @@ def attach(run_dir: str | Path, start: bool = True, job=None, **kwargs) -> LiveD
         on_stop = lambda: job.cancel("stopped from the notebook (scancel)")  # noqa: E731
     else:
         alive = lambda: processes_alive(run_dir) is not False  # noqa: E731
-    dash = LiveDashboard(run_dir, world_size=cfg.distributed.world_size, total_steps=cfg.run.planned_steps(),
+    dash = LiveDashboard(run_dir, world_size=shape["ranks"] or 1, total_steps=shape["steps"],
                          alive=alive, on_stop=on_stop, **kwargs)
     return dash.start() if start else dash  # a run whose processes are gone is shown as ended
