@@ -249,6 +249,9 @@ class RunFolder:
         """Every rank's events file, by rank."""
         return self._per_rank(EVENTS)
 
+    def traceback_files(self) -> list[Path]:
+        return self._per_rank(TRACEBACK)
+
     def profile_files(self) -> list[Path]:
         return self._per_rank(PROFILE)
 

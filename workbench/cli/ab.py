@@ -8,6 +8,12 @@ what other programs did meanwhile.
     workbench ab --b precision.dtype=bf16 --slice-s 0.5  # half a second of steps a slice
     workbench ab --model mynet.py:build --data dataset --data-factory mydata.py:build --b precision.dtype=bf16
 
+Your own scripts (each calling workbench.track), one fresh run of each a pair:
+
+    workbench ab --cmd "python train.py" --vs-cmd "python train.py --bf16" --budget-s 5
+    workbench ab --cmd "python train.py" --vs-env OMP_NUM_THREADS=1
+    workbench ab --cmd "torchrun --nproc-per-node 2 train.py" --vs-cmd "python train.py"
+
 The report opens with the settings in which A and B differ; sides that differ in more than one
 say that the ratio measures them together.
 """
@@ -42,10 +48,29 @@ def add_parser(sub):
     p.add_argument("--rounds", type=int, help="pairs of slices of A and B (default: the fewest that "
                                                "carry a 95%% interval)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    mine = p.add_argument_group("your own scripts (instead of configs)")
+    mine.add_argument("--cmd", help="side A: a command that runs your script (tracked by "
+                                    "workbench.track); fresh runs of each side alternate")
+    mine.add_argument("--vs-cmd", help="side B's command (default: --cmd again)")
+    mine.add_argument("--vs-env", action="append", default=[], metavar="KEY=VALUE",
+                      help="an environment variable side B adds (repeatable)")
+    mine.add_argument("--budget-s", type=float, default=None,
+                      help="seconds of steps each run takes before the tracker ends it "
+                           "(default 5; $WORKBENCH_TIME_BUDGET_S in the script)")
+    mine.add_argument("--warmup-runs", type=int, default=1,
+                      help="uncounted runs of each side first (default %(default)s)")
     return p
 
 
+CONFIG_FLAGS = ("config", "model", "set", "a", "b")  # what --cmd cannot take: they set configs
+
+
 def main(args) -> int:
+    if args.cmd is not None or args.vs_cmd is not None or args.vs_env:
+        return _commands(args)
+    if args.budget_s is not None:
+        raise ConfigError("--budget-s is for --cmd (runs of your own script); a config's A/B "
+                          "runs slices of --slice-s seconds")
     base = base_config(args)
     shared = parse_settings(args.set, "--set")
     base = base.replace(**shared) if shared else base
@@ -79,3 +104,42 @@ def main(args) -> int:
 
 def _name(changes: dict, fallback: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in changes.items()) or fallback
+
+
+def _commands(args) -> int:
+    """`ab --cmd`: the A/B of two commands, each a fresh tracked run a pair (trials.commands)."""
+    from ..trials.commands import BUDGET_S, Command, parse_env
+
+    if args.cmd is None:
+        raise ConfigError("--vs-cmd and --vs-env need --cmd, side A's command")
+    given = [f"--{k}" for k in CONFIG_FLAGS if getattr(args, k, None)]
+    if given:
+        raise ConfigError(f"{given[0]} sets a config, and --cmd runs your own script: give the "
+                          "script's own flags inside --cmd and --vs-cmd instead")
+    budget = BUDGET_S if args.budget_s is None else args.budget_s
+    if not 0.1 <= budget <= 3600:
+        raise ConfigError(f"--budget-s must be between 0.1 and 3600 seconds, got {args.budget_s}")
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.warmup_runs < 0:
+        raise ConfigError(f"--warmup-runs must be >= 0, got {args.warmup_runs}")
+    a = Command(args.cmd)
+    b = Command(args.vs_cmd or args.cmd, parse_env(args.vs_env, "--vs-env"))
+    a.argv(), b.argv()  # refused before anything runs
+
+    def progress(s):
+        if not args.json:
+            which = "warm-up" if s.round < 0 else f"pair {s.round + 1}"
+            print(f"  {which} {s.label}: {s.rate:,.0f} samples/s over {s.steps} steps", file=sys.stderr,
+                  flush=True)
+
+    from ..trials.commands import command_ab  # torch: only once the input is checked
+
+    with Interrupt("ab", quiet=args.json) as interrupted:
+        result = command_ab(a, b, args.rounds, budget_s=budget, warmup=args.warmup_runs,
+                            on_slice=progress, stop=interrupted)
+    out = {**result.as_dict(), **({"interrupted": interrupted.asked} if interrupted() else {})}
+    print(json.dumps(out, indent=2) if args.json else result.text())
+    if interrupted() and not args.json:
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)

@@ -29,6 +29,12 @@ def main(args) -> int:
         from ..distributed.jobs import reconcile
 
         reconcile(root)  # submitted jobs that ended unwatched: how they ended, from SLURM
+    scripts = [p for p in root.glob("*") if RunFolder(p).is_script() and not RunFolder(p).final()]
+    if scripts:
+        from ..distributed.faults import settle_tracked
+
+        for path in scripts:  # tracked scripts of several ranks: which rank was at fault
+            settle_tracked(path)
     df = list_runs(args.dir)
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
@@ -39,7 +45,8 @@ def main(args) -> int:
     broken = df[df["status"] == "broken"] if "problem" in df.columns else df.iloc[0:0]
     good = df.drop(broken.index)
     if not good.empty:
-        print(good[[c for c in COLUMNS if c in good.columns]].to_string(index=False, na_rep="-"))
+        shown = good[[c for c in COLUMNS if c in good.columns]].astype(object)
+        print(shown.where(shown.notna(), "-").to_string(index=False))
     for _, row in broken.iterrows():  # listed, not fatal: one damaged folder hides nothing else
         print(f"workbench runs: skipped {row['run']}: {row['problem']}", file=sys.stderr)
     return 0

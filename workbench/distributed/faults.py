@@ -34,7 +34,7 @@ from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE
                       START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
 from ..procs import same_process
 from ..runfolder import FINAL_KEY, RunFolder, Summary
-from ..runstore import read_summary
+from ..runstore import processes_alive, read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
 KNOCK_ON = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
@@ -397,6 +397,18 @@ def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop:
                        restarted=restart_sentence(again, summary.get("resumed_from_step")))
     folder.write_summary(summary)
     return summary
+
+
+def settle_tracked(run_dir: Path) -> Summary | None:
+    """A tracked script's run of several ranks (workbench.tracking) has no supervisor: once every
+    process is gone, name the rank at fault as the supervisor would (rank 0's own summary may blame
+    it for another rank's knock-on error) and make the summary final. None when there is nothing to
+    settle: not a script's run, one process (its own summary is final), still running, or final."""
+    folder = RunFolder(run_dir)
+    if not folder.is_script() or folder.final() or processes_alive(run_dir) is not False:
+        return None
+    ended = read_summary(run_dir).get("status") in ("completed", "diverged")
+    return finish_summary(run_dir, folder.shape()["ranks"] or 1, 0 if ended else None)
 
 
 def restart_sentence(again: list[dict], resumed: int | None) -> str:

@@ -55,8 +55,13 @@ def choose(run_dir: str | os.PathLike | None, label: str, environ=os.environ) ->
                           f"{local} on this one): name a folder every node sees, "
                           f"track(run_dir=...) or ${RUN_DIR_ENV}")
     key = launch_key(environ)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"{stamp}_{label}" if key is None else f"{label}-{key}"
+    if key is None:
+        name = f"{time.strftime('%Y%m%d-%H%M%S')}_{label}"
+    else:  # the launch's start, the same for every rank: listings sort by time
+        from ..procs import created_time
+
+        started = time.localtime(created_time(os.getppid()) or 0)
+        name = f"{time.strftime('%Y%m%d-%H%M%S', started)}_{label}-{key}"
     return (runs_root() / name).absolute(), True
 
 
@@ -74,8 +79,13 @@ def claim(path: Path, rank: int, record: dict, fresh: bool) -> Path:
                 break
             path = path.with_name(f"{path.name.split('__')[0]}__{n}")
         folder = RunFolder(path)
-    elif not fresh:
+    elif not fresh and int(os.environ.get("WORLD_SIZE", 1)) <= 1:
         usable_run_dir(path)
+    elif not fresh:  # the other ranks of this launch may have begun their events files already
+        theirs = {*folder.events_files(), *folder.traceback_files()}
+        others = sorted(p.name for p in path.iterdir() if p not in theirs) if path.is_dir() else []
+        if others:
+            usable_run_dir(path)  # says what the folder holds, as for any run
     _make(path)
     try:
         fd = os.open(folder.run_id_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -113,7 +113,7 @@ class Run:
         self.device = torch.device("cpu")
         self.ended: str | None = None
         self._folder = RunFolder(path)
-        self._t_made = time.time()
+        self._t_made, self._made = time.time(), time.perf_counter()
         self._events = LockedWriter(path, env.rank, env.attempt)
         self._times: list[float] = []
         self._waits: list[float] = []
@@ -150,10 +150,9 @@ class Run:
     def log_step(self, loss=None, samples: int | None = None, **figures) -> None:
         """Record a step that just ended, timed from the end of the one before (the first from
         `track()` or the last `log_step`): for loops that hand the step to a library."""
-        now = time.perf_counter()
         if self._last_end is None:
-            self._begin(now)
-            self._last_end = self._t_start
+            self._begin(self._made)
+            self._last_end = self._made
         _sync(self.device)
         t1 = time.perf_counter()
         step = Step(len(self._times) + 1, samples, loss)
@@ -279,7 +278,8 @@ class Run:
             pass  # a full disk: the summary below may still fit
         summary.update(status=status, **({"message": message} if message and "message" not in summary
                                          else {}))
-        summary[FINAL_KEY] = returncode
+        if self.world_size == 1:  # several ranks: a reader names the rank at fault once all end
+            summary[FINAL_KEY] = returncode  # (workbench.distributed.faults.settle_tracked)
         for sink in self.sinks:
             sink.finish(summary)
         if self.rank == 0:
