@@ -165,6 +165,13 @@ def test_ab_cmd_compares_two_commands_with_an_interval(runs_root, capsys):
         assert lo <= figures["samples_per_s"] <= hi and figures["final_loss"] > 0
     tags = RunFolder(out["runs"]["B"][0]["run"]).script()["tags"]
     assert tags["ab_verdict"] == "within noise" and tags["ab_side"] == "B"
+    from mlflow.tracking import MlflowClient  # the verdict travels with the run: MLflow's tags
+
+    uri = f"sqlite:///{runs_root / 'ab.db'}"
+    assert cli(["runs", "export", out["runs"]["B"][0]["run"], "--to", "mlflow", uri]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("workbench").experiment_id])
+    assert run.data.tags["ab_verdict"] == "within noise" and run.data.tags["ab_side"] == "B"
 
 
 def test_ab_cmd_refuses_what_it_cannot_run_in_one_line(runs_root, capsys):

@@ -16,7 +16,15 @@ p.add_argument("--fail-rank", type=int, default=-1)
 p.add_argument("--forever", action="store_true", help="until stopped, killed or out of budget")
 p.add_argument("--log-step", action="store_true", help="run.log_step instead of `with run.step`")
 p.add_argument("--label", default=None)
+p.add_argument("--tensorboard", help="a live TensorBoard sink into this folder")
+p.add_argument("--mlflow", help="a live MLflow sink into this store")
 args = p.parse_args()
+sinks = []
+if args.tensorboard or args.mlflow:
+    from workbench.sinks import MlflowSink, TensorBoardSink
+
+    sinks = ([TensorBoardSink(args.tensorboard)] if args.tensorboard else []) + \
+        ([MlflowSink(args.mlflow)] if args.mlflow else [])
 
 distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
 if distributed:
@@ -28,7 +36,8 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 if distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-run = workbench.track(config=vars(args), label=args.label, steps=None if args.forever else args.steps)
+run = workbench.track(config=vars(args), label=args.label, steps=None if args.forever else args.steps,
+                      sinks=sinks)
 step = 0
 while args.forever or step < args.steps:
     step += 1

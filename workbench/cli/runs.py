@@ -1,4 +1,10 @@
-"""`workbench runs`: list the runs in the run store, newest last."""
+"""`workbench runs`: list the runs in the run store, newest last; `workbench runs export` sends
+runs to TensorBoard or MLflow.
+
+    workbench runs
+    workbench runs export runs/20261205-101500_train --to tensorboard tb/
+    workbench runs export runs/* --to mlflow sqlite:///mlflow.db      (or a folder: a file store)
+"""
 from __future__ import annotations
 
 import json
@@ -10,14 +16,40 @@ COLUMNS = ["run", "status", "model", "precision", "ranks", "steps", "final_loss"
 
 
 def add_parser(sub):
-    p = sub.add_parser("runs", help="list runs in the run store")
+    p = sub.add_parser("runs", help="list runs in the run store; `runs export` sends them to "
+                                    "TensorBoard or MLflow", description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", help="the run store (default: $WORKBENCH_RUNS or ./runs)")
     p.add_argument("--json", action="store_true")
+    actions = p.add_subparsers(dest="action", metavar="export")
+    e = actions.add_parser("export", help="send runs to TensorBoard or MLflow")
+    e.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    e.add_argument("--to", nargs=2, required=True, metavar=("KIND", "TARGET"),
+                   help="tensorboard LOG_DIR | mlflow URI (sqlite:///mlflow.db, or a folder)")
     return p
+
+
+def export(args) -> int:
+    import logging
+
+    from ..sinks import export_run, sink_for
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its database set-up notes, not ours
+    from .compare import check_run_dirs
+
+    kind, target = args.to
+    for run_dir in check_run_dirs(args.run_dirs):
+        sink = sink_for(kind, target, run_dir.name)
+        steps = export_run(run_dir, sink)
+        where = f"run {sink.run_id}" if getattr(sink, "run_id", None) else target
+        print(f"{run_dir.name}: {steps} steps -> {kind} {where}")
+    return 0
 
 
 def main(args) -> int:
     import sys
+
+    if args.action == "export":
+        return export(args)
 
     from pathlib import Path
 

@@ -108,7 +108,7 @@ class Run:
         self.dir, self.env = path, env
         self.rank, self.world_size = env.rank, env.world_size
         self.record = record
-        self.sinks = list(sinks)
+        self.sinks = list(sinks) if env.rank == 0 else []  # one rank speaks for the run
         self.exit_at_budget = exit_at_budget
         self.device = torch.device("cpu")
         self.ended: str | None = None
@@ -136,8 +136,7 @@ class Run:
         self._meter = ContentionMeter(_tree_pid()) if env.rank == 0 else None
         self._heartbeat = Heartbeat(self._events)
         self._heartbeat.start()
-        for sink in self.sinks:
-            sink.start(record)
+        self._tell_sinks("start", record)
 
     def __repr__(self) -> str:
         return f"<workbench run {str(self.dir)!r} rank {self.rank}, {len(self._times)} steps>"
@@ -208,14 +207,28 @@ class Run:
             rec[LAST] = True
             self._last = True
         self._events.write(STEP, **rec)
-        for sink in self.sinks:
-            sink.step(step.number, rec)
+        if self.sinks:
+            self._tell_sinks("step", step.number, rec)
         self._times.append(dt)
         self._waits.append(wait or 0.0)
         self._last_end = time.perf_counter()
         if self._last and self.exit_at_budget:
             self.finish(ended_by="time_budget")
             raise BudgetSpent(0)
+
+    def _tell_sinks(self, what: str, *args) -> None:
+        """Send to every sink. One whose library is missing is refused at the start in one line;
+        one that fails later (its store gone, a full disk) says so once and is dropped, and the
+        loop and its run folder go on."""
+        for sink in list(self.sinks):
+            try:
+                getattr(sink, what)(*args)
+            except ConfigError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any library's error: the run matters more
+                print(f"workbench: {type(sink).__name__} failed and is dropped: "
+                      f"{type(e).__name__}: {e}", file=sys.stderr)
+                self.sinks.remove(sink)
 
     def _note_batch(self, samples: int) -> None:
         """The batch size, from the first step's samples, into the script's record (rank 0)."""
@@ -280,8 +293,7 @@ class Run:
                                          else {}))
         if self.world_size == 1:  # several ranks: a reader names the rank at fault once all end
             summary[FINAL_KEY] = returncode  # (workbench.distributed.faults.settle_tracked)
-        for sink in self.sinks:
-            sink.finish(summary)
+        self._tell_sinks("finish", {**summary, "tags": self.record.get("tags") or {}})
         if self.rank == 0:
             try:
                 self._folder.write_summary(summary)

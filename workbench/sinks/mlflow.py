@@ -1,0 +1,80 @@
+"""A run into MLflow: its settings as parameters, its figures per step as metrics, its final
+figures as metrics, its status as the run's, its words and an A/B's verdicts as tags.
+
+    workbench runs export RUN_DIR --to mlflow sqlite:///mlflow.db     (or a folder: a file store)
+
+Live, metrics are sent in batches about once a second, so a step never waits on the store.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .base import final_figures, needs, scalars_of
+
+EXPERIMENT = "workbench"
+FLUSH_S = 1.0
+STATUS = {"completed": "FINISHED", "diverged": "FINISHED", "stopped": "KILLED"}  # else FAILED
+
+
+def tracking_uri(target: str) -> str:
+    """What MLflow is given: a database URI as it is, a folder as a file store (absolute)."""
+    if "://" in target:
+        return target
+    return Path(target).absolute().as_uri()
+
+
+class MlflowSink:
+    def __init__(self, target: str, experiment: str = EXPERIMENT, name: str | None = None):
+        self.uri, self.experiment, self.name = tracking_uri(target), experiment, name
+        self._client = self._run_id = None
+        self._pending: list = []
+        self._flushed = time.monotonic()
+        needs("mlflow", "mlflow", "MLflow")  # refused here, before a run starts
+
+    def start(self, record: dict) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        if self.uri.startswith("file:"):  # the user named a folder: MLflow's file store, asked for
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = MlflowClient(tracking_uri=self.uri)
+        found = self._client.get_experiment_by_name(self.experiment)
+        experiment = found.experiment_id if found else self._client.create_experiment(self.experiment)
+        run = self._client.create_run(experiment, run_name=self.name or record.get("label"))
+        self._run_id = run.info.run_id
+        params = [Param(k[:250], str(v)[:6000]) for k, v in (record.get("params") or {}).items()]
+        for i in range(0, len(params), 100):
+            self._client.log_batch(self._run_id, params=params[i:i + 100])
+        if record.get("command"):
+            self._client.set_tag(self._run_id, "command", " ".join(record["command"])[:5000])
+
+    def step(self, step: int, figures: dict) -> None:
+        from mlflow.entities import Metric
+
+        t = int(time.time() * 1000)
+        self._pending += [Metric(k, v, t, step) for k, v in scalars_of(figures).items()]
+        if time.monotonic() - self._flushed >= FLUSH_S:
+            self._flush()
+
+    def _flush(self) -> None:
+        for i in range(0, len(self._pending), 1000):
+            self._client.log_batch(self._run_id, metrics=self._pending[i:i + 1000])
+        self._pending = []
+        self._flushed = time.monotonic()
+
+    def finish(self, summary: dict) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        t, steps = int(time.time() * 1000), int(summary.get("steps") or 0)
+        self._pending += [Metric(f"summary.{k}", v, t, steps) for k, v in final_figures(summary).items()]
+        self._flush()
+        tags = {k: v for k, v in summary.items() if isinstance(v, str) and k != "traceback"}
+        tags.update(summary.get("tags") or {})
+        self._client.log_batch(self._run_id, tags=[RunTag(k[:250], str(v)[:5000]) for k, v in tags.items()])
+        self._client.set_terminated(self._run_id, STATUS.get(summary.get("status"), "FAILED"))
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
