@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 FLOORS = {
     "faces": ["ui", "cli", "bench", "gpucheck", "worker", "loopback", "__main__", "__init__"],
     "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile",
-             "tune", "sinks"],
+             "tune", "sinks", "integrations"],
     "distributed": ["distributed"],
     "train": ["train", "tracking"],
     "machine": ["machine"],

@@ -157,6 +157,22 @@ class Run:
         step = Step(len(self._times) + 1, samples, loss)
         self._record(step, t1 - self._last_end, None, t1, figures)
 
+    def begin_step(self) -> tuple[float, float | None]:
+        """For a library's callbacks: a step starts now. Returns its start (perf_counter) and the
+        wait since the step before (None for the first); `add_step` records it."""
+        now = time.perf_counter()
+        return now, self._begin(now)
+
+    def add_step(self, seconds: float, *, samples: int | None = None, loss=None,
+                 wait_s: float | None = None, **figures) -> None:
+        """For a library's callbacks: record a step the caller timed (after a device sync)."""
+        self._record(Step(len(self._times) + 1, samples, loss), seconds, wait_s,
+                     time.perf_counter(), figures)
+
+    def sync(self) -> None:
+        """Wait for the device's queued work, as a timed step's end does."""
+        _sync(self.device)
+
     @property
     def should_stop(self) -> bool:
         """Whether the time budget ($WORKBENCH_TIME_BUDGET_S) is spent: a loop that checks it ends
@@ -213,7 +229,7 @@ class Run:
         self._waits.append(wait or 0.0)
         self._last_end = time.perf_counter()
         if self._last and self.exit_at_budget:
-            self.finish(ended_by="time_budget")
+            self.finish()
             raise BudgetSpent(0)
 
     def _tell_sinks(self, what: str, *args) -> None:
@@ -265,7 +281,7 @@ class Run:
         return out
 
     def finish(self, status: str = "completed", error: BaseException | None = None,
-               message: str = "", ended_by: str = "steps", returncode: int | None = 0) -> None:
+               message: str = "", returncode: int | None = 0) -> None:
         """Record how the run ended (once): `done` with the figures, or `error` with the
         exception's traceback; rank 0 writes summary.json. Called by the loop's end, the `with`
         block, the exception hook, a stop signal or the interpreter's exit."""
@@ -274,7 +290,9 @@ class Run:
         self.ended = status
         self._heartbeat.stop()
         summary = self.figures()
-        if ended_by == "time_budget":
+        if status == "completed":
+            summary["ended_by"] = "steps"
+        if status == "completed" and self._last:  # the budget ended them, tracker or loop stopping
             summary.update(ended_by="time_budget", ended_note=f"ended by its time budget "
                            f"({self._budget_s:g} s, ${BUDGET_ENV}) after {len(self._times)} steps")
         try:
