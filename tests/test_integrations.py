@@ -39,7 +39,7 @@ def test_a_library_trainer_with_one_callback_is_tracked_and_stopped_by_the_budge
     s = read_summary(run_dir)
     assert (s["status"], s["ended_by"]) == ("completed", "time_budget"), s
     steps = [r for r in read_events(run_dir) if r["event"] == "step"]
-    assert len(steps) == s["steps"] >= 5 and steps[-1].get(LAST) is True
+    assert len(steps) == s["steps"] >= 2 and steps[-1].get(LAST) is True
     assert all(r["loss"] > 0 and r["samples_per_s"] > 0 and r["step_time_ms"] > 0 for r in steps)
     assert all("data_wait_ms" in r for r in steps[1:])
     record = RunFolder(run_dir).script()

@@ -9,9 +9,10 @@ memory view read it unchanged.
             step.loss = loss
 
 Per step it costs two clock reads, a device sync when the process uses a GPU (so the step time is
-the device's, not the launch's), and one short JSON line; memory is read on a timer, as a rank
-reads it. The gap between two steps is the step's data wait (the loader, and anything else the
-loop does between steps). FLOPs are not counted (the tracker does not know the model), so a
+the device's, not the launch's), and a record put on a queue that a thread writes as one short JSON
+line (and sends to the sinks) every FLUSH_S: a kill loses at most that much. Memory is read on a
+timer, as a rank reads it. The gap between two steps is the step's data wait (the loader, and
+anything else the loop does between steps). FLOPs are not counted (the tracker does not know the model), so a
 tracked run has no MFU.
 """
 from __future__ import annotations
@@ -20,8 +21,10 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -65,6 +68,8 @@ def _number(value) -> float | None:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
+        if value.numel() == 1:
+            return value.item()
         return float(value.detach().float().mean()) if value.numel() else None
     return float(value)
 
@@ -98,6 +103,38 @@ class _StepTimer:
         t1 = time.perf_counter()
         self.run._record(self.step, t1 - self.t0, self.wait, t1)
         return False
+
+
+FLUSH_S = 0.1  # how often the step records are written: a kill loses at most this much of them
+
+
+class _Flusher(threading.Thread):
+    """Writes the step records (and sends them to the sinks) off the loop's thread, every FLUSH_S:
+    a step only appends its record to a queue, so logging never waits on the disk or a store."""
+
+    def __init__(self, run: "Run"):
+        super().__init__(daemon=True, name="workbench-track-writer")
+        self.owner, self.queue = run, deque()
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(FLUSH_S):
+            self.flush()
+
+    def flush(self) -> None:
+        while self.queue:
+            number, rec = self.queue.popleft()
+            try:
+                self.owner._events.write(STEP, **rec)
+            except (OSError, ValueError):
+                pass  # a full disk: the end record says what it can
+            if self.owner.sinks:
+                self.owner._tell_sinks("step", number, rec)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.flush()
 
 
 class Run:
@@ -136,6 +173,8 @@ class Run:
         self._meter = ContentionMeter(_tree_pid()) if env.rank == 0 else None
         self._heartbeat = Heartbeat(self._events)
         self._heartbeat.start()
+        self._flusher = _Flusher(self)
+        self._flusher.start()
         self._tell_sinks("start", record)
 
     def __repr__(self) -> str:
@@ -222,9 +261,7 @@ class Run:
         if self._budget is not None and self._budget.spent():
             rec[LAST] = True
             self._last = True
-        self._events.write(STEP, **rec)
-        if self.sinks:
-            self._tell_sinks("step", step.number, rec)
+        self._flusher.queue.append((step.number, rec))
         self._times.append(dt)
         self._waits.append(wait or 0.0)
         self._last_end = time.perf_counter()
@@ -289,6 +326,7 @@ class Run:
             return
         self.ended = status
         self._heartbeat.stop()
+        self._flusher.stop()  # every step record written before the end record
         summary = self.figures()
         if status == "completed":
             summary["ended_by"] = "steps"

@@ -7,6 +7,7 @@ job's dashboard has a Stop button: scancel, the run recorded as stopped.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from ..config import ConfigError
@@ -15,12 +16,18 @@ from ..runstore import processes_alive
 from .dashboard import LiveDashboard
 
 
-def attach(run_dir: str | Path, start: bool = True, job=None, **kwargs) -> LiveDashboard:
-    """A LiveDashboard on `run_dir`, sized from its config.json (ranks, steps), tailing it. Reads the
-    folder only: nothing its config names is imported. `job` (a workbench.distributed.jobs.Job) is
-    how to reach SLURM for a submitted run, when its commands need more than this environment."""
+def attach(run_dir: str | Path, start: bool = True, job=None, appear_s: float = 0.0,
+           **kwargs) -> LiveDashboard:
+    """A LiveDashboard on `run_dir`, sized from its config.json or a tracked script's record
+    (ranks, steps), tailing it. Reads the folder only: nothing its config names is imported. `job`
+    (a workbench.distributed.jobs.Job) is how to reach SLURM for a submitted run, when its commands
+    need more than this environment. `appear_s`: how long to wait for a run just started elsewhere
+    (a script starting up) to claim its folder."""
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
+    deadline = time.monotonic() + appear_s
+    while not folder.holds_run() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the other process is still importing its libraries
     if not folder.holds_run():
         raise ConfigError(f"run_dir {str(run_dir)!r} is not a run folder (no {folder.config_file.name}); "
                           "pick one from workbench.runstore.list_runs()")
