@@ -65,6 +65,10 @@ def test_a_tracked_loop_is_a_run_every_reader_reads(runs_root, capsys):
     dash = attach(runs["with"])
     assert dash.wait(60) and dash.series.status == "completed" and dash.series.last_step == 25
     dash.stop()
+    from workbench.ui import compare_view
+
+    view = compare_view([runs["with"], runs["log"]], picker=False)
+    assert view.measure() is None and "workbench ab --cmd" in view.ab_status.value  # not its configs
 
 
 def test_an_exception_in_the_loop_is_recorded_with_its_traceback(runs_root):

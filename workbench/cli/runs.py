@@ -28,6 +28,16 @@ def add_parser(sub):
     return p
 
 
+def _unsettled(folder) -> bool:
+    """A tracked script's run of several ranks whose end nobody has diagnosed yet."""
+    from ..config import ConfigError
+
+    try:
+        return folder.is_script() and not folder.final() and (folder.shape()["ranks"] or 1) > 1
+    except ConfigError:
+        return False  # a damaged record: the listing says so
+
+
 def export(args) -> int:
     import logging
 
@@ -61,7 +71,7 @@ def main(args) -> int:
         from ..distributed.jobs import reconcile
 
         reconcile(root)  # submitted jobs that ended unwatched: how they ended, from SLURM
-    scripts = [p for p in root.glob("*") if RunFolder(p).is_script() and not RunFolder(p).final()]
+    scripts = [p for p in root.glob("*") if _unsettled(RunFolder(p))]
     if scripts:
         from ..distributed.faults import settle_tracked
 

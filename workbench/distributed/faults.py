@@ -262,7 +262,12 @@ def _killed(e: Evidence) -> Diagnosis | None:
     if not killed:
         return None
     rank = min(killed)
-    code, step = codes.get(rank, -signal.SIGKILL), _last_step(e.by_rank.get(rank, []))
+    step = _last_step(e.by_rank.get(rank, []))
+    if rank not in codes and e.returncode is None:  # no exit code known (a tracked script's rank)
+        return Diagnosis("killed", "Killed", f"rank {rank} ended without a record after step {step}: "
+                         "killed by a signal it cannot catch (SIGKILL: the kernel's OOM killer, or "
+                         "another program), or the process crashed", failed_rank=rank)
+    code = codes.get(rank, -signal.SIGKILL)
     if code >= 0:  # no signal: exit() or os._exit() in the code the rank ran, or a native library
         return Diagnosis("exited", "ExitCode", f"rank {rank} exited with code {code} after step "
                          f"{step} without reporting an error: the "
@@ -405,7 +410,9 @@ def settle_tracked(run_dir: Path) -> Summary | None:
     it for another rank's knock-on error) and make the summary final. None when there is nothing to
     settle: not a script's run, one process (its own summary is final), still running, or final."""
     folder = RunFolder(run_dir)
-    if not folder.is_script() or folder.final() or processes_alive(run_dir) is not False:
+    if not folder.is_script() or folder.final() or (folder.shape()["ranks"] or 1) < 2:
+        return None
+    if processes_alive(run_dir) is not False:
         return None
     ended = read_summary(run_dir).get("status") in ("completed", "diverged")
     return finish_summary(run_dir, folder.shape()["ranks"] or 1, 0 if ended else None)

@@ -16,6 +16,7 @@ import pandas as pd
 from ..events import (ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS,
                       read_events)
 from ..measure.compare import speedup_text
+from ..runfolder import RunFolder
 from ..runstore import compare, list_runs, load_config
 from ..trials.ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
@@ -137,6 +138,12 @@ class CompareView:
         """The A/B test of the first two runs' configs (the first is A); wait=True blocks."""
         if len(self.run_dirs) < 2:
             self.ab_status.value = "pick two runs to compare"
+            return None
+        scripts = [p.name for p in self.run_dirs[:2] if RunFolder(p).is_script()]
+        if scripts:  # their commands are measured by `ab --cmd`, which runs them afresh
+            self.ab_status.value = html.escape(
+                f"{scripts[0]} is your own script's run: measure two scripts with `workbench ab "
+                "--cmd \"python train.py\" --vs-cmd \"python train.py --bf16\"`")
             return None
         a, b = (load_config(p) for p in self.run_dirs[:2])
         labels = (self.run_dirs[0].name, self.run_dirs[1].name)
