@@ -209,3 +209,17 @@ def test_ctrl_c_during_ab_cmd_ends_the_run_under_way_and_leaves_nothing(runs_roo
     assert "not measured" in out and "interrupted (SIGINT)" in err
     assert_all_gone(child, within=30)
     assert read_summary(trial / "A-0")["status"] == "stopped"
+
+
+def test_a_script_that_spins_on_a_busy_machine_is_told_what_to_measure(monkeypatch):
+    """The tracker chooses nothing, but says what the workbench's own thread rule would change,
+    as an A/B to run, never as a fact."""
+    from workbench.machine.threads import wait_advice
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    said = wait_advice(2, 1.4)
+    assert "other programs held 1.4 cores while 2 threads waited by spinning" in said
+    assert said.endswith("--vs-env OMP_WAIT_POLICY=PASSIVE")
+    assert wait_advice(1, 1.4) is None and wait_advice(2, 0.1) is None  # one thread; quiet
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert wait_advice(2, 1.4) is None  # already what the rule would choose

@@ -92,6 +92,21 @@ def other_cores_now(meter: ContentionMeter | None = None) -> float:
     return meter.read()["other_cpu_cores"]
 
 
+def waits_passively(threads: int, other_cpu_cores: float) -> bool:
+    """The wait rule: several threads wait passively once other programs hold BUSY_CORES or more."""
+    return threads > 1 and other_cpu_cores >= BUSY_CORES
+
+
+def wait_advice(threads: int, other_cpu_cores: float) -> str | None:
+    """For a process that chose its own threads (a user's script): what the rule would change, as
+    something to measure, or None when it would change nothing."""
+    if wait_policy() != "default" or not waits_passively(threads, other_cpu_cores):
+        return None
+    return (f"other programs held {other_cpu_cores:.1f} cores while {threads} threads waited by "
+            f"spinning (OpenMP's default); the workbench's own runs wait passively here. Measure it: "
+            f"workbench ab --cmd \"...\" --vs-env {WAIT_ENV}=PASSIVE")
+
+
 def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
     """The threads and wait policy for a run of `cfg` while others hold `other_cpu_cores`."""
     (threads, source), other = thread_count(cfg), other_cpu_cores
@@ -100,7 +115,7 @@ def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
         policy, wait = wait_policy(), f"{WAIT_ENV}={os.environ[WAIT_ENV]} from the environment, kept"
     elif threads == 1:
         policy, wait = "default", "one thread never waits for another"
-    elif other >= BUSY_CORES:
+    elif waits_passively(threads, other):
         policy, wait = "passive", "passive wait: spinning threads collapse when others hold the cores"
     else:
         policy, wait = "default", "the default wait: spinning is fastest on a quiet machine"

@@ -32,7 +32,7 @@ def sink_for(kind: str, target: str, name: str | None = None) -> Sink:
 def record_of(run_dir: Path) -> dict:
     """What a sink starts from: a tracked script's record, or a workbench run's config as its
     settings (flattened, as the tracker records a script's)."""
-    from ..tracking.run import flatten
+    from ..tracking.record import flatten
 
     folder = RunFolder(run_dir)
     if folder.is_script():

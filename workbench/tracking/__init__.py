@@ -40,7 +40,8 @@ def track(config=None, run_dir: str | os.PathLike | None = None, *, label: str |
     from ..train.rank import RankEnv
     from ..train.worker import attempt_of
     from . import ending, place
-    from .run import budget_from_env, script_record
+    from .record import script_record
+    from .run import budget_from_env
 
     env = RankEnv.from_environ()
     budget = budget_from_env()
