@@ -2,7 +2,8 @@
 (marked `# workbench`): an MLP on the 8x8 handwritten digits that ship with scikit-learn.
 
     python examples/lightning_loop.py
-    workbench ab --cmd "python examples/lightning_loop.py" --vs-cmd "python examples/lightning_loop.py --precision bf16-mixed"
+    workbench ab --cmd "python examples/lightning_loop.py" \
+        --vs-cmd "python examples/lightning_loop.py --precision bf16-mixed"
 """
 import argparse
 
@@ -23,7 +24,8 @@ class Classifier(L.LightningModule):
     def __init__(self, width: int = 256, lr: float = 1e-3):
         super().__init__()
         self.save_hyperparameters()
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, 10))
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(),
+                                       torch.nn.Linear(width, 10))
 
     def training_step(self, batch, batch_idx):
         x, y = batch
