@@ -16,6 +16,7 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..events import SAMPLES_PER_S
 from ..procs import OtherWork
 from ..trials.commands import Command, command_ab
 from .trials import machine_line, write_results
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     r = command_ab(a, b, args.rounds, budget_s=args.budget_s, folder=tmp)
                     sides = [r.side(label) for label in r.labels]
-                rates = [f"{s['samples_per_s']:,.0f}" if s["samples_per_s"] else "-" for s in sides]
+                rates = [f"{s[SAMPLES_PER_S]:,.0f}" if s[SAMPLES_PER_S] else "-" for s in sides]
                 lines.append(f"| {name} | {condition} | {r.comparison.text()} | {rates[0]} | {rates[1]} |")
                 print(lines[-1], flush=True)
     write_results(lines, args.out)

@@ -15,6 +15,8 @@ from transformers import TrainerCallback
 
 from ..tracking import track
 
+LOGGED_LOSS = "loss"  # the Trainer's own name for the loss in its logs
+
 
 def precision_of(args) -> str:
     return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
@@ -28,6 +30,7 @@ class WorkbenchCallback(TrainerCallback):
         self.run = None
         self._t0 = self._wait = None
         self._pending: dict | None = None  # the step just ended, written once its loss is logged
+        self._loss = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.run is None:
@@ -50,8 +53,8 @@ class WorkbenchCallback(TrainerCallback):
             control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self._pending is not None and logs and "loss" in logs:
-            self._pending["loss"] = logs["loss"]
+        if self._pending is not None and logs and LOGGED_LOSS in logs:
+            self._loss = logs[LOGGED_LOSS]
         self._flush()
         if self.run is not None and self.run.should_stop:
             control.should_training_stop = True
@@ -63,5 +66,5 @@ class WorkbenchCallback(TrainerCallback):
 
     def _flush(self) -> None:
         if self._pending is not None:
-            pending, self._pending = self._pending, None
-            self.run.add_step(**pending)
+            pending, loss, self._pending, self._loss = self._pending, self._loss, None, None
+            self.run.add_step(**pending, loss=loss)

@@ -16,6 +16,8 @@ from lightning.pytorch.callbacks import Callback
 
 from ..tracking import track
 
+RETURNED_LOSS = "loss"  # where Lightning finds the loss in a dict training_step returns
+
 
 def samples_in(batch) -> int | None:
     """The samples in a batch: the first dimension of its first tensor."""
@@ -33,7 +35,7 @@ def samples_in(batch) -> int | None:
 
 def loss_in(outputs):
     if isinstance(outputs, dict):
-        return outputs.get("loss")
+        return outputs.get(RETURNED_LOSS)
     return outputs if isinstance(outputs, torch.Tensor) else None
 
 

@@ -28,7 +28,8 @@ from typing import Callable
 from ..config import ConfigError
 from ..disk import make_dirs, open_log
 from ..distributed.faults import finish_summary
-from ..events import EVENT, LOSS, MEM_PEAK_GIB, RSS_GIB, SAMPLES_PER_S, STEP, STEP_TIME_MS, read_events
+from ..events import (EVENT, LOSS, MEM_PEAK_GIB, RANK, RSS_GIB, SAMPLES_PER_S, STEP, STEP_TIME_MS,
+                      WORLD_SIZE, read_events)
 from ..measure.compare import median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..measure.warmup import warmup_steps
@@ -157,7 +158,7 @@ def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path)
     if summary.get("status") not in ("completed", "diverged"):
         raise TrialError(f"{label}: `{command.text()}` {summary.get('status')}: "
                          f"{summary.get('message', 'no reason recorded')} (its output: {log})")
-    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get("rank") == 0]
+    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK) == 0]
     kept = steps[warmup_steps(len(steps)):]
     wall = sum(r[STEP_TIME_MS] for r in kept) / 1e3
     work = sum(r[SAMPLES_PER_S] * r[STEP_TIME_MS] / 1e3 for r in kept if r.get(SAMPLES_PER_S))
@@ -165,7 +166,7 @@ def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path)
         raise TrialError(f"{label}: `{command.text()}` recorded no samples in {len(steps)} steps: "
                          "give run.step(samples=...) or run.log_step(samples=...) the batch size")
     contention = summary.get("contention") or {}
-    s = Slice(label, work * (summary.get("world_size") or 1), wall, 0.0,
+    s = Slice(label, work * (summary.get(WORLD_SIZE) or 1), wall, 0.0,
               contention.get("other_cpu_cores"), steps=len(steps),
               losses=[r[LOSS] for r in steps if LOSS in r], threads=summary.get("threads"))
     return s
@@ -174,7 +175,7 @@ def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path)
 def peak_memory_gib(run_dir: Path) -> float | None:
     """The most memory rank 0 held at any reading: the allocator's peak on a GPU, else the RSS."""
     readings = [r.get(MEM_PEAK_GIB, r.get(RSS_GIB)) for r in read_events(run_dir)
-                if r.get("rank") == 0 and (MEM_PEAK_GIB in r or RSS_GIB in r)]
+                if r.get(RANK) == 0 and (MEM_PEAK_GIB in r or RSS_GIB in r)]
     return max((v for v in readings if v is not None), default=None)
 
 
