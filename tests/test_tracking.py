@@ -90,9 +90,17 @@ def test_an_exception_in_the_loop_is_recorded_with_its_traceback(runs_root):
 def test_a_stopped_or_killed_script_is_named_as_a_rank_would_be(runs_root, sig, status, words, code):
     run_dir = runs_root / signal.Signals(sig).name
     proc = start(run_dir, "--forever")
-    wait_for_steps(run_dir, ranks=1, step=3)
-    proc.send_signal(sig)
-    assert proc.wait(60) == code
+    try:
+        wait_for_steps(run_dir, ranks=1, step=3)
+        proc.send_signal(sig)
+        assert proc.wait(60) == code
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # it prints its threads' stacks (faulthandler), then goes
+        try:
+            proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise AssertionError(f"still running 60 s after {sig!r}:\n{proc.communicate()[1][-6000:]}")
     s = read_summary(run_dir)
     assert s["status"] == status and words in s["message"], s
     if sig == signal.SIGKILL:

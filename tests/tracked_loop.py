@@ -3,7 +3,9 @@
     python tests/tracked_loop.py --steps 20 [--fail-at N] [--forever] [--log-step] [--dist]
 """
 import argparse
+import faulthandler
 import os
+import signal
 
 import torch
 
@@ -19,6 +21,7 @@ p.add_argument("--label", default=None)
 p.add_argument("--tensorboard", help="a live TensorBoard sink into this folder")
 p.add_argument("--mlflow", help="a live MLflow sink into this store")
 args = p.parse_args()
+faulthandler.register(signal.SIGUSR1)  # a test that waited too long asks where every thread is
 sinks = []
 if args.tensorboard or args.mlflow:
     from workbench.sinks import MlflowSink, TensorBoardSink

@@ -253,6 +253,15 @@ class RunFolder:
     def traceback_files(self) -> list[Path]:
         return self._per_rank(TRACEBACK)
 
+    def is_rank_file(self, path: Path) -> bool:
+        """A file one rank writes for itself (its events, its traceback), by its name alone."""
+        for pattern in (EVENTS, TRACEBACK):
+            head, tail = pattern.split("{rank}")
+            middle = path.name[len(head):len(path.name) - len(tail)]
+            if path.name.startswith(head) and path.name.endswith(tail) and middle.isdigit():
+                return True
+        return False
+
     def profile_files(self) -> list[Path]:
         return self._per_rank(PROFILE)
 

@@ -246,7 +246,7 @@ def _threads_code(recorded: dict | None) -> str:
         ("TRIAL_WHY", t.TRIAL_WHY), ("READ_S", t.READ_S), ("BUSY_CORES", c.BUSY_CORES)))
     constants += '\n_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100'
     rule = _source(c.system_cpu, wb_cpu.usable_cores, t.thread_count, t.auto_source, t.ThreadChoice,
-                   t.wait_policy, t.choose_threads)
+                   t.wait_policy, t.waits_passively, t.choose_threads)
     return THREADS.format(constants=constants, rule=rule, recorded=pprint.pformat(recorded))
 
 

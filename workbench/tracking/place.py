@@ -81,11 +81,15 @@ def claim(path: Path, rank: int, record: dict, fresh: bool) -> Path:
         folder = RunFolder(path)
     elif not fresh and int(os.environ.get("WORLD_SIZE", 1)) <= 1:
         usable_run_dir(path)
-    elif not fresh:  # the other ranks of this launch may have begun their events files already
-        theirs = {*folder.events_files(), *folder.traceback_files()}
-        others = sorted(p.name for p in path.iterdir() if p not in theirs) if path.is_dir() else []
+    elif not fresh:  # the other ranks of this launch may have begun their files already
+        if folder.holds_run():
+            raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
+        others = sorted(p.name for p in path.iterdir() if not folder.is_rank_file(p)) \
+            if path.is_dir() else []
         if others:
-            usable_run_dir(path)  # says what the folder holds, as for any run
+            more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+            raise ConfigError(f"run dir {str(path)!r} is not empty (it holds {others[0]!r}{more}): "
+                              "a run needs a new or empty folder")
     _make(path)
     try:
         fd = os.open(folder.run_id_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
