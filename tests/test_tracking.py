@@ -28,8 +28,14 @@ def start(run_dir: Path, *args: str, env: dict | None = None, torchrun: int = 0)
     head = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
              f"--nproc-per-node={torchrun}"] if torchrun else [sys.executable])
     return subprocess.Popen([*head, str(LOOP), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_a_terminal_would,
                             env={**os.environ, "WORKBENCH_RUN_DIR": str(run_dir), **(env or {})})
+
+
+def _as_a_terminal_would() -> None:
+    """Ctrl-C reaches the script as it does from a terminal: a test worker may ignore SIGINT, and a
+    child inherits an ignored signal (then Python never turns it into KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_a_tracked_loop_is_a_run_every_reader_reads(runs_root, capsys):
