@@ -28,16 +28,6 @@ def add_parser(sub):
     return p
 
 
-def _unsettled(folder) -> bool:
-    """A tracked script's run of several ranks whose end nobody has diagnosed yet."""
-    from ..config import ConfigError
-
-    try:
-        return folder.is_script() and not folder.final() and (folder.shape()["ranks"] or 1) > 1
-    except ConfigError:
-        return False  # a damaged record: the listing says so
-
-
 def export(args) -> int:
     import logging
 
@@ -71,12 +61,10 @@ def main(args) -> int:
         from ..distributed.jobs import reconcile
 
         reconcile(root)  # submitted jobs that ended unwatched: how they ended, from SLURM
-    scripts = [p for p in root.glob("*") if _unsettled(RunFolder(p))]
-    if scripts:
-        from ..distributed.faults import settle_tracked
+    from ..distributed.faults import settle_tracked  # stdlib only: no torch
 
-        for path in scripts:  # tracked scripts of several ranks: which rank was at fault
-            settle_tracked(path)
+    for path in root.glob("*"):  # tracked scripts of several ranks that ended: the rank at fault
+        settle_tracked(path)
     df = list_runs(args.dir)
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import ConfigError
 from ..disk import DISK_FULL, Reserve, disk_message
 from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, NODE, PID, RANK,
                       START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
@@ -408,14 +409,19 @@ def settle_tracked(run_dir: Path) -> Summary | None:
     """A tracked script's run of several ranks (workbench.tracking) has no supervisor: once every
     process is gone, name the rank at fault as the supervisor would (rank 0's own summary may blame
     it for another rank's knock-on error) and make the summary final. None when there is nothing to
-    settle: not a script's run, one process (its own summary is final), still running, or final."""
+    settle: not a script's run, one process (its own summary is final), still running, final, or
+    a damaged record."""
     folder = RunFolder(run_dir)
-    if not folder.is_script() or folder.final() or (folder.shape()["ranks"] or 1) < 2:
-        return None
-    if processes_alive(run_dir) is not False:
+    try:
+        if not folder.is_script() or folder.final():
+            return None
+        ranks = folder.shape()["ranks"] or 1
+    except ConfigError:
+        return None  # a damaged record: the listing says so
+    if ranks < 2 or processes_alive(run_dir) is not False:
         return None
     ended = read_summary(run_dir).get("status") in ("completed", "diverged")
-    return finish_summary(run_dir, folder.shape()["ranks"] or 1, 0 if ended else None)
+    return finish_summary(run_dir, ranks, 0 if ended else None)
 
 
 def restart_sentence(again: list[dict], resumed: int | None) -> str:

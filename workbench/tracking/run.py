@@ -226,7 +226,6 @@ class Run:
         """A step starts at `now`: the first one says the run is ready; returns the data wait."""
         if self._first_step_t is None:
             self.device = _device()
-            self._t_start = now
             self._first_step_t = time.time()
             self._events.write(READY, device=str(self.device), **memory.sample(self.device),
                                setup_s=round(self._first_step_t - self._t_made, 3))

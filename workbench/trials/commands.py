@@ -89,6 +89,7 @@ class CommandHost:
         self.commands, self.folder, self.cwd = commands, folder, cwd
         self.stop = stop or (lambda: False)
         self.runs: dict[str, list[Path]] = {label: [] for label in commands}
+        self.ends: dict[Path, dict] = {}  # each run's peak memory and final loss, read with its slice
         for command in commands.values():
             command.argv()  # refused before anything runs
 
@@ -102,7 +103,8 @@ class CommandHost:
         env.pop("WORKBENCH_TREE_PID", None)  # the run is its own tree, not this process's
         with open_log(self.folder / f"{name}.log") as log:
             code = _run(command.argv(), env, self.cwd, log, seconds + START_ALLOWANCE_S, self.stop)
-        return _slice_of(label, command, run_dir, code, self.folder / f"{name}.log")
+        s, self.ends[run_dir] = _slice_of(label, command, run_dir, code, self.folder / f"{name}.log")
+        return s
 
 
 def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float,
@@ -143,7 +145,8 @@ def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
     return proc.wait()
 
 
-def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path) -> Slice:
+def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path
+              ) -> tuple[Slice, dict]:
     """The run's rate after its warm-up steps, as a slice; a run that did not track or failed is
     a one-line TrialError naming it and its log."""
     folder = RunFolder(run_dir)
@@ -158,7 +161,8 @@ def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path)
     if summary.get("status") not in ("completed", "diverged"):
         raise TrialError(f"{label}: `{command.text()}` {summary.get('status')}: "
                          f"{summary.get('message', 'no reason recorded')} (its output: {log})")
-    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK) == 0]
+    rank0 = [r for r in read_events(run_dir) if r.get(RANK) == 0]
+    steps = [r for r in rank0 if r.get(EVENT) == STEP]
     kept = steps[warmup_steps(len(steps)):]
     wall = sum(r[STEP_TIME_MS] for r in kept) / 1e3
     work = sum(r[SAMPLES_PER_S] * r[STEP_TIME_MS] / 1e3 for r in kept if r.get(SAMPLES_PER_S))
@@ -169,13 +173,12 @@ def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path)
     s = Slice(label, work * (summary.get(WORLD_SIZE) or 1), wall, 0.0,
               contention.get("other_cpu_cores"), steps=len(steps),
               losses=[r[LOSS] for r in steps if LOSS in r], threads=summary.get("threads"))
-    return s
+    return s, {"peak_gib": peak_memory_gib(rank0), "final_loss": summary.get("final_loss")}
 
 
-def peak_memory_gib(run_dir: Path) -> float | None:
-    """The most memory rank 0 held at any reading: the allocator's peak on a GPU, else the RSS."""
-    readings = [r.get(MEM_PEAK_GIB, r.get(RSS_GIB)) for r in read_events(run_dir)
-                if r.get(RANK) == 0 and (MEM_PEAK_GIB in r or RSS_GIB in r)]
+def peak_memory_gib(records: list[dict]) -> float | None:
+    """The most memory a rank's records show it held: the allocator's peak on a GPU, else the RSS."""
+    readings = [r.get(MEM_PEAK_GIB, r.get(RSS_GIB)) for r in records]
     return max((v for v in readings if v is not None), default=None)
 
 
@@ -256,17 +259,12 @@ def command_ab(a: Command, b: Command, rounds: int | None = None,
     runs = {}
     for label in labels:
         counted = host.runs[label][len(trial.warmups[label]):][:len(trial.slices[label])]
-        runs[label] = [_figures(path, s) for path, s in zip(counted, trial.slices[label])]
+        runs[label] = [{"run": str(path), "steps": s.steps, SAMPLES_PER_S: round(s.rate, 2),
+                        **host.ends[path], "other_cores": s.other_cores}
+                       for path, s in zip(counted, trial.slices[label])]
     result = CommandABResult(labels, (a, b), comparison, runs, str(folder), budget_s)
     _tag(result)
     return result
-
-
-def _figures(run_dir: Path, s: Slice) -> dict:
-    summary = read_summary(run_dir)
-    return {"run": str(run_dir), "steps": s.steps, SAMPLES_PER_S: round(s.rate, 2),
-            "peak_gib": peak_memory_gib(run_dir), "final_loss": summary.get("final_loss"),
-            "other_cores": s.other_cores}
 
 
 def _tag(result: CommandABResult) -> None:
