@@ -103,20 +103,37 @@ def _ceiling(dtype, value):
 def test_cache_keeps_the_highest_ceiling_and_peak_for_prefers_it(private_cache):
     assert ceilings.peak_for("cpu", "fp32")["basis"] in ("estimate", None)
     ceilings.save_ceilings([_ceiling("fp32", 150.0), _ceiling("fp16", math.nan)], "cpu")
-    ceilings.save_ceilings([_ceiling("fp32", 90.0)], "cpu")  # measured under load: lower
+    ceilings.save_ceilings([_ceiling("fp32", 90.0)], "cpu")  # a quiet measurement, lower
     entry = ceilings.load_ceilings("cpu")
-    assert entry["compute_gflops"] == {"fp32": 150.0}
+    assert entry["compute_gflops"] == {"fp32": 150.0} and entry["busy"] is False
     p = ceilings.peak_for("cpu", "fp32")
     assert p["basis"] == "measured" and p["peak_tflops"] == pytest.approx(0.15)
     assert p["spec_basis"] == "estimate"
 
 
-def test_cache_from_another_torch_is_ignored(private_cache):
-    path = ceilings.save_ceilings([_ceiling("fp32", 150.0)], "cpu")
-    data = json.loads(path.read_text())
-    for v in data.values():
-        v["torch"] = "1.0"
-    path.write_text(json.dumps(data))
+def test_a_busy_ceiling_has_a_file_of_its_own_and_says_so_where_it_is_shown(private_cache):
+    """Two writers under different conditions never overwrite each other; a busy figure is used
+    only where no quiet one exists, and is named busy wherever it is shown."""
+    from workbench.hardware.lessons import int8_ceiling_line
+
+    busy = [_ceiling("fp32", 40.0), _ceiling("int8", 60.0)]
+    for c in busy:
+        c.other_cores = 1.6
+    busy_file = ceilings.save_ceilings(busy, "cpu")
+    entry = ceilings.load_ceilings("cpu")
+    assert entry["busy"] is True and entry["compute_gflops"]["fp32"] == 40.0
+    assert ceilings.peak_for("cpu", "fp32")["basis"] == "measured busy"
+    assert "beside other programs holding 1.6 cores" in int8_ceiling_line("cpu")
+    quiet_file = ceilings.save_ceilings([_ceiling("fp32", 150.0)], "cpu")
+    assert quiet_file != busy_file and busy_file.is_file()
+    assert json.loads(busy_file.read_text())["compute_gflops"]["fp32"] == 40.0  # not replaced
+    assert ceilings.load_ceilings("cpu")["compute_gflops"] == {"fp32": 150.0}
+    assert ceilings.peak_for("cpu", "fp32")["basis"] == "measured"
+
+
+def test_cache_from_another_torch_is_ignored(private_cache, monkeypatch):
+    ceilings.save_ceilings([_ceiling("fp32", 150.0)], "cpu")
+    monkeypatch.setattr(torch, "__version__", "1.0")
     assert ceilings.load_ceilings("cpu") is None
 
 

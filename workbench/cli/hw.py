@@ -26,7 +26,7 @@ def add_parser(sub):
     p.add_argument("--allreduce-ranks", type=int, default=0, metavar="N",
                    help="also time all-reduce across N ranks (default: every GPU when >1)")
     p.add_argument("--no-save", action="store_true",
-                   help="do not cache the ceilings for MFU (~/.cache/workbench/ceilings.json)")
+                   help="do not cache the ceilings for MFU (~/.cache/workbench/ceilings/)")
     return p
 
 
@@ -89,7 +89,7 @@ def main(args) -> int:
     device = _device(args.device)
     rep = hardware_report()
     out = {"report": rep, "device": str(device)}
-    from ..machine.peaks import load_ceilings
+    from ..machine.peaks import load_ceilings, measured_when
 
     cached = load_ceilings(device)
     out["cached_ceilings"] = cached
@@ -98,7 +98,7 @@ def main(args) -> int:
         if cached and not args.bench:
             figures = ", ".join(f"{k} {v:.4g} {'GOP/s' if k == 'int8' else 'GFLOP/s'}"
                                 for k, v in cached["compute_gflops"].items())
-            print(f"Cached   ceilings measured {cached['measured_at']}: {figures} (MFU uses these; "
+            print(f"Cached   ceilings {measured_when(cached)}: {figures} (MFU uses these; "
                   "--bench measures again)")
     if args.gpus:
         from ..machine.gpus import gpu_table

@@ -20,6 +20,7 @@ class Ceiling:
     dtype: str | None = None
     check: float | None = None  # the same op timed by torch.utils.benchmark, same unit
     note: str = ""
+    other_cores: float | None = None  # cores other programs held while it was measured
 
     @property
     def check_ratio(self) -> float | None:

@@ -15,8 +15,6 @@ precision to try first from here (`precision_lesson`), so they say the same thin
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -25,8 +23,9 @@ import torch
 from ..cache import read_json, write_json
 from ..machine.capability import recommend_precision
 from ..machine.contention import ContentionMeter, is_busy
-from ..machine.cpu import cpu_flags, flags_owner, isa_cap, usable_cores
-from ..machine.peaks import device_key, load_ceilings
+from ..machine.cpu import cpu_flags, flags_owner
+from ..machine.conditions import cache_name, conditions
+from ..machine.peaks import load_ceilings, measured_when
 from ..machine.threads import other_cores_now
 from ..measure.compare import Ratio, paired_ratio
 from ..measure.verdict import FASTER, SLOWER
@@ -34,6 +33,7 @@ from ..trials.calls import timed_calls
 from ..train.precision import DTYPES
 
 ROUNDS = 8
+LESSON = "lessons/precision"  # its cache files, one per set of conditions
 # Which instruction sets say why a CPU does a 16-bit type fast (names as in /proc/cpuinfo).
 UNITS = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16")}
 
@@ -97,27 +97,13 @@ def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS)
     return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}
 
 
-def conditions(device, busy: bool) -> dict:
-    """What a precision measurement depends on, and so the key it is kept under."""
-    device = torch.device(device)
-    return {"device": device_key(device), "torch": torch.__version__,
-            "flags": sorted(cpu_flags()) if device.type == "cpu" else [],
-            "isa_cap": (isa_cap() or ("",))[0], "usable_cores": usable_cores(), "busy": busy}
-
-
-def cache_name(conds: dict) -> str:
-    """The cache file of one set of conditions: one file each, so writers of others never clash."""
-    digest = hashlib.sha256(json.dumps(conds, sort_keys=True).encode()).hexdigest()[:16]
-    return f"lessons/precision-{digest}.json"
-
-
 def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
     """The precision lesson of this device: measured now, or recalled from a measurement taken
     under the same conditions (busy or quiet included), with the instruction sets that explain it."""
     device = torch.device(device)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
     now = conditions(device, is_busy(other_cores_now()))
-    cached = {} if refresh else read_json(cache_name(now))
+    cached = {} if refresh else read_json(cache_name(LESSON, now))
     if cached.get("conditions") == now:
         ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
         when, other = f"measured {cached['measured_at']}", cached["other_cpu_cores"]
@@ -127,7 +113,7 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
         other = meter.read()["other_cpu_cores"]
         when = "measured just now"
         measured = {**now, "busy": is_busy(other)}  # kept under what it met, not what was expected
-        write_json(cache_name(measured), {  # best effort: unwritable means measured again next time
+        write_json(cache_name(LESSON, measured), {  # best effort: unwritable means measured again next time
             "conditions": measured, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
             "other_cpu_cores": round(other, 3), "ratios": {k: r.__dict__ for k, r in ratios.items()}})
     source = (f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} "
@@ -172,7 +158,7 @@ def int8_ceiling_line(device) -> str:
         return ("no int8 ceiling is measured on this device yet: notebook 04 (or `workbench hw "
                 "--bench`) measures and caches it")
     ratio = gflops["int8"] / gflops["fp32"]
-    return (f"notebook 04's ceilings on this device (measured {entry['measured_at']}): a bare int8 "
+    return (f"notebook 04's ceilings on this device ({measured_when(entry)}): a bare int8 "
             f"matmul {gflops['int8']:,.0f} GOP/s against fp32's {gflops['fp32']:,.0f} GFLOP/s, "
             f"{ratio:.2f}x. A dynamically quantized Linear also quantizes its input and dequantizes "
             "its output at every call, at its own (smaller) size: its speedup is the one this "

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 from torch.utils.benchmark import Timer
 
+from ..machine.contention import ContentionMeter
 from ..trials.engine import order_of
 from ..measure.timer import device_sync, measure, summarize
 from ..train.precision import DTYPES
@@ -202,14 +203,17 @@ def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tu
 def run_benchmarks(device="cpu", quick: bool = False, allreduce_ranks: int = 0,
                    progress: Callable[[int, int, str], None] | None = None) -> list[Ceiling]:
     """Run every benchmark in `plan`; `progress(done, total, label)` is called before each and at
-    the end. A benchmark the backend cannot run becomes a Ceiling with value nan and a note."""
+    the end. A benchmark the backend cannot run becomes a Ceiling with value nan and a note. Each
+    ceiling carries the cores other programs held while it was measured."""
     steps = plan(device, quick, allreduce_ranks)
     out = []
     for i, (label, fn) in enumerate(steps):
         if progress:
             progress(i, len(steps), label)
+        meter = ContentionMeter()
         try:
             out.append(fn())
+            out[-1].other_cores = meter.read()["other_cpu_cores"]
         except (RuntimeError, NotImplementedError) as e:
             kind = "compute" if label.startswith("matmul") else "bandwidth"
             out.append(Ceiling(label, kind, math.nan, "GFLOP/s" if kind == "compute" else "GB/s",

@@ -1,7 +1,8 @@
 """Peak throughput of a device for a dtype, from three sources, each said by name:
 
 - "measured": the ceiling `workbench hw --bench` measured on this device, cached in
-  ~/.cache/workbench/ceilings.json ($WORKBENCH_CACHE overrides the folder);
+  ~/.cache/workbench/ceilings/ ($WORKBENCH_CACHE overrides the folder), a file per set of
+  conditions (device and threads, instruction sets, torch, busy or quiet);
 - "spec": the GPU's spec sheet (workbench.machine.gpus);
 - "estimate": a CPU's peak from its instruction sets, clock and threads (vendors publish no
   per-dtype CPU peaks; the estimate assumes two vector FMA units per core, one AMX unit).
@@ -17,6 +18,8 @@ import torch
 from ..cache import PRIVATE, cache_dir
 from ..config import ConfigError
 from ..disk import disk_message, make_dirs, write_json_atomic
+from .conditions import cache_name, conditions
+from .contention import is_busy
 from .cpu import cpu_info
 from .gpus import find_gpu
 
@@ -29,58 +32,66 @@ _CPU_RATES = {
 }
 
 
-def cache_file() -> Path:
-    return cache_dir() / "ceilings.json"
+CEILINGS = "ceilings/ceilings"  # their cache files, one per set of conditions (quiet or busy among them)
 
 
-def device_key(device) -> str:
-    """Which measurements apply: the GPU's name, or the CPU's model and torch's thread count."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return f"cuda {torch.cuda.get_device_name(device)}"
-    return f"cpu {cpu_info()['model']} x{torch.get_num_threads()} threads"
+def cache_file(device, busy: bool = False) -> Path:
+    """The cache file of the ceilings measured on `device` under this machine's conditions."""
+    return cache_dir() / cache_name(CEILINGS, conditions(device, busy))
 
 
 def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
-    """Remember measured ceilings (workbench.hardware.microbench.Ceiling) for this device. Keeps the
-    highest figure seen for each: load from other processes only ever lowers a ceiling. A cache that
-    cannot be written is a ConfigError naming the path and the cause."""
-    path = path or cache_file()
-    data = load_all() if path == cache_file() else {}
-    key = device_key(device)
-    old = data.get(key) if (data.get(key) or {}).get("torch") == torch.__version__ else None
-    entry = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
-             "compute_gflops": dict((old or {}).get("compute_gflops", {})),
-             "bandwidth_gbs": dict((old or {}).get("bandwidth_gbs", {}))}
+    """Remember measured ceilings (workbench.hardware.ceiling.Ceiling) for this device, under the
+    conditions they met: busy when other programs held the cores during any of them. Within one
+    set of conditions the highest figure seen is kept, since load only ever lowers a ceiling; a
+    busy figure goes to a file of its own and never replaces a quiet one. A cache that cannot be
+    written is a ConfigError naming the path and the cause."""
+    other = max((c.other_cores for c in ceilings if c.other_cores is not None), default=0.0)
+    busy = is_busy(other)
+    path = path or cache_file(device, busy)
+    old = _read(path) or {}
+    entry = {"conditions": conditions(device, busy), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "torch": torch.__version__, "busy": busy, "other_cpu_cores": round(other, 2),
+             "compute_gflops": dict(old.get("compute_gflops", {})),
+             "bandwidth_gbs": dict(old.get("bandwidth_gbs", {}))}
     for c in ceilings:
         if c.value != c.value:  # nan: not available here
             continue
         table, name = (("compute_gflops", c.dtype) if c.kind == "compute"
                        else ("bandwidth_gbs", c.name))
         entry[table][name] = max(c.value, entry[table].get(name, 0.0))
-    data[key] = entry
     try:
         make_dirs(path.parent, PRIVATE)
-        write_json_atomic(path, data)
+        write_json_atomic(path, entry)
     except OSError as e:
         raise ConfigError(disk_message(path, e, "writing the ceiling cache")) from None
     return path
 
 
-def load_all() -> dict:
+def _read(path: Path) -> dict | None:
     try:
-        data = json.loads(cache_file().read_text())
-        return data if isinstance(data, dict) else {}
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
-        return {}
+        return None
 
 
 def load_ceilings(device) -> dict | None:
-    """The cached measurement for this device (and this torch), or None."""
-    entry = load_all().get(device_key(device))
-    if not entry or entry.get("torch") != torch.__version__:
-        return None
-    return entry
+    """The ceilings measured on this device under this machine's conditions: the quiet measurement
+    when there is one (a ceiling is what the device can do), else one taken beside other programs,
+    marked `busy` with the cores they held, so whoever shows it says so. None when neither exists."""
+    for busy in (False, True):
+        entry = _read(cache_file(device, busy))
+        if entry and entry.get("conditions") == conditions(device, busy):
+            return entry
+    return None
+
+
+def measured_when(entry: dict) -> str:
+    """When and how a cached ceiling was measured, for whoever shows it."""
+    busy = (f", beside other programs holding {entry.get('other_cpu_cores', 0):.1f} cores (a busy "
+            "figure, below what the device can do)" if entry.get("busy") else "")
+    return f"measured {entry['measured_at']}{busy}"
 
 
 def cpu_peak_estimate(dtype: str, cpu: dict | None = None, threads: int | None = None) -> float | None:
@@ -113,14 +124,16 @@ def spec_peak(device, dtype: str) -> tuple[float | None, str, str]:
 
 
 def peak_for(device, dtype: str) -> dict:
-    """Every peak known for (device, dtype) and which one MFU should use: measured when cached."""
+    """Every peak known for (device, dtype) and which one MFU should use: measured when cached
+    ("measured busy" when only a busy measurement is)."""
     spec, basis, source = spec_peak(device, dtype)
     cached = load_ceilings(device)
     measured = None
     if cached:
         g = cached["compute_gflops"].get(dtype)
         measured = g / 1e3 if g else None
-    use = ("measured", measured) if measured else (basis, spec)
+    # a ceiling measured beside other programs is below the device's: said wherever MFU names it
+    use = ("measured busy" if cached.get("busy") else "measured", measured) if measured else (basis, spec)
     return {"peak_tflops": use[1], "basis": use[0] if use[1] else None,
             "spec_tflops": spec, "spec_basis": basis, "spec_source": source,
             "measured_tflops": measured}

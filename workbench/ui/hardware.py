@@ -18,6 +18,7 @@ from ..hardware.microbench import run_benchmarks
 from ..hardware.report import hardware_report
 from ..hardware.roofline import attainable
 from ..machine import peaks
+from ..machine.contention import is_busy
 from ..machine.cpu import isa_text
 from ..runstore import read_summary
 from .curve import RollingMedian
@@ -76,7 +77,16 @@ def ceilings_html(ceilings: list[Ceiling], device="cpu") -> str:
                     f"<td>{c.size}</td><td>{check}</td>"
                     f"<td>{f'{peak:.4g} ({spec[1]})' if peak else ''}</td>"
                     f"<td>{f'{c.value / peak:.0%}' if peak else ''}</td></tr>")
-    return f"<table>{head}{''.join(body)}</table>"
+    return f"{_busy_line(ceilings)}<table>{head}{''.join(body)}</table>"
+
+
+def _busy_line(ceilings: list[Ceiling]) -> str:
+    """The load the measurements met, said once above the table when other programs held cores."""
+    other = max((c.other_cores for c in ceilings if c.other_cores is not None), default=0.0)
+    if not is_busy(other):
+        return ""
+    return (f"<p>Measured beside other programs holding up to {other:.1f} cores: these ceilings are "
+            "below what the device can do, and are cached apart from a quiet measurement.</p>")
 
 
 class BenchPanel:
