@@ -67,6 +67,13 @@ def smoke() -> RunConfig:
 
 
 @pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """A cache folder of the test's own: no figure measured elsewhere is read or replaced."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def one_thread(monkeypatch):
     """One thread here and in workers: on a busy machine two OpenMP threads wait on each other
     (2-16x slower). For tests that check behaviour, not speed."""

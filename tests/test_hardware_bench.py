@@ -15,9 +15,8 @@ from workbench.hardware.microbench import Ceiling
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+def _private(private_cache):
+    return private_cache
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,8 @@ ui = pytest.importorskip("workbench.ui.hardware")
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+def _private(private_cache):
+    return private_cache
 
 
 def _c(name, kind, value, dtype=None):

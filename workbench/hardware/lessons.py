@@ -27,6 +27,7 @@ from ..machine.cpu import cpu_flags, flags_owner
 from ..machine.conditions import cache_name, conditions
 from ..machine.peaks import load_ceilings, measured_when
 from ..machine.threads import other_cores_now
+from ..measure import claims
 from ..measure.compare import Ratio, paired_ratio
 from ..measure.verdict import FASTER, SLOWER
 from ..trials.calls import timed_calls
@@ -56,6 +57,10 @@ class Lesson:
         elif ratio.verdict == SLOWER and recommend == dtype:
             recommend = "fp32"
         agrees = "agrees with" if recommend == self.recommend else "overrides"
+        claims.record("precision lesson after the A/B", "lesson", f"{recommend} to try first for this model",
+                      (ratio.verdict != FASTER or recommend == dtype)
+                      and (ratio.verdict != SLOWER or recommend != dtype),
+                      f"the A/B measured {dtype} {ratio.verdict} than fp32")
         trained = (f"an A/B of this model's training steps measured {dtype} against fp32 at "
                    f"{ratio.label()}, which {agrees} the matmul")
         return Lesson(recommend, self.ratios, self.flags, self.source, trained)
@@ -104,6 +109,7 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
     now = conditions(device, is_busy(other_cores_now()))
     cached = {} if refresh else read_json(cache_name(LESSON, now))
+    kept_under = now
     if cached.get("conditions") == now:
         ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
         when, other = f"measured {cached['measured_at']}", cached["other_cpu_cores"]
@@ -112,14 +118,18 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
         ratios = measure_precisions(device)
         other = meter.read()["other_cpu_cores"]
         when = "measured just now"
-        measured = {**now, "busy": is_busy(other)}  # kept under what it met, not what was expected
+        measured = kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
         write_json(cache_name(LESSON, measured), {  # best effort: unwritable means measured again next time
             "conditions": measured, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
             "other_cpu_cores": round(other, 3), "ratios": {k: r.__dict__ for k, r in ratios.items()}})
     source = (f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} "
               f"thread(s)" + (f", beside other programs holding {other:.1f} cores: both sides of "
                               "each round met them" if is_busy(other) else ", quiet"))
-    return Lesson(pick(ratios, device), ratios, flags, source)
+    lesson = Lesson(pick(ratios, device), ratios, flags, source)
+    # one answer per set of conditions, whichever panel asks: notebooks 01, 04 and 07 agree
+    claims.same("precision lesson", "the precision to try first", cache_name(LESSON, kept_under),
+                lesson.recommend)
+    return lesson
 
 
 def pick(ratios: dict[str, Ratio], device) -> str:

@@ -34,6 +34,7 @@ class Ratio:
     verdict: str | None
     paired: bool = True
     note: str = ""  # why there is no verdict, or what to keep in mind
+    min_effect: float = MIN_EFFECT  # the smallest gain its verdict counts
 
     def label(self) -> str:
         """'1.31x [1.18, 1.44] over 8 rounds: faster', the form every table and chart shows."""
@@ -94,7 +95,8 @@ def ratio_of(ratios: list[float], min_effect: float = MIN_EFFECT, paired: bool =
         return Ratio(med, None, None, len(ratios), WITHIN_NOISE, paired,
                      f"{len(ratios)} rounds are too few for a {CONFIDENCE:.0%} interval; "
                      f"use at least {min_rounds()}")
-    return Ratio(med, *interval, len(ratios), verdict(med, interval, min_effect), paired)
+    return Ratio(med, *interval, len(ratios), verdict(med, interval, min_effect), paired,
+                 min_effect=min_effect)
 
 
 def paired_ratio(a_times: list[float], b_times: list[float], min_effect: float = MIN_EFFECT) -> Ratio:
@@ -131,4 +133,4 @@ def unpaired_ratio(a_times: list[float], b_times: list[float], min_effect: float
     tail = (1 - CONFIDENCE) / 2
     interval = (boots[int(tail * resamples)], boots[int((1 - tail) * resamples) - 1])
     return Ratio(med, *interval, n, verdict(med, interval, min_effect), False,
-                 "separate runs, not interleaved: drift between them is not in the interval")
+                 "separate runs, not interleaved: drift between them is not in the interval", min_effect)

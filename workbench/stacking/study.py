@@ -18,6 +18,7 @@ from typing import Callable
 
 from ..config import RunConfig
 from ..events import RANK, SAMPLES_PER_S, STEP_TIME_MS
+from ..measure import claims
 from ..measure.compare import min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD
@@ -135,6 +136,8 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             last = list(built.values())[-1]
             hosts.variants[last].save(last)  # the inference end starts from its weights
         out = table()
+    claims.plan("the stacking plan", {s.change.label: s.reason is None for s in steps},
+                {r[STACK_STEP]: r["status"] not in ("skipped", "failed") for r in out.to_dict("records")})
     if on_update is not None:
         on_update(out)
     return out

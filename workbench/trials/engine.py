@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
+from ..measure import claims
 from ..measure.compare import Ratio, ratio_of
 from ..measure.order import order_of
 from ..measure.verdict import MIN_EFFECT
@@ -122,6 +123,7 @@ class Comparison:
 
     def text(self) -> str:
         r = self.ratio
+        claims.ratio(f"{self.label} against {self.reference}", r)
         if r.ratio is None:
             return f"not measured ({self.dropped} pairs dropped)" if self.dropped else "not measured"
         interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None else ""
@@ -230,5 +232,5 @@ def _as_pairs(r: Ratio) -> Ratio:
     """The measurement core counts rounds; a trial's rounds are pairs, and its note says so."""
     note = r.note.replace("rounds are too few", "pairs are too few").replace(
         "use at least", "the fewest that carry one:")
-    return Ratio(r.ratio, r.low, r.high, r.rounds, r.verdict, r.paired, note)
+    return Ratio(r.ratio, r.low, r.high, r.rounds, r.verdict, r.paired, note, r.min_effect)
 

@@ -37,6 +37,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from ..measure import claims
 from ..measure.compare import CONFIDENCE, median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 
@@ -236,6 +237,10 @@ def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: 
     def decided(d: Decision) -> None:
         d.settings = dict(cand.settings)
         decisions.append(d)
+        # a kept setting is one its shown interval calls faster; others claim no gain
+        claims.record("the tune", "verdict", f"{cand.key}: {d.status}",
+                      not d.kept or (d.low is not None and d.low > 1),
+                      f"{d.ratio:.2f}x [{d.low}, {d.high}] over {d.rounds} pairs" if d.ratio else d.outcome)
         if on_decision is not None:
             on_decision(d)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import ipywidgets as widgets
 import pandas as pd
 
+from ..measure import claims
 from ..events import (ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS,
                       read_events)
 from ..measure.compare import speedup_text
@@ -55,8 +56,11 @@ def table_html(df: pd.DataFrame) -> str:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
                           for v in shown[col]]
     head = "".join(f"<th>{html.escape(title(c))}</th>" for c in shown.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
-                   for row in shown.itertuples(index=False))
+    cells = [{title(c): _cell(v) for c, v in zip(shown.columns, row)}
+             for row in shown.itertuples(index=False)]
+    claims.filled("the comparison table", cells)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row.values()) + "</tr>"
+                   for row in cells)
     return (f"<table class='wb-compare-table' style='border-collapse:collapse;font-size:12px'>"
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
             "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row, with its "

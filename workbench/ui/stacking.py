@@ -14,6 +14,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..measure import claims
 from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S
@@ -102,6 +103,7 @@ def table_html(df) -> str:
             v = "" if v is None or (isinstance(v, float) and v != v) else (
                 f"{v:.4g}" if isinstance(v, float) else v)
             cells.append(f"<td>{html.escape(str(v))}</td>")
+        claims.filled("the stacking table", [dict(zip(shown, cells))])
         color = status_color(r["status"], "#000")
         body.append(f"<tr style='color:{color}'>{''.join(cells)}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"

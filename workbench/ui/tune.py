@@ -13,6 +13,7 @@ import threading
 
 import ipywidgets as w
 
+from ..measure import claims
 from ..config import ConfigError, RunConfig
 from ..trials.engine import SLICE_S
 from ..tune.search import Decision
@@ -32,8 +33,10 @@ def decision_row(d: Decision) -> list[str]:
 
 def decisions_table(decisions: list[Decision]) -> str:
     head = "".join(f"<th style='text-align:left'>{c}</th>" for c in COLUMNS)
+    shown = [decision_row(d) for d in decisions]
+    claims.filled("the tune's decisions", [dict(zip(COLUMNS, row)) for row in shown])
     rows = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>"
-                                    for v in decision_row(d)) + "</tr>" for d in decisions)
+                                    for v in row) + "</tr>" for row in shown)
     return f"<table class='wb-tune-table'><tr>{head}</tr>{rows}</table>"
 
 

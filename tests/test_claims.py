@@ -1,0 +1,82 @@
+"""The claims check: a sentence recorded with its numbers holds or fails by one rule each, and
+`check()` names every claim that does not hold."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.measure import claims
+from workbench.measure.compare import ratio_of
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("0*.ipynb"))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    claims.clear()
+    yield
+    claims.clear()
+
+
+def test_a_verdict_holds_only_where_its_interval_says_so():
+    assert claims.verdict("a", "faster", 1.72, (1.43, 1.91)).holds
+    assert claims.verdict("b", "faster, but accuracy 0.995 -> 0.273", 1.62, (1.4, 1.8)).holds
+    assert not claims.verdict("c", "faster", 3.26, (0.42, 6.22)).holds  # the interval holds 1
+    assert not claims.verdict("d", "faster", 1.3, None).holds  # no interval, no verdict
+    assert claims.verdict("e", None, 1.3, None).holds  # a withheld verdict claims nothing
+    assert claims.ratio("f", ratio_of([1.5, 1.6, 1.4, 1.55, 1.5, 1.45, 1.6, 1.52])).holds
+    with pytest.raises(claims.ClaimsDisagree, match=r"2 of 6 claim\(s\).*c: 'faster' \(3.26x \[0.42, 6.22\]"):
+        claims.check()
+
+
+def test_a_plan_against_what_ran():
+    assert claims.plan("p", {"bf16": True, "workers": False}, {"bf16": True, "workers": False}).holds
+    wrong = claims.plan("q", {"ddp": True, "workers": False}, {"ddp": False, "workers": True})
+    assert not wrong.holds
+    assert "ddp: planned to run, did not run" in wrong.checked
+    assert "workers: planned to skip, ran" in wrong.checked
+
+
+def test_a_prediction_outside_its_tolerance_needs_a_reason():
+    assert claims.prediction("m", "peak", 100, 110, 0.15).holds
+    assert not claims.prediction("m", "peak", 615, 1414, 0.15).holds
+    with_reason = claims.prediction("m", "peak", 615, 1414, 0.15, reason="the allocator keeps memory")
+    assert with_reason.holds and "outside its 15%: the allocator keeps memory" in with_reason.checked
+
+
+def test_one_answer_per_question_and_conditions():
+    assert claims.same("01", "precision", "quiet-key", "bf16").holds
+    assert claims.same("04", "precision", "quiet-key", "bf16").holds
+    assert claims.same("07", "precision", "busy-key", "fp32").holds  # other conditions: its own answer
+    clash = claims.same("07", "precision", "quiet-key", "fp32")
+    assert not clash.holds and "earlier answers: bf16" in clash.checked
+
+
+def test_a_table_never_shows_nan_or_none():
+    assert claims.filled("t", [{"verdict": "baseline", "speedup": ""}]).holds
+    bad = claims.filled("t", [{"verdict": "nan", "speedup": "1.2x"}, {"verdict": None, "x": 1}])
+    assert not bad.holds and "verdict" in bad.checked
+
+
+def test_check_lists_what_holds_and_a_claim_shown_twice_is_kept_once():
+    claims.verdict("a", "within noise", 1.02, (0.9, 1.1))
+    claims.verdict("a", "within noise", 1.02, (0.9, 1.1))
+    done = claims.check()
+    assert len(done.claims) == 1
+    assert "1 claim(s) on this page" in done.summary() and "within noise" in done._repr_html_()
+
+
+def test_the_precision_lesson_is_one_answer_per_set_of_conditions(private_cache):
+    from workbench.hardware.lessons import precision_lesson
+
+    first, again = precision_lesson("cpu"), precision_lesson("cpu")
+    said = [c for c in claims.made() if c.kind == "same"]
+    assert first.recommend == again.recommend and all(c.holds for c in said)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_ends_by_checking_its_claims(notebook):
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    assert "claims.check()" in "".join(cells[-1]["source"])
