@@ -8,26 +8,19 @@ the runs. Screenshots land in test-output/.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from lab_server import REPO, LabServer
+from browser_page import (OUT, check_no_widget_errors, lab_page, legibility, prompts, run_all,
+                          wait)
+from lab_server import REPO
 from workbench.procs import OtherWork
 
-CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = "01_mixed_precision.ipynb"
-OUT = REPO / "test-output"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WIDGET_ERRORS = ("Error displaying widget", "Failed to load model", "Model not found",
-                 "Failed to create view", "Traceback (most recent call last)")
-
 # The last step drawn on the panel's live loss chart (the dashboard's figure titled "Loss ..."):
 # not its number of points, which the chart's min/max buckets cap however far the run goes.
 LOSS_POINTS_JS = """() => {
@@ -39,45 +32,6 @@ LOSS_POINTS_JS = """() => {
   const xs = (plots[0].data || []).flatMap(tr => Array.from(tr.x || []));
   return xs.length ? Math.max(...xs) : 0;
 }"""
-
-
-def _needs_browser():
-    if os.path.exists(CHROMIUM):
-        return
-    reason = f"{CHROMIUM} is missing (Debian's chromium package); the browser test cannot run"
-    if os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1":
-        pytest.fail(reason + " and WORKBENCH_REQUIRE_BROWSER=1")
-    pytest.skip(reason)
-
-
-def _wait(cond, timeout_s, what, poll_s=0.5):
-    end, value = time.monotonic() + timeout_s, None
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last seen: {value!r})")
-
-
-def _prompts(page) -> list[str]:
-    return page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
-
-
-def _run_all(page, lab) -> None:
-    """Run > Run All Cells, once the kernel is idle; retry once if no cell starts."""
-    _wait(lambda: lab.kernel_states() == ["idle"], 120, "the kernel to be idle")
-    page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=60_000)
-    for attempt in range(2):
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-        try:
-            _wait(lambda: any(re.search(r"\[(\*|\d+)\]", p) for p in _prompts(page)), 20,
-                  "a cell to start")
-            return
-        except AssertionError:
-            if attempt:
-                raise
 
 
 @contextmanager
@@ -94,57 +48,6 @@ def _explained(page, runs: Path):
                              f"{on_disk}") from None
 
 
-def _check_no_widget_errors(page) -> None:
-    text = page.locator(".jp-Notebook").inner_text()
-    for err in WIDGET_ERRORS:
-        assert err not in text, f"the notebook shows {err!r}"
-
-
-@contextmanager
-def _lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
-    """JupyterLab on tmp_path/notebooks and a page of headless Chromium: yields (lab, page,
-    console). The page's console is kept in test-output/browser_{name}_console.log, pass or fail;
-    on a failure a screenshot and the server's log land beside it. At the end the server and every
-    process it started end, and a process left behind fails the test."""
-    _needs_browser()
-    from playwright.sync_api import sync_playwright
-
-    OUT.mkdir(exist_ok=True)
-    lab = LabServer(tmp_path / "notebooks", tmp_path / "jupyter", env)
-    console: list[str] = []
-    try:
-        lab.start()
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = None
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-                page.set_default_timeout(timeout_ms)
-                yield lab, page, console
-            except BaseException:
-                if page is not None:
-                    page.screenshot(path=str(OUT / f"browser_{name}_failure.png"))
-                (OUT / f"browser_{name}_jupyterlab.log").write_text(lab.log_tail(20000))
-                raise
-            finally:
-                (OUT / f"browser_{name}_console.log").write_text("\n".join(console))
-                browser.close()
-    finally:
-        left = lab.stop()
-        assert not left, f"processes left behind: {left}"
-
-
-# Every button and description label shown whose text is wider than its box (cut to "Measure
-# prop..."): a reader must see whole words.
-CUT_OFF_JS = """() => {
-  const shown = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
-    .filter(el => el.offsetParent !== null && el.innerText.trim());
-  return {checked: shown.length,
-          cut: shown.filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.innerText.trim())};
-}"""
-
-
 @pytest.mark.browser
 @pytest.mark.slow  # beside the other tests: it passed in the same time beside two busy processes
 def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
@@ -153,14 +56,14 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)  # the browser may save its copy
     runs = tmp_path / "runs"
     env = {"WORKBENCH_QUICK": "1", "WORKBENCH_RUNS": str(runs)}
-    with _lab_page(tmp_path, env, "precision", 60_000) as (lab, page, _):
+    with lab_page(tmp_path, env, "precision", 60_000) as (lab, page, _):
         page.goto(lab.url(NOTEBOOK))
-        _run_all(page, lab)
-        _wait(lambda: lab.kernel_states() == ["idle"] and (p := _prompts(page))
+        run_all(page, lab)
+        wait(lambda: lab.kernel_states() == ["idle"] and (p := prompts(page))
               and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
-        _check_no_widget_errors(page)
-        shown = page.evaluate(CUT_OFF_JS)
-        assert shown["checked"] >= 10 and shown["cut"] == [], shown  # the panel's buttons and inputs
+        check_no_widget_errors(page)
+        shown = legibility(page)
+        assert shown["labels"] >= 10 and shown["problems"] == [], shown  # buttons, tables, charts
         assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
         names = [p.name for p in runs.iterdir() if p.name != "trials"]
         assert len(names) == 3, names  # the panel's fp32, bf16, fp16
@@ -178,24 +81,24 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         page.locator("button.widget-button.mod-success", has_text="Run").first.click()
         chart = page.locator(".js-plotly-plot").first
         chart.scroll_into_view_if_needed()
-        counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120,
+        counts = [wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120,
                         "the new run's first points")]
         for _ in range(2):  # (a) the chart gains points while the run goes
-            counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
+            counts.append(wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
                                 and n, 60, "the chart to gain points"))
         assert "running" in page.locator(".wb-panel-status").first.inner_text()
         page.screenshot(path=str(OUT / "browser_live_run.png"))
 
         page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
         status = page.locator(".wb-panel-status").first
-        _wait(lambda: "stopped" in status.inner_text(), 60, "the panel to show 'stopped'")
-        _check_no_widget_errors(page)  # (b)
+        wait(lambda: "stopped" in status.inner_text(), 60, "the panel to show 'stopped'")
+        check_no_widget_errors(page)  # (b)
 
         # (c) the panel's comparison table lists all four runs, the notebook's the three
         names = sorted(p.name for p in runs.iterdir() if p.name != "trials")
         assert len(names) == 4, names  # the A/B test's trial is not the panel's
         tables = page.locator(".wb-compare-table")
-        _wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
+        wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
               "the panel's table to list every run")
         assert all(n in tables.nth(1).inner_text() for n in names[:3])
         tables.first.scroll_into_view_if_needed()
@@ -244,39 +147,39 @@ def test_live_charts_draw_and_gain_points_on_a_busy_machine(tmp_path):
     root.mkdir()
     (root / "busy.ipynb").write_text(json.dumps(BUSY_NOTEBOOK))
     env = {"WORKBENCH_RUNS": str(tmp_path / "runs")}
-    with _lab_page(tmp_path, env, "busy", 180_000) as (lab, page, console), OtherWork(2) as hogs:
+    with lab_page(tmp_path, env, "busy", 180_000) as (lab, page, console), OtherWork(2) as hogs:
         page.goto(lab.url("busy.ipynb"))
         page.locator(".jp-Notebook .jp-CodeCell").first.wait_for()
         page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate",
                                                 {"rate": SLOWDOWN})  # from here on
-        _run_all(page, lab)
+        run_all(page, lab)
         seen = []  # points on each of the eight charts, each time looked
 
         def eight_drawn():
             seen.append(page.evaluate(CHART_POINTS_JS))
             return len(seen[-1]) == 8 and min(seen[-1]) > 1 and seen[-1]
         try:  # (a) eight charts shown at once draw, and gain points
-            drawn = _wait(eight_drawn, 240, "the eight charts to draw their points", 2)
+            drawn = wait(eight_drawn, 240, "the eight charts to draw their points", 2)
         except AssertionError as e:  # a chart without its title never got its model's messages
             titles = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
                                    ".map(gd => (((gd.layout || {}).title || {}).text) || '')")
             raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}; titles of the "
                                  f"page's {len(titles)} charts: {titles}") from None
-        _wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
+        wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
               "the eight charts to gain points", 2)
 
         # (b) the panel's live charts follow a run beside them
         with _explained(page, tmp_path / "runs"):
             page.locator("button.widget-button.mod-success", has_text="Run").first.click()
-            counts = [_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300,
+            counts = [wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300,
                             "the run's first points")]
             for _ in range(2):
-                counts.append(_wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
+                counts.append(wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
                                     and n, 120, "the chart to gain points", 2))
             assert hogs.alive()  # the cores were held the whole time
             page.screenshot(path=str(OUT / "browser_busy_live_run.png"))
             page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
-            _wait(lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(), 120,
+            wait(lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(), 120,
                   "the panel to show 'stopped'")
-        _check_no_widget_errors(page)
+        check_no_widget_errors(page)
         assert not [c for c in console if "Failed to initialize model" in c], console

@@ -80,3 +80,10 @@ def test_the_precision_lesson_is_one_answer_per_set_of_conditions(private_cache)
 def test_every_notebook_ends_by_checking_its_claims(notebook):
     cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
     assert "claims.check()" in "".join(cells[-1]["source"])
+
+
+def test_a_gain_that_cost_accuracy_never_reads_as_clean():
+    assert claims.weighed("s", "prune", "faster, but accuracy 0.995 -> 0.273", 0.995, 0.273).holds
+    assert not claims.weighed("s", "prune", "faster", 0.995, 0.273).holds
+    assert claims.weighed("s", "int8", "faster", 0.995, 0.990).holds
+    assert claims.weighed("s", "int8", "faster", float("nan"), 0.5).holds

@@ -74,7 +74,7 @@ def test_a_verdict_that_cost_accuracy_says_so_and_is_no_clean_gain():
 
 def test_compression_and_stacking_rows_that_lost_accuracy_are_never_painted_as_gains():
     from workbench.compress.reasons import judge
-    from workbench.ui.stacking import STATUS_COLORS, status_color
+    from workbench.ui.table import STATUS_COLORS, status_color
 
     timing = {"speedup_b64": 1.62, "speedup_b64_low": 1.5, "speedup_b64_high": 1.7,
               "speedup_b64_verdict": "faster", "speedup_b64_rounds": 15}

@@ -129,7 +129,8 @@ def test_waterfall_steps_add_up_to_the_total():
 
 
 def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
-    from workbench.ui.stacking import STATUS_COLORS, waterfall_figure
+    from workbench.ui.stacking import waterfall_figure
+    from workbench.ui.table import STATUS_COLORS
 
     df = pd.DataFrame([
         {"step": "baseline", "status": "baseline", "samples_per_s": 100.0, "gain_vs_prev": 1.0,

@@ -7,6 +7,7 @@ from workbench.config import RunConfig
 from workbench.runstore import create_run_dir
 from workbench.stacking.study import COLUMNS
 from workbench.ui import stacking as ui
+from workbench.ui.table import STATUS_COLORS
 
 ROWS = [
     {"step": "baseline", "status": "baseline", "samples_per_s": 1000.0, "gain_vs_prev": 1.0,
@@ -42,7 +43,7 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     waterfall = panel.fig.data[0]
     assert list(waterfall.base) == [0.0, 1000.0, 1500.0, 0.0]
     assert list(waterfall.y) == [1000.0, 500.0, 0.0, 1500.0]
-    assert list(waterfall.marker.color) == [ui.STATUS_COLORS[s] for s in
+    assert list(waterfall.marker.color) == [STATUS_COLORS[s] for s in
                                             ("baseline", rows[1]["status"], "skipped", "baseline")]
     assert "pin_memory needs a GPU" in waterfall.text[2]
     assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]

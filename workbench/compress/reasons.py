@@ -9,6 +9,7 @@ under half of the model's weights says so in its verdict, one timed on a busy ma
 """
 from __future__ import annotations
 
+from ..measure import claims
 from ..measure.verdict import weighed
 from .coverage import coverage_note
 from .stats import speedup_label
@@ -94,7 +95,10 @@ def judge(kind: str, timing: dict, sparsity: float = 0.0, coverage: dict | None 
     why = f"{measured}: {text}"
     if coverage:
         why += f"; {coverage_note(coverage, 'converted' if 'int8' in kind else 'pruned')}"
-    return {"verdict": weighed(partial_verdict(lab, coverage), *(accuracy or (None, None))), "why": why}
+    said = weighed(partial_verdict(lab, coverage), *(accuracy or (None, None)))
+    if accuracy and None not in accuracy:  # a row that lost accuracy never reads as a clean gain
+        claims.weighed("the compression table", kind, said, *accuracy)
+    return {"verdict": said, "why": why}
 
 
 def measured_sentence(df, kind: str, batch: int) -> str:

@@ -20,7 +20,7 @@ import html
 import threading
 from dataclasses import dataclass
 
-from .verdict import MIN_EFFECT, WITHIN_NOISE, verdict as verdict_of
+from .verdict import ACCURACY_TOLERANCE, MIN_EFFECT, WITHIN_NOISE, is_clean_gain, verdict as verdict_of
 
 
 @dataclass
@@ -78,6 +78,17 @@ def ratio(where: str, r) -> Claim:
     """The verdict a Ratio (workbench.measure.compare) shows, against its own ratio and interval."""
     interval = (r.low, r.high) if r.low is not None else None
     return verdict(where, r.verdict, r.ratio, interval, r.min_effect)
+
+
+def weighed(where: str, what: str, said: str | None, before: float, after: float,
+            tolerance: float = ACCURACY_TOLERANCE) -> Claim:
+    """A verdict shown for a variant that may have cost accuracy: one that lost more than
+    `tolerance` must not read as a clean gain."""
+    if before != before or after != after:  # nan: no accuracy measured, nothing to weigh
+        return record(where, "verdict", f"{what}: {said}", True, "no accuracy measured")
+    return record(where, "verdict", f"{what}: {said}",
+                  before - after <= tolerance or not is_clean_gain(said),
+                  f"accuracy {before:.3f} -> {after:.3f}, tolerance {tolerance}")
 
 
 def plan(where: str, planned: dict[str, bool], ran: dict[str, bool]) -> Claim:

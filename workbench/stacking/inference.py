@@ -22,6 +22,7 @@ from ..compress.structured import structured_coverage, structured_prune
 from ..compress.subject import Subject
 from ..config import ConfigError
 from ..events import SAMPLES_PER_S
+from ..measure import claims
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
 from .changes import STACK_STEP
@@ -84,6 +85,9 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
             row.update(gain_vs_prev=round(gain.ratio, 3), gain_low=gain.low, gain_high=gain.high,
                        rounds=gain.rounds, gain_vs_baseline=round(sps / base, 3),
                        status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]))
+            if base_accuracy is not None and row["accuracy"] is not None:
+                claims.weighed("the inference study", row[STACK_STEP], row["status"], base_accuracy,
+                               row["accuracy"])
         prev_rounds = per_round
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)

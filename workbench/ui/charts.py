@@ -64,6 +64,27 @@ def publish(fig: go.FigureWidget, layout: bool = True) -> None:
     fig._widget_data = deepcopy(fig._data)
 
 
+def wrapped(text: str, width_px: int | None, font_px: int = 14) -> str:
+    """A chart title broken into lines that fit the chart's width (plotly clips a long title
+    instead of wrapping it)."""
+    per_line = max(20, int((width_px or 700) / (0.55 * font_px)))
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > per_line:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join(lines + ([line] if line else []))
+
+
+def set_title(fig: go.FigureWidget, text: str, font_px: int = 14) -> None:
+    """Title a figure in lines that fit it, with the room above the plot they need."""
+    text = wrapped(text, fig.layout.width, font_px)
+    fig.layout.title.text = text
+    fig.layout.margin.t = 24 + int(1.4 * font_px) * (text.count("<br>") + 1)
+
+
 def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250) -> go.FigureWidget:
     fig = LiveFigure()
     fig.update_layout(title={"text": title, "x": 0.02, "font": {"size": 14}}, height=height,

@@ -13,7 +13,6 @@ from pathlib import Path
 import ipywidgets as widgets
 import pandas as pd
 
-from ..measure import claims
 from ..events import (ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS,
                       read_events)
 from ..measure.compare import speedup_text
@@ -23,7 +22,7 @@ from ..trials.ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
 from .job import BackgroundJob
 from .sizing import button
-from .titles import title
+from .table import html_table
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
 FORMATS = {SAMPLES_PER_S: "{:,.0f}", STEP_TIME_MS: "{:.2f}", "peak_mem_gib": "{:.3f}",
@@ -55,22 +54,11 @@ def table_html(df: pd.DataFrame) -> str:
         if col in shown:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
                           for v in shown[col]]
-    head = "".join(f"<th>{html.escape(title(c))}</th>" for c in shown.columns)
-    cells = [{title(c): _cell(v) for c, v in zip(shown.columns, row)}
-             for row in shown.itertuples(index=False)]
-    claims.filled("the comparison table", cells)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row.values()) + "</tr>"
-                   for row in cells)
-    return (f"<table class='wb-compare-table' style='border-collapse:collapse;font-size:12px'>"
-            f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-            "<div style='font-size:11px;color:#666'>speedup: samples/s vs the first row, with its "
-            f"95 % interval; {html.escape(df.attrs.get('note', ''))}; others' cores: what other "
-            "programs used during each run; peak memory: device peak on a GPU, RSS on a CPU</div>")
-
-
-def _cell(value) -> str:
-    """A table cell's text: nothing where nothing was measured, never 'None' or 'nan'."""
-    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+    return html_table(shown.to_dict("records"), list(shown.columns), where="the comparison table",
+                      css="wb-compare-table",
+                      below=(f"speedup: samples/s vs the first row, with its 95 % interval; "
+                             f"{df.attrs.get('note', '')}; others' cores: what other programs used "
+                             "during each run; peak memory: device peak on a GPU, RSS on a CPU"))
 
 
 class CompareView:

@@ -12,17 +12,18 @@ Work runs on a background thread; charts redraw inside `fig.batch_update()` once
 """
 from __future__ import annotations
 
-import html
 import threading
 
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from .table import html_table
 from ..compress.long_search import search_progress
 from ..compress.stats import busy_note, conditions_line, speedup_label, speedup_short
 from ..compress.subject import Subject
 from ..compress.sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
+from .charts import set_title
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingIntSlider
@@ -146,8 +147,8 @@ class CompressLab:
         with self.acc_fig.batch_update():
             self.acc_fig.data = []
             if recs:  # how much of the model the amounts are about
-                self.acc_fig.layout.title = (f"Accuracy vs amount ({recs[-1]['method']} reaches "
-                                             f"{recs[-1]['coverage']:.0%} of the weights)")
+                set_title(self.acc_fig, f"Accuracy vs amount ({recs[-1]['method']} reaches "
+                                        f"{recs[-1]['coverage']:.0%} of the weights)")
             self.acc_fig.add_scatter(x=x, y=[r["accuracy"] for r in recs], name="after pruning")
             if recs and "accuracy_finetuned" in recs[0]:
                 self.acc_fig.add_scatter(x=x, y=[r["accuracy_finetuned"] for r in recs],
@@ -185,8 +186,10 @@ class CompressLab:
                 self.pareto_fig.add_scatter(
                     x=m[f"latency_b{big}_ms"], y=m["accuracy"], mode="markers+text",
                     name="variants", textposition="bottom center",
-                    text=[f"{r['variant']}: {speedup_short(r, big)}" if r["variant"] != "dense"
-                          else "dense" for r in m.to_dict("records")],
+                    # labels only on the front: the others pile up there, and say it on hover
+                    text=[("dense" if r["variant"] == "dense" else f"{r['variant']}: {speedup_short(r, big)}")
+                          if r["variant"] in front else "" for r in m.to_dict("records")],
+                    hovertext=[f"{r['variant']}: {speedup_short(r, big)}" for r in m.to_dict("records")],
                     marker=dict(size=[12 if v in front else 7 for v in m["variant"]]))
                 self.table.value = self.table_html(df)
 
@@ -200,5 +203,4 @@ class CompressLab:
         cols = [c.format(big=self.big) for c in TABLE_COLUMNS]
         cols = [c for c in cols if c in shown.columns]
         said = conditions_line(df.to_dict("records"))  # once above the rows, not in every cell
-        head = f"<div style='font-size:12px'>{html.escape(said)}</div>" if said else ""
-        return head + shown[cols].to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="")
+        return html_table(shown[cols].to_dict("records"), cols, above=said, where="the compression table")

@@ -23,6 +23,7 @@ from ..machine.cpu import isa_text
 from ..runstore import read_summary
 from .curve import RollingMedian
 from .dashboard import mfu_text
+from .charts import set_title
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingFloatLogSlider
@@ -144,14 +145,14 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
                             name=f"{c.dtype} roof ({c.value:.4g} {c.unit})",
                             line={"color": _COLORS.get(c.dtype), "width": 2})
         for p in points:
-            fig.add_scatter(x=[p["intensity"]], y=[p["gflops"]], mode="markers+text",
-                            text=[f"{p['model']} {p['dtype']}"], textposition="top center",
+            fig.add_scatter(x=[p["intensity"]], y=[p["gflops"]], mode="markers",
+                            hovertext=[f"{p['model']} {p['dtype']}"],
                             marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"),
                                     "symbol": "diamond"},
                             name=f"{p['model']} step ({p['gflops']:.3g} GFLOP/s)")
         default = f"Roofline (memory roof: copy at {bw:.3g} GB/s)" if bw else "Roofline (no copy figure)"
-        fig.update_layout(title=title or default,
-                          xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
+        set_title(fig, title or default)
+        fig.update_layout(xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
                           yaxis={"type": "log", "title": "GFLOP/s"}, height=450,
                           legend={"font": {"size": 10}})
     return fig
@@ -175,9 +176,10 @@ def mfu_figure(run_dir) -> go.FigureWidget:
             title = (f"MFU per step: {mfu_text(s[MFU])} at the median step, against the "
                      f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s")
         else:
-            title = f"MFU: {s.get('mfu_error', 'not measured')}"[:160]
-        fig.update_layout(title=title, xaxis_title="step", yaxis_title="% of peak", height=320,
+            title = f"MFU: {s.get('mfu_error', 'not measured')}"
+        fig.update_layout(xaxis_title="step", yaxis_title="% of peak", height=320,
                           yaxis={"rangemode": "tozero"})
+        set_title(fig, title)
     return fig
 
 

@@ -14,6 +14,7 @@ import html
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from .table import html_table
 from ..config import RunConfig
 from ..profile.report import LABELS
 from ..profile.checkpoint import checkpoint_trade
@@ -21,6 +22,7 @@ from ..profile.memory import PARTS, mib
 from ..profile.optimizers import IMPLS, compare_optimizers
 from ..profile.run import PROFILE_STEPS, profile
 from ..train.profiling import PHASES
+from .charts import set_title
 from .figure import LiveFigure
 from .job import BackgroundJob, show
 from .sizing import button
@@ -38,8 +40,8 @@ def phase_bars(fig: go.FigureWidget, b) -> None:
         for trace, phase in zip(fig.data, PHASES):
             trace.y = ranks
             trace.x = [r.phases_ms[phase] for r in b.ranks]
-        fig.layout.title = (f"where a step's {b.step_ms:.1f} ms go (median of "
-                            f"{len(b.ranks[0].steps)} profiled steps): bound by {b.verdict.bound_by}")
+        set_title(fig, f"where a step's {b.step_ms:.1f} ms go (median of {len(b.ranks[0].steps)} "
+                       f"profiled steps): bound by {b.verdict.bound_by}")
 
 
 def memory_bars(fig: go.FigureWidget, m) -> None:
@@ -49,21 +51,18 @@ def memory_bars(fig: go.FigureWidget, m) -> None:
         for trace, part in zip(fig.data, PARTS):
             trace.x = cols
             trace.y = [m.bytes[part] / 2**20] + ([m.estimate[part] / 2**20] if m.estimate else [])
-        fig.layout.title = f"training state: {mib(m.total)} measured"
+        set_title(fig, f"training state: {mib(m.total)} measured")
 
 
 def ops_table(b, top: int = 12) -> str:
     ops = b.ranks[0].top_ops[:top]
     device = bool(ops) and "device_ms_per_step" in ops[0]
-    head = "".join(f"<th>{h}</th>" for h in ("operator", "phase", "device ms" if device else "self ms",
-                                              "calls", "input shapes"))
-    rows = "".join(
-        f"<tr><td>{html.escape(o['name'])}</td><td>{html.escape(o['phase'])}</td>"
-        f"<td>{o['device_ms_per_step' if device else 'self_ms_per_step']:.3f}</td>"
-        f"<td>{o['calls_per_step']:g}</td><td>{html.escape(o['input_shapes'][:80])}</td></tr>"
-        for o in ops)
-    return (f"<b>Top operators per step</b> (rank 0)<table class='wb-ops'><tr>{head}</tr>{rows}"
-            "</table>")
+    ms = "device ms a step" if device else "own ms a step"
+    rows = [{"operator": o["name"], "phase": o["phase"],
+             ms: o["device_ms_per_step" if device else "self_ms_per_step"],
+             "calls a step": o["calls_per_step"], "input shapes": o["input_shapes"]} for o in ops]
+    return html_table(rows, ["operator", "phase", ms, "calls a step", "input shapes"],
+                      above="Top operators per step (rank 0)", where="the operators table")
 
 
 def verdict_html(b) -> str:

@@ -12,11 +12,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..config import RunConfig
+from ..machine.contention import is_busy
+from ..measure.compare import speedup_text
 from ..events import SAMPLES_PER_S
 from ..trials.scaling import explain, study
 from .charts import COLORS
 from .figure import LiveFigure
 from .job import BackgroundJob
+from .table import html_table
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
            "threads_per_process", "total_threads", "rounds", SAMPLES_PER_S, "ideal_samples_per_s",
@@ -44,6 +47,22 @@ def draw(fig: go.FigureWidget, rows: list[dict]) -> None:
                             mode="lines+markers", line={"color": color})
             fig.add_scatter(x=xs, y=[r["ideal_samples_per_s"] for r in part], name=f"{mode}: ideal",
                             mode="lines", line={"color": color, "dash": "dash"})
+
+
+SHOWN = ["mode", "processes", "global_batch", "total_threads", "rounds", SAMPLES_PER_S, "speedup",
+         "efficiency", "status"]
+
+
+def scaling_table(frame: pd.DataFrame) -> str:
+    """The study's rows with the speedup's interval in its cell; the load they met said once."""
+    rows = []
+    for r in frame.to_dict("records"):
+        r["speedup"] = speedup_text(r.get("speedup"), r.get("speedup_low"), r.get("speedup_high"))
+        rows.append(r)
+    others = [r["other_cpu_cores"] for r in rows if isinstance(r.get("other_cpu_cores"), float)]
+    above = (f"other programs held up to {max(others):.1f} cores while these ran" if others and
+             is_busy(max(others)) else "")
+    return html_table(rows, SHOWN, above=above, where="the scaling table")
 
 
 class ScalingView:
@@ -85,7 +104,7 @@ class ScalingView:
         self.frame = study(self.cfg, self.processes, self.modes, self.accumulate,
                            on_update=self._on_update, rounds=self.rounds)
         draw(self.figure, self.frame.to_dict("records"))
-        self.table.value = self.frame[COLUMNS].to_html(index=False, float_format="{:,.3g}".format)
+        self.table.value = scaling_table(self.frame)
         self.status.value = "<br>".join(html.escape(line) for line in explain(self.frame).split("\n"))
         return self.frame
 

@@ -14,34 +14,18 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..measure import claims
 from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S
 from ..stacking.changes import CHANGES, STACK_STEP, as_change
 from ..measure.compare import min_rounds, speedup_text
-from ..measure.verdict import FASTER, is_clean_gain
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
+from .charts import wrapped
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .sizing import button
-from .titles import title
-
-STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
-                 "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
-COST_COLOR = "#ff7f0e"  # faster, but it lost accuracy: never the gain's green
-
-
-def status_color(status: str | None, default: str = "#7f7f7f") -> str:
-    """A verdict's colour by its first words ("faster, partial: ..." is faster's); a gain that cost
-    accuracy is never drawn green."""
-    if not status:
-        return default
-    if status.startswith(FASTER) and not is_clean_gain(status):
-        return COST_COLOR
-    return STATUS_COLORS.get(status.split(",")[0], default)
-
+from .table import html_table, status_color
 
 TRAINING_SIDE = (("mem_held_gib", "held by rank 0: weights, gradients, optimizer, activations (GiB)"),
                  ("final_loss", "final loss"))
@@ -56,14 +40,17 @@ class Waterfall:
         self.side = side
         self.fig = LiveFigure(make_subplots(
             rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
-            subplot_titles=(title, side[0][1], side[1][1])))
+            subplot_titles=(title, wrapped(side[0][1], 200, 13), wrapped(side[1][1], 200, 13))))
         # Floating bars, not go.Waterfall: a waterfall colours a bar by its direction, and a step
         # that went up within noise must not be drawn as a gain; each bar here takes its verdict's.
         self.fig.add_trace(go.Bar(name="samples/s", x=[], y=[], base=[], text=[],
                                   textposition="outside"), row=1, col=1)
         for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
-            self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color), row=1, col=col)
-        self.fig.update_layout(height=430, showlegend=False, margin=dict(t=40, b=110, l=50, r=20))
+            self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color,
+                                      textposition="outside", cliponaxis=False), row=1, col=col)
+        # labels never shrink below a readable size in the narrow side panels
+        self.fig.update_layout(height=450, showlegend=False, margin=dict(t=70, b=110, l=50, r=20),
+                               uniformtext=dict(minsize=10, mode="show"))
         self.fig.update_xaxes(tickangle=-35)
         if df is not None:
             self.update(df)
@@ -88,25 +75,16 @@ def waterfall_figure(df=None, side=TRAINING_SIDE, title: str = "samples/s, step 
 
 
 def table_html(df) -> str:
-    """The study table, skipped and slower steps visible at a glance; a gain is shown with its
-    interval."""
+    """The study table: each step's verdict as a chip, its gain with its interval; skipped and
+    failed steps say why, folded behind their first clause."""
     shown = [c for c in df.columns if c not in ("run_dir", "gain_low", "gain_high")]
-    head = "".join(f"<th>{html.escape(title(c))}</th>" for c in shown)
-    body = []
+    rows = []
     for r in df.to_dict("records"):
         if "gain_low" in r:
             r["gain_vs_prev"] = speedup_text(number(r["gain_vs_prev"]), number(r["gain_low"]),
                                              number(r["gain_high"]))
-        cells = []
-        for c in shown:
-            v = r[c]
-            v = "" if v is None or (isinstance(v, float) and v != v) else (
-                f"{v:.4g}" if isinstance(v, float) else v)
-            cells.append(f"<td>{html.escape(str(v))}</td>")
-        claims.filled("the stacking table", [dict(zip(shown, cells))])
-        color = status_color(r["status"], "#000")
-        body.append(f"<tr style='color:{color}'>{''.join(cells)}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        rows.append(r)
+    return html_table(rows, shown, where="the stacking table")
 
 
 class StackingPanel(w.VBox):

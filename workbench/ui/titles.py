@@ -12,6 +12,11 @@ TITLES = {
     "gain_vs_prev": "gain over the step before", "gain_vs_baseline": "gain over the baseline",
     "rounds": "pairs", "dropped": "pairs dropped", "size_mib": "size (MiB)",
     "latency_ms": "latency (ms)", "run_dir": "run folder",
+    "samples_per_s_spread": "spread (p10-p90 / median)", "speedup_vs_0_workers": "over 0 workers",
+    "first_batch_ms_epoch1": "first batch, epoch 1 (ms)",
+    "first_batch_ms_epoch2": "first batch, epoch 2 (ms)",
+    "data_wait_frac": "share of time waiting for data", "seconds": "seconds to the first step",
+    "warm_worker": "spare took it", "cold_because": "why it started cold",
 }
 
 

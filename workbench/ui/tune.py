@@ -13,10 +13,10 @@ import threading
 
 import ipywidgets as w
 
-from ..measure import claims
 from ..config import ConfigError, RunConfig
 from ..trials.engine import SLICE_S
 from ..tune.search import Decision
+from .table import html_table
 from .job import BackgroundJob, show
 from .sizing import FULL_LABEL, button
 
@@ -32,12 +32,8 @@ def decision_row(d: Decision) -> list[str]:
 
 
 def decisions_table(decisions: list[Decision]) -> str:
-    head = "".join(f"<th style='text-align:left'>{c}</th>" for c in COLUMNS)
-    shown = [decision_row(d) for d in decisions]
-    claims.filled("the tune's decisions", [dict(zip(COLUMNS, row)) for row in shown])
-    rows = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>"
-                                    for v in row) + "</tr>" for row in shown)
-    return f"<table class='wb-tune-table'><tr>{head}</tr>{rows}</table>"
+    return html_table([dict(zip(COLUMNS, decision_row(d))) for d in decisions], list(COLUMNS),
+                      where="the tune's decisions")
 
 
 class TunePanel:

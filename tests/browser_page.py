@@ -1,0 +1,162 @@
+"""A page of headless Chromium on a private JupyterLab (Playwright, Debian's chromium): the browser
+tests' shared steps (open, Run All, wait) and what they check on every page (no widget errors,
+nothing a reader cannot read). Screenshots and the console land in test-output/."""
+from __future__ import annotations
+
+import os
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lab_server import REPO, LabServer
+
+CHROMIUM = "/usr/bin/chromium"
+OUT = REPO / "test-output"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WIDGET_ERRORS = ("Error displaying widget", "Failed to load model", "Model not found",
+                 "Failed to create view", "Traceback (most recent call last)")
+
+def needs_browser():
+    if os.path.exists(CHROMIUM):
+        return
+    reason = f"{CHROMIUM} is missing (Debian's chromium package); the browser test cannot run"
+    if os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1":
+        pytest.fail(reason + " and WORKBENCH_REQUIRE_BROWSER=1")
+    pytest.skip(reason)
+
+
+def wait(cond, timeout_s, what, poll_s=0.5):
+    end, value = time.monotonic() + timeout_s, None
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last seen: {value!r})")
+
+
+def prompts(page) -> list[str]:
+    return page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+
+
+def run_all(page, lab) -> None:
+    """Run > Run All Cells, once the kernel is idle; retry once if no cell starts."""
+    wait(lambda: lab.kernel_states() == ["idle"], 120, "the kernel to be idle")
+    page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=60_000)
+    for attempt in range(2):
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        try:
+            wait(lambda: any(re.search(r"\[(\*|\d+)\]", p) for p in prompts(page)), 20,
+                  "a cell to start")
+            return
+        except AssertionError:
+            if attempt:
+                raise
+
+
+def check_no_widget_errors(page) -> None:
+    text = page.locator(".jp-Notebook").inner_text()
+    for err in WIDGET_ERRORS:
+        assert err not in text, f"the notebook shows {err!r}"
+
+
+@contextmanager
+def lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
+    """JupyterLab on tmp_path/notebooks and a page of headless Chromium: yields (lab, page,
+    console). The page's console is kept in test-output/browser_{name}_console.log, pass or fail;
+    on a failure a screenshot and the server's log land beside it. At the end the server and every
+    process it started end, and a process left behind fails the test."""
+    needs_browser()
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(exist_ok=True)
+    lab = LabServer(tmp_path / "notebooks", tmp_path / "jupyter", env)
+    console: list[str] = []
+    try:
+        lab.start()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = None
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+                page.set_default_timeout(timeout_ms)
+                yield lab, page, console
+            except BaseException:
+                if page is not None:
+                    page.screenshot(path=str(OUT / f"browser_{name}_failure.png"))
+                (OUT / f"browser_{name}_jupyterlab.log").write_text(lab.log_tail(20000))
+                raise
+            finally:
+                (OUT / f"browser_{name}_console.log").write_text("\n".join(console))
+                browser.close()
+    finally:
+        left = lab.stop()
+        assert not left, f"processes left behind: {left}"
+
+
+# What a reader cannot read, on the whole page: a button or description label whose text is wider
+# than its box (cut to "Measure prop..."), a table wider than the output cell it sits in, a chart
+# title or axis title running past its chart's edge, and text labels on one chart that overlap.
+LEGIBILITY_JS = """() => {
+  const shown = el => el.offsetParent !== null;
+  const labels = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
+    .filter(el => shown(el) && el.innerText.trim());
+  const cut = labels.filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => 'cut off: ' + el.innerText.trim());
+  const tables = [...document.querySelectorAll('.jp-OutputArea-output table')].filter(shown);
+  const wide = tables.filter(t => {
+    const cell = t.closest('.jp-OutputArea-output');
+    return t.getBoundingClientRect().width > cell.getBoundingClientRect().width + 1;
+  }).map(t => 'table wider than its cell: ' + t.innerText.replace(/\\s+/g, ' ').slice(0, 80));
+  const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);
+  const clipped = plots.flatMap(gd => {
+    const svg = gd.querySelector('svg.main-svg');
+    if (!svg) return [];
+    const box = svg.getBoundingClientRect();
+    return [...gd.querySelectorAll('.g-gtitle text, .g-xtitle text, .g-ytitle text')]
+      .filter(t => { const r = t.getBoundingClientRect();
+                     return r.width && (r.right > box.right + 1 || r.left < box.left - 1); })
+      .map(t => 'chart title clipped: ' + t.textContent.slice(0, 60));
+  });
+  const overlap = plots.flatMap(gd => {
+    const boxes = [...gd.querySelectorAll('.textpoint text')]
+      .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([s, r]) => s && r.width);
+    const out = [];
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i][1], b = boxes[j][1];
+      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+        out.push('chart labels overlap: ' + boxes[i][0] + ' / ' + boxes[j][0]);
+    }
+    return out;
+  });
+  return {labels: labels.length, tables: tables.length, charts: plots.length,
+          problems: [...cut, ...wide, ...clipped, ...overlap]};
+}"""
+
+
+def legibility(page) -> dict:
+    """What LEGIBILITY_JS finds on the page: counts of what it checked, and each problem."""
+    return page.evaluate(LEGIBILITY_JS)
+
+
+def screenshot_whole(page, path: Path) -> None:
+    """The whole notebook in one picture: the page made as tall as the notebook's content."""
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer,"
+                           " .jp-Notebook')].map(el => { el.scrollTop = 0; return el.scrollHeight; }), 800)")
+    width = page.viewport_size["width"]
+    page.set_viewport_size({"width": width, "height": min(int(height) + 200, 32_000)})
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": width, "height": 1000})
+
+
+def cell_errors(page) -> list[str]:
+    """The text of every error a cell printed (an exception's output)."""
+    return page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                        ":has-text('Error'), .jp-RenderedText[data-mime-type="
+                        "'application/vnd.jupyter.error']").all_inner_texts()

@@ -1,0 +1,67 @@
+"""Every notebook as a reader sees it. JupyterLab in headless Chromium runs each notebook (its work
+shrunk by WORKBENCH_QUICK=1), and the page must show no error, no cut-off label, no table wider
+than its cell, no clipped chart title and no overlapping chart labels. Each notebook's last cell
+checks the claims it made against its numbers, so a sentence that disagrees with them is an error
+here too, and the precision lesson of one machine's conditions must be the same in every notebook
+that gives it. A picture of each whole notebook lands in test-output/notebooks/ for a person to
+look at. Notebook 01 runs in test_browser.py, where a person's clicks follow.
+
+To check the notebooks as people run them, with their defaults and beside other work:
+
+    WORKBENCH_BROWSER_DEFAULTS=1 WORKBENCH_BROWSER_BUSY=2 python -m pytest tests/test_notebooks_in_browser.py
+
+(notebook 01 included, two busy processes held throughout, and a longer wait per notebook).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from contextlib import nullcontext
+
+import pytest
+
+from browser_page import (OUT, cell_errors, check_no_widget_errors, lab_page, legibility, prompts,
+                          run_all, screenshot_whole, wait)
+from lab_server import REPO
+from workbench.procs import OtherWork
+
+DEFAULTS = os.environ.get("WORKBENCH_BROWSER_DEFAULTS") == "1"
+BUSY = int(os.environ.get("WORKBENCH_BROWSER_BUSY") or 0)
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb")
+                   if DEFAULTS or not p.name.startswith("01_"))
+LESSON = re.compile(r"the precision to try first \[([^\]]+)\]: (\w+)")
+LESSONS: dict[str, tuple[str, str]] = {}  # conditions -> (precision, the notebook that said it first)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name):
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    shutil.copy(REPO / "notebooks" / name, root / name)
+    (tmp_path / "examples").symlink_to(REPO / "examples")  # the notebooks' ../examples
+    env = {"WORKBENCH_QUICK": "0" if DEFAULTS else "1", "WORKBENCH_RUNS": str(tmp_path / "runs")}
+    load = OtherWork(BUSY) if BUSY else nullcontext()
+    with lab_page(tmp_path, env, name[:2], 60_000) as (lab, page, _), load:
+        page.goto(lab.url(name))
+        run_all(page, lab)
+
+        def finished():
+            errors = cell_errors(page)
+            assert not errors, f"a cell of {name} failed: {errors[0][-3000:]}"
+            shown = prompts(page)
+            return lab.kernel_states() == ["idle"] and shown and all(
+                re.search(r"\[\d+\]", p) for p in shown)
+
+        wait(finished, 1800 if DEFAULTS else 900, f"{name} to run to its end", 1)
+        check_no_widget_errors(page)
+        seen = legibility(page)
+        (OUT / "notebooks").mkdir(parents=True, exist_ok=True)
+        screenshot_whole(page, OUT / "notebooks" / f"{name[:-6]}.png")
+        assert seen["problems"] == [], seen
+        text = page.locator(".jp-Notebook").evaluate("el => el.textContent")
+        for key, precision in LESSON.findall(text):  # one lesson per machine's conditions
+            first = LESSONS.setdefault(key, (precision, name))
+            assert precision == first[0], f"{name} says {precision}, {first[1]} said {first[0]}"
