@@ -1,5 +1,6 @@
 # make lab   - JupyterLab on notebooks/ (127.0.0.1, with a token); sets everything up first
-# make test  - the whole suite: ruff, unit tests, every notebook under nbval, the browser test
+# make test  - the whole suite: ruff, unit tests, every notebook run in a real browser (its claims and
+#              legibility checked, a picture of each in test-output/notebooks/)
 # make bench - the benchmarks: ratios measured side by side in one run
 # make strip - clear notebook outputs and widget state before committing (nbstripout)
 # make gpu-check OUT=DIR - every GPU path in one command, under 8 minutes; DIR/gpucheck.json
@@ -36,7 +37,7 @@ lab: $(STAMP)
 PYTEST := WORKBENCH_QUICK=1 $(PY) -m pytest -q --timeout=900 -p no:cacheprovider --durations=30
 test: $(STAMP)
 	$(VENV)/bin/ruff check workbench tests examples
-	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests --nbval-lax notebooks
+	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests
 	$(PYTEST) -m alone tests
 
 bench: $(STAMP)

@@ -101,8 +101,9 @@ def lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
 
 
 # What a reader cannot read, on the whole page: a button or description label whose text is wider
-# than its box (cut to "Measure prop..."), a table wider than the output cell it sits in, a chart
-# title or axis title running past its chart's edge, and text labels on one chart that overlap.
+# than its box (cut to "Measure prop..."), a table wider than the output cell it sits in, a table
+# titled by field names (`samples_per_s`) or showing 'nan' for no value, a chart title or axis
+# title running past its chart's edge, and text labels on one chart that overlap.
 LEGIBILITY_JS = """() => {
   const shown = el => el.offsetParent !== null;
   const labels = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
@@ -114,6 +115,10 @@ LEGIBILITY_JS = """() => {
     const cell = t.closest('.jp-OutputArea-output');
     return t.getBoundingClientRect().width > cell.getBoundingClientRect().width + 1;
   }).map(t => 'table wider than its cell: ' + t.innerText.replace(/\\s+/g, ' ').slice(0, 80));
+  const raw = tables.flatMap(t => [...t.querySelectorAll('th')].map(th => th.innerText.trim())
+    .filter(x => /^[a-z0-9]+(_[a-z0-9]+)+$/.test(x)).map(x => 'a field name for a title: ' + x));
+  const blank = tables.flatMap(t => [...t.querySelectorAll('td')].map(td => td.innerText.trim())
+    .filter(x => ['nan', 'NaN', 'None', '<NA>'].includes(x)).map(x => 'a placeholder for no value: ' + x));
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);
   const clipped = plots.flatMap(gd => {
     const svg = gd.querySelector('svg.main-svg');
@@ -136,7 +141,7 @@ LEGIBILITY_JS = """() => {
     return out;
   });
   return {labels: labels.length, tables: tables.length, charts: plots.length,
-          problems: [...cut, ...wide, ...clipped, ...overlap]};
+          problems: [...new Set([...cut, ...wide, ...raw, ...blank, ...clipped, ...overlap])]};
 }"""
 
 

@@ -21,15 +21,17 @@ from contextlib import nullcontext
 
 import pytest
 
-from browser_page import (OUT, cell_errors, check_no_widget_errors, lab_page, legibility, prompts,
+from browser_page import (CHROMIUM, OUT, cell_errors, check_no_widget_errors, lab_page, legibility, prompts,
                           run_all, screenshot_whole, wait)
 from lab_server import REPO
 from workbench.procs import OtherWork
 
 DEFAULTS = os.environ.get("WORKBENCH_BROWSER_DEFAULTS") == "1"
 BUSY = int(os.environ.get("WORKBENCH_BROWSER_BUSY") or 0)
-NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb")
-                   if DEFAULTS or not p.name.startswith("01_"))
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb"))
+# Without Chromium (and where the suite does not demand it) each notebook still runs, in a kernel
+# of its own, and its last cell still checks its claims: only what a page looks like goes unchecked.
+BROWSER = os.path.exists(CHROMIUM) or os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1"
 LESSON = re.compile(r"the precision to try first \[([^\]]+)\]: (\w+)")
 LESSONS: dict[str, tuple[str, str]] = {}  # conditions -> (precision, the notebook that said it first)
 
@@ -37,13 +39,21 @@ LESSONS: dict[str, tuple[str, str]] = {}  # conditions -> (precision, the notebo
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name):
+def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name, monkeypatch):
+    if BROWSER and name.startswith("01_") and not DEFAULTS:
+        pytest.skip("notebook 01 runs in test_browser.py, with a person's clicks after it")
     root = tmp_path / "notebooks"
     root.mkdir()
     shutil.copy(REPO / "notebooks" / name, root / name)
     (tmp_path / "examples").symlink_to(REPO / "examples")  # the notebooks' ../examples
     env = {"WORKBENCH_QUICK": "0" if DEFAULTS else "1", "WORKBENCH_RUNS": str(tmp_path / "runs")}
     load = OtherWork(BUSY) if BUSY else nullcontext()
+    if not BROWSER:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        with load:
+            run_in_a_kernel(root / name)
+        return
     with lab_page(tmp_path, env, name[:2], 60_000) as (lab, page, _), load:
         page.goto(lab.url(name))
         run_all(page, lab)
@@ -65,3 +75,14 @@ def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name):
         for key, precision in LESSON.findall(text):  # one lesson per machine's conditions
             first = LESSONS.setdefault(key, (precision, name))
             assert precision == first[0], f"{name} says {precision}, {first[1]} said {first[0]}"
+
+
+def run_in_a_kernel(path):
+    """Every cell of the notebook at `path` in a fresh kernel started in its folder; a cell that
+    raises (its claims check included) fails the test with the cell's error."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=1800 if DEFAULTS else 900, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()

@@ -67,7 +67,7 @@ def publish(fig: go.FigureWidget, layout: bool = True) -> None:
 def wrapped(text: str, width_px: int | None, font_px: int = 14) -> str:
     """A chart title broken into lines that fit the chart's width (plotly clips a long title
     instead of wrapping it)."""
-    per_line = max(20, int((width_px or 700) / (0.55 * font_px)))
+    per_line = max(20, int(((width_px or 560) - 60) / (0.6 * font_px)))  # no width: a cell's share
     lines, line = [], ""
     for word in text.split():
         if line and len(line) + 1 + len(word) > per_line:

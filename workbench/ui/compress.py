@@ -175,22 +175,25 @@ class CompressLab:
                 acc = "accuracy_finetuned" if "accuracy_finetuned" in recs[0] else "accuracy"
                 self.pareto_fig.add_scatter(
                     x=[r[f"latency_b{big}_ms"] for r in recs], y=[r[acc] for r in recs],
-                    mode="markers+text", name=f"sweep ({recs[0]['method']})",
-                    text=[f"{r['amount']:.0%}" for r in recs], textposition="top center",
+                    mode="markers+lines", name=f"sweep ({recs[0]['method']})",
                     hovertext=[f"{r['amount']:.0%}, coverage {r['coverage']:.0%}: "
                                f"{speedup_label(r, big)}" for r in recs])
             df = self.variants
             if df is not None:
                 m = df[df["verdict"] != "skipped"]
                 front = set(pareto_front(m, f"latency_b{big}_ms"))
-                self.pareto_fig.add_scatter(
-                    x=m[f"latency_b{big}_ms"], y=m["accuracy"], mode="markers+text",
-                    name="variants", textposition="bottom center",
-                    # labels only on the front: the others pile up there, and say it on hover
-                    text=[("dense" if r["variant"] == "dense" else f"{r['variant']}: {speedup_short(r, big)}")
-                          if r["variant"] in front else "" for r in m.to_dict("records")],
-                    hovertext=[f"{r['variant']}: {speedup_short(r, big)}" for r in m.to_dict("records")],
-                    marker=dict(size=[12 if v in front else 7 for v in m["variant"]]))
+                # each variant named in the legend, not on the plot, where close points pile up
+                for r in m.to_dict("records"):
+                    name = (r["variant"] if r["variant"] == "dense"
+                            else f"{r['variant']}: {speedup_short(r, big)}")
+                    self.pareto_fig.add_scatter(
+                        x=[r[f"latency_b{big}_ms"]], y=[r["accuracy"]], mode="markers",
+                        name=name + (" (front)" if r["variant"] in front else ""),
+                        marker=dict(size=12 if r["variant"] in front else 7))
+                # latencies span orders of magnitude (a slow backend beside the rest): a log axis
+                self.pareto_fig.update_layout(xaxis_type="log",
+                                              legend=dict(orientation="h", y=-0.35, font=dict(size=10)),
+                                              height=320 + 18 * len(m))
                 self.table.value = self.table_html(df)
 
     def table_html(self, df) -> str:

@@ -17,9 +17,30 @@ TITLES = {
     "first_batch_ms_epoch2": "first batch, epoch 2 (ms)",
     "data_wait_frac": "share of time waiting for data", "seconds": "seconds to the first step",
     "warm_worker": "spare took it", "cold_because": "why it started cold",
+    "will_run": "will run", "skip_reason": "why not", "step_ms": "step (ms)", "need_gib": "needs (GiB)",
+    "memory_gib": "memory (GiB)", "size_ratio": "size vs dense", "speedup_b1": "speedup, batch 1",
+    "speedup_b64": "speedup, batch 64", "accuracy_finetuned": "accuracy after fine-tune",
+    "output_error": "output error", "model_sparsity": "model sparsity", "size_bytes": "size (bytes)",
+    "device_ms_per_step": "device ms a step", "self_ms_per_step": "own ms a step",
+    "calls_per_step": "calls a step", "input_shapes": "input shapes", "median_ms": "median (ms)",
+    "p10_ms": "p10 (ms)", "p90_ms": "p90 (ms)", "vs_for_loop": "against the for-loop",
+    "memory_gb": "memory (GB)", "bandwidth_gbs": "bandwidth (GB/s)",
+    "script_loss": "the script's loss", "workbench_loss": "the run's loss", "abs_diff": "difference",
+    "global_batch": "global batch", "total_threads": "threads in all",
 }
 
 
+UNITS = {"ms": "ms", "s": "s", "gib": "GiB", "mib": "MiB", "gb": "GB", "gbs": "GB/s",
+         "tflops": "TFLOP/s", "gflops": "GFLOP/s", "bytes": "bytes", "frac": "share"}
+
+
 def title(column) -> str:
-    """The column's title on a page: its words and unit, or its own name when it has none."""
-    return TITLES.get(str(column), str(column))
+    """The column's title on a page: its words and unit ("fp32_tflops" reads "fp32 (TFLOP/s)"),
+    from the table above where the field's name says less than it should."""
+    name = str(column)
+    if name in TITLES:
+        return TITLES[name]
+    words = name.split("_")
+    unit = UNITS.get(words[-1]) if len(words) > 1 else None
+    text = " ".join(words[:-1] if unit else words)
+    return f"{text} ({unit})" if unit else text
