@@ -14,6 +14,8 @@ import torch
 from ..config import ConfigError
 from ..events import SAMPLES_PER_S
 from ..machine.cpu import usable_cores
+from ..measure import claims
+from ..measure.verdict import FASTER
 from .sweep import vs_zero_workers
 
 
@@ -58,6 +60,9 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
         else:
             reasons.append(f"{best['setting']} against 0 workers at batch size "
                            f"{best['batch_size']}: {gain.label()}")
+        # the advice names a busier setting only where the interval calls it faster
+        claims.record("the loader advice", "verdict", f"use {best['setting']}",
+                      best is base or gain.verdict == FASTER, f"against 0 workers: {gain.label()}")
     speedup = (vs_zero_workers(base.get("rates") or [base[SAMPLES_PER_S]],
                                best.get("rates") or [best[SAMPLES_PER_S]]).ratio
                if base is not None else float("nan"))
