@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.distributed.cluster import cluster_config, node_command, slurm_script
+from workbench.distributed.jobs import job_script
 from workbench.config import ConfigError
 from workbench.ui.distributed import DistributedPanel
 from workbench.ui.scaling import ScalingView, draw, scaling_figure
@@ -38,12 +38,11 @@ def test_scaling_view_reports_a_bad_plan(smoke):
     assert isinstance(view.error, ConfigError) and "divisible" in view.status.value
 
 
-def test_cluster_export(smoke):
-    big = cluster_config(smoke, nodes=4, gpus_per_node=8, endpoint="node0:29400")
-    line = node_command(big, node_rank=3)
-    assert "--nnodes=4" in line and "--node-rank=3" in line and "--rdzv-endpoint=node0:29400" in line
-    script = slurm_script(smoke, nodes=4, gpus_per_node=8)
+def test_a_cluster_job_for_several_nodes(smoke, tmp_path):
+    """The batch file `workbench submit` writes, for four nodes of eight ranks."""
+    big = smoke.replace(**{"distributed.nproc": 8})
+    script = job_script(big, tmp_path / "job", nodes=4)
     assert "#SBATCH --nodes=4" in script and "--node-rank=$SLURM_NODEID" in script
-    assert '"nproc": 8' in script and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in script
+    assert "--nproc-per-node=8" in script and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in script
     with pytest.raises(ConfigError, match="distributed.nproc"):
-        cluster_config(smoke, nodes=2, gpus_per_node=0, endpoint="node0:29400")
+        smoke.replace(**{"distributed.nproc": 0})
