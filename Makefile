@@ -1,7 +1,8 @@
 # make lab   - JupyterLab on notebooks/ (127.0.0.1, with a token); sets everything up first
 # make test  - the whole suite: ruff, unit tests, every notebook run in a real browser (its claims and
 #              legibility checked, a picture of each in test-output/notebooks/)
-# make bench - the benchmarks: ratios measured side by side in one run
+# make bench - the benchmarks: ratios measured side by side in one run, written to docs/results/
+# make docs  - the documentation site into site/ (MkDocs, strict); make docs-serve: on 127.0.0.1:8000
 # make strip - clear notebook outputs and widget state before committing (nbstripout)
 # make gpu-check OUT=DIR - every GPU path in one command, under 8 minutes; DIR/gpucheck.json
 # make slurm-up / slurm-down - a real SLURM cluster of this machine in SLURM_DIR (root; Debian's
@@ -15,7 +16,7 @@ OUT   ?= gpucheck-out
 SLURM_DIR ?= slurm-cluster
 SLURM_NODES ?= 1
 
-.PHONY: setup lab test bench strip gpu-check clean slurm-up slurm-down
+.PHONY: setup lab test bench docs docs-serve strip gpu-check clean slurm-up slurm-down
 
 setup: $(STAMP)
 
@@ -36,9 +37,19 @@ lab: $(STAMP)
 # processes) and run afterwards with the machine to themselves.
 PYTEST := WORKBENCH_QUICK=1 $(PY) -m pytest -q --timeout=900 -p no:cacheprovider --durations=30
 test: $(STAMP)
-	$(VENV)/bin/ruff check workbench tests examples
+	$(VENV)/bin/ruff check workbench tests examples tools
+	$(MKDOCS) build --strict --quiet
 	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests
 	$(PYTEST) -m alone tests
+
+# The site's pages hold markers the build fills from the code (the CLI reference) and from the results
+# files (tools/docs_hooks.py); --strict fails on a broken link or a page left out.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build --strict
+
+docs-serve: $(STAMP)
+	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:8000
 
 bench: $(STAMP)
 	$(PY) -m workbench.bench
@@ -59,4 +70,4 @@ strip: $(STAMP)
 	$(VENV)/bin/nbstripout --keep-id notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) runs test-output $(SLURM_DIR)
+	rm -rf $(VENV) runs test-output site $(SLURM_DIR)

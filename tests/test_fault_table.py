@@ -1,4 +1,4 @@
-"""The README's fault table and the package agree: every cause the package can write into
+"""The fault table (docs/safety.md) and the package agree: every cause the package can write into
 summary.json has a row, every row's cause is one the package writes, and the test module each row
 names drives that fault through real processes and checks that cause."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ WRITTEN = re.compile(r'Diagnosis\(\s*"([a-z_]+)"|["\']cause["\']\s*:\s*"([a-z_]+
 
 
 def fault_table() -> list[tuple[list[str], list[str]]]:
-    """(causes, test modules) of each row of the README's fault table."""
-    text = (ROOT / "README.md").read_text()
+    """(causes, test modules) of each row of the fault table in docs/safety.md."""
+    text = (ROOT / "docs" / "safety.md").read_text()
     table = text.split("**The fault table**", 1)[1].split("\n- ", 1)[0]
     rows = [ln for ln in table.splitlines() if ln.strip().startswith("|")][2:]  # past the header
     out = []

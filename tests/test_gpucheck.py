@@ -78,7 +78,7 @@ def test_a_gpu_machine_without_psutil_is_told_what_to_bring(monkeypatch, tmp_pat
     monkeypatch.setattr(cli, "missing_required", lambda: ["psutil"])
     assert cli.main(["--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "cannot run: psutil not installed" in err and "README, GPU check" in err
+    assert "cannot run: psutil not installed" in err and "docs/gpu-check.md" in err
     assert report.read_report(tmp_path)["status"] == "failed"
 
 

@@ -2,7 +2,7 @@
 command on both sides) and a real variant (bf16 autocast), quiet and beside two busy processes,
 with `examples/own_loop.py`, a plain PyTorch loop tracked by `workbench.track`.
 
-    python -m workbench.bench commands [--rounds 6] [--budget-s 2] [--out results/ab-cmd.md]
+    python -m workbench.bench commands [--rounds 6] [--budget-s 2] [--out FILE]
 
 Each run is a fresh process whose threads are the script's own (torch's default: every usable
 core), so the busy rows show what a user's script meets there.
@@ -19,7 +19,7 @@ from pathlib import Path
 from ..events import SAMPLES_PER_S
 from ..procs import OtherWork
 from ..trials.commands import Command, command_ab
-from .trials import machine_line, write_results
+from .trials import machine_line, results_file, write_results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_loop.py"
 
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=6, help="pairs of runs in each row")
     p.add_argument("--budget-s", type=float, default=2.0, help="seconds of steps a run")
-    p.add_argument("--out", default="results/ab-cmd.md", help="the results file")
+    p.add_argument("--out", default=str(results_file("ab-cmd")), help="the results file")
     args = p.parse_args(argv)
     base = f"{sys.executable} {SCRIPT} --epochs 1000"
     pairs = {"A/A (the same command)": (Command(base), Command(base)),

@@ -1,7 +1,7 @@
 """The exported train.py against a workbench run of the same config, beside two busy processes:
 samples/s of each, alternated round by round (workbench.measure.order), and their ratio per round.
 
-    python -m workbench.bench export [--rounds 6] [--steps 400] [--out results/export.md]
+    python -m workbench.bench export [--rounds 6] [--steps 400] [--out FILE]
 
 Both choose their threads and wait policy by the same rule at their start (the script carries a
 copy of it); the workbench run's figure is its summary's samples/s, the script's the one its last
@@ -25,7 +25,7 @@ from ..export.bundle import export
 from ..measure.compare import median_interval
 from ..measure.order import order_of
 from ..procs import OtherWork
-from .trials import machine_line, write_results
+from .trials import machine_line, results_file, write_results
 
 GOAL = 0.9
 DONE = re.compile(r"^done: .* ([0-9.]+) samples/s on \d+ rank", re.M)
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=6, help="rounds of the two, alternated")
     p.add_argument("--steps", type=int, default=400, help="steps of each run")
-    p.add_argument("--out", default="results/export.md", help="the results file")
+    p.add_argument("--out", default=str(results_file("export")), help="the results file")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.eval_batches": 0,
                                          "run.save_weights": False, "run.warm_worker": False,
@@ -91,7 +91,8 @@ def main(argv=None) -> int:
               f"{'met' if mid >= GOAL else 'not met'}"
               + (f", interval's bottom {'met' if interval[0] >= GOAL else 'not met'}" if interval else "")
               + "."]
-    write_results(lines, args.out)
+    write_results(lines, args.out, {"samples_per_s": rates, "threads_kept": kept, "ratios": ratios,
+                                    "steps": args.steps, "rounds": args.rounds})
     return 0
 
 

@@ -3,7 +3,7 @@ the launcher from the machine's load, the warm spare kept between runs; quiet an
 processes, the two conditions alternated round by round (workbench.measure.order), and a cold start
 (run.warm_worker = false) beside each for reference.
 
-    python -m workbench.bench spare [--rounds 6] [--out results/spare.md]
+    python -m workbench.bench spare [--rounds 6] [--out FILE]
 
 Before each press the benchmark pauses as a person does (PAUSE_S: the spare's watcher looks at the
 load twice meanwhile) and waits until the spare is ready. "First step" is when rank 0 logged step 1,
@@ -25,7 +25,7 @@ from ..measure.order import order_of
 from ..procs import OtherWork
 from ..runfolder import RunFolder
 from .launch import _first_step_t
-from .trials import machine_line, write_results
+from .trials import machine_line, results_file, write_results
 
 GOAL_S = 1.0
 PAUSE_S = 3 * WATCH_S  # a person's pause before Run: the watcher looks twice, then the spare warms
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.bench spare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=6, help="presses of each kind in each condition")
-    p.add_argument("--out", default="results/spare.md", help="the results file")
+    p.add_argument("--out", default=str(results_file("spare")), help="the results file")
     args = p.parse_args(argv)
     base = RunConfig.default().replace(**{"run.steps": 20, "run.eval_batches": 0,
                                           "run.save_weights": False, "run.label": "bench-spare"})

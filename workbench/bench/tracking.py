@@ -3,7 +3,7 @@ config's model, data, batch and AdamW) bare, and the same step inside `with run.
 loss recorded, interleaved in one process (the trial engine's timed calls: A B, B A, ...), quiet and
 beside two busy processes. Goal: at most 2 % per step.
 
-    python -m workbench.bench tracking [--rounds 30] [--out results/tracking.md]
+    python -m workbench.bench tracking [--rounds 30] [--out FILE]
 
 Threads: the count a workbench run of the default config would get here (this node's usable
 cores), the OpenMP wait policy as this process started; both are recorded with the result.
@@ -28,7 +28,7 @@ from ..train.models import build_model, loss_fn
 from ..train.rank import RankEnv
 from ..train.step import cycle_batches
 from ..tracking.run import Run
-from .trials import machine_line, write_results
+from .trials import machine_line, results_file, write_results
 
 GOAL = 0.02
 # Steps a timed call runs: quiet, enough that a round's noise is well under the 2 % being decided;
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=100, help="paired rounds on the quiet machine")
     p.add_argument("--busy-rounds", type=int, default=40,
                    help="paired rounds beside two busy processes (each round is slower there)")
-    p.add_argument("--out", default="results/tracking.md", help="the results file")
+    p.add_argument("--out", default=str(results_file("tracking")), help="the results file")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.device": "cpu"})
     threads, source = thread_count(cfg)

@@ -1,6 +1,6 @@
 """What the trial engine costs and whether it is honest, quiet and beside two busy processes:
 
-    python -m workbench.bench trials [--rounds 12] [--out results/trials.md]
+    python -m workbench.bench trials [--rounds 12] [--out FILE]
 
 For each comparison (an A/A, bf16 against fp32, fused against foreach, channels_last on the
 residual CNN of examples/resnet.py, dynamic int8 on a 3x1024 MLP at batch 64), quiet and then beside
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import time
 from pathlib import Path
 
 from ..config import RunConfig
+from ..machine.contention import ContentionMeter
 from ..procs import OtherWork
 from ..trials.engine import Trial
 from ..trials.hosts import TrainingHosts
@@ -41,13 +43,41 @@ def machine_line() -> str:
             f"{torch.__version__} ({m['torch_kernels']} kernels), {platform.platform()}")
 
 
-def write_results(lines: list[str], out: str | Path) -> None:
-    """A benchmark's results file: its lines printed, and written to `out` (folders made)."""
+# what other programs did while this benchmark ran: from its import to the writing of its results
+_SINCE_START = ContentionMeter()
+
+
+def machine_slug() -> str:
+    """This machine's folder under docs/results/: its CPU, usable cores and widest vector units,
+    so results from different machines stay side by side instead of replacing each other."""
+    from .notebooks import machine
+
+    m = machine()
+    units = "amx" if m["amx"] else "avx512" if m["avx512"] else "avx2" if "avx2" in m["flags"] else "base"
+    cpu = "-".join("".join(c if c.isalnum() else " " for c in m["cpu"].lower()).split()[:4])
+    return f"{cpu}-{m['usable_cores']}-cores-{units}"
+
+
+def results_file(name: str) -> Path:
+    """Where a benchmark writes its results by default: docs/results/<this machine>/<name>.md."""
+    return Path("docs") / "results" / machine_slug() / f"{name}.md"
+
+
+def write_results(lines: list[str], out: str | Path, data: dict | None = None) -> None:
+    """A benchmark's results file: its lines printed, and written to `out` (folders made), with
+    the figures they came from beside it as JSON when given."""
+    load = _SINCE_START.read()
+    lines = [*lines, "", f"Load during the run: programs outside this benchmark's processes held "
+                         f"{load['other_cpu_cores']:.2f} cores on average, the hypervisor took "
+                         f"{load['steal_frac']:.1%} as steal, 1-minute load average at the end "
+                         f"{load['load_avg_1m']}; written {datetime.datetime.now():%Y-%m-%d %H:%M}."]
     text = "\n".join(lines)
     print(text)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
+    if data is not None:
+        out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
 
 
 def training_pairs() -> dict[str, tuple[RunConfig, RunConfig]]:
@@ -159,7 +189,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=12, help="pairs of slices a comparison")
     p.add_argument("--cross-rounds", type=int, default=6,
                    help="rounds of whole runs in separate processes, quiet (0: none)")
-    p.add_argument("--out", default="results/trials.md", help="the results file")
+    p.add_argument("--out", default=str(results_file("trials")), help="the results file")
     args = p.parse_args(argv)
     results = {"quiet": condition(args.rounds, args.cross_rounds)}
     with OtherWork(2):

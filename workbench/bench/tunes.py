@@ -1,6 +1,6 @@
 """The tune of each README example, quiet or beside two busy processes, and what it decided:
 
-    python -m workbench.bench tunes [--budget-min 10] [--busy] [--out results/tunes-quiet.md]
+    python -m workbench.bench tunes [--budget-min 10] [--busy] [--out FILE]
 
 For the digits MLP (the default config), the residual CNN of examples/resnet.py (width 16, digits)
 and GPT-2 built from a config (examples/gpt2.py, text): how many of the settings this machine can
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..procs import OtherWork
-from .trials import machine_line, write_results
+from .trials import machine_line, results_file, write_results
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -58,10 +58,10 @@ def main(argv=None) -> int:
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes a tune (default 10)")
     p.add_argument("--busy", action="store_true", help="beside two busy processes")
     p.add_argument("--only", nargs="+", help="examples whose name starts so")
-    p.add_argument("--out", help="the results file (default results/tunes-quiet.md or -busy.md)")
+    p.add_argument("--out", help="the results file (default: docs/results/<machine>/tunes-*.md)")
     args = p.parse_args(argv)
     condition = "beside two busy processes" if args.busy else "quiet"
-    out = args.out or f"results/tunes-{'busy' if args.busy else 'quiet'}.md"
+    out = args.out or results_file(f"tunes-{'busy' if args.busy else 'quiet'}")
     rows = ["| example | settings decided of those this machine can run | each setting | time |",
             "|---|---|---|---|"]
     chosen = {k: v for k, v in examples().items()

@@ -23,13 +23,18 @@ def one_line(text: str) -> str:
     return " ".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="workbench", description="PyTorch optimization workbench")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The whole command line, every subcommand's parser in it (the CLI reference is drawn from it)."""
+    top = argparse.ArgumentParser(prog="workbench", description="PyTorch optimization workbench")
+    sub = top.add_subparsers(dest="command", required=True)
     for name in commands():
         module = importlib.import_module(f"{__name__}.{name}")
         module.add_parser(sub).set_defaults(_main=module.main)
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     from ..config import ConfigError
     from ..disk import disk_message
 

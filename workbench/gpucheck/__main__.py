@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_required()
     if missing:
         rep = skipped_report(f"cannot run: {', '.join(missing)} not installed for {sys.executable}; "
-                             "bring the wheels (README, GPU check) and pip install them", budget)
+                             "bring the wheels (docs/gpu-check.md) and pip install them", budget)
         rep["status"] = "failed"
         print(f"gpucheck: {rep['reason']}; report: {write_report(Path(args.out), rep)}",
               file=sys.stderr)

@@ -1,0 +1,58 @@
+"""The front door and the manual: a README a newcomer reads in minutes, documentation pages whose
+measured figures all come from a generated results file, and a CLI reference drawn from the parsers."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# A measured comparison as the workbench writes one: "1.72x [1.43, 1.91]" or "8,064 [7,761, 8,336]".
+INTERVAL = re.compile(r"\d[\d,]*(?:\.\d+)?x? \[\d[\d,]*(?:\.\d+)?, \d[\d,]*(?:\.\d+)?\]")
+RATIO = re.compile(r"\b\d+\.\d+x\b")
+
+
+def pages() -> list[Path]:
+    return [p for p in DOCS.rglob("*.md") if "results" not in p.relative_to(DOCS).parts]
+
+
+def test_the_readme_is_a_front_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    assert not INTERVAL.findall(text), "a measured interval typed into the README"
+    assert "make test" in text and "make lab" in text
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):  # every link into the docs lands on a file
+        assert (ROOT / link).is_file(), link
+
+
+def test_every_figure_in_a_page_comes_from_a_results_file():
+    results = "\n".join(p.read_text() for p in (DOCS / "results").rglob("*.md"))
+    typed = [f"{p.relative_to(ROOT)}: {figure}" for p in pages()
+             for figure in INTERVAL.findall(p.read_text()) + RATIO.findall(p.read_text())
+             if figure not in results]
+    assert not typed, "figures typed into the docs instead of read from docs/results/: " + "; ".join(typed)
+
+
+def test_results_files_say_their_machine_and_sit_in_its_folder():
+    for path in (DOCS / "results").rglob("*.md"):
+        if path.name == "index.md":
+            continue
+        assert path.parent.parent == DOCS / "results", path  # docs/results/<machine>/<name>.md
+        assert "Machine:" in path.read_text(), f"{path} does not name the machine it ran on"
+
+
+def test_every_page_is_in_the_site_and_the_cli_reference_has_every_command():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in pages():
+        assert str(page.relative_to(DOCS)) in nav, f"{page} is not in mkdocs.yml's nav"
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import docs_hooks
+    finally:
+        sys.path.pop(0)
+    from workbench.cli import commands
+
+    reference = docs_hooks.cli_reference()
+    for name in commands():
+        assert f"## workbench {name}\n" in reference and f"usage: workbench {name}" in reference
