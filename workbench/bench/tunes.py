@@ -1,4 +1,4 @@
-"""The tune of each README example, quiet or beside two busy processes, and what it decided:
+"""The tune of each example model, quiet or beside two busy processes, and what it decided:
 
     python -m workbench.bench tunes [--budget-min 10] [--busy] [--out FILE]
 
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         for name, cfg in chosen.items():
             rows += one(name, cfg, 60 * args.budget_min)
             print(rows[-1], flush=True)
-    write_results([f"# Tunes of the README examples, {condition} "
+    write_results([f"# Tunes of the example models, {condition} "
                    f"({datetime.date.today().isoformat()})", "",
                    f"Machine: {machine_line()}; {args.budget_min:g} minutes a tune.", "", *rows], out)
     return 0
