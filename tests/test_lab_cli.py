@@ -37,10 +37,13 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
                            text=True, env=env, start_new_session=True)
     try:
         line = lab.stdout.readline()
-        found = re.match(r"JupyterLab: http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]{32})", line)
-        assert found, line
+        assert line.startswith("JupyterLab is ready") and f"port {asked} was busy" in line, line
+        assert lab.stdout.readline() == "\n"
+        url = lab.stdout.readline()  # the URL alone on its line
+        found = re.fullmatch(r"    http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]{32})\n", url)
+        assert found, url
         port, token = int(found.group(1)), found.group(2)
-        assert port != asked and f"port {asked} was busy" in line
+        assert port != asked
         with urllib.request.urlopen(urllib.request.Request(
                 f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}),
                 timeout=20) as r:

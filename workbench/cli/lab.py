@@ -79,8 +79,11 @@ def main(args) -> int:
                 print("workbench lab: JupyterLab did not start (see its messages above)", file=sys.stderr)
                 proc.terminate()
                 return proc.wait() or 1
-            moved = "" if info["port"] == args.port else f" (port {args.port} was busy)"
-            print(f"JupyterLab: http://127.0.0.1:{info['port']}/lab?token={token}{moved}", flush=True)
+            port = info["port"]
+            moved = "" if port == args.port else f" on port {port} (port {args.port} was busy)"
+            # the last lines of the start: the URL alone on its line, to copy or click
+            print(f"JupyterLab is ready{moved}. Open:\n\n    http://127.0.0.1:{port}/lab?token={token}\n",
+                  flush=True)
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
