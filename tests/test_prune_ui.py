@@ -16,7 +16,7 @@ def test_lab_sweeps_compares_and_draws():
     lab.max_amount.value = 90
     lab.sweep(wait=True)
     assert lab.status.value.startswith("sweep done (structured)") and lab.progress.value == 3
-    assert "reaches 100% of the weights" in lab.acc_fig.layout.title.text
+    assert "reaches 100% of the weights" in lab.acc_fig.layout.title.text.replace("<br>", " ")
     assert len(lab.acc_fig.data) == 1 and len(lab.lat_fig.data) == 4
     assert list(lab.lat_fig.data[0].x) == [0.0, 0.45, 0.9]
     lab.compare(wait=True)

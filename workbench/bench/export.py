@@ -91,7 +91,7 @@ def main(argv=None) -> int:
               f"{'met' if mid >= GOAL else 'not met'}"
               + (f", interval's bottom {'met' if interval[0] >= GOAL else 'not met'}" if interval else "")
               + "."]
-    write_results(lines, args.out, {"samples_per_s": rates, "threads_kept": kept, "ratios": ratios,
+    write_results(lines, args.out, {SAMPLES_PER_S: rates, "threads_kept": kept, "ratios": ratios,
                                     "steps": args.steps, "rounds": args.rounds})
     return 0
 

@@ -3,7 +3,7 @@ names the data carries (`samples_per_s` stays the key in JSON and DataFrames; th
 "samples/s"). One table of titles for every table the widgets draw."""
 from __future__ import annotations
 
-from ..events import SAMPLES_PER_S, STEP_TIME_MS
+from ..events import SAMPLES_PER_S, STEP_TIME_MS, TFLOPS
 
 TITLES = {
     SAMPLES_PER_S: "samples/s", STEP_TIME_MS: "step (ms)", "step_time_ms_median": "step (ms)",
@@ -31,7 +31,7 @@ TITLES = {
 
 
 UNITS = {"ms": "ms", "s": "s", "gib": "GiB", "mib": "MiB", "gb": "GB", "gbs": "GB/s",
-         "tflops": "TFLOP/s", "gflops": "GFLOP/s", "bytes": "bytes", "frac": "share"}
+         TFLOPS: "TFLOP/s", "gflops": "GFLOP/s", "bytes": "bytes", "frac": "share"}
 
 
 def title(column) -> str:
