@@ -13,6 +13,7 @@ FULL_LABEL = {"description_width": "initial"}  # a description as wide as its wo
 
 
 def button(description: str, **kwargs) -> widgets.Button:
-    """A Button as wide as its label (ipywidgets' fixed default width cuts a longer one short)."""
-    return widgets.Button(description=description, layout=widgets.Layout(width="auto", min_width="80px"),
-                          **kwargs)
+    """A Button as wide as its label (ipywidgets' fixed default width cuts a longer one short), and
+    kept so in a row: a long status beside it in an HBox must not squeeze it (flex: 0 0 auto)."""
+    return widgets.Button(description=description, **kwargs,
+                          layout=widgets.Layout(width="auto", min_width="80px", flex="0 0 auto"))
