@@ -102,8 +102,8 @@ def lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
 
 # What a reader cannot read, on the whole page: a button or description label whose text is wider
 # than its box (cut to "Measure prop..."), a table wider than the output cell it sits in, a table
-# titled by field names (`samples_per_s`) or showing 'nan' for no value, a chart title or axis
-# title running past its chart's edge, and text labels on one chart that overlap.
+# titled by field names (`samples_per_s`) or showing 'nan' for no value, a chart title, axis title
+# or subplot title running past its chart's edges, and text labels (points or bars) that overlap.
 LEGIBILITY_JS = """() => {
   const shown = el => el.offsetParent !== null;
   const labels = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
@@ -124,13 +124,14 @@ LEGIBILITY_JS = """() => {
     const svg = gd.querySelector('svg.main-svg');
     if (!svg) return [];
     const box = svg.getBoundingClientRect();
-    return [...gd.querySelectorAll('.g-gtitle text, .g-xtitle text, .g-ytitle text')]
+    return [...gd.querySelectorAll('.g-gtitle text, .g-xtitle text, .g-ytitle text, .annotation-text')]
       .filter(t => { const r = t.getBoundingClientRect();
-                     return r.width && (r.right > box.right + 1 || r.left < box.left - 1); })
+                     return r.width && (r.right > box.right + 1 || r.left < box.left - 1
+                                        || r.top < box.top - 1 || r.bottom > box.bottom + 1); })
       .map(t => 'chart title clipped: ' + t.textContent.slice(0, 60));
   });
   const overlap = plots.flatMap(gd => {
-    const boxes = [...gd.querySelectorAll('.textpoint text')]
+    const boxes = [...gd.querySelectorAll('.textpoint text, text.bartext')]
       .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([s, r]) => s && r.width);
     const out = [];
     for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {

@@ -16,7 +16,8 @@ from plotly.subplots import make_subplots
 
 from ..config import RunConfig
 from ..export import export
-from ..events import SAMPLES_PER_S
+from ..events import SAMPLES_PER_S, STEP_TIME_MS
+from ..machine.contention import is_busy
 from ..stacking.changes import CHANGES, STACK_STEP, as_change
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
@@ -27,7 +28,8 @@ from .job import BackgroundJob
 from .sizing import button
 from .table import html_table, status_color
 
-TRAINING_SIDE = (("mem_held_gib", "held by rank 0: weights, gradients, optimizer, activations (GiB)"),
+# held: weights, gradients, optimizer state and activations, as the table's note says
+TRAINING_SIDE = (("mem_held_gib", "held by rank 0 (GiB)"),
                  ("final_loss", "final loss"))
 INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
 
@@ -48,9 +50,9 @@ class Waterfall:
         for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
             self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color,
                                       textposition="outside", cliponaxis=False), row=1, col=col)
-        # labels never shrink below a readable size in the narrow side panels
+        # labels never shrink below a readable size: one that does not fit is left to the hover
         self.fig.update_layout(height=450, showlegend=False, margin=dict(t=70, b=110, l=50, r=20),
-                               uniformtext=dict(minsize=10, mode="show"))
+                               uniformtext=dict(minsize=10, mode="hide"))
         self.fig.update_xaxes(tickangle=-35)
         if df is not None:
             self.update(df)
@@ -61,8 +63,11 @@ class Waterfall:
         rows = df.to_dict("records")
         labels = [r[STACK_STEP] for r in rows]
         with self.fig.batch_update():
-            self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], text=wf["text"],
-                                    hovertext=wf["text"],
+            # on the bar its figure alone, the interval and the reason on hover: long labels on
+            # narrow bars run into each other
+            self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], hovertext=wf["text"],
+                                    text=["" if s in ("skipped", "failed") else t.split(" ")[0]
+                                          for t, s in zip(wf["text"], wf["status"])],
                                     marker_color=[status_color(s) for s in wf["status"]])
             for trace, (column, _) in zip(self.fig.data[1:], self.side):
                 values = [number(r.get(column)) for r in rows]
@@ -76,15 +81,24 @@ def waterfall_figure(df=None, side=TRAINING_SIDE, title: str = "samples/s, step 
 
 def table_html(df) -> str:
     """The study table: each step's verdict as a chip, its gain with its interval; skipped and
-    failed steps say why, folded behind their first clause."""
-    shown = [c for c in df.columns if c not in ("run_dir", "gain_low", "gain_high")]
+    failed steps say why, folded behind their first clause. What a reader does not compare step
+    by step (each run's steps, threads, step time, the folder) stays in the DataFrame; the load
+    other programs put on the machine is said once above."""
+    records = df.to_dict("records")
+    hidden = {"run_dir", "gain_low", "gain_high", "steps", STEP_TIME_MS, "threads", "other_cpu_cores"}
+    if not any(number(r.get("dropped")) for r in records):
+        hidden.add("dropped")
+    shown = [c for c in df.columns if c not in hidden]
     rows = []
-    for r in df.to_dict("records"):
+    for r in records:
         if "gain_low" in r:
             r["gain_vs_prev"] = speedup_text(number(r["gain_vs_prev"]), number(r["gain_low"]),
                                              number(r["gain_high"]))
         rows.append(r)
-    return html_table(rows, shown, where="the stacking table")
+    others = [number(r.get("other_cpu_cores")) or 0.0 for r in records]
+    above = (f"other programs held up to {max(others):.1f} cores while these ran"
+             if others and is_busy(max(others)) else "")
+    return html_table(rows, shown, above=above, where="the stacking table")
 
 
 class StackingPanel(w.VBox):

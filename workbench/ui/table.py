@@ -26,7 +26,7 @@ CHIPS = ("verdict", "status")  # columns whose text is a verdict, drawn as a chi
 FOLD_AT = 90  # characters: a longer cell shows its first clause and folds the rest
 STYLE = ("<style>.wb-table{border-collapse:collapse;font-size:12px;max-width:100%;"
          "table-layout:auto}.wb-table th,.wb-table td{padding:2px 8px;text-align:left;"
-         "vertical-align:top;overflow-wrap:anywhere;border-bottom:1px solid #eee}"
+         "vertical-align:top;overflow-wrap:normal;word-break:normal;border-bottom:1px solid #eee}"
          ".wb-table td.num{text-align:right;white-space:nowrap}.wb-chip{border-radius:8px;"
          "padding:0 6px;color:#fff;white-space:nowrap}.wb-table details summary{cursor:pointer}"
          ".wb-note{font-size:11px;color:#555;max-width:100%}</style>")
