@@ -45,7 +45,7 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     assert list(waterfall.y) == [1000.0, 500.0, 0.0, 1500.0]
     assert list(waterfall.marker.color) == [STATUS_COLORS[s] for s in
                                             ("baseline", rows[1]["status"], "skipped", "baseline")]
-    assert "pin_memory needs a GPU" in waterfall.text[2]
+    assert "pin_memory needs a GPU" in waterfall.hovertext[2] and waterfall.text[2] == ""  # why: on hover
     assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
     assert "skipped" in panel.table.value and "x1.50" in panel.status.value
     assert not panel.export_button.disabled
