@@ -48,8 +48,9 @@ def table_html(df: pd.DataFrame) -> str:
     shown = df.copy()
     shown["speedup"] = [speedup_text(r, lo, hi) for r, lo, hi in
                         zip(df["speedup"], df["speedup_low"], df["speedup_high"])]
-    shown = shown.drop(columns=["speedup_low", "speedup_high"])
-    shown["busy"] = ["busy" if b is True else "" for b in df["busy"]]
+    # the load other programs put on the runs is said once, in the note below (which runs met it),
+    # not in two columns of every row
+    shown = shown.drop(columns=["speedup_low", "speedup_high", "busy", "other_cpu_cores"])
     for col, fmt in FORMATS.items():
         if col in shown:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
@@ -57,8 +58,7 @@ def table_html(df: pd.DataFrame) -> str:
     return html_table(shown.to_dict("records"), list(shown.columns), where="the comparison table",
                       css="wb-compare-table",
                       below=(f"speedup: samples/s vs the first row, with its 95 % interval; "
-                             f"{df.attrs.get('note', '')}; others' cores: what other programs used "
-                             "during each run; peak memory: device peak on a GPU, RSS on a CPU"))
+                             f"{df.attrs.get('note', '')}; peak memory: device peak on a GPU, RSS on a CPU"))
 
 
 class CompareView:

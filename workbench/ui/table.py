@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import math
 import numbers
+import re
 
 from ..measure import claims
 from ..measure.compare import speedup_text
@@ -69,9 +70,12 @@ def cell_text(value) -> str:
     return "" if text in ("nan", "None", "NaN") else text
 
 
+RATIO_TEXT = re.compile(r"^-?[\d.,]+x( \[[\d.,]+, [\d.,]+\])?$")  # "1.31x [1.18, 1.44]": one unit
+
+
 def _cell(column: str, value) -> str:
     text = cell_text(value)
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    if (isinstance(value, numbers.Number) and not isinstance(value, bool)) or RATIO_TEXT.match(text):
         return f"<td class='num'>{html.escape(text)}</td>"
     if column in CHIPS and text:
         head, _, rest = text.partition(", ")
