@@ -50,7 +50,8 @@ def table_html(df: pd.DataFrame) -> str:
                         zip(df["speedup"], df["speedup_low"], df["speedup_high"])]
     # the load other programs put on the runs is said once, in the note below (which runs met it),
     # not in two columns of every row
-    shown = shown.drop(columns=["speedup_low", "speedup_high", "busy", "other_cpu_cores"])
+    shown = shown.drop(columns=["speedup_low", "speedup_high", "busy", "other_cpu_cores", "threads"],
+                       errors="ignore")  # threads: in each run's folder and summary
     for col, fmt in FORMATS.items():
         if col in shown:
             shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""

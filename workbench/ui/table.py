@@ -28,7 +28,8 @@ FOLD_AT = 90  # characters: a longer cell shows its first clause and folds the r
 STYLE = ("<style>.wb-table{border-collapse:collapse;font-size:12px;max-width:100%;"
          "table-layout:auto}.wb-table th,.wb-table td{padding:2px 8px;text-align:left;"
          "vertical-align:top;overflow-wrap:normal;word-break:normal;border-bottom:1px solid #eee}"
-         ".wb-table td.num{text-align:right;white-space:nowrap}.wb-chip{border-radius:8px;"
+         ".wb-table td.num{text-align:right;white-space:nowrap}.wb-table td.ratio{text-align:right}"
+         ".wb-chip{border-radius:8px;"
          "padding:0 6px;color:#fff;white-space:nowrap}.wb-table details summary{cursor:pointer}"
          ".wb-note{font-size:11px;color:#555;max-width:100%}</style>")
 
@@ -70,13 +71,15 @@ def cell_text(value) -> str:
     return "" if text in ("nan", "None", "NaN") else text
 
 
-RATIO_TEXT = re.compile(r"^-?[\d.,]+x( \[[\d.,]+, [\d.,]+\])?$")  # "1.31x [1.18, 1.44]": one unit
+RATIO_TEXT = re.compile(r"^-?[\d.,]+x( \[[\d.,]+, [\d.,]+\])?$")  # "1.31x [1.18, 1.44]"
 
 
 def _cell(column: str, value) -> str:
     text = cell_text(value)
-    if (isinstance(value, numbers.Number) and not isinstance(value, bool)) or RATIO_TEXT.match(text):
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
         return f"<td class='num'>{html.escape(text)}</td>"
+    if RATIO_TEXT.match(text):  # may break before its interval, never inside it
+        return f"<td class='ratio'>{html.escape(text).replace(', ', ',&nbsp;')}</td>"
     if column in CHIPS and text:
         head, _, rest = text.partition(", ")
         chip = (f"<span class='wb-chip' style='background:{status_color(text)}'>"
