@@ -19,7 +19,7 @@ from pathlib import Path
 from ..events import SAMPLES_PER_S
 from ..procs import OtherWork
 from ..trials.commands import Command, command_ab
-from .trials import machine_line, results_file, write_results
+from .results import machine_line, results_file, write_results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_loop.py"
 

@@ -25,7 +25,7 @@ from ..export.bundle import export
 from ..measure.compare import median_interval
 from ..measure.order import order_of
 from ..procs import OtherWork
-from .trials import machine_line, results_file, write_results
+from .results import machine_line, results_file, write_results
 
 GOAL = 0.9
 DONE = re.compile(r"^done: .* ([0-9.]+) samples/s on \d+ rank", re.M)

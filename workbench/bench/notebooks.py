@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..cli import one_line
 from ..machine.contention import BUSY_STEAL, ContentionMeter, steal_text
-from ..machine.cpu import cpu_info, isa_text
+from .results import machine, machine_line, results_file, write_results
 from ..procs import OtherWork
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,18 +186,6 @@ def run_pass(paths: list[Path], mode: str, timeout_s: float, quick: bool, goal_s
     return rows
 
 
-def machine() -> dict:
-    info = cpu_info()
-    avx512, amx = info["flags"]["avx512f"], info["flags"]["amx_tile"]
-    return {"cpu": info["model"], "usable_cores": info["usable_cpus"], "logical_cpus": info["logical_cpus"],
-            "avx512": avx512, "amx": amx, "flags": sorted(f for f, on in info["flags"].items() if on),
-            "capped": info["capped"], "torch_kernels": info["torch_cpu_capability"],
-            "summary": f"{info['model']}, {info['usable_cpus']} usable of {info['logical_cpus']} cores, "
-                       f"AVX-512 {'yes' if avx512 else 'no'}, AMX {'yes' if amx else 'no'}"
-                       + (f" (instruction sets: {isa_text(info)}; torch kernels: "
-                          f"{info['torch_cpu_capability']})" if info["capped"] else "")}
-
-
 def _seconds(r: dict) -> str:  # a quiet run that other programs disturbed is marked: it was not quiet
     return f"{r['seconds']:.1f}" + ("*" if r["mode"] == "quiet" and r.get("machine_busy") else "")
 
@@ -284,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--goal-busy-s", type=float, default=GOALS["busy"])
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--markdown", action="store_true", help="the report as a markdown table")
+    p.add_argument("--out", help="the results file (default: docs/results/<machine>/notebooks-<modes>.md)")
     p.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # a smoke check: WORKBENCH_QUICK=1
     args = p.parse_args(argv)
     paths, kernel = select(args.only), check_kernel()
@@ -295,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, row in run_pass(paths, mode, args.timeout, args.quick, goals[mode]).items():
             report["notebooks"][name][mode] = row
     print(json.dumps(report, indent=1) if args.json else markdown(report) if args.markdown else table(report))
+    if not args.quick:  # a smoke check's times are not the notebooks'
+        out = args.out or results_file(f"notebooks-{'-'.join(modes)}")
+        write_results([f"# The notebooks with their defaults, {' and '.join(modes)}", "",
+                       f"Machine: {machine_line()}.", "", markdown(report)], out, report)
     failed = any(r["reason"] or r["error_cells"] for by in report["notebooks"].values() for r in by.values())
     return 1 if failed else 0
 

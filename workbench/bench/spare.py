@@ -25,7 +25,7 @@ from ..measure.order import order_of
 from ..procs import OtherWork
 from ..runfolder import RunFolder
 from .launch import _first_step_t
-from .trials import machine_line, results_file, write_results
+from .results import machine_line, results_file, write_results
 
 GOAL_S = 1.0
 PAUSE_S = 3 * WATCH_S  # a person's pause before Run: the watcher looks twice, then the spare warms

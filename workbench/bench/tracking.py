@@ -28,7 +28,7 @@ from ..train.models import build_model, loss_fn
 from ..train.rank import RankEnv
 from ..train.step import cycle_batches
 from ..tracking.run import Run
-from .trials import machine_line, results_file, write_results
+from .results import machine_line, results_file, write_results
 
 GOAL = 0.02
 # Steps a timed call runs: quiet, enough that a round's noise is well under the 2 % being decided;

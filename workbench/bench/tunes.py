@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..procs import OtherWork
-from .trials import machine_line, results_file, write_results
+from .results import machine_line, results_file, write_results
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
