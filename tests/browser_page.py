@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from lab_server import REPO, LabServer
+from launch_helpers import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = REPO / "test-output"
@@ -30,13 +30,8 @@ def needs_browser():
 
 
 def wait(cond, timeout_s, what, poll_s=0.5):
-    end, value = time.monotonic() + timeout_s, None
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last seen: {value!r})")
+    """launch_helpers.wait_for at a page's pace: a page is looked at twice a second."""
+    return wait_for(cond, timeout_s, what, poll_s)
 
 
 def prompts(page) -> list[str]:

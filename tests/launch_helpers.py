@@ -66,13 +66,13 @@ def faulty_model(tmp_path: Path) -> str:
 
 
 def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
+    deadline, value = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last seen: {value!r})")
 
 
 def steps_seen(run_dir: Path) -> dict[int, int]:
