@@ -28,3 +28,10 @@ def test_a_table_titles_chips_and_folds():
     assert "<details><summary>structured pruning removed whole channels ...</summary>" in out
     assert out.count("timed beside others") == 1
     assert [c.holds for c in claims.made() if c.where == "test table"] == [True]
+
+
+def test_the_load_is_said_once_only_when_it_was_busy():
+    from workbench.ui.table import load_line
+
+    assert load_line([0.0, None, float("nan"), 0.1]) == ""
+    assert load_line([0.2, 1.62, None]) == "other programs held up to 1.6 cores while these ran"

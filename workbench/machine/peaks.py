@@ -35,9 +35,9 @@ _CPU_RATES = {
 CEILINGS = "ceilings/ceilings"  # their cache files, one per set of conditions (quiet or busy among them)
 
 
-def cache_file(device, busy: bool = False) -> Path:
-    """The cache file of the ceilings measured on `device` under this machine's conditions."""
-    return cache_dir() / cache_name(CEILINGS, conditions(device, busy))
+def cache_file(conds: dict) -> Path:
+    """The cache file of the ceilings measured under `conds` (machine.conditions.conditions)."""
+    return cache_dir() / cache_name(CEILINGS, conds)
 
 
 def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
@@ -48,9 +48,10 @@ def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
     written is a ConfigError naming the path and the cause."""
     other = max((c.other_cores for c in ceilings if c.other_cores is not None), default=0.0)
     busy = is_busy(other)
-    path = path or cache_file(device, busy)
+    conds = conditions(device, busy)
+    path = path or cache_file(conds)
     old = _read(path) or {}
-    entry = {"conditions": conditions(device, busy), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    entry = {"conditions": conds, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
              "torch": torch.__version__, "busy": busy, "other_cpu_cores": round(other, 2),
              "compute_gflops": dict(old.get("compute_gflops", {})),
              "bandwidth_gbs": dict(old.get("bandwidth_gbs", {}))}
@@ -81,8 +82,9 @@ def load_ceilings(device) -> dict | None:
     when there is one (a ceiling is what the device can do), else one taken beside other programs,
     marked `busy` with the cores they held, so whoever shows it says so. None when neither exists."""
     for busy in (False, True):
-        entry = _read(cache_file(device, busy))
-        if entry and entry.get("conditions") == conditions(device, busy):
+        conds = conditions(device, busy)
+        entry = _read(cache_file(conds))
+        if entry and entry.get("conditions") == conds:
             return entry
     return None
 

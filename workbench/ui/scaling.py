@@ -12,14 +12,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..config import RunConfig
-from ..machine.contention import is_busy
 from ..measure.compare import speedup_text
 from ..events import SAMPLES_PER_S
 from ..trials.scaling import explain, study
 from .charts import COLORS
 from .figure import LiveFigure
 from .job import BackgroundJob
-from .table import html_table
+from .table import html_table, load_line
 
 COLUMNS = ["mode", "processes", "batch_per_rank", "grad_accum_steps", "global_batch",
            "threads_per_process", "total_threads", "rounds", SAMPLES_PER_S, "ideal_samples_per_s",
@@ -59,10 +58,8 @@ def scaling_table(frame: pd.DataFrame) -> str:
     for r in frame.to_dict("records"):
         r["speedup"] = speedup_text(r.get("speedup"), r.get("speedup_low"), r.get("speedup_high"))
         rows.append(r)
-    others = [r["other_cpu_cores"] for r in rows if isinstance(r.get("other_cpu_cores"), float)]
-    above = (f"other programs held up to {max(others):.1f} cores while these ran" if others and
-             is_busy(max(others)) else "")
-    return html_table(rows, SHOWN, above=above, where="the scaling table")
+    return html_table(rows, SHOWN, above=load_line(r.get("other_cpu_cores") for r in rows),
+                      where="the scaling table")
 
 
 class ScalingView:

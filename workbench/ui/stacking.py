@@ -17,7 +17,6 @@ from plotly.subplots import make_subplots
 from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S, STEP_TIME_MS
-from ..machine.contention import is_busy
 from ..stacking.changes import CHANGES, STACK_STEP, as_change
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
@@ -26,7 +25,7 @@ from .charts import wrapped
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .sizing import button
-from .table import html_table, status_color
+from .table import html_table, load_line, status_color
 
 # held: weights, gradients, optimizer state and activations, as the table's note says
 TRAINING_SIDE = (("mem_held_gib", "held by rank 0 (GiB)"),
@@ -95,10 +94,8 @@ def table_html(df) -> str:
             r["gain_vs_prev"] = speedup_text(number(r["gain_vs_prev"]), number(r["gain_low"]),
                                              number(r["gain_high"]))
         rows.append(r)
-    others = [number(r.get("other_cpu_cores")) or 0.0 for r in records]
-    above = (f"other programs held up to {max(others):.1f} cores while these ran"
-             if others and is_busy(max(others)) else "")
-    return html_table(rows, shown, above=above, where="the stacking table")
+    return html_table(rows, shown, above=load_line(r.get("other_cpu_cores") for r in records),
+                      where="the stacking table")
 
 
 class StackingPanel(w.VBox):

@@ -15,6 +15,7 @@ import math
 import numbers
 import re
 
+from ..machine.contention import is_busy
 from ..measure import claims
 from ..measure.compare import speedup_text
 from ..measure.verdict import FASTER, is_clean_gain
@@ -32,6 +33,15 @@ STYLE = ("<style>.wb-table{border-collapse:collapse;font-size:12px;max-width:100
          ".wb-chip{border-radius:8px;"
          "padding:0 6px;color:#fff;white-space:nowrap}.wb-table details summary{cursor:pointer}"
          ".wb-note{font-size:11px;color:#555;max-width:100%}</style>")
+
+
+def load_line(other_cores) -> str:
+    """The load other programs put on a table's runs, said once above it ('' when quiet):
+    `other_cores` holds each row's reading (None or nan where none was taken)."""
+    seen = [c for c in other_cores if isinstance(c, numbers.Number) and c == c]
+    if not seen or not is_busy(max(seen)):
+        return ""
+    return f"other programs held up to {max(seen):.1f} cores while these ran"
 
 
 def status_color(status: str | None, default: str = "#7f7f7f") -> str:
