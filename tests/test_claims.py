@@ -60,6 +60,17 @@ def test_a_table_never_shows_nan_or_none():
     assert not bad.holds and "verdict" in bad.checked
 
 
+def test_a_drawn_table_fails_the_check_on_a_lost_verdict_or_a_nan_inside_its_text():
+    from workbench.ui.table import html_table
+
+    html_table([{"verdict": "faster", "speedup": "1.30x [1.20, 1.40]", "ms": float("nan")}], where="ok")
+    html_table([{"verdict": float("nan"), "speedup": "1.30x"}], where="lost verdict")
+    html_table([{"verdict": "faster", "speedup": "nanx [nan, nan]"}], where="nan ratio")
+    html_table([{"verdict": "", "note": "Nonesuch, Banana"}], where="pending row")  # words, not gaps
+    held = {c.where: c.holds for c in claims.made()}
+    assert held == {"ok": True, "lost verdict": False, "nan ratio": False, "pending row": True}
+
+
 def test_check_lists_what_holds_and_a_claim_shown_twice_is_kept_once():
     claims.verdict("a", "within noise", 1.02, (0.9, 1.1))
     claims.verdict("a", "within noise", 1.02, (0.9, 1.1))

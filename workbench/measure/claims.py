@@ -17,6 +17,7 @@ disagrees with the numbers beside it fails the suite. Claims live in the process
 from __future__ import annotations
 
 import html
+import re
 import threading
 from dataclasses import dataclass
 
@@ -127,9 +128,16 @@ def same(where: str, what: str, key: str, value) -> Claim:
     return record(where, "same", f"{what} [{key}]: {value}", holds, checked)
 
 
-def filled(where: str, rows: list[dict]) -> Claim:
-    """A shown table never reads 'nan' or 'None' where a reader expects a value."""
-    bad = sorted({f"{k}" for r in rows for k, v in r.items() if str(v).strip() in ("nan", "None", "NaN")})
+MISSING = re.compile(r"(?<![A-Za-z])(nan|NaN|None)(?![A-Za-z])")  # also inside "nanx [nan, nan]"
+
+
+def filled(where: str, rows: list[dict], verdicts: tuple[str, ...] = ()) -> Claim:
+    """A shown table never reads 'nan' or 'None' where a reader expects a value: `rows` hold each
+    cell as shown, and `verdicts` names the columns whose verdict was lost when the value behind
+    the cell was a number that is not one (a verdict column of a DataFrame filled with NaN). A
+    blank cell is a value not measured yet, which a live table shows."""
+    bad = sorted({k for r in rows for k, v in r.items()
+                  if MISSING.search(str(v)) or (k in verdicts and isinstance(v, float) and v != v)})
     return record(where, "filled", f"a table of {len(rows)} row(s)", not bad,
                   f"'nan' or 'None' shown in: {', '.join(bad)}" if bad else "every cell a value or blank")
 

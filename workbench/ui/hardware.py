@@ -18,7 +18,6 @@ from ..hardware.microbench import run_benchmarks
 from ..hardware.report import hardware_report
 from ..hardware.roofline import attainable
 from ..machine import peaks
-from ..machine.contention import is_busy
 from ..machine.cpu import isa_text
 from ..runstore import read_summary
 from .curve import RollingMedian
@@ -28,6 +27,7 @@ from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingFloatLogSlider
 from .sizing import button
+from .table import load_line
 
 _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff7f0e", "int8": "#9467bd"}
 
@@ -83,11 +83,9 @@ def ceilings_html(ceilings: list[Ceiling], device="cpu") -> str:
 
 def _busy_line(ceilings: list[Ceiling]) -> str:
     """The load the measurements met, said once above the table when other programs held cores."""
-    other = max((c.other_cores for c in ceilings if c.other_cores is not None), default=0.0)
-    if not is_busy(other):
-        return ""
-    return (f"<p>Measured beside other programs holding up to {other:.1f} cores: these ceilings are "
-            "below what the device can do, and are cached apart from a quiet measurement.</p>")
+    load = load_line([c.other_cores for c in ceilings])
+    return (f"<p>{load[0].upper()}{load[1:]}: these ceilings are below what the device can do, and are "
+            "cached apart from a quiet measurement.</p>") if load else ""
 
 
 class BenchPanel:

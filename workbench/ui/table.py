@@ -84,6 +84,10 @@ def cell_text(value) -> str:
 RATIO_TEXT = re.compile(r"^-?[\d.,]+x( \[[\d.,]+, [\d.,]+\])?$")  # "1.31x [1.18, 1.44]"
 
 
+def _lost(value) -> bool:
+    return isinstance(value, float) and value != value
+
+
 def _cell(column: str, value) -> str:
     text = cell_text(value)
     if isinstance(value, numbers.Number) and not isinstance(value, bool):
@@ -110,7 +114,9 @@ def html_table(rows: list[dict], columns: list[str] | None = None, *, above: str
     are one-line notes the whole table shares; `colors` gives a row's text colour by index; `css`
     an extra class a page or test finds the table by."""
     columns = list(columns or (rows[0].keys() if rows else []))
-    claims.filled(where, [{title(c): cell_text(r.get(c)) for c in columns} for r in rows])
+    # the text a reader sees, and a verdict column's value behind it (a lost verdict is a NaN)
+    claims.filled(where, [{c: (r.get(c) if c in CHIPS and _lost(r.get(c)) else cell_text(r.get(c)))
+                           for c in columns} for r in rows], verdicts=CHIPS)
     head = "".join(f"<th>{html.escape(title(c))}</th>" for c in columns)
     colors = colors or {}
     body = "".join((f"<tr style='color:{colors[i]}'>" if i in colors else "<tr>")
