@@ -52,19 +52,19 @@ docs-serve: $(STAMP)
 	$(MKDOCS) serve --strict --dev-addr 127.0.0.1:8000
 
 bench: $(STAMP)
-	$(PY) -m workbench.bench
+	$(PY) -m tools.bench
 
 # No setup first: a GPU machine may have torch but no network, no venv and no Jupyter. The venv's
 # python when there is one, else python3 with this checkout on PYTHONPATH. Skips at once without a GPU.
 gpu-check:
 	@py=$$(test -x $(PY) && echo $(PY) || echo python3); \
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $$py -m workbench.gpucheck --out "$(OUT)"
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $$py -m tools.gpucheck --out "$(OUT)"
 
 slurm-up: $(STAMP)
-	$(PY) -m workbench.distributed.localslurm up $(SLURM_DIR) --nodes $(SLURM_NODES)
+	$(PY) -m tools.localslurm up $(SLURM_DIR) --nodes $(SLURM_NODES)
 
 slurm-down: $(STAMP)
-	$(PY) -m workbench.distributed.localslurm down $(SLURM_DIR)
+	$(PY) -m tools.localslurm down $(SLURM_DIR)
 
 strip: $(STAMP)
 	$(VENV)/bin/nbstripout --keep-id notebooks/*.ipynb

@@ -10,7 +10,7 @@ import types
 import torch
 
 from workbench.events import EventWriter
-from workbench.gpucheck import runner
+from tools.gpucheck import runner
 from workbench.runstore import create_run_dir
 
 GIB = 2**30

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from workbench.distributed.localslurm import LocalSlurm, missing_tools
+from tools.localslurm import LocalSlurm, missing_tools
 
 
 def local_cluster(folder: Path, nodes: int = 1):

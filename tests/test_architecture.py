@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
+HARNESSES = ("tools",)  # the benchmarks, the GPU check, the local cluster: run from the checkout
 # Floors, top to bottom; a unit is a folder of the package or a module at its top.
 FLOORS = {
-    "faces": ["ui", "cli", "bench", "gpucheck", "worker", "loopback", "__main__", "__init__"],
+    "faces": ["ui", "cli", "worker", "loopback", "__main__", "__init__"],
     "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile",
              "tune", "sinks", "integrations"],
     "distributed": ["distributed"],
@@ -124,6 +129,38 @@ def test_a_rank_never_imports_the_launcher(room):
     bad = [f"{a} imports {b}" for a, targets in graph().items() if unit(a) == room
            for b in targets if unit(b) == "distributed"]
     assert not bad, "\n".join(bad)
+
+
+def test_the_package_never_imports_a_harness():
+    """What a user installs stands alone: the benchmarks, the GPU check and the local cluster in
+    tools/ import the package, never the reverse."""
+    bad = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{name} imports {n}" for n in names if n.split(".")[0] in HARNESSES]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wheel_ships_the_package_and_no_harness(tmp_path):
+    """Built as `pip install .` builds it, from a copy of the checkout's package, tools and
+    packaging files (the checkout itself is left untouched)."""
+    root = PACKAGE.parent
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, tmp_path / name)
+    for name in ("workbench", *HARNESSES):
+        shutil.copytree(root / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert "workbench" in tops and not tops & set(HARNESSES), sorted(tops)
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("workbench/")}
+    assert "workbench/distributed/clusters.py" in shipped
+    assert not {n for n in shipped if re.search(r"/(bench|gpucheck)/|localslurm|netns", n)}
 
 
 def test_every_folder_says_what_lives_there():

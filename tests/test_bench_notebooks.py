@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from workbench.bench import notebooks as bench
+from tools.bench import notebooks as bench
 
 
 def _notebook(folder, name, *sources):

@@ -4,7 +4,7 @@ process behind."""
 import psutil
 import pytest
 
-from workbench.bench.contention import VARIANTS, Contender, one_round
+from tools.bench.contention import VARIANTS, Contender, one_round
 from workbench.config import RunConfig
 from workbench.machine.threads import ThreadChoice, choose_threads
 
@@ -26,7 +26,7 @@ def test_a_round_gives_every_variant_its_turns_and_ends_its_processes():
 
 def test_the_choice_runs_the_thread_trial_a_busy_launch_asks_for(monkeypatch):
     busy = ThreadChoice(2, "passive", "a test's busy choice", 1.9, trial=(2, 1))
-    monkeypatch.setattr("workbench.bench.contention.choose_threads", lambda cfg, other: busy)
+    monkeypatch.setattr("tools.bench.contention.choose_threads", lambda cfg, other: busy)
     rates = one_round(RunConfig.smoke(), ("2 threads", "workbench's choice"), seconds=0.2, turns=1)
     assert rates["workbench's choice"][1] in ("1t passive (tried 2,1)", "2t passive (tried 2,1)")
     assert rates["2 threads"][1] == "2t spin"  # the fixed settings try nothing

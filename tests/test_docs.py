@@ -3,7 +3,6 @@ measured figures all come from a generated results file, and a CLI reference dra
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +45,7 @@ def test_every_page_is_in_the_site_and_the_cli_reference_has_every_command():
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in pages():
         assert str(page.relative_to(DOCS)) in nav, f"{page} is not in mkdocs.yml's nav"
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import docs_hooks
-    finally:
-        sys.path.pop(0)
+    from tools import docs_hooks
     from workbench.cli import commands
 
     reference = docs_hooks.cli_reference()

@@ -1,4 +1,4 @@
-"""The GPU check (`python -m workbench.gpucheck`) on a CPU machine: it skips at once without a GPU; its
+"""The GPU check (`python -m tools.gpucheck`) on a CPU machine: it skips at once without a GPU; its
 runner gives each part a time limit and continues past a part that fails; its parts plan, judge and
 report against faked CUDA and a fake pynvml; its report keeps its schema."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from gpucheck_fakes import context
-from workbench.gpucheck import check, goals, probe, report, runner
+from tools.gpucheck import check, goals, probe, report, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(probe.no_gpu_reason() is None, reason="this machine may have an NVIDIA GPU")
 def test_without_a_gpu_the_check_skips_in_seconds_and_says_why(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "workbench.gpucheck", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "tools.gpucheck", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     took = time.monotonic() - t0
@@ -63,7 +63,7 @@ def test_torch_says_why_it_cannot_use_a_gpu(monkeypatch):
 @pytest.mark.parametrize("argv, words", [(["--parts", "training,nope"], "--parts must name parts from"),
                                          (["--budget-s", "5"], "--budget-s must be >= 60")])
 def test_bad_arguments_get_one_line(argv, words, capsys):
-    from workbench.gpucheck.__main__ import main
+    from tools.gpucheck.__main__ import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -71,7 +71,7 @@ def test_bad_arguments_get_one_line(argv, words, capsys):
 
 
 def test_a_gpu_machine_without_psutil_is_told_what_to_bring(monkeypatch, tmp_path, capsys):
-    from workbench.gpucheck import __main__ as cli
+    from tools.gpucheck import __main__ as cli
 
     monkeypatch.setattr(cli, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(cli, "torch_reason", lambda: None)
@@ -97,7 +97,7 @@ def test_everything_it_runs_imports_without_jupyter_plotly_or_pandas():
     code = ("import sys\n"
             "for name in ('pandas', 'plotly', 'ipywidgets', 'jupyterlab', 'IPython', 'anywidget'):\n"
             "    sys.modules[name] = None\n"
-            + "".join(f"import workbench.gpucheck.{m}\n" for m in mods))
+            + "".join(f"import tools.gpucheck.{m}\n" for m in mods))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -12,9 +12,9 @@ import torch
 from gpucheck_fakes import FakeLauncher, FakeNVML, context, fake_gpu
 from workbench.events import EventWriter
 from workbench.train.sharding import MEMORY_PARTS
-from workbench.gpucheck import ceilings, check, compression, ddp, fsdp, gpumem, loading, monitor
-from workbench.gpucheck import report
-from workbench.gpucheck import runner, training
+from tools.gpucheck import ceilings, check, compression, ddp, fsdp, gpumem, loading, monitor
+from tools.gpucheck import report
+from tools.gpucheck import runner, training
 from workbench.hardware.ceiling import Ceiling
 from workbench.trials import rounds
 from workbench.distributed import limits

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from workbench.distributed.netns import TestNetwork
+from tools.netns import TestNetwork
 from workbench.events import ADDRESSES, read_events
 from workbench.runfolder import RunFolder
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from workbench.bench.refusals import CASES, imports_torch, refuse
+from tools.bench.refusals import CASES, imports_torch, refuse
 from workbench.cli import main as cli
 from workbench.config import ConfigError, RunConfig
 from workbench.loading.imageset import generate_image_set
@@ -171,7 +171,7 @@ def test_hw_bench_saves_its_figures_when_the_cache_cannot_be_written(tmp_path, m
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_command_line_refuses_before_importing_torch(name, tmp_path):
-    """The measured cases of `python -m workbench.bench refusals`: one line, exit code 2, and torch
+    """The measured cases of `python -m tools.bench refusals`: one line, exit code 2, and torch
     never imported (that import is what made refusals take 8-28 s on a busy machine)."""
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00binary")
     env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"),

@@ -12,7 +12,7 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.distributed.jobs import Job, submit
-from workbench.distributed.localslurm import find_cluster
+from workbench.distributed.clusters import find_cluster
 from workbench.events import read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
@@ -217,7 +217,7 @@ def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(
 
 
 def test_the_run_panel_submits_a_job_follows_it_and_its_stop_cancels_it(cluster):
-    from workbench.distributed.localslurm import Access
+    from workbench.distributed.clusters import Access
     from workbench.ui.panel import RunPanel
 
     panel = RunPanel(small(**{"run.steps": 100000, "run.save_weights": False}))

@@ -20,7 +20,7 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.distributed.jobs import ENDED, Job, submit
-from workbench.distributed.localslurm import Access
+from workbench.distributed.clusters import Access
 from workbench.distributed.launch import run
 from workbench.events import NODE, read_events
 from workbench.export import export

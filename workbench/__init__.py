@@ -2,8 +2,7 @@
 notebook widgets on top. Import the pieces you need; nothing here imports torch eagerly.
 
 Folders follow the process that runs their code, and imports point down this list:
-  ui/, cli/, bench/, gpucheck/         the faces: widgets, the `workbench` command, benchmarks,
-                                       the one-command check of every GPU path
+  ui/, cli/                            the faces: the notebook's widgets, the `workbench` command
   compress/ loading/ hardware/ stacking/ export/ trials/ profile/ tune/
                                        the labs (the kernel or the CLI runs them): pruning and
                                        quantization, data loading, the hardware report, the
@@ -16,6 +15,9 @@ Folders follow the process that runs their code, and imports point down this lis
   config, runfolder, runstore, events, disk, provenance, cache, measure/, net, procs, quick
                                        the shared base: the frozen RunConfig, the one owner of a
                                        run folder's files, the run store, events on disk
+
+The benchmarks, the GPU check and the local SLURM cluster are harnesses run from the checkout
+(tools/ beside this folder): the package never imports them, and a wheel does not ship them.
 """
 from .config import ConfigError, RunConfig
 

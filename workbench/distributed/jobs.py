@@ -14,7 +14,7 @@ has) is cancelled with that reason instead of waiting forever.
 
 The SLURM commands are the ones on PATH, with this process's environment (SLURM_CONF). `prefix`
 runs them through another program (the test cluster's network namespace,
-workbench.distributed.localslurm); it is given by the caller, never read from the run folder, so
+workbench.distributed.clusters); it is given by the caller, never read from the run folder, so
 reading a folder runs nothing it names.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ..runfolder import FINAL_KEY, RunFolder
 from ..runstore import create_run_dir, read_summary
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
-from .localslurm import find_cluster
+from .clusters import find_cluster
 from .slurm import per_node, shell_word, slurm_job
 from .torchrun import RESTART_ENV, WORKER, loopback_runner, torchrun_args
 

@@ -5,7 +5,7 @@ programs use of this machine at launch, and said with the reason.
     choice.env()                   # {'OMP_WAIT_POLICY': 'PASSIVE'} while other programs hold cores
     choice.why                     # 'other processes held 1.9 of 2 cores: 2 thread(s) ..., passive wait'
 
-The rule, from `python -m workbench.bench contention` on a 2-core machine (README, "On a busy
+The rule, from `python -m tools.bench contention` on a 2-core machine (README, "On a busy
 machine"): threads that spin while they wait for each other (OpenMP's default) were fastest when
 the machine was quiet (passive waiting cost the default MLP 1.3-1.9x) and collapsed in some rounds
 while two busy processes held the cores. There, two passive threads were the transformer's fastest

@@ -1,6 +1,6 @@
 """Whole runs, a process start each, in rounds whose order alternates (workbench.measure.order): how
 comparisons were measured before the trial engine. Kept as the reference the engine is held against
-(`python -m workbench.bench trials`: the two must agree within their intervals on a quiet machine)
+(`python -m tools.bench trials`: the two must agree within their intervals on a quiet machine)
 and for the GPU check's runs, whose whole run is what it checks; every comparison of the labs goes
 through the engine. The threads and wait policy are chosen
 anew before each round (workbench.machine.threads) and shared by every run of that round.

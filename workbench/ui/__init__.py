@@ -1,5 +1,6 @@
 """The faces in a notebook: widgets and live charts, run in the kernel, the only code that imports
-ipywidgets or plotly. May import every folder below it; only the notebooks and bench/ import it.
+ipywidgets or plotly. May import every folder below it; only the notebooks and the
+benchmarks (tools/bench) import it.
 
     from workbench.ui import RunPanel, LiveDashboard, compare_view, attach
 

@@ -72,7 +72,7 @@ class RunControl:
     def submit(self, access=None, wait: bool = False, timeout: float | None = None,
                nodes: int | None = None, **settings):
         """Set widgets and submit the run as a SLURM job, to `access` (a
-        workbench.distributed.localslurm.Access) or the cluster find_cluster() finds from here, on
+        workbench.distributed.clusters.Access) or the cluster find_cluster() finds from here, on
         `nodes` nodes (default: the config's distributed.nnodes): the same live charts from its run
         folder, Stop cancels it with scancel, and its end shows SLURM's state with the rank's
         cause. Returns the Job."""
@@ -156,7 +156,7 @@ class RunControl:
 
 def _submit(cfg: RunConfig, access=None, nodes: int | None = None):
     from ..distributed.jobs import submit
-    from ..distributed.localslurm import find_cluster
+    from ..distributed.clusters import find_cluster
     from ..net import free_port
 
     if access is None:
