@@ -46,6 +46,13 @@ SCRIPT = "script.json"  # a user's own script tracked by workbench.track: its co
 FINAL_KEY = "returncode"  # the key the supervisor adds when it completes the summary
 
 
+def error_type_of(cause: str) -> str:
+    """The error type a summary gives the cause of a run's end, derived from the cause's name
+    (start_timeout -> StartTimeout), so the two cannot drift apart. Only a rank that raised keeps
+    its exception's own class instead (its cause is `raised`)."""
+    return "".join(word.capitalize() for word in cause.split("_"))
+
+
 class Summary(TypedDict, total=False):
     """summary.json, key by key. Rank 0 writes its figures when its steps end (or why it failed);
     the supervisor completes it with how the run ended, FINAL_KEY last (then it is final). A failed
@@ -58,7 +65,7 @@ class Summary(TypedDict, total=False):
     message: str  # one line: why it failed, stopped or diverged
     returncode: int | None  # FINAL_KEY: the supervisor's exit code; present once final
     cause: str  # what ended a failed or stopped run (raised, killed, stalled, ...)
-    error_type: str  # the exception's class, or a cause's name (Stalled, DiskFull, ...)
+    error_type: str  # the exception's class, or error_type_of(cause) (Stalled, DiskFull, ...)
     failed_rank: int  # the rank at fault, when one is
     failed_ranks: list[int]  # every rank the watchdog named (stalled, or not ready in time)
     rank: int  # the failing rank in rank 0's own record of an error (dropped once final)

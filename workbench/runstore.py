@@ -26,7 +26,7 @@ from .measure.compare import unpaired_ratio
 from .measure.warmup import warmup_steps
 from .procs import same_process
 from .provenance import record_created
-from .runfolder import RunFolder, Summary, read_json
+from .runfolder import RunFolder, Summary, error_type_of, read_json
 
 
 def runs_root(cfg: RunConfig | None = None) -> Path:
@@ -179,7 +179,7 @@ def processes_alive(run_dir: str | Path) -> bool | None:
 
 def removed_folder(run_dir: str | Path) -> Summary:
     """What is known of a run whose folder was removed: that, and nothing else."""
-    return {"status": "failed", "cause": "folder_removed", "error_type": "FolderRemoved",
+    return {"status": "failed", "cause": "folder_removed", "error_type": error_type_of("folder_removed"),
             "message": f"the run folder {str(run_dir)!r} was removed, with its config and events: "
                        "its processes were stopped and nothing of the run can be read"}
 
@@ -204,7 +204,7 @@ def read_summary(run_dir: str | Path) -> Summary:
         end = ends[-1]
         out["status"] = end.get(STATUS, "completed" if end[EVENT] == DONE else "failed")
     elif processes_alive(run_dir) is False:
-        out.update(status="failed", cause="vanished", error_type="Vanished",
+        out.update(status="failed", cause="vanished", error_type=error_type_of("vanished"),
                    message=f"ended without a record after step {last}: every process of the run is "
                            "gone (killed together with its supervisor, or the machine restarted)")
     elif not records:

@@ -34,7 +34,7 @@ from ..disk import DISK_FULL, Reserve, disk_message
 from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, NODE, PID, RANK,
                       START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
 from ..procs import same_process
-from ..runfolder import FINAL_KEY, RunFolder, Summary
+from ..runfolder import FINAL_KEY, RunFolder, Summary, error_type_of
 from ..runstore import processes_alive, read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
@@ -152,26 +152,49 @@ class Evidence:
 
 @dataclass
 class Diagnosis:
-    """How a failed run ended: the cause, the rank at fault when there is one, and one line."""
+    """How a failed run ended: the cause, the rank(s) at fault when there are any, and one line.
+    The watchdog (while the run goes) and the rules below (once it has ended) both return one. The
+    error type is derived from the cause (runfolder.error_type_of), except that a rank that raised
+    gives its exception's class."""
 
     cause: str
-    error_type: str | None
     message: str
+    error_type: str | None = None
     failed_rank: int | None = None
+    failed_ranks: list[int] | None = None  # every rank the watchdog named
     signal: str | None = None
     traceback: str | None = None
     status: str | None = None  # set only when the run counts as stopped, not failed
 
-    def as_dict(self, attempt: int) -> dict:
+    def __post_init__(self):
+        if self.error_type is None and self.cause != "raised":
+            self.error_type = error_type_of(self.cause)
+        if self.failed_rank is None and self.failed_ranks:
+            self.failed_rank = self.failed_ranks[0]
+
+    def as_dict(self, attempt: int | None = None) -> dict:
         fields = {k: v for k, v in vars(self).items() if v is not None or k == "error_type"}
-        return {**fields, ATTEMPT: attempt}
+        return fields if attempt is None else {**fields, ATTEMPT: attempt}
+
+
+def stall_message(rank: int, step: int, *, where: str = "", quiet_s: float | None = None,
+                  how: str = "") -> str:
+    """The one wording of a stalled rank, for the watchdog while the run goes and for the
+    diagnosis after it: 'rank 1 stalled after step 2: no progress for 31 s, still alive, last
+    seen in forward (model.py:12)'. `how`: what its process was seen doing (frozen, alive)."""
+    text = f"rank {rank} stalled after step {step}"
+    if quiet_s is not None:
+        text += f": no progress for {quiet_s:.0f} s"
+    if how:
+        text += f", {how}"
+    return text + (f", last seen in {where}" if where else "")
 
 
 def _disk_full(e: Evidence) -> Diagnosis | None:
     if e.own and e.own[0].get("error_type") == "DiskFull":
         r = e.own[0]
         rank = int(r[RANK])
-        return Diagnosis("disk_full", "DiskFull", f"rank {rank} stopped after step "
+        return Diagnosis("disk_full", f"rank {rank} stopped after step "
                          f"{_last_step(e.by_rank[rank])}: {r.get(MESSAGE)}", failed_rank=rank)
     return None
 
@@ -182,8 +205,8 @@ def _raised(e: Evidence) -> Diagnosis | None:
         return None
     r = e.own[0]
     rank = int(r[RANK])
-    return Diagnosis("raised", r.get("error_type"), f"rank {rank} raised {r.get('error_type')} "
-                     f"{_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}", failed_rank=rank,
+    return Diagnosis("raised", f"rank {rank} raised {r.get('error_type')} "
+                     f"{_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}", r.get("error_type"), failed_rank=rank,
                      traceback=traceback_of(e.run_dir, rank, r))
 
 
@@ -193,7 +216,7 @@ def _agent_killed(e: Evidence) -> Diagnosis | None:
     how = signal_name(e.returncode)
     oom = " (SIGKILL: the kernel's OOM killer, or another program)" \
         if e.returncode == -signal.SIGKILL else ""
-    return Diagnosis("agent_killed", "AgentKilled",
+    return Diagnosis("agent_killed",
                      f"the torchrun agent (pid {e.agent_pid}) was killed by {how} after step "
                      f"{e.last_step}, and its ranks ended with it; no rank failed by itself{oom}",
                      signal=how)
@@ -219,7 +242,7 @@ def _node_lost(e: Evidence) -> Diagnosis | None:
         task, killed = found.group(2, 3)
         how = (f"srun's task {task} there (its torchrun agent) was {killed.lower()} after step "
                f"{e.last_step}, and {theirs} with it")
-    return Diagnosis("node_lost", "NodeLost", f"lost node {node}: {how}; no rank failed by itself",
+    return Diagnosis("node_lost", f"lost node {node}: {how}; no rank failed by itself",
                      failed_rank=ranks[0] if ranks else None)
 
 
@@ -229,7 +252,7 @@ def _agent_signalled(e: Evidence) -> Diagnosis | None:
     if e.agent_pid is None or e.agent_pid not in signalled:
         return None
     how = signal_name(-signalled[e.agent_pid])
-    return Diagnosis("agent_signalled", "AgentSignalled",
+    return Diagnosis("agent_signalled",
                      f"the torchrun agent (pid {e.agent_pid}) got {how} from another program and "
                      f"stopped every rank after step {e.last_step}", signal=how, status="stopped")
 
@@ -247,7 +270,7 @@ def _rank_signalled(e: Evidence) -> Diagnosis | None:
     found = re.search(r"signal (SIG[A-Z0-9]+)", str(r.get(MESSAGE, "")))
     how = found.group(1) if found else "a signal"
     others = " (the other ranks ended after it)" if len(e.by_rank) > 1 else ""
-    return Diagnosis("rank_signalled", "RankSignalled",
+    return Diagnosis("rank_signalled",
                      f"rank {rank} got {how} from another program after step "
                      f"{_last_step(e.by_rank[rank])} and stopped{others}", failed_rank=rank,
                      signal=how, status="stopped")
@@ -265,19 +288,19 @@ def _killed(e: Evidence) -> Diagnosis | None:
     rank = min(killed)
     step = _last_step(e.by_rank.get(rank, []))
     if rank not in codes and e.returncode is None:  # no exit code known (a tracked script's rank)
-        return Diagnosis("killed", "Killed", f"rank {rank} ended without a record after step {step}: "
+        return Diagnosis("killed", f"rank {rank} ended without a record after step {step}: "
                          "killed by a signal it cannot catch (SIGKILL: the kernel's OOM killer, or "
                          "another program), or the process crashed", failed_rank=rank)
     code = codes.get(rank, -signal.SIGKILL)
     if code >= 0:  # no signal: exit() or os._exit() in the code the rank ran, or a native library
-        return Diagnosis("exited", "ExitCode", f"rank {rank} exited with code {code} after step "
+        return Diagnosis("exited", f"rank {rank} exited with code {code} after step "
                          f"{step} without reporting an error: the "
                          f"code it ran called exit() or os._exit(), or a library ended the process",
                          failed_rank=rank)
     how = signal_name(code)
     oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
           "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
-    return Diagnosis("killed", "Killed", f"rank {rank} was killed by {how} after step "
+    return Diagnosis("killed", f"rank {rank} was killed by {how} after step "
                      f"{step}{oom}", failed_rank=rank, signal=how)
 
 
@@ -289,10 +312,9 @@ def _stalled(e: Evidence) -> Diagnosis | None:
     rank = stalled[0]
     beats = [r for r in read_events(e.run_dir) if r.get(EVENT) == HEARTBEAT
              and r.get(RANK) == rank and int(r.get(ATTEMPT, 0)) == e.attempt]
-    where = f", last seen in {beats[-1].get('where')}" if beats else ""
-    return Diagnosis("stalled", "Stalled", f"rank {rank} stalled after step "
-                     f"{_last_step(e.by_rank[rank])}{where}; the others timed out waiting for it: "
-                     f"{e.failed[0].get(MESSAGE)}", failed_rank=rank)
+    where = beats[-1].get("where", "") if beats else ""
+    return Diagnosis("stalled", f"{stall_message(rank, _last_step(e.by_rank[rank]), where=where)}; "
+                     f"the others timed out waiting for it: {e.failed[0].get(MESSAGE)}", failed_rank=rank)
 
 
 def _first_failure(e: Evidence) -> Diagnosis | None:
@@ -301,8 +323,8 @@ def _first_failure(e: Evidence) -> Diagnosis | None:
         return None
     r = e.failed[0]
     rank = int(r[RANK])
-    return Diagnosis("raised", r.get("error_type"), f"rank {rank}: {r.get('error_type')}: "
-                     f"{r.get(MESSAGE)}", failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
+    return Diagnosis("raised", f"rank {rank}: {r.get('error_type')}: {r.get(MESSAGE)}", r.get("error_type"),
+                     failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
 
 
 def _rendezvous(e: Evidence) -> Diagnosis | None:
@@ -311,14 +333,14 @@ def _rendezvous(e: Evidence) -> Diagnosis | None:
         return None
     errors = [ln.strip() for ln in e.log_text.splitlines() if "Error" in ln and ":" in ln]
     why = f": {errors[-1][-400:]}" if errors else ""
-    return Diagnosis("rendezvous", "RendezvousError",
+    return Diagnosis("rendezvous",
                      f"torchrun exited with code {e.returncode} before any rank started, so the "
                      f"rendezvous failed; check that the endpoint is reachable and every node uses "
                      f"the same one{why}")
 
 
 def _exited(e: Evidence) -> Diagnosis:
-    return Diagnosis("exited", "ExitCode", f"the launcher exited with code {e.returncode} before any "
+    return Diagnosis("exited", f"the launcher exited with code {e.returncode} before any "
                      f"rank reported an error; see {RunFolder(e.run_dir).log_file.name}")
 
 
@@ -366,7 +388,7 @@ def restarts(run_dir: Path, log_text: str) -> list[dict]:
 
 
 def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop: dict | None = None,
-                   failure: dict | None = None, agent_pid: int | None = None) -> Summary:
+                   failure: Diagnosis | None = None, agent_pid: int | None = None) -> Summary:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
     purpose; `failure`: the watchdog's diagnosis, which wins over what the processes did after.
@@ -380,19 +402,14 @@ def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop:
     if returncode == 0 and summary.get("status") in ("completed", "diverged") and not failure:
         info = {}
     elif failure:
-        info = {"status": "failed", "cause": failure["cause"], "failed_ranks": failure["ranks"],
-                "error_type": {"stalled": "Stalled", "start_timeout": "StartTimeout",
-                               "node_unreachable": "NodeUnreachable"}[failure["cause"]],
-                "message": failure["message"]}
-        if failure["ranks"]:
-            info["failed_rank"] = failure["ranks"][0]
+        info = {"status": "failed", **failure.as_dict()}
     elif stop:
-        info = {"status": "stopped", "error_type": "RunStopped", **stop}
+        info = {"status": "stopped", "error_type": error_type_of(stop["cause"]), **stop}
     elif disk:
         for err in folder.torchrun_logs.glob("**/error.json"):
             if err.stat().st_size == 0:  # a rank's knock-on error, cut to nothing by the full disk
                 err.unlink()
-        info = {"status": "failed", "cause": "disk_full", "error_type": "DiskFull",
+        info = {"status": "failed", "cause": "disk_full", "error_type": error_type_of("disk_full"),
                 "message": f"{disk} (the run stopped after step {last_step(run_dir)})"}
     else:
         info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
@@ -459,11 +476,12 @@ def record_supervisor_death(run_dir: Path, pid: int, returncode: int,
     reason = folder.stop_reason()
     how = signal_name(returncode)
     if reason is not None:
-        info = {"status": "stopped", "cause": "stopped", "error_type": "RunStopped",
+        info = {"status": "stopped", "cause": "stopped", "error_type": error_type_of("stopped"),
                 "message": f"{reason} (the supervisor did not stop in time and was "
                            f"killed by {how})"}
     else:
-        info = {"status": "failed", "cause": "supervisor_killed", "error_type": "SupervisorKilled",
+        info = {"status": "failed", "cause": "supervisor_killed",
+                "error_type": error_type_of("supervisor_killed"),
                 "signal": how,
                 "message": f"the supervisor (pid {pid}) was killed by {how} after step {step}, so its "
                            "ranks were ended with it; nothing in the run itself failed"}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig, require_config
 from ..machine.threads import threads_for
-from ..runfolder import FINAL_KEY, RunFolder
+from ..runfolder import FINAL_KEY, RunFolder, error_type_of
 from ..runstore import create_run_dir, read_summary
 from ..train.rank import ATTEMPT_BASE_ENV
 from .faults import finish_summary, last_step
@@ -209,10 +209,10 @@ class Job:
         step = last_step(self.run_dir)
         summary.setdefault("steps", step)  # a rank stopped by scancel's SIGTERM wrote no count
         if state.state == "TIMEOUT":
-            summary.update(status="failed", cause="slurm_timeout", error_type="SlurmTimeout",
+            summary.update(status="failed", cause="slurm_timeout", error_type=error_type_of("slurm_timeout"),
                            message=f"SLURM ended the job at its time limit after step {step}")
         elif never is not None:
-            summary.update(status="failed", cause="unschedulable", error_type="Unschedulable")
+            summary.update(status="failed", cause="unschedulable", error_type=error_type_of("unschedulable"))
         head = f"SLURM job {self.job_id} {state.state.lower()}"
         if state.exit_code:
             head += f" (exit code {state.exit_code})"
@@ -298,7 +298,7 @@ def submit(source: RunConfig, run_dir: str | Path | None = None, *, nodes: int |
     job_id = out.stdout.strip().split(";")[0]
     if out.returncode != 0 or not job_id.isdigit():
         why = (out.stderr.strip() or out.stdout.strip() or f"exit code {out.returncode}").splitlines()
-        folder.write_summary({"status": "failed", "cause": "submit", "error_type": "SubmitFailed",
+        folder.write_summary({"status": "failed", "cause": "submit", "error_type": error_type_of("submit"),
                               "message": f"sbatch refused the job: {why[-1]}",
                               FINAL_KEY: out.returncode})
         raise ConfigError(f"sbatch refused the job: {why[-1]}")

@@ -42,7 +42,7 @@ from ..disk import disk_message, keep_writes_to_owner, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
 from ..runstore import removed_folder
 from ..train.warm import JOB
-from .faults import finish_summary, last_step
+from .faults import Diagnosis, finish_summary, last_step
 from .watchdog import Watchdog
 
 SPARE_LOG = "spare.log"  # a spare's output until it has a run
@@ -160,7 +160,7 @@ class Supervisor:
         self.cfg = RunFolder(run_dir).config()
         self.watchdog = Watchdog(run_dir, self.cfg)
         self.stop: dict | None = None  # {cause, message}: the run was ended on purpose
-        self.failure: dict | None = None
+        self.failure: Diagnosis | None = None
         self.torchrun_logs: Path | None = None  # a spare's torchrun logs, moved into the run at the end
 
     def _on_term(self, signum, frame) -> None:
@@ -188,7 +188,7 @@ class Supervisor:
             if self.stop is None:
                 self.failure = self.watchdog.check()
             if self.stop or self.failure:
-                what = (self.stop or self.failure)["message"]
+                what = self.stop["message"] if self.stop else self.failure.message
                 _log(f"ending the run: {what}")
                 sweep(child.pid)
                 returncode = _EXITED.get(child.pid, -signal.SIGKILL)

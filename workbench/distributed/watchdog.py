@@ -28,7 +28,7 @@ from ..events import (ADDRESSES, ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBE
                       RANK, READY, START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
 from ..net import answers
 from ..procs import same_process
-from .faults import is_knock_on
+from .faults import Diagnosis, is_knock_on, stall_message
 from .torchrun import WORKER
 
 STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
@@ -108,8 +108,8 @@ class Watchdog:
         a = self.attempt()
         return {rank: s for (att, rank), s in self.ranks.items() if att == a}
 
-    def check(self, now: float | None = None) -> dict | None:
-        """None while the run looks healthy, else {cause, message, ranks}."""
+    def check(self, now: float | None = None) -> Diagnosis | None:
+        """None while the run looks healthy, else the Diagnosis the post-mortem would give."""
         self.update()
         now = time.time() if now is None else now
         d = self.cfg.distributed
@@ -126,8 +126,8 @@ class Watchdog:
         if len(ready) < d.nproc:
             if now - window_start <= d.start_timeout_s:
                 return None
-            return {"cause": "start_timeout", "ranks": sorted(set(ranks) - set(ready)),
-                    "message": self._start_message(ranks, ready)}
+            return Diagnosis("start_timeout", self._start_message(ranks, ready),
+                             failed_ranks=sorted(set(ranks) - set(ready)))
         stall_s = stall_after_s(d.timeout_s)
         stalled = []
         for rank, s in ranks.items():
@@ -140,7 +140,7 @@ class Watchdog:
                 stalled.append(rank)
         return self._stalled(ranks, stalled, now)
 
-    def _straggler(self, ranks: dict[int, RankState], end_t: float, now: float) -> dict | None:
+    def _straggler(self, ranks: dict[int, RankState], end_t: float, now: float) -> Diagnosis | None:
         """Ranks ended with knock-on errors (a collective timed out): the rank they waited for is
         one still running whose last progress came well before, or whose process is stopped."""
         half = 0.5 * self.cfg.distributed.timeout_s
@@ -149,13 +149,13 @@ class Watchdog:
                   and (s.frozen_since is not None or (s.progress_t or s.started_t or now) <= end_t - half)]
         return self._stalled(ranks, behind, now)
 
-    def frozen(self, now: float | None = None) -> dict | None:
+    def frozen(self, now: float | None = None) -> Diagnosis | None:
         """After the run's processes exited: a rank whose process was seen stopped is the cause."""
         now = time.time() if now is None else now
         ranks = self.current()
         return self._stalled(ranks, [r for r, s in ranks.items() if s.frozen_since is not None], now)
 
-    def unreachable(self) -> dict | None:
+    def unreachable(self) -> Diagnosis | None:
         """Every rank of this node has ended, none by an error of its own (a timeout, a lost
         connection, or stopped by its torchrun agent, whose store calls failed), in a run across
         machines: the ranks on a node that no longer answers on the network, if any."""
@@ -183,19 +183,19 @@ class Watchdog:
         where = "; ".join(f"node {ranks_there[0] // nproc} ({address}, rank(s) "
                           f"{', '.join(map(str, ranks_there))})" for address, ranks_there in lost.items())
         step = max(s.step for s in ranks.values())
-        return {"cause": "node_unreachable", "ranks": sorted(r for rs in lost.values() for r in rs),
-                "message": f"lost contact with {where}: it does not answer on the network (its link "
-                           f"or the machine is down); this node's rank(s) "
-                           f"{', '.join(map(str, sorted(ranks)))} "
-                           f"ended waiting for it after step {step} "
-                           f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})"}
+        return Diagnosis("node_unreachable",
+                         f"lost contact with {where}: it does not answer on the network (its link "
+                         f"or the machine is down); this node's rank(s) "
+                         f"{', '.join(map(str, sorted(ranks)))} ended waiting for it after step {step} "
+                         f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})",
+                         failed_ranks=sorted(r for rs in lost.values() for r in rs))
 
-    def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> dict | None:
+    def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> Diagnosis | None:
         if not stalled:
             return None
         parts = [self._stall_text(r, ranks[r], now) for r in sorted(stalled)]
-        return {"cause": "stalled", "ranks": sorted(stalled),
-                "message": "; ".join(parts) + f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g})"}
+        timeout = f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g})"
+        return Diagnosis("stalled", "; ".join(parts) + timeout, failed_ranks=sorted(stalled))
 
     def _start_message(self, ranks: dict[int, RankState], ready: list[int]) -> str:
         d = self.cfg.distributed
@@ -237,13 +237,13 @@ class Watchdog:
 
     @staticmethod
     def _stall_text(rank: int, s: RankState, now: float) -> str:
-        since = s.progress_t or s.started_t or now
-        text = f"rank {rank} stalled after step {s.step}: no progress for {now - since:.0f} s"
+        quiet_s = now - (s.progress_t or s.started_t or now)
         if s.frozen_since is not None:
-            text += (f", frozen: its process (pid {s.pid}) is stopped (SIGSTOP or a debugger)"
-                     f"{f', last in {s.where}' if s.where else ''}")
+            how = f"frozen: its process (pid {s.pid}) is stopped (SIGSTOP or a debugger)"
         elif s.beat_t and now - s.beat_t < 3.0:
-            text += f", still alive, in {s.where}" if s.where else ", still alive"
+            how = "still alive"
         elif s.beat_t:
-            text += f", no heartbeat for {now - s.beat_t:.0f} s (frozen), last in {s.where}"
-        return text
+            how = f"no heartbeat for {now - s.beat_t:.0f} s (frozen)"
+        else:
+            how = ""
+        return stall_message(rank, s.step, where=s.where, quiet_s=quiet_s, how=how)

@@ -36,7 +36,7 @@ from ..events import (DATA_WAIT_MS, DONE, ERROR, INIT, LAST, LOSS, NODE, NONFINI
 from ..machine.contention import ContentionMeter
 from ..machine.threads import wait_advice, wait_policy
 from ..measure.steps import step_stats
-from ..runfolder import FINAL_KEY, RunFolder
+from ..runfolder import FINAL_KEY, RunFolder, error_type_of
 from ..train import memory
 from ..train.budget import TimeBudget
 from ..train.heartbeat import Heartbeat, LockedWriter
@@ -378,12 +378,12 @@ class Run:
                             "phase": phase, "traceback": tb,
                             "message": f"rank {self.rank} raised {kind} {where}: {error}"}
         if status == "failed":  # sys.exit(code) with a code that is not 0
-            record = {"error_type": "ExitCode", "message": message, "phase": phase}
-            return record, {"cause": "exited", "error_type": "ExitCode", "failed_rank": self.rank,
+            record = {"error_type": error_type_of("exited"), "message": message, "phase": phase}
+            return record, {"cause": "exited", "error_type": record["error_type"], "failed_rank": self.rank,
                             "phase": phase, "message": f"rank {self.rank} {message} {where}"}
         message = message or "stopped"
-        record = {"error_type": "RunStopped", "message": message, "phase": phase}
-        return record, {"cause": "stopped", "error_type": "RunStopped", "failed_rank": self.rank,
+        record = {"error_type": error_type_of("stopped"), "message": message, "phase": phase}
+        return record, {"cause": "stopped", "error_type": record["error_type"], "failed_rank": self.rank,
                         "phase": phase, "message": f"rank {self.rank} {message} {where}"}
 
     def __enter__(self) -> "Run":
