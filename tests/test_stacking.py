@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workbench.config import ConfigError, RunConfig
-from workbench.stacking.changes import CHANGES
+from workbench.trials.changes import CHANGES
 from workbench.stacking.plan import PlannedStep, final_config, plan, plan_table
 from workbench.stacking.study import run_study, step_row
 from workbench.stacking.waterfall import waterfall_records

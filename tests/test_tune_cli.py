@@ -154,7 +154,7 @@ def test_channels_last_is_tried_only_on_a_model_with_4d_weights():
         layout = [r for c, r in reachable(cfg, weights) if c.kind == "layout"][0]
         assert (layout is None) is has, layout
         if not has:
-            assert layout.startswith("channels_last changes only 4-D image tensors")
+            assert layout.startswith("channels_last only changes image (4-D) tensors")
 
 
 def _interrupted(cmd: list[str], root) -> tuple[subprocess.CompletedProcess, set[int]]:

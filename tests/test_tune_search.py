@@ -10,11 +10,12 @@ import re
 
 from tune_sim import SimulatedDevice
 from workbench.measure.verdict import MIN_EFFECT
-from workbench.tune.search import Candidate, compare, order, search
+from workbench.trials.changes import Change
+from workbench.tune.search import compare, order, search
 
 KINDS = ["loader", "precision", "compile", "layout", "optimizer", "memory", "batch"]
 NUMBERS = {"precision", "compile", "memory", "batch"}  # kinds that change the numbers: loss-checked
-CANDIDATES = [Candidate(f"s{i}", {f"field{i}": True}, kind, kind in NUMBERS)
+CANDIDATES = [Change(f"s{i}", {f"field{i}": True}, kind, kind in NUMBERS)
               for i, kind in enumerate(KINDS)]
 COMPILE_S = {"s2": 30.0}  # the compile candidate's one-off compile
 # True effects a setting can have: clearly slower, slower, too small to matter, clear gains.
@@ -65,7 +66,7 @@ def test_a_clear_loss_stops_at_the_first_round_that_can_decide_and_busy_rounds_a
 def test_a_faster_setting_that_moves_the_loss_is_dropped_and_says_how_far():
     effects = {c.key: 1.0 for c in CANDIDATES} | {"s1": 1.5}
     sim = SimulatedDevice(CANDIDATES, effects, 2, loss_moves={"s1": 0.1})
-    bf16 = Candidate("s1", {"field1": True}, "precision", changes_numbers=True)
+    bf16 = Change("s1", {"field1": True}, "precision", changes_numbers=True)
     result = search([(bf16, "first")], sim, budget_s=10**6)
     (d,) = result.decisions
     assert not d.kept and d.low > 1 + MIN_EFFECT and result.settings == {}
@@ -133,7 +134,7 @@ def test_a_compile_that_outruns_the_budget_is_stopped_and_said():
 
 
 def test_a_needed_setting_goes_first_and_is_kept_though_slower_unless_its_loss_moves():
-    needed = Candidate("s5", {"field5": True}, "memory", True, needed="the baseline does not fit")
+    needed = Change("s5", {"field5": True}, "memory", True, needed="the baseline does not fit")
     cands = [CANDIDATES[0], needed]
     assert [c.key for c, _ in order(cands, "data")] == ["s5", "s0"]
     effects = {c.key: 1.0 for c in CANDIDATES} | {"s5": 0.7}

@@ -11,14 +11,15 @@ import math
 import random
 import statistics
 
-from workbench.tune.search import Candidate, LossCheck, Prepared, Round
+from workbench.trials.changes import Change
+from workbench.tune.search import LossCheck, Prepared, Round
 
 STEP_S = 0.05  # the baseline's step
 START_S = 2.0  # a run's start-up, paid every run
 
 
 class SimulatedDevice:
-    def __init__(self, candidates: list[Candidate], effects: dict[str, float], seed: int, *,
+    def __init__(self, candidates: list[Change], effects: dict[str, float], seed: int, *,
                  noise: float = 0.15, drift: float = 0.3, outliers: float = 0.1, busy: float = 0.0,
                  steps: int = 20, loss_moves: dict[str, float] | None = None,
                  tolerance: float = 0.02, compile_s: dict[str, float] | None = None):

@@ -14,6 +14,7 @@ from .cpu import cpu_flags, flags_owner
 from .gpu import gpu_dtypes
 
 OPTIONS = ("bf16", "fp16", "tf32", "channels_last")
+NO_IMAGE_TENSORS = "channels_last only changes image (4-D) tensors; this model has none"
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -50,7 +51,7 @@ def unsupported_reason(cfg: RunConfig, device: torch.device, option: str) -> str
     if option == "fused_optimizer":
         return fused_optimizer_reason(cfg.optim.name, device)
     if option == "channels_last" and cfg.model.name not in ("cnn",) and ":" not in cfg.model.name:
-        return "channels_last only changes image (4-D) tensors; this model has none"
+        return NO_IMAGE_TENSORS
     return None
 
 

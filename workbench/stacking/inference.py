@@ -25,7 +25,7 @@ from ..events import SAMPLES_PER_S
 from ..measure import claims
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
-from .changes import STACK_STEP
+from .plan import STACK_STEP
 
 COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
            "gain_vs_baseline", "rounds", "coverage", "size_mib", "accuracy", "latency_ms", "reason"]

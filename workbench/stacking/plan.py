@@ -8,21 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig, require_config
+from ..config import RunConfig, require_config
 from ..machine.capability import resolve_device
-from ..machine.fit import cannot_run
 from ..machine.threads import threads_for
-from .changes import STACK_STEP, Change, as_change
+from ..trials.changes import Change, as_change
 
-
-def skip_reason(change: Change, before: RunConfig, after: RunConfig, device) -> str | None:
-    """Why this change cannot be measured here (None when it can): what the launch would refuse,
-    in its words (workbench.machine.fit), or a change that would do nothing on this device."""
-    if after == before:
-        return "already part of the config it would be added to"
-    if change.settings.get("loader.pin_memory") and device.type != "cuda":
-        return "pin_memory needs a GPU: it speeds host-to-GPU copies, and without one torch ignores it"
-    return cannot_run(after, device)
+# The tables' column that names each step of a study (a change stacked on the last): a stacking
+# step, not a training step, though a record's step number is spelled the same.
+STACK_STEP = "step"
 
 
 @dataclass
@@ -49,19 +42,12 @@ def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
     """The cumulative configs, without running anything. Skipped changes are not stacked."""
     require_config(baseline)
     device = resolve_device(baseline.run.device)
-    steps, cfg = [PlannedStep(Change("baseline", "baseline"), baseline)], baseline
+    steps, cfg = [PlannedStep(Change("baseline", label="baseline"), baseline)], baseline
     for item in changes:
         change = as_change(item)
-        try:
-            after = cfg.replace(**change.settings)
-        except ConfigError as e:
-            steps.append(PlannedStep(change, cfg, f"not a valid config: {e}"))
-            continue
-        reason = skip_reason(change, cfg, after, device)
-        note = "" if reason else side_effects(cfg, after, device)
-        steps.append(PlannedStep(change, cfg if reason else after, reason, note))
-        if not reason:
-            cfg = after
+        after, reason = change.applied(cfg, device)
+        steps.append(PlannedStep(change, after, reason, "" if reason else side_effects(cfg, after, device)))
+        cfg = after
     return steps
 
 

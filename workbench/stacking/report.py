@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
 from ..measure.compare import speedup_text
-from .changes import STACK_STEP
+from .plan import STACK_STEP
 from .waterfall import number
 
 HEADER = ("step", "adds", "samples/s", "vs the step before", "verdict", "steps (this / before)")

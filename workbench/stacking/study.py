@@ -24,7 +24,7 @@ from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD
 from ..trials.engine import SLICE_S, Slice, Trial
 from ..trials.hosts import TrainingHosts, TrialError
-from .changes import STACK_STEP
+from .plan import STACK_STEP
 from .plan import PlannedStep, plan
 
 COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",

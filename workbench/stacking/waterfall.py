@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
 from ..measure.compare import speedup_text
-from .changes import STACK_STEP
+from .plan import STACK_STEP
 
 
 def number(value) -> float | None:

@@ -4,7 +4,7 @@ check's per-rank prediction (workbench.distributed.limits: exact parameter, grad
 bytes, plus the activations per sample measured on a few samples, with checkpointing as configured).
 
     plan = plan_memory(baseline, budget_gib=None)   # None: what the pre-launch check says is available
-    plan.options       # [(Candidate, why it is not tried or None)]: "batch", "checkpointing"
+    plan.options       # [(Change, why it is not tried or None)]: "batch", "checkpointing"
     plan.note          # the budget, where it came from, and what the baseline needs
 
 Only powers of two are tried, up to the samples each rank's share of the data holds. The blocks to
@@ -21,21 +21,21 @@ from typing import Callable
 from ..config import ConfigError, RunConfig
 from ..distributed.limits import available_per_rank, per_rank_gib
 from ..machine.capability import resolve_device
-from .search import Candidate
+from ..trials.changes import Change
 
 BATCH_WHY = ("a larger batch keeps the cores busier per step; compared by samples/s, and its loss "
              "against the samples seen")
 CHECKPOINT_WHY = "trades time for memory: each block's forward runs again in backward"
 # the two as the report names them before their settings are planned (both change the numbers)
-BATCH = Candidate("batch", {}, "batch", True, BATCH_WHY)
-CHECKPOINTING = Candidate("checkpointing", {}, "memory", True, CHECKPOINT_WHY)
+BATCH = Change("batch", {}, "batch", True, BATCH_WHY)
+CHECKPOINTING = Change("checkpointing", {}, "memory", True, CHECKPOINT_WHY)
 
 
 @dataclass
 class MemoryPlan:
     budget_gib: float | None
     note: str
-    options: list  # [(Candidate, reason it is not tried, or None)]
+    options: list  # [(Change, reason it is not tried, or None)]
 
 
 def largest_batch(cfg: RunConfig, need: dict, device_type: str, budget_gib: float) -> int:
@@ -91,17 +91,17 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
                    "or a larger budget" if largest else "use a larger budget or a smaller model")
             raise ConfigError(f"the baseline needs {_gib(baseline, need, device)}{with_ckpt}, over the "
                               f"{budget_gib:.3g} GiB memory budget ({where}); {use}")
-        needed = Candidate("checkpointing", {"train.checkpoint": blocks}, "memory", True,
-                           CHECKPOINT_WHY, needed=f"the baseline needs {_gib(baseline, need, device)}, "
-                           f"over the {budget_gib:.3g} GiB budget; with its {len(blocks)} blocks "
-                           f"checkpointed, {_gib(checkpointed, need1, device)}")
-        larger = Candidate("batch", {"train.checkpoint": blocks, "loader.batch_size": b1}, "batch",
-                           True, f"{BATCH_WHY}; batch {b1} is the largest that fits, checkpointed")
+        needed = Change("checkpointing", {"train.checkpoint": blocks}, "memory", True,
+                        CHECKPOINT_WHY, needed=f"the baseline needs {_gib(baseline, need, device)}, "
+                        f"over the {budget_gib:.3g} GiB budget; with its {len(blocks)} blocks "
+                        f"checkpointed, {_gib(checkpointed, need1, device)}")
+        larger = Change("batch", {"train.checkpoint": blocks, "loader.batch_size": b1}, "batch",
+                        True, f"{BATCH_WHY}; batch {b1} is the largest that fits, checkpointed")
         return MemoryPlan(budget_gib, note, [
             (needed, None), (larger, None if b1 > size else f"batch {size} is already the largest "
                              "power of two that fits, checkpointed")])
-    larger = Candidate("batch", {"loader.batch_size": b0}, "batch", True,
-                       f"{BATCH_WHY}; {b0} is the largest that fits")
+    larger = Change("batch", {"loader.batch_size": b0}, "batch", True,
+                    f"{BATCH_WHY}; {b0} is the largest that fits")
     top = f"batch {size} is already the largest power of two that fits the budget and the data"
     options = [(larger, None if b0 > size else top)]
     if not blocks:
@@ -111,8 +111,8 @@ def plan_memory(baseline: RunConfig, budget_gib: float | None = None,
         options.append((CHECKPOINTING, f"{CHECKPOINT_WHY}, and the budget does not bind: "
                                        f"checkpointed, no larger batch fits ({b1} against {max(b0, size)})"))
     else:
-        options.append((Candidate("checkpointing", {"train.checkpoint": blocks,
-                                                    "loader.batch_size": b1}, "memory", True,
-                                  f"{CHECKPOINT_WHY}; it lets batch {b1} fit where {b0} is the "
-                                  "largest without"), None))
+        options.append((Change("checkpointing", {"train.checkpoint": blocks,
+                                                 "loader.batch_size": b1}, "memory", True,
+                               f"{CHECKPOINT_WHY}; it lets batch {b1} fit where {b0} is the "
+                               "largest without"), None))
     return MemoryPlan(budget_gib, note, options)

@@ -40,6 +40,7 @@ from typing import Callable, Protocol
 from ..measure import claims
 from ..measure.compare import CONFIDENCE, median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
+from ..trials.changes import Change
 
 # Each look's interval: its ends are one-sided 99 % bounds, and a decision reads only one of them
 # (a two-sided 99 % interval made every decision wait for an 8th round, with no gain in calibration).
@@ -52,19 +53,6 @@ FEWEST = min_rounds(DECIDE_CONFIDENCE)  # rounds before any decision can be made
 FIRST = {"data": ("loader",), "compute": ("precision", "compile", "layout"),
          "communication": ("ranks",), "optimizer": ("optimizer",),
          "framework overhead": ("compile", "batch")}
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A setting to try: a name, the dotted config fields it sets, what kind of setting it is (for
-    the order) and whether it changes the numbers the run computes."""
-
-    key: str
-    settings: dict
-    kind: str  # loader, precision, compile, layout, optimizer, memory, batch, threads, ranks
-    changes_numbers: bool = False
-    about: str = ""
-    needed: str = ""  # why the config cannot do without it: kept if its loss holds, whatever its speed
 
 
 @dataclass(frozen=True)
@@ -160,7 +148,7 @@ class TuneResult:
     spent_s: float
 
 
-def order(candidates: list[Candidate], bound_by: str | None) -> list[tuple[Candidate, str]]:
+def order(candidates: list[Change], bound_by: str | None) -> list[tuple[Change, str]]:
     """The candidates in the order to try them, each with why there: what the config needs first,
     then the kinds the profile's "bound by" verdict points at, then the rest as listed."""
     needed = [(c, "first: the config needs it") for c in candidates if c.needed]
@@ -223,7 +211,7 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
                     conditions=measure.conditions(best, trial) if ratios else "")
 
 
-def search(ordered: list[tuple[Candidate, str]], measure: Measure, *, budget_s: float,
+def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: float,
            min_effect: float = MIN_EFFECT, max_rounds: int = MAX_ROUNDS,
            on_decision: Callable[[Decision], None] | None = None) -> TuneResult:
     """Try each candidate in order against the best so far; keep what decides faster (and keeps

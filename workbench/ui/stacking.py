@@ -17,7 +17,8 @@ from plotly.subplots import make_subplots
 from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S, STEP_TIME_MS
-from ..stacking.changes import CHANGES, STACK_STEP, as_change
+from ..stacking.plan import STACK_STEP
+from ..trials.changes import CHANGES, STACKED, as_change
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
@@ -105,7 +106,7 @@ class StackingPanel(w.VBox):
                  choices=None, export_dir: str = "exported", rounds: int | None = None):
         self.baseline = baseline
         self.rounds = rounds or min_rounds()
-        choices = [as_change(c) for c in (choices or CHANGES.values())]
+        choices = [as_change(c) for c in (choices or [CHANGES[k] for k in STACKED])]
         chosen = {as_change(c).key for c in selected}
         self.boxes = {c.key: w.Checkbox(value=c.key in chosen, description=c.label, tooltip=c.why,
                                         indent=False, layout=w.Layout(width="170px")) for c in choices}
