@@ -11,10 +11,12 @@ import sys
 import tools.bench as pkg
 
 NAMED_ONLY = {"notebooks", "tunes"}  # too long for `make bench`
+HELPERS = {"results"}  # not a benchmark: where the others write
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                   if not m.name.startswith("_") and m.name not in HELPERS)
     split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
     chosen, options = argv[:split], argv[split:]
     unknown = [n for n in chosen if n not in names]

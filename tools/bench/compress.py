@@ -29,6 +29,7 @@ from workbench.compress.subject import Subject
 from workbench.config import RunConfig
 from workbench.machine.contention import busy_sentence
 from workbench.train.models import MLP, SmallCNN
+from .results import recorded
 
 GOALS = {"structured 50%": 2.0, "dynamic int8": 2.0}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -106,6 +107,7 @@ def report(title: str, subject: Subject, variants: dict, cov: dict, batches, rou
     return failures
 
 
+@recorded("compress", "Does compression speed up inference?")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench compress")
     parser.add_argument("--rounds", type=int, default=30)

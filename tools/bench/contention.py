@@ -43,6 +43,7 @@ from workbench.measure.compare import paired_speed_ratio
 from workbench.procs import OtherWork
 from workbench.profile.run import default_transformer
 from workbench.quick import scaled
+from .results import machine_line, results_file, write_results
 
 VARIANTS = ("1 thread", "2 threads", "2 threads, passive", "workbench's choice")
 MODELS = {"mlp": RunConfig.default, "transformer": default_transformer}
@@ -223,10 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child)
         return 0
-    print(f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
-          f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
-          "other's, paired by round")
-    lines = []
+    lines = ["# Threads on a quiet and on a busy machine", "", machine_line(), "",
+             f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
+             f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
+             "other's, paired by round", ""]
+    print("\n".join(lines), flush=True)
     if "idle" in args.conditions:
         idle = condition("idle", args.only, args.rounds, args.seconds, args.turns)
         lines += report("idle", idle, args.only)
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         with OtherWork(2):
             busy = condition("busy", args.only, args.rounds, args.seconds, args.turns)
         lines += report("busy", busy, args.only)
-    print("\n".join(lines))
+    write_results(lines, results_file("contention"))
     return 0
 
 

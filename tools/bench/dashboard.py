@@ -23,6 +23,7 @@ from workbench.events import (ATTEMPT, DATA_WAIT_MS, EVENT, LOSS, RANK, RSS_GIB,
 from workbench.measure.compare import paired_speed_ratio
 from workbench.quick import scaled
 from workbench.ui.dashboard import LiveDashboard  # imported before any timing: plotly and ipywidgets
+from .results import recorded
 
 GOAL = 0.05  # at most this fraction fewer samples/s while the dashboard watches
 
@@ -73,6 +74,7 @@ def redraw_cost(lengths=(1_000, 1_000_000), rounds: int = 7) -> dict[int, float]
     return {n: t.median_ms for n, t in times.items()}
 
 
+@recorded("dashboard", "Does watching a run slow it down, and does drawing stay cheap?")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.dashboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -10,8 +10,10 @@ import math
 import torch
 
 from workbench.hardware.microbench import copy_bandwidth, matmul
+from .results import recorded
 
 
+@recorded("hardware", "The workbench's timer against torch.utils.benchmark, and matmul dtype ratios")
 def main(argv=None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}")

@@ -30,6 +30,7 @@ from workbench.export.bundle import export
 from workbench.measure.compare import median_interval
 from workbench.runfolder import RunFolder
 from workbench.runstore import create_run_dir
+from .results import recorded
 
 THREADS = "1"  # per process, in every variant: what torchrun gives each rank
 GOAL_WARM_S = 1.0
@@ -201,6 +202,7 @@ def samples_per_s(steps: int, base: RunConfig) -> None:
           "large spread here means other work held the cores")
 
 
+@recorded("launch", "Run to first step: the launcher, cold and warm, against plain python and torchrun")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench.launch", description=__doc__)
     p.add_argument("--rounds", type=int, default=6, help="interleaved rounds (6 carry a 95 %% interval)")

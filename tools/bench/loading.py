@@ -25,6 +25,7 @@ from workbench.loading.sweep import shutdown_workers
 from workbench.trials.calls import timed_calls
 from workbench.train.data import make_loader
 from workbench.train.images import ImageFolder
+from .results import recorded
 
 
 def _epoch(loader):
@@ -36,6 +37,7 @@ def _epoch(loader):
     return run
 
 
+@recorded("loading", "Data loading: worker processes and the decoded-sample cache")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench loading", description=__doc__)
     p.add_argument("--count", type=int, default=1024, help="images in the set")

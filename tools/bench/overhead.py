@@ -30,6 +30,7 @@ from workbench.train.precision import autocast, grad_scaler
 from workbench.train.rank import RankEnv
 from workbench.train.step import cycle_batches
 from workbench.train.trainer import train
+from .results import recorded
 
 WARMUP = 20
 
@@ -141,6 +142,7 @@ def bookkeeping_us(n: int = 20000) -> float:
     return elapsed / n * 1e6
 
 
+@recorded("overhead", "What the workbench's instrumentation costs")
 def main(argv=None) -> int:
     overhead()
     return 0

@@ -12,6 +12,7 @@ from workbench.config import RunConfig
 from workbench.hardware.lessons import precision_lesson
 from workbench.quick import scaled
 from workbench.trials.ab import ab_test
+from .results import recorded
 
 MODELS = {
     "default MLP (digits)": RunConfig.default(),
@@ -21,6 +22,7 @@ MODELS = {
 }
 
 
+@recorded("precision", "What bf16 and fp16 buy over fp32, for training")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench precision", description=__doc__)
     p.add_argument("--rounds", type=int, default=scaled(8, 6))

@@ -19,8 +19,10 @@ from workbench.measure.compare import min_rounds
 from workbench.profile.checkpoint import checkpoint_trade
 from workbench.profile.optimizers import compare_optimizers
 from workbench.profile.run import default_transformer, profile
+from .results import recorded
 
 
+@recorded("profile", "Where the small transformer's step time and memory go")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench profile")
     parser.add_argument("--rounds", type=int, default=min_rounds(), help="A/B rounds (default: the "

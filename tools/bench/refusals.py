@@ -19,6 +19,7 @@ from pathlib import Path
 
 from workbench.trials.engine import order_of
 from workbench.machine.contention import ContentionMeter, busy_sentence
+from .results import recorded
 
 GOAL_S = 1.0
 CASES = {
@@ -52,6 +53,7 @@ def imports_torch(case: list[str], folder: Path, env: dict) -> bool:
     return any(line.rpartition("|")[2].strip() == "torch" for line in done.stderr.splitlines())
 
 
+@recorded("refusals", "Refusals: one line and exit code 2, with how long each took")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench refusals")
     p.add_argument("--repeat", type=int, default=20, help="times each case is refused (default 20)")

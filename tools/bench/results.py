@@ -3,13 +3,18 @@ machine's report, the load the run met and the time it was written, so results f
 machines stay side by side and prose never types a figure."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
+import io
 import json
 import platform
+import sys
 from pathlib import Path
 
 from workbench.machine.contention import ContentionMeter
 from workbench.machine.cpu import cpu_info, isa_text
+from workbench.quick import quick
 
 
 def machine() -> dict:
@@ -51,18 +56,53 @@ def results_file(name: str) -> Path:
     return Path("docs") / "results" / machine_slug() / f"{name}.md"
 
 
-def write_results(lines: list[str], out: str | Path, data: dict | None = None) -> None:
-    """A benchmark's results file: its lines printed, and written to `out` (folders made), with
-    the figures they came from beside it as JSON when given."""
+def write_results(lines: list[str], out: str | Path, data: dict | None = None, echo: bool = True) -> None:
+    """A benchmark's results file: its lines printed (unless already shown: `echo`), and written to
+    `out` (folders made), with the figures they came from beside it as JSON when given."""
     load = _SINCE_START.read()
+    shrunk = (" Quick mode (WORKBENCH_QUICK): the work was shrunk, these are not the defaults."
+              if quick() else "")
     lines = [*lines, "", f"Load during the run: programs outside this benchmark's processes held "
                          f"{load['other_cpu_cores']:.2f} cores on average, the hypervisor took "
                          f"{load['steal_frac']:.1%} as steal, 1-minute load average at the end "
-                         f"{load['load_avg_1m']}; written {datetime.datetime.now():%Y-%m-%d %H:%M}."]
+                         f"{load['load_avg_1m']}; written {datetime.datetime.now():%Y-%m-%d %H:%M}.{shrunk}"]
     text = "\n".join(lines)
-    print(text)
+    if echo:
+        print(text)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     if data is not None:
         out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+class _Both(io.TextIOBase):
+    """Writes to the terminal as it goes and keeps a copy."""
+
+    def __init__(self, shown, kept: io.StringIO):
+        self.shown, self.kept = shown, kept
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.shown.write(text)
+
+    def flush(self) -> None:
+        self.shown.flush()
+
+
+def recorded(name: str, title: str):
+    """For a benchmark whose `main` prints its tables: what it prints, shown as it goes, becomes
+    its results file docs/results/<this machine>/<name>.md under `title`, with the machine's report
+    and the load it met, once main has ended with 0."""
+    def wrap(main):
+        @functools.wraps(main)
+        def run(argv=None) -> int:
+            kept = io.StringIO()
+            with contextlib.redirect_stdout(_Both(sys.stdout, kept)):
+                code = main(argv)
+            if code == 0:
+                write_results([f"# {title}", "", machine_line(), "", "```text", kept.getvalue().strip("\n"),
+                               "```"], results_file(name), echo=False)
+            return code
+        return run
+    return wrap
