@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child)
         return 0
-    lines = ["# Threads on a quiet and on a busy machine", "", machine_line(), "",
+    lines = ["# Threads on a quiet and on a busy machine", "", f"Machine: {machine_line()}", "",
              f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
              f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
              "other's, paired by round", ""]

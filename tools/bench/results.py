@@ -101,8 +101,8 @@ def recorded(name: str, title: str):
             with contextlib.redirect_stdout(_Both(sys.stdout, kept)):
                 code = main(argv)
             if code == 0:
-                write_results([f"# {title}", "", machine_line(), "", "```text", kept.getvalue().strip("\n"),
-                               "```"], results_file(name), echo=False)
+                write_results([f"# {title}", "", f"Machine: {machine_line()}", "", "```text",
+                               kept.getvalue().strip("\n"), "```"], results_file(name), echo=False)
             return code
         return run
     return wrap
