@@ -267,3 +267,31 @@ def test_ctrl_c_in_a_sweep_prints_the_points_measured_and_exits_130(tmp_path):
     assert "workbench prune: interrupted (SIGINT)" in err and "Traceback" not in err
     table = [ln for ln in out.splitlines() if ln.strip()[:4] in ("0.00", "0.10", "0.20")]
     assert table and len(table) < 10, out  # the points measured before it, not all ten
+
+
+def test_ctrl_c_in_quant_prints_the_rows_measured_and_exits_130(tmp_path):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    rounds = 400  # far more than it gets through before Ctrl-C
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "quant", "--width", "32",
+                             "--method", "dynamic_int8", "--rounds", str(rounds), "--batch-sizes", "1,8",
+                             "--train-epochs", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")})
+    try:
+        for line in proc.stderr:  # the untrained model's note comes before the timing: then Ctrl-C
+            if line.startswith("workbench quant: note:"):
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "workbench quant: interrupted (SIGINT)" in err and "Traceback" not in err
+    assert "float: accuracy" in out, out
+    pairs = [int(n) for n in re.findall(r"over (\d+) pairs", out)]
+    assert all(n < rounds for n in pairs), out  # the rounds measured before it, not all of them

@@ -13,6 +13,7 @@ import json
 import sys
 
 from ..config import ConfigError
+from ._interrupt import Interrupt
 from .prune import add_subject_args, parse_list, subject_from_args, timing_header
 
 CHOICES = ("all", "dynamic_int8", "weight_only_int8", "semi_structured_2_4")
@@ -29,7 +30,11 @@ def add_parser(sub):
     return p
 
 
-def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int) -> dict:
+def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int,
+                    stop=None) -> dict:
+    """Each method's row against the float model. `stop()` True (Ctrl-C) ends the timing after its
+    round under way: every row keeps what was measured, a batch size not reached reads 'not
+    measured', and a method not yet quantized is not in the report."""
     from ..compress.quantize import quantize, unsupported_reason
     from ..compress.reasons import judge
     from ..compress.coverage import columns
@@ -38,13 +43,15 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
     dense = subject.model.to(device)
     models, rows, skipped = {"float": dense}, {}, []
     for method in methods:
+        if stop is not None and stop():
+            break
         reason = unsupported_reason(method, device, backend)
         if reason and len(methods) > 1:
             skipped.append({"method": method, "verdict": "skipped", "why": reason})
             continue
         q, info = quantize(dense, method, backend=backend, device=device)  # refuses with a reason
         models[method], rows[method] = q, info
-    times = latencies(models, subject, batch_sizes, rounds)
+    times = latencies(models, subject, batch_sizes, rounds, stop=stop)
     x = subject.example(max(batch_sizes), seed=1).to(device)
     float_size = state_size_bytes(dense)
     out = {"float": {"accuracy": subject.evaluate(dense), "size_bytes": float_size,
@@ -80,13 +87,15 @@ def main(args) -> int:
     note = subject.accuracy_note()
     if note and not args.json:  # before the minutes of timing, not after
         print(f"workbench quant: note: {note}", file=sys.stderr, flush=True)
-    report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds)
+    with Interrupt("quant", quiet=args.json) as interrupted:  # Ctrl-C: the rows measured so far
+        report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds,
+                                 stop=interrupted)
     report.update(model=subject.name, torch=torch.__version__,
                   timing_threads=report["float"]["timing_threads"], trained=subject.trained,
-                  accuracy_note=note or None)
+                  accuracy_note=note or None, **({"interrupted": interrupted.asked} if interrupted() else {}))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
-        return 0
+        return interrupted.exit_code(0)
     from ..compress.stats import speedup_label
 
     f = report["float"]
@@ -102,4 +111,6 @@ def main(args) -> int:
         print(f"{s['method']}: skipped: {s['why']}")
     if note:
         print(note)
-    return 0
+    if interrupted():
+        print(interrupted.said(), file=sys.stderr)
+    return interrupted.exit_code(0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 from contextlib import contextmanager
+from typing import Callable
 
 import torch
 from torch import nn
@@ -45,16 +46,19 @@ def output_error(reference: nn.Module, model: nn.Module, x: torch.Tensor) -> flo
 
 
 def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64), rounds: int = 15,
-              warmup: int = 3, threads: int | None = 1) -> dict[str, dict]:
+              warmup: int = 3, threads: int | None = 1,
+              stop: Callable[[], bool] | None = None) -> dict[str, dict]:
     """Per model and batch size: median/p10/p90 ms a call, the per-round samples (`_rounds_ms`,
     paired round by round across models) and, against the first model (the reference), the paired
     speedup with its interval, pairs, dropped pairs, conditions and verdict; plus `timing_threads`,
     `contention` and `busy`. `threads=1` by default: on a shared CPU multi-threaded int8 kernels wait for busy
-    cores and swing by 100x; one thread gives steady ratios. None keeps torch's setting."""
+    cores and swing by 100x; one thread gives steady ratios. None keeps torch's setting. `stop()`
+    True ends the timing after the round under way: the rounds so far are reported, and a batch size
+    not reached is not measured."""
     out: dict[str, dict] = {name: {} for name in models}
     with num_threads(threads):
         meter = ContentionMeter(os.getpid())
-        _time_all(models, subject, batch_sizes, rounds, warmup, out)
+        _time_all(models, subject, batch_sizes, rounds, warmup, out, stop)
         seen = meter.read()
         used = torch.get_num_threads()
     for rec in out.values():
@@ -131,15 +135,19 @@ def num_threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def _time_all(models, subject, batch_sizes, rounds, warmup, out) -> None:
+def _time_all(models, subject, batch_sizes, rounds, warmup, out, stop=None) -> None:
     from ..measure.timer import summarize
 
     with torch.inference_mode():
         for batch in batch_sizes:
+            if stop is not None and stop():
+                return
             x = subject.example(batch)
             calls = LocalHost({name: (lambda m=m: m(x)) for name, m in models.items()}, work=batch)
             trial = Trial({name: calls for name in models}, next(iter(models)), slice_s=SLICE_S,
-                          warmup=max(1, warmup // 3)).run(rounds)
+                          warmup=max(1, warmup // 3)).run(rounds, stop)
+            if not all(trial.slices[name] for name in models):  # stopped before a whole round
+                return
             for i, name in enumerate(models):
                 per_call = [s.wall_s / s.steps * 1e3 for s in trial.slices[name]]
                 t = summarize(per_call)
