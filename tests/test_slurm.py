@@ -86,6 +86,20 @@ def test_a_failing_job_names_slurm_state_and_the_rank_cause_in_one_line(cluster,
     assert "injected fault on rank 0" in message and summary["failed_rank"] == 0
 
 
+def test_a_job_nobody_follows_records_its_own_end(cluster, tmp_path):
+    done = submit(small(), prefix=cluster.prefix, env=cluster.env)
+    cfg = small(**{"model.name": faulty_model(tmp_path), "model.kwargs": {"mode": "raise", "rank": 0}})
+    failed = submit(cfg, prefix=cluster.prefix, env=cluster.env)
+    for job in (done, failed):  # nobody waits on them: the batch script writes their end
+        wait_for(lambda: not job.running(), 300, "SLURM to end the job")
+    summary = RunFolder(done.run_dir).summary()
+    assert summary["status"] == "completed" and summary["slurm"]["state"] == "COMPLETED", summary
+    assert summary["steps"] == 5 and RunFolder(done.run_dir).final()
+    summary = RunFolder(failed.run_dir).summary()
+    assert summary["slurm"]["state"] == "FAILED" and summary["cause"] == "raised", summary
+    assert summary["message"].startswith(f"SLURM job {failed.job_id} failed (exit code 1): rank 0 raised")
+
+
 def test_cancel_stops_the_job_and_keeps_its_events(cluster, tmp_path):
     cfg = small(**{"run.steps": 100000, "run.save_weights": False})
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
@@ -242,7 +256,11 @@ def test_a_job_that_ended_unwatched_gets_slurms_cause_when_its_runs_are_listed(c
     wait_for_steps(job.run_dir, 1, step=2, timeout=180)
     cluster.run(["scancel", job.job_id])  # from outside: no one follows the job, no stop reason
     wait_for(lambda: not job.running(), 120, "SLURM to end the job")
-    assert "slurm" not in (RunFolder(job.run_dir).summary() or {})  # the job said nothing itself
+    own = RunFolder(job.run_dir).summary()  # the job recorded its own end as it ended
+    assert own["cause"] == "slurm_cancelled" and own["slurm"]["state"] == "CANCELLED", own
+    assert RunFolder(job.run_dir).final()
+    # a job that could not (its batch host lost, a SIGKILL) is reconciled when its runs are listed
+    RunFolder(job.run_dir).write_summary({"status": "stopped", "message": "stopped by signal SIGTERM"})
     assert cli(["runs", "--json"]) == 0
     summary = RunFolder(job.run_dir).summary()
     assert summary["cause"] == "slurm_cancelled" and summary["slurm"]["state"] == "CANCELLED", summary

@@ -11,7 +11,9 @@ scontrol and scancel are the ones on PATH, with SLURM_CONF as set.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 
 from ..config import ConfigError
@@ -41,6 +43,8 @@ def add_parser(sub):
     p.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with it")
     p.add_argument("--cancel", action="store_true", help="cancel the job of RUN_DIR (scancel)")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    # run by the job's own batch script as it ends (srun's exit code, or TERM): not for people
+    p.add_argument("--job-ended", metavar="HOW", help=argparse.SUPPRESS)
     return p
 
 
@@ -57,7 +61,10 @@ def main(args) -> int:
     if args.run_dir is not None:
         if args.config or args.into:
             raise ConfigError("give RUN_DIR (a submitted run) or --config/--into, not both")
-        job = Job(args.run_dir)
+        job = Job(args.run_dir, prefix=[], env=dict(os.environ)) if args.job_ended else Job(args.run_dir)
+        if args.job_ended:  # inside the job: its own SLURM, as the batch script's environment has it
+            job.record_end(args.job_ended)
+            return 0
         if args.cancel:
             job.cancel()
             print(f"workbench submit: cancelled SLURM job {job.job_id}", file=sys.stderr)

@@ -96,7 +96,9 @@ def job_script(cfg: RunConfig, run_dir: Path, nodes: int = 1, port: int = 29500,
                      nproc=cfg.distributed.nproc, gpus=cfg.run.device == "cuda", port=port,
                      cpus_per_task=cpus_per_task or _node_cpus(cfg), time_limit=time_limit,
                      setup=setup, output=str(folder.log_file), requeue=cfg.run.save_every > 0,
-                     submit="workbench submit wrote this; it follows the job to its end")
+                     submit="workbench submit wrote this; it follows the job to its end",
+                     ended=shlex.join([sys.executable, "-m", "workbench", "submit", str(folder.path),
+                                       "--job-ended"]))
 
 
 class Job:
@@ -175,7 +177,8 @@ class Job:
                 if on_state is not None:
                     on_state(state)
             if state.ended:
-                return self.finish(state)
+                own = self.summary()  # what the job recorded of its own end, when it could
+                return own if "slurm" in own else self.finish(state)
             if state.never_starts:
                 self.cancel(f"SLURM can never start it: {state.reason} (the partition has fewer "
                             "nodes, CPUs or time than the job asks for)")
@@ -224,6 +227,21 @@ class Job:
                             "exit_code": state.exit_code}
         self.folder.write_summary(summary)
         return summary
+
+    def record_end(self, how: str) -> dict:
+        """Inside the job, as its batch script ends: the final summary, as `wait` would write it.
+        `how`: srun's exit code, or TERM when SLURM signalled the script (scancel, the time limit),
+        whose word for it scontrol gives."""
+        if how.lstrip("-").isdigit():
+            code = int(how)
+            return self.finish(JobState("COMPLETED" if code == 0 else "FAILED", "None", code, None))
+        try:
+            state = self.state()
+        except (ConfigError, OSError, subprocess.TimeoutExpired):
+            state = None
+        if state is None or not state.ended:  # a SIGTERM SLURM gave no word for (yet)
+            state = JobState("CANCELLED", "None", None, None)
+        return self.finish(state)
 
     def running(self) -> bool:
         try:

@@ -28,12 +28,14 @@ def per_node(args: list[str]) -> str:
 def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port: int,
               cpus_per_task: int | None = None, time_limit: str = "01:00:00", setup: str = "",
               submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out",
-              requeue: bool | None = None) -> str:
+              requeue: bool | None = None, ended: str = "") -> str:
     """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
     node's name, or $head_addr, its address); `setup` is shell run once before it (writing a
     config file, say). `requeue`: True for a job that saves resumable state (SLURM runs it again
     after a node failure or preemption and it goes on from its last saved step), False for one
-    that would start over; None leaves it to the cluster's default."""
+    that would start over; None leaves it to the cluster's default. `ended`: a command the job runs
+    as it ends, with srun's exit code or TERM (SLURM cancelled it or its time ran out: the steps
+    are let end first, within SLURM's KillWait), so the job records its own end."""
     gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
            else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
     again = {True: "#SBATCH --requeue\n# (requeued, the run resumes from its last saved step)\n",
@@ -62,5 +64,23 @@ export head_node head_addr
 {env}  # restarts come up reliably only with a fresh store per attempt
 {setup.strip()}
 echo "rendezvous on $head_addr:{port} ($head_node), $SLURM_NNODES node(s) x {nproc} rank(s)"
-srun --kill-on-bad-exit=1 {line}
+{_run(line, ended)}"""
+
+
+def _run(line: str, ended: str) -> str:
+    """The job's last lines: srun, and the command that records how it ended when there is one."""
+    srun = f"srun --kill-on-bad-exit=1 {line}"
+    if not ended:
+        return srun + "\n"
+    return f"""set +e  # from here the job records its own end, whatever srun returns
+record_end() {{ {ended} "$1"; }}
+srun_pid=""
+trap '[ -n "$srun_pid" ] && wait "$srun_pid"; record_end TERM; exit 143' TERM
+{srun} &
+srun_pid=$!
+wait "$srun_pid"
+code=$?
+trap - TERM
+record_end "$code"
+exit "$code"
 """
