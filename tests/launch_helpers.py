@@ -38,6 +38,9 @@ class Faulty(nn.Module):
             if here and now:
                 if self.mode == "raise":
                     raise ValueError(f"injected fault on rank {self.rank}")
+                if self.mode == "refuse":  # a refusal only the rank can make (its data, its files)
+                    from workbench.config import ConfigError
+                    raise ConfigError(f"data.kwargs: the shard for rank {self.rank} is refused")
                 if self.mode == "hang":
                     time.sleep(3600)
                 if self.mode == "kill":

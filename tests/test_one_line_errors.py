@@ -179,3 +179,21 @@ def test_the_command_line_refuses_before_importing_torch(name, tmp_path):
     _, done = refuse(CASES[name], tmp_path, env)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not imports_torch(CASES[name], tmp_path, env)
+
+
+@pytest.mark.slow
+def test_a_refusal_inside_a_rank_is_one_line_and_its_traceback_stays_in_the_folder(tmp_path, runs_root,
+                                                                                  capsys):
+    from launch_helpers import faulty_model
+    from workbench.runfolder import RunFolder
+
+    model = faulty_model(tmp_path)
+    code = cli(["run", "--preset", "smoke", "--model", model, "--nproc", "2", "--steps", "6",
+                "--set", 'model.kwargs={"mode": "refuse", "rank": 1, "step": 3}', "--run-dir",
+                str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err, err
+    assert "the shard for rank 1 is refused" in err, err
+    summary = RunFolder(tmp_path / "run").summary()
+    assert (summary["cause"], summary["error_type"], summary["failed_rank"]) == ("raised", "ConfigError", 1)
+    assert "ConfigError" in RunFolder(tmp_path / "run").traceback_file(1).read_text()

@@ -205,9 +205,11 @@ def _raised(e: Evidence) -> Diagnosis | None:
         return None
     r = e.own[0]
     rank = int(r[RANK])
+    # a refusal (ConfigError) is its one line; its traceback stays in the rank's file in the folder
+    refused = r.get("error_type") == ConfigError.__name__
     return Diagnosis("raised", f"rank {rank} raised {r.get('error_type')} "
                      f"{_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}", r.get("error_type"), failed_rank=rank,
-                     traceback=traceback_of(e.run_dir, rank, r))
+                     traceback=None if refused else traceback_of(e.run_dir, rank, r))
 
 
 def _agent_killed(e: Evidence) -> Diagnosis | None:

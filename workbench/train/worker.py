@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..disk import disk_message, is_disk_full, keep_writes_to_owner, write_atomic
 from ..events import ATTEMPT, DONE, ERROR, EVENT, NODE, RANK, START, FileTail
@@ -33,6 +33,7 @@ from .heartbeat import Heartbeat, LockedWriter
 
 EXIT_STOPPED = 143
 EXIT_DISK_FULL = 75  # the run folder's disk is full (EX_TEMPFAIL: free space, then run again)
+EXIT_REFUSED = 2  # a ConfigError inside the rank: one line; its traceback stays in the run folder
 T_MAIN = time.time()  # the interpreter is up and this module imported, before torch is
 
 
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         _try(_record, run_dir, env, "failed",
              {"error_type": type(e).__name__, "message": str(e), RANK: env.rank,
               "phase": phase.name})
+        if isinstance(e, ConfigError):  # a refusal, not a crash: its line, not a traceback
+            _try(print, f"workbench.worker rank {env.rank}: {e} (traceback: "
+                        f"{RunFolder(run_dir).traceback_file(env.rank)})", file=sys.stderr, flush=True)
+            return EXIT_REFUSED
         raise
     finally:
         heartbeat.stop()
