@@ -57,7 +57,8 @@ def run_all(page, lab) -> None:
 def check_no_widget_errors(page) -> None:
     text = page.locator(".jp-Notebook").inner_text()
     for err in WIDGET_ERRORS:
-        assert err not in text, f"the notebook shows {err!r}"
+        at = text.find(err)
+        assert at < 0, f"the notebook shows {err!r}: ...{text[max(0, at - 300):at + 2000]}"
 
 
 @contextmanager

@@ -319,7 +319,7 @@ def compare(run_dirs) -> "pd.DataFrame":  # noqa: F821
                      "speedup": ratio.ratio if ratio else None,
                      "speedup_low": ratio.low if ratio else None,
                      "speedup_high": ratio.high if ratio else None,
-                     "verdict": (ratio.verdict if ratio else None) if rows else "baseline",
+                     "verdict": (ratio.verdict if ratio else "not measured") if rows else "baseline",
                      STEP_TIME_MS: s.get("step_time_ms_median"),
                      "peak_mem_gib": s.get(MEM_PEAK_GIB, s.get(RSS_GIB)),
                      "final_loss": s.get("final_loss"), "eval_accuracy": s.get("eval_accuracy"),

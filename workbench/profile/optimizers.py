@@ -51,12 +51,12 @@ class OptimizerComparison:
         rows = []
         for impl in IMPLS:
             if impl in self.refused:
-                rows.append({"impl": impl, "note": self.refused[impl]})
+                rows.append({"impl": impl, "verdict": "skipped", "note": self.refused[impl]})
                 continue
             t, r = self.timings[impl], self.ratios.get(impl)
             rows.append({"impl": impl, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
                          "vs_for_loop": r.label() if r else "the reference",
-                         "verdict": r.verdict if r else None, "note": ""})
+                         "verdict": r.verdict if r else "baseline", "note": ""})
         return pd.DataFrame(rows)
 
     def text(self) -> str:
