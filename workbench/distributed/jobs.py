@@ -238,9 +238,10 @@ class Job:
         try:
             state = self.state()
         except (ConfigError, OSError, subprocess.TimeoutExpired):
-            state = None
-        if state is None or not state.ended:  # a SIGTERM SLURM gave no word for (yet)
-            state = JobState("CANCELLED", "None", None, None)
+            state = JobState("CANCELLED", "None", None, None)  # a SIGTERM SLURM gives no word for
+        if not state.ended:  # while its script still runs the job is COMPLETING; the reason says why
+            state = JobState("TIMEOUT" if state.reason == "TimeLimit" else "CANCELLED", state.reason,
+                             None, None)
         return self.finish(state)
 
     def running(self) -> bool:
