@@ -46,6 +46,9 @@ ENDED = {"COMPLETED": "completed", "FAILED": "failed", "CANCELLED": "stopped", "
 NEVER = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadConstraints",
          "PartitionDown", "InvalidAccount", "InvalidQOS", "Resources_Unavailable"}
 POLL_S = 1.0
+# The word a job ending under its own batch script will get, by the reason SLURM gives meanwhile
+# (JobState COMPLETING): seen on the local cluster for a time limit and a node set DOWN.
+ENDED_BY = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL"}
 
 
 @dataclass
@@ -240,8 +243,7 @@ class Job:
         except (ConfigError, OSError, subprocess.TimeoutExpired):
             state = JobState("CANCELLED", "None", None, None)  # a SIGTERM SLURM gives no word for
         if not state.ended:  # while its script still runs the job is COMPLETING; the reason says why
-            state = JobState("TIMEOUT" if state.reason == "TimeLimit" else "CANCELLED", state.reason,
-                             None, None)
+            state = JobState(ENDED_BY.get(state.reason, "CANCELLED"), state.reason, None, None)
         return self.finish(state)
 
     def running(self) -> bool:
