@@ -38,6 +38,7 @@ lab: $(STAMP)
 PYTEST := WORKBENCH_QUICK=1 $(PY) -m pytest -q --timeout=900 -p no:cacheprovider --durations=30
 test: $(STAMP)
 	$(VENV)/bin/ruff check workbench tests examples tools
+	$(VENV)/bin/ruff format --check workbench tests examples tools
 	$(MKDOCS) build --strict --quiet
 	$(PYTEST) -n 2 --dist loadfile -m "not alone" tests
 	$(PYTEST) -m alone tests

@@ -1,4 +1,5 @@
 """The residual CNN's basic block, in a module of its own (imported by resnet.py)."""
+
 from torch import nn
 
 
@@ -12,8 +13,9 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU()
         self.shortcut = nn.Identity()
         if stride != 1 or in_channels != out_channels:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride, bias=False),
-                                          nn.BatchNorm2d(out_channels))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
 
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))

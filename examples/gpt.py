@@ -5,6 +5,7 @@ for generation, so the workbench needs the two-line wrapper `FullLogits` from th
 
     workbench run --model examples/gpt.py:build --set data.name=text
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size: int, block_size: int, n_embd: int = 64, n_layer: int = 2,
-                 n_head: int = 4):
+    def __init__(self, vocab_size: int, block_size: int, n_embd: int = 64, n_layer: int = 2, n_head: int = 4):
         super().__init__()
         self.wte = nn.Embedding(vocab_size, n_embd)
         self.wpe = nn.Embedding(block_size, n_embd)

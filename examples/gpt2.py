@@ -5,10 +5,20 @@ output head is tied to the token embedding.
 
     workbench run --model examples/gpt2.py:build --set data.name=text
 """
+
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
 def build(vocab_size, seq_len, width: int = 64, layers: int = 2, heads: int = 2):
-    config = GPT2Config(vocab_size=vocab_size, n_positions=seq_len, n_embd=width, n_layer=layers,
-                        n_head=heads, use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=seq_len,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
+        use_cache=False,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return GPT2LMHeadModel(config)

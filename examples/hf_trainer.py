@@ -5,6 +5,7 @@ continue counting sequences.
     python examples/hf_trainer.py
     workbench ab --cmd "python examples/hf_trainer.py" --vs-cmd "python examples/hf_trainer.py --bf16"
 """
+
 import argparse
 
 import torch
@@ -35,9 +36,19 @@ class Counting(torch.utils.data.Dataset):
 
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=64, n_layer=2, n_head=2))
-training = TrainingArguments(output_dir=args.output_dir, max_steps=args.steps, per_device_train_batch_size=16,
-                             learning_rate=3e-3, logging_steps=1, report_to=[], save_strategy="no",
-                             bf16=args.bf16, use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
-trainer = Trainer(model=model, args=training, train_dataset=Counting(),
-                  callbacks=[WorkbenchCallback()])  # workbench
+training = TrainingArguments(
+    output_dir=args.output_dir,
+    max_steps=args.steps,
+    per_device_train_batch_size=16,
+    learning_rate=3e-3,
+    logging_steps=1,
+    report_to=[],
+    save_strategy="no",
+    bf16=args.bf16,
+    use_cpu=not torch.cuda.is_available(),
+    disable_tqdm=True,
+)
+trainer = Trainer(
+    model=model, args=training, train_dataset=Counting(), callbacks=[WorkbenchCallback()]
+)  # workbench
 trainer.train()

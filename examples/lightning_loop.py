@@ -5,6 +5,7 @@
     workbench ab --cmd "python examples/lightning_loop.py" \
         --vs-cmd "python examples/lightning_loop.py --precision bf16-mixed"
 """
+
 import argparse
 
 import lightning as L
@@ -24,8 +25,9 @@ class Classifier(L.LightningModule):
     def __init__(self, width: int = 256, lr: float = 1e-3):
         super().__init__()
         self.save_hyperparameters()
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(),
-                                       torch.nn.Linear(width, 10))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, 10)
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -38,7 +40,14 @@ class Classifier(L.LightningModule):
 L.seed_everything(0, verbose=False)
 digits = load_digits()
 data = TensorDataset(torch.tensor(digits.data, dtype=torch.float32) / 16, torch.tensor(digits.target))
-trainer = L.Trainer(max_epochs=args.epochs, precision=args.precision, accelerator="cpu", logger=False,
-                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                    callbacks=[WorkbenchCallback()])  # workbench
+trainer = L.Trainer(
+    max_epochs=args.epochs,
+    precision=args.precision,
+    accelerator="cpu",
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    callbacks=[WorkbenchCallback()],
+)  # workbench
 trainer.fit(Classifier(), DataLoader(data, batch_size=64, shuffle=True))

@@ -10,6 +10,7 @@ The 1,797 8x8 handwritten digits that ship with scikit-learn, an MLP, AdamW. `ru
 each step from the end of the one before; `with run.step(samples=n) as step: ...` around the step
 instead also tells the step from the wait for its batch.
 """
+
 import argparse
 import contextlib
 import os
@@ -38,9 +39,13 @@ digits = load_digits()
 data = TensorDataset(torch.tensor(digits.data, dtype=torch.float32) / 16, torch.tensor(digits.target))
 sampler = DistributedSampler(data) if distributed else None
 loader = DataLoader(data, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler)
-model = torch.nn.Sequential(torch.nn.Linear(64, args.width), torch.nn.ReLU(),
-                            torch.nn.Linear(args.width, args.width), torch.nn.ReLU(),
-                            torch.nn.Linear(args.width, 10))
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, args.width),
+    torch.nn.ReLU(),
+    torch.nn.Linear(args.width, args.width),
+    torch.nn.ReLU(),
+    torch.nn.Linear(args.width, 10),
+)
 if distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr)

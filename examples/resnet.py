@@ -4,6 +4,7 @@ live in a module of their own (`blocks.py`, next to this file), which an export 
 
     workbench run --model examples/resnet.py:build --set data.name=synthetic_images
 """
+
 from torch import nn
 
 from blocks import BasicBlock
@@ -12,8 +13,9 @@ from blocks import BasicBlock
 class ResNet(nn.Module):
     def __init__(self, in_channels: int, num_classes: int, widths=(16, 32, 64), blocks: int = 1):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False),
-                                  nn.BatchNorm2d(widths[0]), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
+        )
         layers, channels = [], widths[0]
         for i, width in enumerate(widths):
             for j in range(blocks):

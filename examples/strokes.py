@@ -5,6 +5,7 @@ drawn at random places with noise, one sample at a time, labelled by direction. 
     workbench run --model examples/resnet.py:build --set data.name=dataset \
         --set data.factory=examples/strokes.py:build
 """
+
 import torch
 from torch.utils.data import Dataset
 

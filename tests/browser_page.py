@@ -1,6 +1,7 @@
 """A page of headless Chromium on a private JupyterLab (Playwright, Debian's chromium): the browser
 tests' shared steps (open, Run All, wait) and what they check on every page (no widget errors,
 nothing a reader cannot read). Screenshots and the console land in test-output/."""
+
 from __future__ import annotations
 
 import os
@@ -15,10 +16,24 @@ from launch_helpers import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 OUT = REPO / "test-output"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WIDGET_ERRORS = ("Error displaying widget", "Failed to load model", "Model not found",
-                 "Failed to create view", "Traceback (most recent call last)")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WIDGET_ERRORS = (
+    "Error displaying widget",
+    "Failed to load model",
+    "Model not found",
+    "Failed to create view",
+    "Traceback (most recent call last)",
+)
+
 
 def needs_browser():
     if os.path.exists(CHROMIUM):
@@ -46,8 +61,7 @@ def run_all(page, lab) -> None:
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
         page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
         try:
-            wait(lambda: any(re.search(r"\[(\*|\d+)\]", p) for p in prompts(page)), 20,
-                  "a cell to start")
+            wait(lambda: any(re.search(r"\[(\*|\d+)\]", p) for p in prompts(page)), 20, "a cell to start")
             return
         except AssertionError:
             if attempt:
@@ -58,7 +72,7 @@ def check_no_widget_errors(page) -> None:
     text = page.locator(".jp-Notebook").inner_text()
     for err in WIDGET_ERRORS:
         at = text.find(err)
-        assert at < 0, f"the notebook shows {err!r}: ...{text[max(0, at - 300):at + 2000]}"
+        assert at < 0, f"the notebook shows {err!r}: ...{text[max(0, at - 300) : at + 2000]}"
 
 
 @contextmanager
@@ -149,8 +163,10 @@ def legibility(page) -> dict:
 
 def screenshot_whole(page, path: Path) -> None:
     """The whole notebook in one picture: the page made as tall as the notebook's content."""
-    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer,"
-                           " .jp-Notebook')].map(el => { el.scrollTop = 0; return el.scrollHeight; }), 800)")
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer,"
+        " .jp-Notebook')].map(el => { el.scrollTop = 0; return el.scrollHeight; }), 800)"
+    )
     width = page.viewport_size["width"]
     page.set_viewport_size({"width": width, "height": min(int(height) + 200, 32_000)})
     page.screenshot(path=str(path))
@@ -159,6 +175,8 @@ def screenshot_whole(page, path: Path) -> None:
 
 def cell_errors(page) -> list[str]:
     """The text of every error a cell printed (an exception's output)."""
-    return page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
-                        ":has-text('Error'), .jp-RenderedText[data-mime-type="
-                        "'application/vnd.jupyter.error']").all_inner_texts()
+    return page.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+        ":has-text('Error'), .jp-RenderedText[data-mime-type="
+        "'application/vnd.jupyter.error']"
+    ).all_inner_texts()

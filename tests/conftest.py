@@ -1,4 +1,5 @@
 """Shared fixtures. Every test gets its own run store, so runs never leak between tests."""
+
 from __future__ import annotations
 
 import shutil
@@ -89,7 +90,9 @@ def one_thread(monkeypatch):
 def fake_cores(monkeypatch):
     """fake_cores(n): a machine with n usable cores for every rule that asks how many there are
     (workbench.machine.fit and .threads), with no session-wide thread count."""
+
     def set_cores(n: int) -> None:
         monkeypatch.setattr("workbench.machine.cpu.usable_cores", lambda: n)
         monkeypatch.delenv("WORKBENCH_THREADS", raising=False)
+
     return set_cores

@@ -1,5 +1,6 @@
 """Fakes for the GPU check's tests: torch.cuda answering as one GPU, a pynvml module with the
 readings NVML gives, a part's context, and a launcher that writes real run folders without training."""
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,13 @@ def fake_gpu(monkeypatch, name="NVIDIA H200", capability=(9, 0), nvml=None) -> F
 
 
 def context(tmp_path, budget_s=600.0, **kw) -> runner.Context:
-    return runner.Context(tmp_path / "out", deadline=time.monotonic() + budget_s,
-                          device=torch.device("cuda", 0), log=lambda msg: None, **kw)
+    return runner.Context(
+        tmp_path / "out",
+        deadline=time.monotonic() + budget_s,
+        device=torch.device("cuda", 0),
+        log=lambda msg: None,
+        **kw,
+    )
 
 
 class FakeLauncher:
@@ -103,15 +109,27 @@ class FakeLauncher:
         and peak (1 GiB once set up, plus the parts), the same measured (plus `off`) and a peak."""
         ranks = cfg.distributed.world_size
         whole = {"parameters": 800 * 2**20, "gradients": 800 * 2**20, "optimizer": 1600 * 2**20}
-        predicted = [{"rank": r, **{k: v // ranks for k, v in whole.items()},
-                      "activations": 512 * 2**20} for r in range(ranks)]
+        predicted = [
+            {"rank": r, **{k: v // ranks for k, v in whole.items()}, "activations": 512 * 2**20}
+            for r in range(ranks)
+        ]
         for p in predicted:
             p["peak"] = GIB + sum(v for k, v in p.items() if k != "rank")
-        measured = [{**p, **{k: p[k] + b for k, b in self.off.items()},
-                     "peak": int(self.peak_over_predicted * p["peak"])} for p in predicted]
-        return {"strategy": cfg.distributed.strategy if ranks > 1 else "one process",
-                "predicted": predicted, "measured": measured, "not_measured": [],
-                "not_predicted": []}
+        measured = [
+            {
+                **p,
+                **{k: p[k] + b for k, b in self.off.items()},
+                "peak": int(self.peak_over_predicted * p["peak"]),
+            }
+            for p in predicted
+        ]
+        return {
+            "strategy": cfg.distributed.strategy if ranks > 1 else "one process",
+            "predicted": predicted,
+            "measured": measured,
+            "not_measured": [],
+            "not_predicted": [],
+        }
 
     def __call__(self, cfg, run_dir=None, timeout_s=None, env=None, threads=None) -> dict:
         self.calls.append((cfg.run.label, timeout_s))
@@ -126,12 +144,20 @@ class FakeLauncher:
         for step in range(1, cfg.run.steps + 1):
             events.write("step", step=step, loss=1.0, step_time_ms=step_ms * (1 + 0.01 * (step % 3)))
         failed = cfg.run.label in self.fail
-        summary = {"status": "failed" if failed else "completed", "samples_per_s": rate,
-                   "step_time_ms_median": step_ms, "threads": 1, "precision": p.dtype,
-                   "mfu_spec": rate / 1000, "tflops": rate, "spec_tflops": 990.0,
-                   "mem_peak_gib": 2.5, "mem_reserved_gib": 3.0, "contention": {
-                       "other_cpu_cores": 0.0, "steal_frac": 0.0, "busy": False},
-                   "memory_per_rank": self.memory_per_rank(cfg)}
+        summary = {
+            "status": "failed" if failed else "completed",
+            "samples_per_s": rate,
+            "step_time_ms_median": step_ms,
+            "threads": 1,
+            "precision": p.dtype,
+            "mfu_spec": rate / 1000,
+            "tflops": rate,
+            "spec_tflops": 990.0,
+            "mem_peak_gib": 2.5,
+            "mem_reserved_gib": 3.0,
+            "contention": {"other_cpu_cores": 0.0, "steal_frac": 0.0, "busy": False},
+            "memory_per_rank": self.memory_per_rank(cfg),
+        }
         if failed:
             summary["message"] = "rank 0 raised RuntimeError: injected"
         if p.dtype == "fp16":
@@ -142,8 +168,13 @@ class FakeLauncher:
             if failed:
                 end.write("error", status="failed", message="injected")
             else:
-                end.write("done", mem_peak_gib=2.5, mem_reserved_gib=3.0, samples_per_s=rate,
-                          param_sum=(self.param_sums or [1.5] * 8)[rank])
+                end.write(
+                    "done",
+                    mem_peak_gib=2.5,
+                    mem_reserved_gib=3.0,
+                    samples_per_s=rate,
+                    param_sum=(self.param_sums or [1.5] * 8)[rank],
+                )
             end.close()
         (path / "summary.json").write_text(json.dumps(summary))
         return {"run_dir": str(path), "returncode": 1 if failed else 0, **summary}

@@ -4,6 +4,7 @@ the server, every kernel it started and every process those kernels started.
 
     with LabServer(root_dir, home) as lab: lab.url("01_mixed_precision.ipynb")
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,14 @@ class LabServer:
 
     def env(self) -> dict:
         env = dict(os.environ, JUPYTER_TOKEN=self.token, PYTHONUNBUFFERED="1")
-        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
-                     "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR"):
+        for name in (
+            "JUPYTER_CONFIG_DIR",
+            "JUPYTER_DATA_DIR",
+            "JUPYTER_RUNTIME_DIR",
+            "IPYTHONDIR",
+            "JUPYTERLAB_SETTINGS_DIR",
+            "JUPYTERLAB_WORKSPACES_DIR",
+        ):
             path = self.home / name.lower()
             path.mkdir(parents=True, exist_ok=True)
             env[name] = str(path)
@@ -54,13 +61,28 @@ class LabServer:
         return env
 
     def start(self, timeout_s: float = 120) -> "LabServer":
-        cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={self.port}",
-               "--no-browser", "--allow-root", f"--ServerApp.root_dir={self.root_dir}",
-               "--ServerApp.port_retries=0", "--LabApp.news_url=None",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--no-browser",
+            "--allow-root",
+            f"--ServerApp.root_dir={self.root_dir}",
+            "--ServerApp.port_retries=0",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                                     cwd=self.root_dir, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=self.root_dir,
+            start_new_session=True,
+        )
         log.close()
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
@@ -74,8 +96,11 @@ class LabServer:
         raise RuntimeError(f"JupyterLab did not answer in {timeout_s} s:\n{self.log_tail()}")
 
     def api(self, path: str, method: str = "GET"):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/{path}",
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read()
         return json.loads(body) if body else None

@@ -1,5 +1,6 @@
 """Helpers for tests that launch real torchrun processes: a user model that misbehaves on a chosen
 rank and step (named by file path, as a user would), and process-tree checks by pid."""
+
 from __future__ import annotations
 
 import time
@@ -87,8 +88,11 @@ def steps_seen(run_dir: Path) -> dict[int, int]:
 
 
 def wait_for_steps(run_dir: Path, ranks: int, step: int = 2, timeout: float = 120) -> None:
-    wait_for(lambda: len([s for s in steps_seen(run_dir).values() if s >= step]) >= ranks,
-             timeout, f"{ranks} rank(s) to reach step {step} in {run_dir}")
+    wait_for(
+        lambda: len([s for s in steps_seen(run_dir).values() if s >= step]) >= ranks,
+        timeout,
+        f"{ranks} rank(s) to reach step {step} in {run_dir}",
+    )
 
 
 def run_pids(root_pid: int, run_dir: Path) -> set[int]:

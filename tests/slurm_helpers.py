@@ -1,6 +1,7 @@
 """The local SLURM cluster the SLURM test modules share: started for a module, skipped (or failed,
 with WORKBENCH_REQUIRE_SLURM) where this machine cannot run one, and checked after it is stopped:
 every daemon it started gone, every test host removed."""
+
 from __future__ import annotations
 
 import os

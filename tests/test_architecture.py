@@ -3,6 +3,7 @@ function): folders follow the process that runs their code, imports point down, 
 inside a rank imports the launcher, every folder says what it holds, only the run-folder module
 names a run folder's files, and only the events module spells the kinds of record a rank writes and
 the fields readers compute with."""
+
 from __future__ import annotations
 
 import ast
@@ -20,13 +21,34 @@ HARNESSES = ("tools",)  # the benchmarks, the GPU check, the local cluster: run 
 # Floors, top to bottom; a unit is a folder of the package or a module at its top.
 FLOORS = {
     "faces": ["ui", "cli", "worker", "loopback", "__main__", "__init__"],
-    "labs": ["compress", "loading", "hardware", "stacking", "export", "trials", "profile",
-             "tune", "sinks", "integrations"],
+    "labs": [
+        "compress",
+        "loading",
+        "hardware",
+        "stacking",
+        "export",
+        "trials",
+        "profile",
+        "tune",
+        "sinks",
+        "integrations",
+    ],
     "distributed": ["distributed"],
     "train": ["train", "tracking"],
     "machine": ["machine"],
-    "base": ["config", "cache", "disk", "events", "provenance", "runfolder", "runstore", "measure",
-             "net", "procs", "quick"],
+    "base": [
+        "config",
+        "cache",
+        "disk",
+        "events",
+        "provenance",
+        "runfolder",
+        "runstore",
+        "measure",
+        "net",
+        "procs",
+        "quick",
+    ],
 }
 LEVEL = {unit: len(FLOORS) - i for i, units in enumerate(FLOORS.values()) for unit in units}
 
@@ -52,8 +74,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
-                       for a in node.names]
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
         out |= {t for t in targets if t in known and t != name}
@@ -81,7 +102,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(edges.get(n, ())):
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state and (found := visit(m)):
                 return found
         stack.pop()
@@ -118,16 +139,25 @@ def test_no_cycle_between_folders():
 
 
 def test_imports_point_down():
-    upward = [f"{a} imports {b}" for a, targets in graph().items() for b in targets
-              if LEVEL[unit(b)] > LEVEL[unit(a)]]
+    upward = [
+        f"{a} imports {b}"
+        for a, targets in graph().items()
+        for b in targets
+        if LEVEL[unit(b)] > LEVEL[unit(a)]
+    ]
     assert not upward, "imports that point up a floor:\n" + "\n".join(sorted(upward))
 
 
 @pytest.mark.parametrize("room", ["train", "machine", *FLOORS["base"]])
 def test_a_rank_never_imports_the_launcher(room):
     """What runs inside a rank (and what it stands on) never imports what owns the ranks."""
-    bad = [f"{a} imports {b}" for a, targets in graph().items() if unit(a) == room
-           for b in targets if unit(b) == "distributed"]
+    bad = [
+        f"{a} imports {b}"
+        for a, targets in graph().items()
+        if unit(a) == room
+        for b in targets
+        if unit(b) == "distributed"
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -137,8 +167,13 @@ def test_the_package_never_imports_a_harness():
     bad = []
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             bad += [f"{name} imports {n}" for n in names if n.split(".")[0] in HARNESSES]
     assert not bad, "\n".join(bad)
 
@@ -151,9 +186,23 @@ def test_the_wheel_ships_the_package_and_no_harness(tmp_path):
         shutil.copy(root / name, tmp_path / name)
     for name in ("workbench", *HARNESSES):
         shutil.copytree(root / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(tmp_path / "dist"), str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
@@ -173,11 +222,13 @@ def _run_folder_names() -> set[str]:
     """Every file name workbench.runfolder defines, and the fixed parts of its per-rank patterns."""
     from workbench import runfolder
 
-    names = {v for k, v in vars(runfolder).items() if k.isupper() and isinstance(v, str) and "." in v
-             or k in ("TORCHRUN_LOGS",)}
+    names = {
+        v
+        for k, v in vars(runfolder).items()
+        if k.isupper() and isinstance(v, str) and "." in v or k in ("TORCHRUN_LOGS",)
+    }
     # "rank" and ".json" alone are too common to tell a run folder's file from anything else
-    parts = {part for name in names if "{rank}" in name for part in name.split("{rank}")
-             if len(part) >= 6}
+    parts = {part for name in names if "{rank}" in name for part in name.split("{rank}") if len(part) >= 6}
     return {name for name in names if "{rank}" not in name} | parts
 
 
@@ -198,9 +249,14 @@ def test_only_the_run_folder_module_names_run_folder_files():
 
 def _is_kind_key(node: ast.AST) -> bool:
     """The key "event", spelled, or named as workbench.events names it (EVENT, events.EVENT)."""
-    return (isinstance(node, ast.Constant) and node.value == "event"
-            or isinstance(node, ast.Name) and node.id == "EVENT"
-            or isinstance(node, ast.Attribute) and node.attr == "EVENT")
+    return (
+        isinstance(node, ast.Constant)
+        and node.value == "event"
+        or isinstance(node, ast.Name)
+        and node.id == "EVENT"
+        or isinstance(node, ast.Attribute)
+        and node.attr == "EVENT"
+    )
 
 
 def _is_event_field(node: ast.AST) -> bool:
@@ -226,8 +282,16 @@ def test_only_the_events_module_spells_the_kinds_of_record():
     record whose kind is a string, anywhere else fails."""
     from workbench import events
 
-    kinds = {events.START, events.INIT, events.READY, events.STEP, events.RESUMED, events.DONE,
-             events.ERROR, events.HEARTBEAT}
+    kinds = {
+        events.START,
+        events.INIT,
+        events.READY,
+        events.STEP,
+        events.RESUMED,
+        events.DONE,
+        events.ERROR,
+        events.HEARTBEAT,
+    }
     found = []
     for path in PACKAGE.rglob("*.py"):
         if path.name == "events.py" and path.parent == PACKAGE:
@@ -236,17 +300,28 @@ def test_only_the_events_module_spells_the_kinds_of_record():
         for node in ast.walk(ast.parse(path.read_text())):
             sides = [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
             if any(map(_is_event_field, sides)):  # every string it is compared with
-                found += [f"{where}:{node.lineno}: {s!r}" for side in sides
-                          if not _is_event_field(side) for s in _strings(side)]
+                found += [
+                    f"{where}:{node.lineno}: {s!r}"
+                    for side in sides
+                    if not _is_event_field(side)
+                    for s in _strings(side)
+                ]
             elif any(map(_is_event_name, sides)):  # a variable: the strings that are kinds
-                found += [f"{where}:{node.lineno}: {s!r}" for side in sides
-                          for s in _strings(side) if s in kinds]
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "write" and node.args and isinstance(node.args[0], ast.Constant)
-                    and node.args[0].value in kinds):
+                found += [
+                    f"{where}:{node.lineno}: {s!r}" for side in sides for s in _strings(side) if s in kinds
+                ]
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "write"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in kinds
+            ):
                 found.append(f"{where}:{node.lineno}: {node.args[0].value!r}")
-    assert not found, "name these through workbench.events (or the sweep's own constants):\n" + \
-        "\n".join(found)
+    assert not found, "name these through workbench.events (or the sweep's own constants):\n" + "\n".join(
+        found
+    )
 
 
 # Field names too common to keep out of every dict: a plot's top margin is "t", a GPU's process
@@ -258,6 +333,7 @@ COMMON_WORDS = {"t", "pid", "status", "message"}
 def _key_literals(tree: ast.AST) -> list[tuple[int, str]]:
     """Strings used as a dict's key: {"k": ...}, d["k"], d.get/pop/setdefault("k"), "k" in d, and
     the keywords of dict(k=...) and d.update(k=...)."""
+
     def text(n):
         return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
 
@@ -267,8 +343,9 @@ def _key_literals(tree: ast.AST) -> list[tuple[int, str]]:
             out += [(node.lineno, text(k)) for k in node.keys if k is not None and text(k)]
         elif isinstance(node, ast.Subscript) and text(node.slice):
             out.append((node.lineno, text(node.slice)))
-        elif isinstance(node, ast.Compare) and text(node.left) and isinstance(
-                node.ops[0], (ast.In, ast.NotIn)):
+        elif (
+            isinstance(node, ast.Compare) and text(node.left) and isinstance(node.ops[0], (ast.In, ast.NotIn))
+        ):
             out.append((node.lineno, text(node.left)))
         elif isinstance(node, ast.Call):
             func = node.func
@@ -293,8 +370,11 @@ def test_only_the_events_module_spells_the_fields_of_a_record():
         if path.name == "events.py" and path.parent == PACKAGE:
             continue
         where = path.relative_to(PACKAGE.parent)
-        found += [f"{where}:{line}: {key!r}" for line, key in _key_literals(ast.parse(path.read_text()))
-                  if key in names]
+        found += [
+            f"{where}:{line}: {key!r}"
+            for line, key in _key_literals(ast.parse(path.read_text()))
+            if key in names
+        ]
     assert not found, "name these through workbench.events:\n" + "\n".join(found)
 
 
@@ -320,8 +400,13 @@ def _alternates_an_order(node: ast.AST) -> bool:
         return isinstance(b.op, ast.Mod) and isinstance(b.right, ast.Constant) and b.right.value == 2
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
         step = node.slice.step
-        return (isinstance(step, ast.UnaryOp) and isinstance(step.operand, ast.Constant)
-                and step.operand.value == 1 and node.slice.lower is None and node.slice.upper is None)
+        return (
+            isinstance(step, ast.UnaryOp)
+            and isinstance(step.operand, ast.Constant)
+            and step.operand.value == 1
+            and node.slice.lower is None
+            and node.slice.upper is None
+        )
     return False
 
 
@@ -353,6 +438,9 @@ def test_one_place_says_how_many_warm_up_steps_every_figure_leaves_out():
     """The warm-up rule lives in workbench.measure.warmup; a second copy of its arithmetic could
     drift, and two figures of one run would leave out different steps."""
     rule = re.compile(r"//\s*5\s*,\s*10\s*\)")
-    copies = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-              if rule.search(p.read_text()) and p != PACKAGE / "measure" / "warmup.py"]
+    copies = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if rule.search(p.read_text()) and p != PACKAGE / "measure" / "warmup.py"
+    ]
     assert copies == []

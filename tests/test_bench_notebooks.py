@@ -1,5 +1,6 @@
 """The notebook benchmark's rows and tables, on tiny generated notebooks run for real in fresh
 kernels (seconds): an error cell, a cell writing to stderr, a timeout, a dead kernel, the tables."""
+
 from __future__ import annotations
 
 import nbformat
@@ -19,17 +20,22 @@ def _notebook(folder, name, *sources):
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     root = tmp_path_factory.mktemp("nb")
-    raising = _notebook(root / "notebooks", "01_raises",
-                        "import os, sys\nprint('noise\\nmore', file=sys.stderr)\n"
-                        "assert os.environ['WORKBENCH_RUNS'].startswith(os.path.dirname(os.getcwd()))\n"
-                        "assert os.environ.get('WORKBENCH_QUICK') == '1'",
-                        "raise ValueError('boom\\nsecond line')")
+    raising = _notebook(
+        root / "notebooks",
+        "01_raises",
+        "import os, sys\nprint('noise\\nmore', file=sys.stderr)\n"
+        "assert os.environ['WORKBENCH_RUNS'].startswith(os.path.dirname(os.getcwd()))\n"
+        "assert os.environ.get('WORKBENCH_QUICK') == '1'",
+        "raise ValueError('boom\\nsecond line')",
+    )
     before = raising.read_text()
     dies = _notebook(root / "notebooks", "03_dies", "1", "import os\nos._exit(3)", "2")
     slow = _notebook(root / "notebooks", "02_slow", "import time\ntime.sleep(60)", "print('never')")
-    out = {"raises": bench.run_notebook(raising, root / "store1", timeout_s=60, quick=True),
-           "slow": bench.run_notebook(slow, root / "store2", timeout_s=2, quick=True),
-           "dies": bench.run_notebook(dies, root / "store3", timeout_s=60, quick=True)}
+    out = {
+        "raises": bench.run_notebook(raising, root / "store1", timeout_s=60, quick=True),
+        "slow": bench.run_notebook(slow, root / "store2", timeout_s=2, quick=True),
+        "dies": bench.run_notebook(dies, root / "store3", timeout_s=60, quick=True),
+    }
     assert raising.read_text() == before  # a copy ran, never the notebook itself
     return out
 
@@ -58,11 +64,17 @@ def test_a_kernel_that_dies_is_the_row_s_reason(rows):
 
 
 def test_table_and_markdown_show_every_notebook_and_the_goal_line(rows):
-    report = {"machine": bench.machine(), "modes": ["quiet", "busy"], "quick": True,
-              "goals": {"quiet": 240.0, "busy": 480.0}, "notebooks": {}}
+    report = {
+        "machine": bench.machine(),
+        "modes": ["quiet", "busy"],
+        "quick": True,
+        "goals": {"quiet": 240.0, "busy": 480.0},
+        "notebooks": {},
+    }
     for name, r in rows.items():
-        report["notebooks"][name] = {m: dict(r, mode=m, met=not r["reason"] and not r["error_cells"])
-                                     for m in report["modes"]}
+        report["notebooks"][name] = {
+            m: dict(r, mode=m, met=not r["reason"] and not r["error_cells"]) for m in report["modes"]
+        }
     text = bench.table(report)
     assert "quiet s" in text and "busy s" in text and "first error [2] ValueError: boom" in text
     assert "stderr [1] noise" in text and "timed out" in text
@@ -87,13 +99,16 @@ def test_a_process_that_ends_soon_after_its_kernel_is_not_counted_as_left_runnin
     stopped and counted."""
     import psutil
 
-    nb = _notebook(tmp_path / "notebooks", "04_children",
-                   "import subprocess, sys\n"
-                   "soon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3)'], "
-                   "start_new_session=True)\n"
-                   "stays = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
-                   "start_new_session=True)\n"
-                   "open('pids', 'w').write(f'{soon.pid} {stays.pid}')")
+    nb = _notebook(
+        tmp_path / "notebooks",
+        "04_children",
+        "import subprocess, sys\n"
+        "soon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3)'], "
+        "start_new_session=True)\n"
+        "stays = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True)\n"
+        "open('pids', 'w').write(f'{soon.pid} {stays.pid}')",
+    )
     r = bench.run_notebook(nb, tmp_path / "store", timeout_s=60, quick=True)
     assert r["error_cells"] == 0 and r["leftover_processes"] == 1, r
     soon, stays = (int(p) for p in (tmp_path / "store" / "notebooks" / "pids").read_text().split())

@@ -1,5 +1,6 @@
 """A benchmark's results file (tools/bench/results.py): what a printing benchmark shows becomes its
 file, with the machine and the load, in this machine's folder; a failed one writes nothing."""
+
 from __future__ import annotations
 
 from tools.bench import results

@@ -5,6 +5,7 @@ the runs. Screenshots land in test-output/.
 
     PYTHONPATH=$PWD python -m pytest -q -m browser tests/test_browser.py
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_page import (OUT, check_no_widget_errors, lab_page, legibility, prompts, run_all,
-                          wait)
+from browser_page import OUT, check_no_widget_errors, lab_page, legibility, prompts, run_all, wait
 from lab_server import REPO
 from workbench.procs import OtherWork
 
@@ -42,10 +42,14 @@ def _explained(page, runs: Path):
         yield
     except AssertionError as e:
         status = page.locator(".wb-panel-status").first.inner_text()
-        on_disk = {f.parent.name: len(f.read_bytes().splitlines())
-                   for f in runs.glob("*/rank0.jsonl")} if runs.is_dir() else {}
-        raise AssertionError(f"{e}; the panel showed {status!r}; records per run on disk: "
-                             f"{on_disk}") from None
+        on_disk = (
+            {f.parent.name: len(f.read_bytes().splitlines()) for f in runs.glob("*/rank0.jsonl")}
+            if runs.is_dir()
+            else {}
+        )
+        raise AssertionError(
+            f"{e}; the panel showed {status!r}; records per run on disk: {on_disk}"
+        ) from None
 
 
 @pytest.mark.browser
@@ -59,8 +63,16 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
     with lab_page(tmp_path, env, "precision", 60_000) as (lab, page, _):
         page.goto(lab.url(NOTEBOOK))
         run_all(page, lab)
-        wait(lambda: lab.kernel_states() == ["idle"] and (p := prompts(page))
-              and all(re.search(r"\[\d+\]", x) for x in p), 420, "Run All to finish", 1)
+        wait(
+            lambda: (
+                lab.kernel_states() == ["idle"]
+                and (p := prompts(page))
+                and all(re.search(r"\[\d+\]", x) for x in p)
+            ),
+            420,
+            "Run All to finish",
+            1,
+        )
         check_no_widget_errors(page)
         shown = legibility(page)
         assert shown["labels"] >= 10 and shown["problems"] == [], shown  # buttons, tables, charts
@@ -74,18 +86,27 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         # a person's turn: pick bf16, ask for many steps and no time budget, press Run
         page.locator(".widget-toggle-button", has_text=re.compile(r"^bf16$")).first.click()
         for label, value in (r"^steps$", "1000000"), (r"^budget \(s\)$", "0"):
-            box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(
-                label))).locator("input").first
+            box = (
+                page.locator(".widget-text", has=page.locator("label", has_text=re.compile(label)))
+                .locator("input")
+                .first
+            )
             box.fill(value)
             box.press("Tab")
         page.locator("button.widget-button.mod-success", has_text="Run").first.click()
         chart = page.locator(".js-plotly-plot").first
         chart.scroll_into_view_if_needed()
-        counts = [wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120,
-                        "the new run's first points")]
+        counts = [
+            wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 120, "the new run's first points")
+        ]
         for _ in range(2):  # (a) the chart gains points while the run goes
-            counts.append(wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
-                                and n, 60, "the chart to gain points"))
+            counts.append(
+                wait(
+                    lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1] and n,
+                    60,
+                    "the chart to gain points",
+                )
+            )
         assert "running" in page.locator(".wb-panel-status").first.inner_text()
         page.screenshot(path=str(OUT / "browser_live_run.png"))
 
@@ -98,8 +119,11 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         names = sorted(p.name for p in runs.iterdir() if p.name != "trials")
         assert len(names) == 4, names  # the A/B test's trial is not the panel's
         tables = page.locator(".wb-compare-table")
-        wait(lambda: all(n in tables.first.inner_text() for n in names), 30,
-              "the panel's table to list every run")
+        wait(
+            lambda: all(n in tables.first.inner_text() for n in names),
+            30,
+            "the panel's table to list every run",
+        )
         assert all(n in tables.nth(1).inner_text() for n in names[:3])
         tables.first.scroll_into_view_if_needed()
         page.screenshot(path=str(OUT / "browser_comparison.png"))
@@ -121,10 +145,14 @@ BUSY_CELLS = [
     "W.VBox([W.HBox(figs[:4]), W.HBox(figs[4:])])",
 ]
 BUSY_NOTEBOOK = {
-    "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-               "source": src} for src in BUSY_CELLS],
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": src}
+        for src in BUSY_CELLS
+    ],
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    "nbformat": 4, "nbformat_minor": 5}
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
 # The last point drawn on each of the eight charts with a title "chart i" (its x grows by one
 # with each feed).
 CHART_POINTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
@@ -150,36 +178,56 @@ def test_live_charts_draw_and_gain_points_on_a_busy_machine(tmp_path):
     with lab_page(tmp_path, env, "busy", 180_000) as (lab, page, console), OtherWork(2) as hogs:
         page.goto(lab.url("busy.ipynb"))
         page.locator(".jp-Notebook .jp-CodeCell").first.wait_for()
-        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate",
-                                                {"rate": SLOWDOWN})  # from here on
+        page.context.new_cdp_session(page).send(
+            "Emulation.setCPUThrottlingRate", {"rate": SLOWDOWN}
+        )  # from here on
         run_all(page, lab)
         seen = []  # points on each of the eight charts, each time looked
 
         def eight_drawn():
             seen.append(page.evaluate(CHART_POINTS_JS))
             return len(seen[-1]) == 8 and min(seen[-1]) > 1 and seen[-1]
+
         try:  # (a) eight charts shown at once draw, and gain points
             drawn = wait(eight_drawn, 240, "the eight charts to draw their points", 2)
         except AssertionError as e:  # a chart without its title never got its model's messages
-            titles = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
-                                   ".map(gd => (((gd.layout || {}).title || {}).text) || '')")
-            raise AssertionError(f"{e}; points per chart last seen: {seen[-1]}; titles of the "
-                                 f"page's {len(titles)} charts: {titles}") from None
-        wait(lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn), 120,
-              "the eight charts to gain points", 2)
+            titles = page.evaluate(
+                "() => [...document.querySelectorAll('.js-plotly-plot')]"
+                ".map(gd => (((gd.layout || {}).title || {}).text) || '')"
+            )
+            raise AssertionError(
+                f"{e}; points per chart last seen: {seen[-1]}; titles of the "
+                f"page's {len(titles)} charts: {titles}"
+            ) from None
+        wait(
+            lambda: min(page.evaluate(CHART_POINTS_JS)) > max(drawn),
+            120,
+            "the eight charts to gain points",
+            2,
+        )
 
         # (b) the panel's live charts follow a run beside them
         with _explained(page, tmp_path / "runs"):
             page.locator("button.widget-button.mod-success", has_text="Run").first.click()
-            counts = [wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300,
-                            "the run's first points")]
+            counts = [
+                wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > 0 and n, 300, "the run's first points")
+            ]
             for _ in range(2):
-                counts.append(wait(lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1]
-                                    and n, 120, "the chart to gain points", 2))
+                counts.append(
+                    wait(
+                        lambda: (n := page.evaluate(LOSS_POINTS_JS)) > counts[-1] and n,
+                        120,
+                        "the chart to gain points",
+                        2,
+                    )
+                )
             assert hogs.alive()  # the cores were held the whole time
             page.screenshot(path=str(OUT / "browser_busy_live_run.png"))
             page.locator("button.widget-button.mod-danger", has_text="Stop").first.click()
-            wait(lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(), 120,
-                  "the panel to show 'stopped'")
+            wait(
+                lambda: "stopped" in page.locator(".wb-panel-status").first.inner_text(),
+                120,
+                "the panel to show 'stopped'",
+            )
         check_no_widget_errors(page)
         assert not [c for c in console if "Failed to initialize model" in c], console

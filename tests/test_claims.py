@@ -1,5 +1,6 @@
 """The claims check: a sentence recorded with its numbers holds or fails by one rule each, and
 `check()` names every claim that does not hold."""
+
 from __future__ import annotations
 
 import json

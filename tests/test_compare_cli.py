@@ -1,4 +1,5 @@
 """`workbench compare`: the run store's comparison table as text or JSON, and clear errors."""
+
 from __future__ import annotations
 
 import json

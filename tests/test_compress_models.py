@@ -1,5 +1,6 @@
 """Pruning and quantization of real architectures, in process: Hugging Face GPT-2 (Conv1D layers,
 a tied head), a GPT-style model with a tied head, a residual CNN, and what each result covered."""
+
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,7 @@ from torch import nn
 from workbench.config import ConfigError
 from workbench.compress.coverage import coverage_note
 from workbench.compress.layers import conv1d_to_linear, weight_targets
-from workbench.compress.prune import (copy_model, magnitude_prune, make_real, pruning_coverage,
-                                      sparsity)
+from workbench.compress.prune import copy_model, magnitude_prune, make_real, pruning_coverage, sparsity
 from workbench.compress.quantize import quantize
 from workbench.compress.structured import chain_prune, layer_widths, structured_coverage, structured_prune
 from workbench.compress.graph_prune import graph_prune
@@ -124,8 +124,11 @@ def test_attention_is_left_whole_with_the_reason_and_the_mlp_shrinks(name, reque
     small = structured_prune(model, 0.5, example=tokens())
     assert small(tokens(3)).shape == (3, T, V)
     cov = structured_coverage(model, small)
-    left = {r["layer"].rsplit(".", 2)[-2] + "." + r["layer"].rsplit(".", 1)[-1]: r["why"]
-            for r in cov["layers_left"] if "attn" in r["layer"]}
+    left = {
+        r["layer"].rsplit(".", 2)[-2] + "." + r["layer"].rsplit(".", 1)[-1]: r["why"]
+        for r in cov["layers_left"]
+        if "attn" in r["layer"]
+    }
     assert any("split into attention heads" in why for why in left.values())
     assert 0.5 < cov["coverage"] < 0.8  # the MLPs: most of the weights, not all
     assert any("residual stream" in r["why"] for r in cov["layers_left"] if r["type"] == "Embedding")

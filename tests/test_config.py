@@ -1,4 +1,5 @@
 """RunConfig: validation names the field, value and what is allowed; JSON round trip; presets."""
+
 import dataclasses
 import json
 
@@ -30,14 +31,18 @@ BAD = [
     ({"run": {"label": "a/b"}}, r"run\.label must be at most 60 characters"),
     ({"model": {"name": "resnet"}}, r"model\.name must be one of mlp, cnn, transformer or an import path"),
     ({"model": {"width": 0}}, r"model\.width must be >= 1, got 0"),
-    ({"model": {"name": "transformer", "width": 30, "heads": 4}, "data": {"name": "text"}},
-     r"model\.width must be a multiple of model\.heads"),
+    (
+        {"model": {"name": "transformer", "width": 30, "heads": 4}, "data": {"name": "text"}},
+        r"model\.width must be a multiple of model\.heads",
+    ),
     ({"model": {"name": "transformer"}}, r"model\.name 'transformer' needs data\.name 'text'"),
     ({"data": {"name": "imagenet"}}, r"data\.name must be one of"),
     ({"data": {"test_fraction": 1.0}}, r"data\.test_fraction must be between 0 and 1"),
     ({"distributed": {"nproc": 0}}, r"distributed\.nproc must be >= 1, got 0"),
-    ({"distributed": {"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}},
-     r"distributed\.node_rank must be in \[0, 1\] for nnodes=2, got 2"),
+    (
+        {"distributed": {"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}},
+        r"distributed\.node_rank must be in \[0, 1\] for nnodes=2, got 2",
+    ),
     ({"distributed": {"rdzv_endpoint": "nohost"}}, r"distributed\.rdzv_endpoint must be 'host:port'"),
     ({"distributed": {"rdzv_endpoint": "h:70000"}}, r"distributed\.rdzv_endpoint must be 'host:port'"),
     ({"distributed": {"nnodes": 2}}, r"distributed\.rdzv_endpoint is needed when distributed\.nnodes > 1"),
@@ -55,8 +60,11 @@ def test_bad_values_name_field_value_and_allowed(sections, message):
 
 
 def test_unknown_keys_are_refused_with_a_suggestion():
-    with pytest.raises(ConfigError, match=r"unknown config key 'loader\.num_wrkers' \(did you mean "
-                                          r"'loader\.num_workers'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown config key 'loader\.num_wrkers' \(did you mean "
+        r"'loader\.num_workers'\?\)",
+    ):
         build(loader={"num_wrkers": 2})
     with pytest.raises(ConfigError, match=r"unknown config key 'lodaer'"):
         build(lodaer={})
@@ -93,10 +101,13 @@ def test_each_section_is_checked_once_when_a_config_is_built(monkeypatch):
 
     counts = {}
     original = _Section._validate
-    monkeypatch.setattr(_Section, "_validate",
-                        lambda self: counts.update({type(self).__name__:
-                                                    counts.get(type(self).__name__, 0) + 1})
-                        or original(self))
+    monkeypatch.setattr(
+        _Section,
+        "_validate",
+        lambda self: (
+            counts.update({type(self).__name__: counts.get(type(self).__name__, 0) + 1}) or original(self)
+        ),
+    )
     RunConfig.smoke().replace(**{"loader.batch_size": 16})
     assert len(counts) == 10 and set(counts.values()) == {2}  # smoke(), then replace(): once each
 

@@ -1,6 +1,7 @@
 """The contention benchmark's processes: every variant gets its turns, the choice runs the thread
 trial a run would, a process that ends early is an error with its own words, and a round leaves no
 process behind."""
+
 import psutil
 import pytest
 

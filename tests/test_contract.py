@@ -1,5 +1,6 @@
 """The model contract: data facts a factory asks for, output adapters, the one-batch check and its
 messages; a diverged run's status and valid summary JSON."""
+
 from __future__ import annotations
 
 import copy
@@ -13,16 +14,23 @@ from torch import nn
 
 from workbench.config import RunConfig
 from workbench.runstore import read_summary, write_json_atomic
-from workbench.train.contract import (ContractError, check_model, data_facts, factory_kwargs,
-                                      fit_output, output_adapter)
+from workbench.train.contract import (
+    ContractError,
+    check_model,
+    data_facts,
+    factory_kwargs,
+    fit_output,
+    output_adapter,
+)
 from workbench.train.data import build_data
 from workbench.train.models import build_model
 from workbench.train.trainer import outcome
 from workbench.ui.series import RunSeries
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TEXT = RunConfig.smoke().replace(**{"data.name": "text", "model.name": "transformer",
-                                    "data.num_samples": 64, "data.seq_len": 16})
+TEXT = RunConfig.smoke().replace(
+    **{"data.name": "text", "model.name": "transformer", "data.num_samples": 64, "data.seq_len": 16}
+)
 
 
 def test_each_data_set_states_its_facts():
@@ -73,15 +81,22 @@ def test_adapters_are_chosen_on_one_batch_and_survive_a_copy():
     assert fit_output(twin, torch.rand(2, 1, 8, 8))[0] == "first"  # fitted once
 
 
-@pytest.mark.parametrize("body, match", [
-    ("return self.l(x.flatten(1)[:, :2])",
-     r"the model failed on one batch of digits data \(x is \(2, 1, 8, 8\) float32\): "
-     r"RuntimeError: mat1 and mat2"),
-    ("return self.l(x.flatten(1))[:, :3]",
-     r"digits data needs \(B, C\) logits, here \(2, 10\) .* the model returned \(B, C\) = \(2, 3\)"),
-    ("return 'logits'", "digits data needs logits from the model: .* it returned str"),
-    ("return self.l(x.flatten(1)).long()", "needs float logits"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        (
+            "return self.l(x.flatten(1)[:, :2])",
+            r"the model failed on one batch of digits data \(x is \(2, 1, 8, 8\) float32\): "
+            r"RuntimeError: mat1 and mat2",
+        ),
+        (
+            "return self.l(x.flatten(1))[:, :3]",
+            r"digits data needs \(B, C\) logits, here \(2, 10\) .* the model returned \(B, C\) = \(2, 3\)",
+        ),
+        ("return 'logits'", "digits data needs logits from the model: .* it returned str"),
+        ("return self.l(x.flatten(1)).long()", "needs float logits"),
+    ],
+)
 def test_the_check_says_what_was_expected_and_what_came_back(body, match):
     class Bad(nn.Module):
         def __init__(self):
@@ -105,14 +120,23 @@ def test_text_needs_a_logit_per_position():
 
     data = build_data(TEXT)
     v = data.num_classes
-    with pytest.raises(ContractError, match=rf"text data needs \(B, T, V\) logits, here \(2, 16, {v}\)"
-                                            rf".*the model returned \(B, V\) = \(2, {v}\); .*FullLogits"):
+    with pytest.raises(
+        ContractError,
+        match=rf"text data needs \(B, T, V\) logits, here \(2, 16, {v}\)"
+        rf".*the model returned \(B, V\) = \(2, {v}\); .*FullLogits",
+    ):
         check_model(LastOnly(v), data)
 
 
 def test_the_examples_fit_with_the_documented_glue_only():
-    gpt = RunConfig.smoke().replace(**{"model.name": f"{EXAMPLES}/gpt.py:build", "data.name": "text",
-                                       "data.num_samples": 64, "data.seq_len": 16})
+    gpt = RunConfig.smoke().replace(
+        **{
+            "model.name": f"{EXAMPLES}/gpt.py:build",
+            "data.name": "text",
+            "data.num_samples": 64,
+            "data.seq_len": 16,
+        }
+    )
     assert build_model(gpt, build_data(gpt))(torch.zeros(2, 16, dtype=torch.long)).dim() == 3
     bare = gpt.replace(**{"model.name": f"{EXAMPLES}/gpt.py:build_bare"})
     with pytest.raises(ContractError, match=r"the model returned \(B, T, V\) = \(2, 1, .*FullLogits"):
@@ -128,9 +152,11 @@ def test_a_user_dataset_of_token_windows_is_a_language_models_data(tmp_path):
         "    def __len__(self):\n        return 20\n"
         "    def __getitem__(self, i):\n        x = torch.arange(i, i + 9) % 7\n"
         "        return x[:-1], x[1:]\n"
-        "def build():\n    return W()\n")
-    data = build_data(RunConfig.smoke().replace(**{"data.name": "dataset",
-                                                   "data.factory": f"{tmp_path}/tok.py:build"}))
+        "def build():\n    return W()\n"
+    )
+    data = build_data(
+        RunConfig.smoke().replace(**{"data.name": "dataset", "data.factory": f"{tmp_path}/tok.py:build"})
+    )
     assert data.task == "lm" and data.num_classes == 7 and data.input_shape == (8,)
     assert data_facts(data)["vocab_size"] == 7
 
@@ -161,9 +187,13 @@ def model(vocab_size, seq_len, num_classes):
 def test_a_dataset_of_token_ids_to_classify_gives_the_factory_its_vocab_size(tmp_path):
     (tmp_path / "reviews.py").write_text(TOKENS_TO_CLASSIFY)
     for factory, vocab in (("build", 41), ("build_named", 100)):  # the largest id + 1, or stated
-        cfg = RunConfig.smoke().replace(**{
-            "data.name": "dataset", "data.factory": f"{tmp_path}/reviews.py:{factory}",
-            "model.name": f"{tmp_path}/reviews.py:model"})
+        cfg = RunConfig.smoke().replace(
+            **{
+                "data.name": "dataset",
+                "data.factory": f"{tmp_path}/reviews.py:{factory}",
+                "model.name": f"{tmp_path}/reviews.py:model",
+            }
+        )
         data = build_data(cfg)
         assert data.task == "classify" and data.num_classes == 2
         assert data_facts(data)["seq_len"] == 3
@@ -171,8 +201,13 @@ def test_a_dataset_of_token_ids_to_classify_gives_the_factory_its_vocab_size(tmp
 
 
 def test_a_diverged_run_says_so_and_its_summary_stays_json(tmp_path):
-    summary = {"final_loss": float("nan"), "first_nonfinite_step": 3, "nonfinite_losses": 8,
-               "steps": 10, "eval_loss": float("inf")}
+    summary = {
+        "final_loss": float("nan"),
+        "first_nonfinite_step": 3,
+        "nonfinite_losses": 8,
+        "steps": 10,
+        "eval_loss": float("inf"),
+    }
     ended = outcome(summary)
     assert ended["status"] == "diverged" and "at step 3" in ended["message"]
     assert outcome({"final_loss": 0.1})["status"] == "completed"
@@ -184,8 +219,12 @@ def test_a_diverged_run_says_so_and_its_summary_stays_json(tmp_path):
 
 def test_the_dashboard_series_shows_divergence():
     s = RunSeries()
-    s.feed([{"event": "step", "rank": 0, "step": 1, "loss": 2.0},
-            {"event": "step", "rank": 0, "step": 2, "loss": math.nan}])
+    s.feed(
+        [
+            {"event": "step", "rank": 0, "step": 1, "loss": 2.0},
+            {"event": "step", "rank": 0, "step": 2, "loss": math.nan},
+        ]
+    )
     assert s.first_nonfinite == 2 and "non-finite" in s.message
     s.feed([{"event": "done", "rank": 0, "status": "diverged", "message": "the loss became nan"}])
     assert s.status == "diverged" and s.finished and s.message == "the loss became nan"
@@ -194,7 +233,8 @@ def test_the_dashboard_series_shows_divergence():
 def test_a_run_read_back_from_its_events_keeps_the_diverged_status(tmp_path):
     (tmp_path / "rank0.jsonl").write_text(
         '{"event": "step", "rank": 0, "step": 1, "loss": NaN}\n'
-        '{"event": "done", "rank": 0, "status": "diverged"}\n')
+        '{"event": "done", "rank": 0, "status": "diverged"}\n'
+    )
     assert read_summary(tmp_path)["status"] == "diverged"
 
 
@@ -209,6 +249,7 @@ def test_a_real_run_whose_loss_goes_nan_is_diverged_everywhere(one_thread, runs_
     assert out["status"] == "diverged" and out["final_loss"] is None
     assert "became nan" in out["message"]
     run_dir = Path(out["run_dir"])
-    json.loads((run_dir / "summary.json").read_text(),
-               parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    json.loads(
+        (run_dir / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in summary.json")
+    )
     assert compare([run_dir])["status"].tolist() == ["diverged"]

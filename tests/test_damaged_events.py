@@ -1,6 +1,7 @@
 """One damaged event line never hides a run: each field of each record kind of a real run is
 corrupted in turn, and the run store, the comparison, the summary and the dashboard's tailer still
 read every run, skipping the bad line and naming it."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,11 @@ def variants(intact):
                 if FIELDS[key][0](bad):
                     continue  # this value is fine for this field
                 yield f"{record['event']}.{key}={bad!r}", i, json.dumps({**record, key: bad})
-            yield f"{record['event']}.{key}=huge", i, line.replace(
-                f'"{key}":{json.dumps(record[key])}', f'"{key}":{HUGE}', 1)
+            yield (
+                f"{record['event']}.{key}=huge",
+                i,
+                line.replace(f'"{key}":{json.dumps(record[key])}', f'"{key}":{HUGE}', 1),
+            )
         yield f"{record['event']} torn", i, line[: len(line) // 2]
 
 
@@ -91,12 +95,14 @@ def test_the_dashboard_draws_a_run_with_a_damaged_line(intact, tmp_path):
 
 def _random_value(rng):
     """Any JSON value a damaged or hand-edited file could hold."""
-    return rng.choice([
-        lambda: rng.choice(["", "x", "nan", "inf", "-inf", "1e999", "\u00e9\u0000", "null"]),
-        lambda: rng.choice([None, True, False, [], {}, [1, "a"], {"a": {"b": []}}]),
-        lambda: rng.choice([-1, 0, 2**63, -2**63, 10**30]),
-        lambda: rng.choice([-1e300, 1e300, 5e-324, -0.0, 0.5]),
-    ])()
+    return rng.choice(
+        [
+            lambda: rng.choice(["", "x", "nan", "inf", "-inf", "1e999", "\u00e9\u0000", "null"]),
+            lambda: rng.choice([None, True, False, [], {}, [1, "a"], {"a": {"b": []}}]),
+            lambda: rng.choice([-1, 0, 2**63, -(2**63), 10**30]),
+            lambda: rng.choice([-1e300, 1e300, 5e-324, -0.0, 0.5]),
+        ]
+    )()
 
 
 def _random_damage(rng, lines: list[str]) -> tuple[str, int, str]:
@@ -110,11 +116,17 @@ def _random_damage(rng, lines: list[str]) -> tuple[str, int, str]:
         value = _random_value(rng)
         return f"line {i} {record['event']}.{key}={value!r}", i, json.dumps({**record, key: value})
     if how == 1:
-        return f"line {i} {record['event']} without {key}", i, json.dumps(
-            {k: v for k, v in record.items() if k != key})
+        return (
+            f"line {i} {record['event']} without {key}",
+            i,
+            json.dumps({k: v for k, v in record.items() if k != key}),
+        )
     if how == 2:
-        return f"line {i} {record['event']}.{key} renamed", i, json.dumps(
-            {(k + "_" if k == key else k): v for k, v in record.items()})
+        return (
+            f"line {i} {record['event']}.{key} renamed",
+            i,
+            json.dumps({(k + "_" if k == key else k): v for k, v in record.items()}),
+        )
     line = lines[i]
     a = rng.randrange(len(line))
     b = min(len(line), a + rng.randrange(1, 12))

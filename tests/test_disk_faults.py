@@ -1,6 +1,7 @@
 """Disk faults named, on real small file systems (a tmpfs mounted here; needs root): a full disk
 before launch and during a run, a read-only one. Each ends with one line naming the path and the
 cause, summary.json holds the cause, and no empty .tmp, traceback or torn event line is left."""
+
 from __future__ import annotations
 
 import errno
@@ -29,8 +30,9 @@ def disk(tmp_path):
         where = tmp_path / f"disk{len(mounted)}"
         where.mkdir()
         opts = f"size={size}" + (",ro" if ro else "")
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, text=True
+        )
         if done.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(where)
@@ -83,8 +85,11 @@ def test_a_full_disk_is_refused_before_launch(disk, smoke):
 
 def test_a_run_too_big_for_the_disk_is_refused_before_launch(disk, runs_root):
     where = disk("2m")
-    with pytest.raises(ConfigError, match=r"has 2.00 MiB free and this run writes about .*weights "
-                                          r"2.15 MiB.*No space left on device"):
+    with pytest.raises(
+        ConfigError,
+        match=r"has 2.00 MiB free and this run writes about .*weights "
+        r"2.15 MiB.*No space left on device",
+    ):
         start_run(RunConfig.default(), where / "run")  # 563k parameters: the weights alone do not fit
     assert not any(where.iterdir())
 
@@ -97,9 +102,11 @@ def test_a_read_only_disk_is_one_line(disk, smoke, capsys):
         start_run(smoke, where / "run")
     config = where.parent / "config.json"
     smoke.save(config)
-    for argv in (["run", "--preset", "smoke", "--run-dir", str(where / "run")],
-                 ["export", "--config", str(config), "--to", str(where / "export")],
-                 ["loader", "make-images", str(where / "images"), "--count", "2"]):
+    for argv in (
+        ["run", "--preset", "smoke", "--run-dir", str(where / "run")],
+        ["export", "--config", str(config), "--to", str(where / "export")],
+        ["loader", "make-images", str(where / "images"), "--count", "2"],
+    ):
         assert cli(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "Read-only file system" in err and str(where) in err, err
@@ -117,8 +124,15 @@ def test_an_unwritable_folder_is_one_line(tmp_path, smoke):
 @pytest.mark.slow
 def test_a_disk_that_fills_during_a_run_is_named_in_the_summary(disk, smoke, tmp_path):
     where = disk("8m")
-    cfg = smoke.replace(**{"distributed.nproc": 2, "model.name": faulty_model(tmp_path),
-                           "model.kwargs": {"mode": "slow"}, "run.steps": 5000, "run.eval_batches": 0})
+    cfg = smoke.replace(
+        **{
+            "distributed.nproc": 2,
+            "model.name": faulty_model(tmp_path),
+            "model.kwargs": {"mode": "slow"},
+            "run.steps": 5000,
+            "run.eval_batches": 0,
+        }
+    )
     handle = start_run(cfg, where / "run")
     wait_for_steps(handle.run_dir, ranks=2)
     pids = run_pids(handle.proc.pid, handle.run_dir)
@@ -137,8 +151,22 @@ def test_a_disk_that_fills_during_a_run_is_named_in_the_summary(disk, smoke, tmp
 def test_the_cli_names_a_full_disk_in_one_line(disk, tmp_path):
     where = disk("8m")
     run_dir = where / "cli-run"
-    cmd = [sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--model", faulty_model(tmp_path),
-           "--set", 'model.kwargs={"mode": "slow"}', "--steps", "5000", "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "run",
+        "--preset",
+        "smoke",
+        "--model",
+        faulty_model(tmp_path),
+        "--set",
+        'model.kwargs={"mode": "slow"}',
+        "--steps",
+        "5000",
+        "--run-dir",
+        str(run_dir),
+    ]
     cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_steps(run_dir, ranks=1)
     fill(where)

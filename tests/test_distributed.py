@@ -1,5 +1,6 @@
 """Real torchrun runs on the CPU (gloo, 127.0.0.1 only): DDP keeps ranks in sync, two "nodes" on
 loopback, nothing listens beyond loopback, and no process is left behind."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -32,8 +33,10 @@ def test_two_ranks_train_in_sync_and_listen_on_loopback_only(smoke):
     # sized by time, not steps: 20 steps once ended before the first heartbeat (a beat a second)
     cfg = smoke.replace(**{"distributed.nproc": 2, "run.steps": 100_000, "run.time_budget_s": 2.5})
     handle = start_run(cfg)
-    assert "--local-addr" in handle.command and "--log-dir=" + str(handle.run_dir / "torchrun_logs") \
-        in handle.command
+    assert (
+        "--local-addr" in handle.command
+        and "--log-dir=" + str(handle.run_dir / "torchrun_logs") in handle.command
+    )
     pids, sockets = set(), set()
     deadline = time.monotonic() + 180
     while handle.running() and time.monotonic() < deadline:
@@ -55,10 +58,10 @@ def test_two_ranks_train_in_sync_and_listen_on_loopback_only(smoke):
 
 def test_two_nodes_on_loopback(smoke, runs_root):
     endpoint = f"127.0.0.1:{free_port()}"
-    base = smoke.replace(**{"distributed.nnodes": 2, "distributed.rdzv_endpoint": endpoint,
-                            "run.steps": 20})
-    handles = [start_run(base.replace(**{"distributed.node_rank": n}), runs_root / f"node{n}")
-               for n in (0, 1)]
+    base = smoke.replace(**{"distributed.nnodes": 2, "distributed.rdzv_endpoint": endpoint, "run.steps": 20})
+    handles = [
+        start_run(base.replace(**{"distributed.node_rank": n}), runs_root / f"node{n}") for n in (0, 1)
+    ]
     pids = set()
     for h in handles:
         pids |= run_pids(h.proc.pid, h.run_dir)

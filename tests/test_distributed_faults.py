@@ -1,6 +1,7 @@
 """Each way a run can go wrong, with real torchrun processes on the CPU: a rank raises, is killed,
 hangs; the rendezvous endpoint is held by a silent server; a restart; stop (API and Ctrl-C); the
 launching process killed. Each checks the message and that no process is left behind."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,7 @@ import time
 
 import pytest
 
-from launch_helpers import (assert_all_gone, faulty_model, run_pids, steps_seen, wait_for,
-                            wait_for_steps)
+from launch_helpers import assert_all_gone, faulty_model, run_pids, steps_seen, wait_for, wait_for_steps
 from workbench.events import read_events
 from workbench.distributed.launch import run, start_run
 
@@ -23,9 +23,16 @@ pytestmark = pytest.mark.slow
 
 
 def _cfg(smoke, tmp_path, **kwargs):
-    return smoke.replace(**{"distributed.nproc": 2, "model.name": faulty_model(tmp_path),
-                            "model.kwargs": kwargs, "run.steps": 100_000, "run.eval_batches": 0,
-                            "distributed.timeout_s": 3.0})
+    return smoke.replace(
+        **{
+            "distributed.nproc": 2,
+            "model.name": faulty_model(tmp_path),
+            "model.kwargs": kwargs,
+            "run.steps": 100_000,
+            "run.eval_batches": 0,
+            "distributed.timeout_s": 3.0,
+        }
+    )
 
 
 def _finish(handle, timeout=240):
@@ -39,8 +46,10 @@ def _finish(handle, timeout=240):
 
 
 def test_a_raising_killed_exiting_or_hanging_rank_is_named(smoke, tmp_path):
-    runs = {mode: start_run(_cfg(smoke, tmp_path, mode=mode, step=3))
-            for mode in ("raise", "kill", "hang", "exit")}
+    runs = {
+        mode: start_run(_cfg(smoke, tmp_path, mode=mode, step=3))
+        for mode in ("raise", "kill", "hang", "exit")
+    }
     one = _cfg(smoke, tmp_path, mode="exit", rank=0, step=3).replace(**{"distributed.nproc": 1})
     runs["exit, one process"] = start_run(one)
     pids = {mode: _finish(h) for mode, h in runs.items()}
@@ -73,9 +82,14 @@ def test_rendezvous_held_by_a_silent_server_fails_at_start_timeout(smoke, tmp_pa
     server.listen(8)
     accepted = []
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
-    cfg = smoke.replace(**{"distributed.nnodes": 2, "distributed.node_rank": 1,
-                           "distributed.rdzv_endpoint": f"127.0.0.1:{server.getsockname()[1]}",
-                           "distributed.start_timeout_s": 6.0})
+    cfg = smoke.replace(
+        **{
+            "distributed.nnodes": 2,
+            "distributed.node_rank": 1,
+            "distributed.rdzv_endpoint": f"127.0.0.1:{server.getsockname()[1]}",
+            "distributed.start_timeout_s": 6.0,
+        }
+    )
     t0 = time.monotonic()
     handle = start_run(cfg)
     pids = _finish(handle, timeout=120)
@@ -97,8 +111,7 @@ if b"-m" in words and words[words.index(b"-m") + 1] == b"workbench.worker":  # a
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_ranks_still_importing_at_the_start_timeout_are_not_blamed_on_rendezvous(smoke, tmp_path,
-                                                                               nproc):
+def test_ranks_still_importing_at_the_start_timeout_are_not_blamed_on_rendezvous(smoke, tmp_path, nproc):
     """Python's start-up hook holds every rank before its first record, as a slow disk would.
     The start window counts from the launch, so it holds torchrun's own start too: 4 s was once
     too short for torchrun to start any rank on a loaded machine."""
@@ -115,7 +128,8 @@ def test_ranks_still_importing_at_the_start_timeout_are_not_blamed_on_rendezvous
 
 def test_max_restarts_brings_the_group_back(smoke, tmp_path):
     cfg = _cfg(smoke, tmp_path, mode="raise", step=3, attempt=0).replace(
-        **{"run.steps": 6, "distributed.max_restarts": 1})
+        **{"run.steps": 6, "distributed.max_restarts": 1}
+    )
     handle = start_run(cfg)
     pids = _finish(handle)
     s = handle.summary()
@@ -135,42 +149,57 @@ def test_a_restart_resumes_from_the_last_saved_step_on_the_same_trajectory(smoke
     """run.save_every: rank 1 raises at step 5; the restarted attempt goes on after step 4 (the last
     state saved), not from step 0, and its losses are those of a run that never failed."""
     cfg = _cfg(smoke, tmp_path, mode="raise", step=5, attempt=0).replace(
-        **{"run.steps": 8, "distributed.max_restarts": 1, "run.save_every": 2})
+        **{"run.steps": 8, "distributed.max_restarts": 1, "run.save_every": 2}
+    )
     handle = start_run(cfg)
     pids = _finish(handle)
     s = handle.summary()
     assert s["status"] == "completed" and s["attempts"] == 2, (s, handle.log_tail())
     assert s["resumed_from_step"] == 4 and s["steps"] == 8
-    assert s["restarted"] == ("restarted once, resumed after step 4; attempt 0: rank 1 raised "
-                              "ValueError at step 5: injected fault on rank 1"), s["restarted"]
+    assert s["restarted"] == (
+        "restarted once, resumed after step 4; attempt 0: rank 1 raised "
+        "ValueError at step 5: injected fault on rank 1"
+    ), s["restarted"]
     records = read_events(handle.run_dir)
     again = {r["rank"]: r["step"] for r in reversed(records) if r["event"] == "step" and r["attempt"] == 1}
     assert again == {0: 5, 1: 5}  # each rank's first step of the second attempt
     assert [r["from_step"] for r in records if r["event"] == "resumed"] == [4, 4]
-    clean = run(cfg.replace(**{"model.kwargs": {"mode": "none"}, "distributed.max_restarts": 0}),
-                timeout_s=240)
+    clean = run(
+        cfg.replace(**{"model.kwargs": {"mode": "none"}, "distributed.max_restarts": 0}), timeout_s=240
+    )
     for rank in (0, 1):
-        resumed = {r["step"]: r["loss"] for r in records
-                   if r["event"] == "step" and r["attempt"] == 1 and r["rank"] == rank}
-        never_failed = {r["step"]: r["loss"] for r in read_events(clean["run_dir"])
-                        if r["event"] == "step" and r["rank"] == rank and r["step"] > 4}
+        resumed = {
+            r["step"]: r["loss"]
+            for r in records
+            if r["event"] == "step" and r["attempt"] == 1 and r["rank"] == rank
+        }
+        never_failed = {
+            r["step"]: r["loss"]
+            for r in read_events(clean["run_dir"])
+            if r["event"] == "step" and r["rank"] == rank and r["step"] > 4
+        }
         assert resumed.keys() == never_failed.keys() == {5, 6, 7, 8}
         assert resumed == pytest.approx(never_failed, abs=1e-5)
     assert_all_gone(pids, within=5)
 
 
-@pytest.mark.parametrize("nproc, rank, sig", [(1, 0, signal.SIGTERM), (2, 1, signal.SIGTERM),
-                                              (2, 1, signal.SIGHUP), (2, 1, signal.SIGINT)])
+@pytest.mark.parametrize(
+    "nproc, rank, sig",
+    [(1, 0, signal.SIGTERM), (2, 1, signal.SIGTERM), (2, 1, signal.SIGHUP), (2, 1, signal.SIGINT)],
+)
 def test_a_signal_from_another_program_to_a_rank_is_named(smoke, tmp_path, nproc, rank, sig):
     handle = start_run(_cfg(smoke, tmp_path, mode="slow").replace(**{"distributed.nproc": nproc}))
     wait_for_steps(handle.run_dir, ranks=nproc)
-    pid = next(r["pid"] for r in read_events(handle.run_dir)
-               if r["event"] == "start" and r["rank"] == rank)
+    pid = next(r["pid"] for r in read_events(handle.run_dir) if r["event"] == "start" and r["rank"] == rank)
     os.kill(pid, sig)
     pids = _finish(handle)
     s = handle.summary()
     assert (s["status"], s["cause"], s["failed_rank"], s["signal"]) == (
-        "stopped", "rank_signalled", rank, sig.name), s
+        "stopped",
+        "rank_signalled",
+        rank,
+        sig.name,
+    ), s
     assert s["message"].startswith(f"rank {rank} got {sig.name} from another program after step")
     assert_all_gone(pids, within=5)
 
@@ -190,13 +219,33 @@ def test_stop_ends_ranks_that_ignore_sigterm_within_5_s(smoke, tmp_path):
 
 def test_ctrl_c_in_the_cli_stops_every_rank(smoke, tmp_path, runs_root):
     run_dir = runs_root / "cli-run"
-    cmd = [sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--nproc", "2",
-           "--model", faulty_model(tmp_path), "--set", 'model.kwargs={"mode": "slow"}',
-           "--steps", "100000", "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "run",
+        "--preset",
+        "smoke",
+        "--nproc",
+        "2",
+        "--model",
+        faulty_model(tmp_path),
+        "--set",
+        'model.kwargs={"mode": "slow"}',
+        "--steps",
+        "100000",
+        "--run-dir",
+        str(run_dir),
+    ]
     # a shell that starts the suite in the background hands its children SIGINT ignored: a
     # person's terminal does not, so the CLI starts with the default handler, as there
-    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    cli = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         wait_for_steps(run_dir, ranks=2)
         pids = run_pids(cli.pid, run_dir)
@@ -228,8 +277,12 @@ def test_killing_the_launching_process_ends_the_run(smoke, tmp_path, runs_root):
     """The notebook kernel dies (SIGKILL): torchrun and every rank are gone within 10 s."""
     cfg_path, run_dir = tmp_path / "cfg.json", runs_root / "orphan-check"
     cfg_path.write_text(_cfg(smoke, tmp_path, mode="slow").to_json())
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(cfg_path), str(run_dir)],
-                              stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(cfg_path), str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     supervisor = int(parent.stdout.readline())
     wait_for_steps(run_dir, ranks=2)
     pids = run_pids(supervisor, run_dir)
@@ -238,8 +291,14 @@ def test_killing_the_launching_process_ends_the_run(smoke, tmp_path, runs_root):
     parent.wait()
     took = assert_all_gone(pids, within=10)
     print(f"every process gone {took:.2f} s after the parent was killed")
-    wait_for(lambda: (run_dir / "summary.json").is_file() and json.loads(
-        (run_dir / "summary.json").read_text()).get("status") == "stopped", 5, "summary")
+    wait_for(
+        lambda: (
+            (run_dir / "summary.json").is_file()
+            and json.loads((run_dir / "summary.json").read_text()).get("status") == "stopped"
+        ),
+        5,
+        "summary",
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["cause"] == "launcher_exited" and "exited" in summary["message"], summary
 
@@ -249,8 +308,11 @@ def _pids_of(handle) -> dict:
     import psutil
 
     ranks = {r["rank"]: r["pid"] for r in read_events(handle.run_dir) if r["event"] == "start"}
-    return {"supervisor": handle.proc.pid, "agent": psutil.Process(handle.proc.pid).children()[0].pid,
-            "ranks": ranks}
+    return {
+        "supervisor": handle.proc.pid,
+        "agent": psutil.Process(handle.proc.pid).children()[0].pid,
+        "ranks": ranks,
+    }
 
 
 def test_a_frozen_rank_is_stalled_within_the_timeout(smoke, tmp_path):
@@ -312,8 +374,9 @@ def test_a_run_whose_whole_tree_died_is_shown_ended(smoke, tmp_path, runs_root, 
 
     cfg_path, run_dir = tmp_path / "cfg.json", runs_root / "whole-tree"
     cfg_path.write_text(_cfg(smoke, tmp_path, mode="slow").to_json())
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(cfg_path), str(run_dir)],
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(cfg_path), str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
     supervisor = int(parent.stdout.readline())
     wait_for_steps(run_dir, ranks=2)
     pids = run_pids(supervisor, run_dir) | {parent.pid}

@@ -1,5 +1,6 @@
 """The front door and the manual: a README a newcomer reads in minutes, documentation pages whose
 measured figures all come from a generated results file, and a CLI reference drawn from the parsers."""
+
 from __future__ import annotations
 
 import re
@@ -27,9 +28,12 @@ def test_the_readme_is_a_front_door():
 
 def test_every_figure_in_a_page_comes_from_a_results_file():
     results = "\n".join(p.read_text() for p in (DOCS / "results").rglob("*.md"))
-    typed = [f"{p.relative_to(ROOT)}: {figure}" for p in pages()
-             for figure in INTERVAL.findall(p.read_text()) + RATIO.findall(p.read_text())
-             if figure not in results]
+    typed = [
+        f"{p.relative_to(ROOT)}: {figure}"
+        for p in pages()
+        for figure in INTERVAL.findall(p.read_text()) + RATIO.findall(p.read_text())
+        if figure not in results
+    ]
     assert not typed, "figures typed into the docs instead of read from docs/results/: " + "; ".join(typed)
 
 

@@ -1,8 +1,19 @@
 """Event files: writer limits, torn-line tolerance, multi-rank tailing and the tailer thread."""
+
 import json
 
-from workbench.events import (ADDRESSES, MAX_LINE, NODE, READY, START, EventWriter, FileTail,
-                              RunTail, check_record, read_events)
+from workbench.events import (
+    ADDRESSES,
+    MAX_LINE,
+    NODE,
+    READY,
+    START,
+    EventWriter,
+    FileTail,
+    RunTail,
+    check_record,
+    read_events,
+)
 
 
 def test_writer_records_carry_event_time_rank_attempt(tmp_path):
@@ -39,7 +50,8 @@ def test_the_node_and_the_addresses_that_readers_act_on_are_checked():
     assert check_record({"event": READY, ADDRESSES: ["10.0.0.1", ""]}) is None
     assert check_record({"event": START, NODE: 3}) == "'node' is not a non-empty string, got 3"
     assert check_record({"event": READY, ADDRESSES: "10.0.0.1"}) == (
-        "'addresses' is not a list of strings, got '10.0.0.1'")
+        "'addresses' is not a list of strings, got '10.0.0.1'"
+    )
 
 
 def test_torn_last_line_is_buffered_until_its_newline(tmp_path):

@@ -1,5 +1,6 @@
 """Export: the files, the commands, bad input, and the exported script itself, run outside the
 workbench and compared loss for loss with the workbench's own run of the same config and seed."""
+
 from __future__ import annotations
 
 import ast
@@ -55,8 +56,10 @@ def test_files_and_commands(tmp_path):
     assert {"config.json", "train.py", "commands.md", "run.sh", "job.slurm", "data.pt"} <= names
     assert RunConfig.load(tmp_path / "out" / "config.json") == cfg
     md = (tmp_path / "out" / "commands.md").read_text()
-    assert ("torchrun --nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d "
-            "--rdzv-endpoint=127.0.0.1:29612 --local-addr 127.0.0.1 train.py") in md
+    assert (
+        "torchrun --nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d "
+        "--rdzv-endpoint=127.0.0.1:29612 --local-addr 127.0.0.1 train.py"
+    ) in md
     assert "--nnodes=3 --nproc-per-node=2" in md and "--rdzv-endpoint=HEAD_NODE:29612" in md
     job = (tmp_path / "out" / "job.slurm").read_text()
     assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks-per-node=1" in job
@@ -66,18 +69,33 @@ def test_files_and_commands(tmp_path):
     for name in ("job.slurm", "run.sh"):
         subprocess.run(["bash", "-n", str(tmp_path / "out" / name)], check=True)
     tree = ast.parse((tmp_path / "out" / "train.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert imported - set(sys.stdlib_module_names) == {"torch"}
 
 
-@pytest.mark.parametrize("changes", [
-    {"data.name": "synthetic_images", "model.name": "cnn", "model.width": 8, "data.num_samples": 64,
-     "data.image_size": 16},
-    {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {
+            "data.name": "synthetic_images",
+            "model.name": "cnn",
+            "model.width": 8,
+            "data.num_samples": 64,
+            "data.image_size": 16,
+        },
+        {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
+    ],
+)
 def test_script_rebuilds_the_same_data_and_model(tmp_path, changes):
     from workbench.train.data import build_data
     from workbench.train.models import build_model
@@ -98,7 +116,8 @@ def test_user_model_file_travels_with_the_script(tmp_path, monkeypatch):
     (tmp_path / "mine.py").write_text(
         "import torch\ndef build(hidden=8):\n"
         "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, hidden),"
-        " torch.nn.ReLU(), torch.nn.Linear(hidden, 10))\n")
+        " torch.nn.ReLU(), torch.nn.Linear(hidden, 10))\n"
+    )
     monkeypatch.chdir(tmp_path)
     cfg = RunConfig.smoke().replace(**{"model.name": "mine.py:build", "model.kwargs": {"hidden": 12}})
     export(cfg, tmp_path / "out")
@@ -141,15 +160,27 @@ def test_cli_export(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_script_one_rank_reproduces_the_run(tmp_path):
-    cfg = RunConfig.smoke().replace(**{"run.steps": 6, "precision.dtype": "bf16",
-                                       "optim.grad_accum_steps": 2, "optim.name": "sgd",
-                                       "optim.lr": 0.05, "run.eval_batches": 1})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "run.steps": 6,
+            "precision.dtype": "bf16",
+            "optim.grad_accum_steps": 2,
+            "optim.name": "sgd",
+            "optim.lr": 0.05,
+            "run.eval_batches": 1,
+        }
+    )
     summary = run(cfg, tmp_path / "run", timeout_s=180)
     assert summary["status"] == "completed", summary
     export(summary["run_dir"], tmp_path / "out")
     (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
-    proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--metrics",
-                           "metrics"], cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--metrics", "metrics"],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "eval: loss" in proc.stdout and (tmp_path / "out" / "out" / "model.pt").is_file()
     ours = workbench_losses(summary["run_dir"])
@@ -183,12 +214,21 @@ def test_the_script_chooses_its_threads_by_the_workbenchs_rule_beside_other_work
     from workbench.procs import OtherWork
 
     (tmp_path / "mine.py").write_text(MINE)
-    export(RunConfig.smoke().replace(**{"run.steps": 60, "run.eval_batches": 0,
-                                        "model.name": f"{tmp_path / 'mine.py'}:build"}), tmp_path / "out")
+    export(
+        RunConfig.smoke().replace(
+            **{"run.steps": 60, "run.eval_batches": 0, "model.name": f"{tmp_path / 'mine.py'}:build"}
+        ),
+        tmp_path / "out",
+    )
     (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)  # no workbench import: a copy of the rule
     with OtherWork(2):
-        proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", ""],
-                              cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", ""],
+            cwd=tmp_path / "out",
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stdout.splitlines() if line.startswith("threads: ")]
     assert said and said[0].startswith("threads: other processes held"), proc.stdout
@@ -216,15 +256,17 @@ def test_torchrun_two_ranks_reproduces_the_run(tmp_path, two_rank_run):
     assert len(table) == 5 and table["abs_diff"].max() < 1e-4
     for rank in (0, 1):
         assert script_losses(result.dir / "reproduce_metrics", rank) == pytest.approx(
-            workbench_losses(two_rank_run, rank), abs=1e-4)
+            workbench_losses(two_rank_run, rank), abs=1e-4
+        )
 
 
 @pytest.mark.slow
 def test_an_fsdp_run_exports_a_script_that_shards_and_reproduces_it(tmp_path):
     """distributed.strategy 'fsdp' travels: the script shards as the run did (FSDP2 per block, then
     the root), its losses are the run's on both ranks, and the saved weights are whole."""
-    cfg = RunConfig.smoke().replace(**{"run.steps": 5, "distributed.nproc": 2, "run.eval_batches": 0,
-                                       "distributed.strategy": "fsdp"})
+    cfg = RunConfig.smoke().replace(
+        **{"run.steps": 5, "distributed.nproc": 2, "run.eval_batches": 0, "distributed.strategy": "fsdp"}
+    )
     summary = run(cfg, tmp_path / "run", timeout_s=240)
     assert summary["status"] == "completed", summary
     result = export(summary["run_dir"], tmp_path / "out")
@@ -233,13 +275,21 @@ def test_an_fsdp_run_exports_a_script_that_shards_and_reproduces_it(tmp_path):
     assert len(table) == 5 and table["abs_diff"].max() < 1e-4
     for rank in (0, 1):
         assert script_losses(result.dir / "reproduce_metrics", rank) == pytest.approx(
-            workbench_losses(summary["run_dir"], rank), abs=1e-4)
+            workbench_losses(summary["run_dir"], rank), abs=1e-4
+        )
 
 
 def _slurm_job(job_dir: Path, env: dict, timeout: float, args: list[str]):
     """Run job.slurm in its own session; on a timeout kill the whole tree and return None."""
-    proc = subprocess.Popen(["bash", "job.slurm", *args], cwd=job_dir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "job.slurm", *args],
+        cwd=job_dir,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -267,7 +317,8 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     (bin_dir / "srun").write_text(  # one copy of the command per node, as srun would start
         "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\npids=()\n"
         "for i in $(seq 1 $SLURM_NNODES); do \"$@\" & pids+=($!); done\n"
-        "rc=0; for p in ${pids[@]}; do wait $p || rc=$?; done; exit $rc\n")
+        "rc=0; for p in ${pids[@]}; do wait $p || rc=$?; done; exit $rc\n"
+    )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     # Two torchrun agents on one machine both try to host the rendezvous (on a cluster only the
@@ -277,9 +328,14 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     # from failing the suite; a real failure fails twice. A failed try's output is kept.
     for attempt in range(2):
         result = export(cfg, tmp_path / f"out{attempt}", nodes=2, port=free_port())
-        env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_NNODES": "2",
-               "SLURM_JOB_ID": f"424{attempt}", "SLURM_JOB_NODELIST": "node[1-2]",
-               "SLURM_SUBMIT_DIR": str(result.dir), "HOME": str(tmp_path)}
+        env = {
+            "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "SLURM_NNODES": "2",
+            "SLURM_JOB_ID": f"424{attempt}",
+            "SLURM_JOB_NODELIST": "node[1-2]",
+            "SLURM_SUBMIT_DIR": str(result.dir),
+            "HOME": str(tmp_path),
+        }
         outcome = _slurm_job(result.dir, env, timeout=90, args=["--metrics", "metrics", "--out", ""])
         if outcome is not None and outcome[0] == 0:
             break
@@ -290,7 +346,8 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
     # two nodes x one rank shard the data like one node x two ranks: the same losses per rank
     for rank in (0, 1):
         assert script_losses(result.dir / "metrics", rank) == pytest.approx(
-            workbench_losses(two_rank_run, rank), abs=1e-4)
+            workbench_losses(two_rank_run, rank), abs=1e-4
+        )
 
 
 def test_reproduce_reports_a_failing_script(tmp_path):
@@ -301,8 +358,9 @@ def test_reproduce_reports_a_failing_script(tmp_path):
 
 
 def test_an_export_of_a_resumed_run_trains_from_step_0_without_the_folder_it_resumed(tmp_path):
-    result = export(RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "gone")}),
-                    tmp_path / "out")
+    result = export(
+        RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "gone")}), tmp_path / "out"
+    )
     assert RunConfig.load(result.dir / "config.json").run.resume_from == ""
 
 
@@ -315,17 +373,38 @@ def test_the_script_goes_on_from_a_workbench_runs_resumable_state(tmp_path):
     assert summary["status"] == "completed", summary
     export(summary["run_dir"], tmp_path / "out")
     (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
-    proc = subprocess.run([sys.executable, str(tmp_path / "blocked.py"), "train.py", "--resume",
-                           "--state", summary["run_dir"], "--metrics", "metrics", "--out", ""],
-                          cwd=tmp_path / "out", capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(tmp_path / "blocked.py"),
+            "train.py",
+            "--resume",
+            "--state",
+            summary["run_dir"],
+            "--metrics",
+            "metrics",
+            "--out",
+            "",
+        ],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed after step 6 from {summary['run_dir']}/resume.pt" in proc.stdout
     steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "metrics" / "rank0.jsonl").open()]
     assert steps == [7, 8]
     assert script_losses(tmp_path / "out" / "metrics") == pytest.approx(
-        workbench_losses(summary["run_dir"])[6:], abs=1e-5)
-    nothing = subprocess.run([sys.executable, "train.py", "--resume", "--state", "nowhere"],
-                             cwd=tmp_path / "out", capture_output=True, text=True, timeout=120)
+        workbench_losses(summary["run_dir"])[6:], abs=1e-5
+    )
+    nothing = subprocess.run(
+        [sys.executable, "train.py", "--resume", "--state", "nowhere"],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert nothing.returncode == 2 and "--resume: there is no nowhere/resume.pt" in nothing.stderr
 
 
@@ -335,24 +414,41 @@ def test_a_restarted_two_rank_script_resumes_from_its_own_state(tmp_path):
     goes on from the state rank 0 wrote after step 4, and steps 5-8 are a never-failed run's."""
     from launch_helpers import faulty_model
 
-    base = RunConfig.smoke().replace(**{"run.steps": 8, "distributed.nproc": 2, "run.eval_batches": 0,
-                                        "model.name": faulty_model(tmp_path)})
+    base = RunConfig.smoke().replace(
+        **{
+            "run.steps": 8,
+            "distributed.nproc": 2,
+            "run.eval_batches": 0,
+            "model.name": faulty_model(tmp_path),
+        }
+    )
     unbroken = run(base.replace(**{"model.kwargs": {"mode": "none"}}), tmp_path / "run", timeout_s=240)
     assert unbroken["status"] == "completed", unbroken
     from workbench.export.verify import script_command
 
-    failing = base.replace(**{"run.save_every": 2, "distributed.max_restarts": 1,
-                              "model.kwargs": {"mode": "raise", "rank": 1, "step": 5, "attempt": 0}})
+    failing = base.replace(
+        **{
+            "run.save_every": 2,
+            "distributed.max_restarts": 1,
+            "model.kwargs": {"mode": "raise", "rank": 1, "step": 5, "attempt": 0},
+        }
+    )
     export(failing, tmp_path / "out")
     cmd = script_command(failing, free_port())  # the export's own command, with --max-restarts 1
     assert "--max-restarts=1" in cmd and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in cmd
-    proc = subprocess.run([*cmd, "--metrics", "metrics", "--out", ""], cwd=tmp_path / "out",
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [*cmd, "--metrics", "metrics", "--out", ""],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "resumed after step 4" in proc.stdout
     for rank in (0, 1):  # the second attempt's metrics: steps 5-8
         steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "metrics" / f"rank{rank}.jsonl").open()]
         assert steps == [5, 6, 7, 8], (rank, steps)
         assert script_losses(tmp_path / "out" / "metrics", rank) == pytest.approx(
-            workbench_losses(unbroken["run_dir"], rank)[4:], abs=1e-5)
+            workbench_losses(unbroken["run_dir"], rank)[4:], abs=1e-5
+        )

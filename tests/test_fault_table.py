@@ -1,6 +1,7 @@
 """The fault table (docs/safety.md) and the package agree: every cause the package can write into
 summary.json has a row, every row's cause is one the package writes, and the test module each row
 names drives that fault through real processes and checks that cause."""
+
 from __future__ import annotations
 
 import re
@@ -51,9 +52,11 @@ def test_each_row_names_a_test_module_that_checks_its_cause():
 
 
 def test_the_scan_sees_each_way_a_cause_is_written():
-    samples = {'Diagnosis("raised", t, m)': "raised",
-               'summary["cause"] = x or {"cause": "stopped"}': "stopped",
-               'stop = {"cause": "slurm_cancelled" if never is None': "slurm_cancelled",
-               'summary.update(status="failed", cause="slurm_timeout")': "slurm_timeout"}
+    samples = {
+        'Diagnosis("raised", t, m)': "raised",
+        'summary["cause"] = x or {"cause": "stopped"}': "stopped",
+        'stop = {"cause": "slurm_cancelled" if never is None': "slurm_cancelled",
+        'summary.update(status="failed", cause="slurm_timeout")': "slurm_timeout",
+    }
     for sample, cause in samples.items():
         assert {g for m in WRITTEN.findall(sample) for g in m if g} == {cause}, sample

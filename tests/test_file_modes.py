@@ -2,6 +2,7 @@
 the command line and a run started in-process (a kernel's path), each under umask 000, leave
 nothing in the run store or the cache that the group or other users could write (a world-writable
 cache would let another user replace the data a run loads)."""
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,20 @@ def writable_by_others(*roots) -> list[str]:
 
 def test_a_two_rank_cli_run_under_umask_000(tmp_path):
     # a cache of its own, not the test's (which holds the digits already): the run makes it
-    env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"),
-           "WORKBENCH_CACHE": str(tmp_path / "first-cache")}
-    done = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
-                           "3", "--nproc", "2"], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, preexec_fn=lambda: os.umask(0))
+    env = {
+        **os.environ,
+        "WORKBENCH_RUNS": str(tmp_path / "runs"),
+        "WORKBENCH_CACHE": str(tmp_path / "first-cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps", "3", "--nproc", "2"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.umask(0),
+    )
     assert done.returncode == 0, done.stderr
     made = [p for p in (tmp_path / "runs").rglob("*")]
     assert any(p.name == "launcher.log" for p in made) and any(p.suffix == ".jsonl" for p in made)

@@ -1,6 +1,7 @@
 """FSDP2 beside DDP: the strategy setting and its refusals, the block rule, and real runs (2 DDP
 ranks, 2 FSDP ranks, 1 process) whose per-rank parameter, gradient, optimizer and saved-activation
 bytes are measured as predicted, whose FSDP losses are DDP's, and whose saved weights are whole."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,19 +14,37 @@ from workbench.train.models import MLP, TinyTransformerLM
 from workbench.train.restore import load_model
 from workbench.train.footprint import saved_activations
 from workbench.disk import mib
-from workbench.train.sharding import (ACTIVATIONS, HELD, MEMORY_PARTS, PEAK, block_names,
-                                      comm_bytes, per_rank_bytes, policy_compute)
+from workbench.train.sharding import (
+    ACTIVATIONS,
+    HELD,
+    MEMORY_PARTS,
+    PEAK,
+    block_names,
+    comm_bytes,
+    per_rank_bytes,
+    policy_compute,
+)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"distributed.cpu_offload": True}, "distributed.cpu_offload must be false unless "
-                                        "distributed.strategy is 'fsdp', got True"),
-    ({"distributed.strategy": "fsdp", "precision.dtype": "fp16"}, "precision.dtype must be 'fp32' or 'bf16'"),
-    ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
-    ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
-    ({"distributed.strategy": "fsdp", "run.profile_steps": 2, "run.steps": 20},
-     "run.profile_steps must be 0"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"distributed.cpu_offload": True},
+            "distributed.cpu_offload must be false unless distributed.strategy is 'fsdp', got True",
+        ),
+        (
+            {"distributed.strategy": "fsdp", "precision.dtype": "fp16"},
+            "precision.dtype must be 'fp32' or 'bf16'",
+        ),
+        ({"distributed.strategy": "fsdp", "optim.grad_accum_steps": 2}, "optim.grad_accum_steps must be 1"),
+        ({"distributed.strategy": "zero"}, "distributed.strategy must be one of 'ddp', 'fsdp'"),
+        (
+            {"distributed.strategy": "fsdp", "run.profile_steps": 2, "run.steps": 20},
+            "run.profile_steps must be 0",
+        ),
+    ],
+)
 def test_settings_fsdp_cannot_take_are_refused_in_one_line(change, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         RunConfig.smoke().replace(**change)
@@ -99,23 +118,33 @@ def test_with_the_bf16_policy_each_fsdp_rank_holds_what_was_predicted(precision)
     for byte, the activations bf16's (what the ranks compute in), the rest fp32 shards; under bf16
     autocast too, which runs the loss's log_softmax in fp32 (10 log-probabilities a sample, and
     nll_loss's total weight, 2 bytes more each than bf16's)."""
-    cfg = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
-                                       "run.eval_batches": 0, "model.width": 51,
-                                       "distributed.strategy": "fsdp", "precision.dtype": precision,
-                                       "distributed.fsdp_mixed_precision": True})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "distributed.nproc": 2,
+            "run.threads": 1,
+            "run.steps": 6,
+            "run.eval_batches": 0,
+            "model.width": 51,
+            "distributed.strategy": "fsdp",
+            "precision.dtype": precision,
+            "distributed.fsdp_mixed_precision": True,
+        }
+    )
     summary = run(cfg, timeout_s=300)
     assert summary["status"] == "completed", summary
     memory = summary["memory_per_rank"]
     assert memory["not_measured"] == [] and len(memory["measured"]) == 2
     batch = cfg.loader.batch_size
     activations = saved_bytes(batch, 51, cfg.model.depth, 2) + (
-        batch * 10 * 2 + 2 if precision == "bf16" else 0)
+        batch * 10 * 2 + 2 if precision == "bf16" else 0
+    )
     for predicted, measured in zip(memory["predicted"], memory["measured"]):
         for part in MEMORY_PARTS:
             assert predicted[part] == measured[part], (measured["rank"], part)
         assert measured["activations"] == activations, measured["rank"]
-    assert sum(m["parameters"] for m in memory["measured"]) == (64 * 51 + 51 + 51 * 51 + 51
-                                                                 + 51 * 10 + 10) * 4  # fp32 shards
+    assert (
+        sum(m["parameters"] for m in memory["measured"]) == (64 * 51 + 51 + 51 * 51 + 51 + 51 * 10 + 10) * 4
+    )  # fp32 shards
 
 
 @pytest.mark.slow
@@ -123,10 +152,14 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
     """Parameters, gradients and saved activations (read mid-step: the optimizer zeroes the one,
     backward frees the other) and optimizer state, measured on each rank, equal the prediction byte
     for byte, and the activations what the MLP's shapes say: 2 DDP ranks, 2 FSDP ranks, 1 process."""
-    base = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6,
-                                        "run.eval_batches": 0, "model.width": 51})  # 51 rows: 26 + 25
-    shapes = {"ddp": base, "fsdp": base.replace(**{"distributed.strategy": "fsdp"}),
-              "one process": base.replace(**{"distributed.nproc": 1, "distributed.strategy": "fsdp"})}
+    base = RunConfig.smoke().replace(
+        **{"distributed.nproc": 2, "run.threads": 1, "run.steps": 6, "run.eval_batches": 0, "model.width": 51}
+    )  # 51 rows: 26 + 25
+    shapes = {
+        "ddp": base,
+        "fsdp": base.replace(**{"distributed.strategy": "fsdp"}),
+        "one process": base.replace(**{"distributed.nproc": 1, "distributed.strategy": "fsdp"}),
+    }
     runs = {name: run(cfg, timeout_s=300) for name, cfg in shapes.items()}
     activations = saved_bytes(base.loader.batch_size, 51, base.model.depth, 4)
     for strategy, summary in runs.items():
@@ -146,8 +179,10 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
     shards = [m["parameters"] for m in runs["fsdp"]["memory_per_rank"]["measured"]]
     assert sum(shards) == whole and shards[0] > shards[1]  # each rank part (26 rows, 25), together all
     assert sum(m["gradients"] for m in runs["fsdp"]["memory_per_rank"]["measured"]) == whole
-    losses = {s: [r["loss"] for r in read_events(summary["run_dir"]) if r["event"] == "step"
-                  and r["rank"] == 0] for s, summary in runs.items()}
+    losses = {
+        s: [r["loss"] for r in read_events(summary["run_dir"]) if r["event"] == "step" and r["rank"] == 0]
+        for s, summary in runs.items()
+    }
     assert losses["fsdp"] == pytest.approx(losses["ddp"], abs=1e-5)  # the same training
     ready = next(r for r in read_events(runs["fsdp"]["run_dir"]) if r["event"] == "ready")
     assert ready["fsdp_blocks"] == ["net.1", "net.3", "net.5"]
@@ -155,7 +190,9 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
 
     table = per_rank_lines(runs["fsdp"]["memory_per_rank"])  # what `workbench profile` prints
     assert table[0].startswith("  per rank (FSDP):") and [t.split()[:2] for t in table[2:4]] == [
-        ["rank", "0"], ["rank", "1"]]
+        ["rank", "0"],
+        ["rank", "1"],
+    ]
     assert table[0].split()[-2:] == ["activations", "peak"]
     assert table[2].split()[-8:-6] == [f"{activations / 2**20:,.2f}", "MiB"]  # measured, rank 0
     model = load_model(runs["fsdp"]["run_dir"])  # the saved weights are whole, not a shard
@@ -166,17 +203,21 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
 def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_side():
     from workbench.trials.ab import ab_test
 
-    ddp = RunConfig.smoke().replace(**{"model.width": 256, "distributed.nproc": 2,
-                                       "run.oversubscribe": True, "run.eval_batches": 0,
-                                       "run.save_weights": False})
-    result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2,
-                     labels=("ddp", "fsdp"))
+    ddp = RunConfig.smoke().replace(
+        **{
+            "model.width": 256,
+            "distributed.nproc": 2,
+            "run.oversubscribe": True,
+            "run.eval_batches": 0,
+            "run.save_weights": False,
+        }
+    )
+    result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2, labels=("ddp", "fsdp"))
     # a pair whose two slices met different loads (the suite's other tests) is dropped, as always
     assert result.comparison.pairs + result.comparison.dropped == 2
     assert len(result.samples_per_s["fsdp"]) == 2
     memory = result.memory_per_rank
-    held = {label: [sum(r[k] for k in HELD) for r in sides["measured"]]
-            for label, sides in memory.items()}
+    held = {label: [sum(r[k] for k in HELD) for r in sides["measured"]] for label, sides in memory.items()}
     assert len(held["ddp"]) == len(held["fsdp"]) == 2
     assert max(held["fsdp"]) < 0.6 * min(held["ddp"])  # each FSDP rank holds about half
     for sides in memory.values():  # the JSON too: every part predicted beside measured
@@ -185,8 +226,10 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     assert result.as_dict()["memory_per_rank"] == memory
     text = result.text()
     rank0 = memory["fsdp"]["measured"][0][ACTIVATIONS]
-    assert ("ddp: per rank, measured (predicted): rank 0 parameters + gradients + optimizer "
-            f"{mib(held['ddp'][0])} ({mib(held['ddp'][0])}), activations") in text
+    assert (
+        "ddp: per rank, measured (predicted): rank 0 parameters + gradients + optimizer "
+        f"{mib(held['ddp'][0])} ({mib(held['ddp'][0])}), activations"
+    ) in text
     assert f"activations {mib(rank0)} ({mib(rank0)}), peak" in text
     assert "fsdp: per rank, measured (predicted): rank 0" in text and "fsdp vs ddp:" in text
 
@@ -205,8 +248,9 @@ def build(vocab_size, seq_len):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, data", [("gpt2.py:build", "text"), ("llama", "text"),
-                                         ("resnet.py:build", "digits")])
+@pytest.mark.parametrize(
+    "model, data", [("gpt2.py:build", "text"), ("llama", "text"), ("resnet.py:build", "digits")]
+)
 def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model, data, tmp_path):
     """Hugging Face's GPT-2 (a tied head, Conv1D layers), a Llama with grouped-query attention and
     the residual CNN: the blocks FSDP will shard are a note of the launch, before any rank starts,
@@ -216,10 +260,18 @@ def test_your_models_train_under_fsdp_with_their_blocks_said_before_launch(model
     if model == "llama":
         (tmp_path / "llama.py").write_text(LLAMA)
     name = f"{tmp_path / 'llama.py'}:build" if model == "llama" else f"{EXAMPLES / model}"
-    cfg = RunConfig.smoke().replace(**{
-        "model.name": name, "data.name": data, "distributed.nproc": 2,
-        "distributed.strategy": "fsdp", "run.steps": 3, "run.eval_batches": 0,
-        "run.oversubscribe": True, "run.save_weights": False})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "model.name": name,
+            "data.name": data,
+            "distributed.nproc": 2,
+            "distributed.strategy": "fsdp",
+            "run.steps": 3,
+            "run.eval_batches": 0,
+            "run.oversubscribe": True,
+            "run.save_weights": False,
+        }
+    )
     ddp = launcher().plan(cfg.replace(**{"distributed.strategy": "ddp"}))  # checked first: its
     assert not [n for n in ddp.notes if "FSDP" in n]  # answer is kept, and must not serve FSDP's
     handle = start_run(cfg, tmp_path / "run")
@@ -257,9 +309,26 @@ def test_a_parameter_fsdp_cannot_shard_is_refused_before_launch_by_name(tmp_path
 
     (tmp_path / "scaled.py").write_text(SCALED)
     runs = tmp_path / "runs"
-    assert cli(["run", "--preset", "smoke", "--model", f"{tmp_path / 'scaled.py'}:build",
-                "--set", "distributed.nproc=2", "--set", "distributed.strategy=\"fsdp\"",
-                "--set", "run.oversubscribe=true", "--set", f"run.runs_dir=\"{runs}\""]) == 2
+    assert (
+        cli(
+            [
+                "run",
+                "--preset",
+                "smoke",
+                "--model",
+                f"{tmp_path / 'scaled.py'}:build",
+                "--set",
+                "distributed.nproc=2",
+                "--set",
+                "distributed.strategy=\"fsdp\"",
+                "--set",
+                "run.oversubscribe=true",
+                "--set",
+                f"run.runs_dir=\"{runs}\"",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "scalar parameter(s) temperature" in err, err
     assert not runs.exists() or not any(runs.iterdir())  # refused before any folder was made

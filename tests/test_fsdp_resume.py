@@ -2,6 +2,7 @@
 what a save writes, that a partial save is never loaded and that a damaged state is one line naming
 the file; with real torchrun ranks on the CPU, that a restarted attempt continues the interrupted
 run's losses, and that a state saved on 2 ranks goes on training on 1 rank and back on 2."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,11 @@ def _setup(seed: int, width: int = 6) -> SimpleNamespace:
 def _same(a: SimpleNamespace, b: SimpleNamespace) -> bool:
     pa, pb = a.parts.model.state_dict(), b.parts.model.state_dict()
     sa, sb = a.parts.opt.state_dict()["state"], b.parts.opt.state_dict()["state"]
-    return (all(torch.equal(pa[k], pb[k]) for k in pa) and sa.keys() == sb.keys()
-            and all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i]))
+    return (
+        all(torch.equal(pa[k], pb[k]) for k in pa)
+        and sa.keys() == sb.keys()
+        and all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i])
+    )
 
 
 def test_a_saved_state_loads_whole_and_replaces_the_one_before(tmp_path):
@@ -81,16 +85,31 @@ def _damage(path, how: str) -> None:
         shard.write_bytes(shard.read_bytes()[:10])
 
 
-@pytest.mark.parametrize("how, message", [
-    ("no index", r"has no index of its shards \('.*/step00000002/\.metadata' is missing\); the "
-                 r"folder is damaged"),
-    ("index garbage", r"the index of the resumable state '.*/step00000002' cannot be read \("
-                      r"UnpicklingError: .*\); the folder is damaged"),
-    ("shard missing", r"'.*/step00000002/__0_0\.distcp' is missing: the resumable state's index "
-                      r"names it; the folder is damaged"),
-    ("shard cut short", r"'.*/step00000002/__0_0\.distcp' holds 10 bytes, the resumable state's "
-                        r"index needs \d+; the folder is damaged \(cut short\)"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        (
+            "no index",
+            r"has no index of its shards \('.*/step00000002/\.metadata' is missing\); the "
+            r"folder is damaged",
+        ),
+        (
+            "index garbage",
+            r"the index of the resumable state '.*/step00000002' cannot be read \("
+            r"UnpicklingError: .*\); the folder is damaged",
+        ),
+        (
+            "shard missing",
+            r"'.*/step00000002/__0_0\.distcp' is missing: the resumable state's index "
+            r"names it; the folder is damaged",
+        ),
+        (
+            "shard cut short",
+            r"'.*/step00000002/__0_0\.distcp' holds 10 bytes, the resumable state's "
+            r"index needs \d+; the folder is damaged \(cut short\)",
+        ),
+    ],
+)
 def test_a_damaged_state_is_one_line_naming_the_file(tmp_path, how, message):
     save_sharded(_setup(0), 2, tmp_path)
     _damage(RunFolder(tmp_path).sharded_step_dir(2), how)
@@ -101,8 +120,11 @@ def test_a_damaged_state_is_one_line_naming_the_file(tmp_path, how, message):
 
 def test_a_state_of_another_model_is_refused_in_one_line(tmp_path):
     save_sharded(_setup(0), 2, tmp_path)
-    with pytest.raises(ConfigError, match=r"the resumable state '.*/step00000002' does not load "
-                                          r"into this run's model and optimizer: ") as e:
+    with pytest.raises(
+        ConfigError,
+        match=r"the resumable state '.*/step00000002' does not load "
+        r"into this run's model and optimizer: ",
+    ) as e:
         restore_sharded(_setup(1, width=7), tmp_path)
     assert "\n" not in str(e.value)
 
@@ -111,10 +133,19 @@ def test_a_state_of_another_model_is_refused_in_one_line(tmp_path):
 def _cfg(smoke, tmp_path, nproc: int = 2, batch: int = 16, **kwargs):
     """A small MLP (the test model that can fail on a chosen rank and step), 8 steps, the state
     saved after step 4 (the last step is never saved: the run ends there)."""
-    return smoke.replace(**{"distributed.nproc": nproc, "distributed.strategy": "fsdp",
-                            "model.name": faulty_model(tmp_path), "model.kwargs": kwargs,
-                            "run.steps": 8, "run.save_every": 4, "run.eval_batches": 0,
-                            "run.threads": 1, "loader.batch_size": batch})
+    return smoke.replace(
+        **{
+            "distributed.nproc": nproc,
+            "distributed.strategy": "fsdp",
+            "model.name": faulty_model(tmp_path),
+            "model.kwargs": kwargs,
+            "run.steps": 8,
+            "run.save_every": 4,
+            "run.eval_batches": 0,
+            "run.threads": 1,
+            "loader.batch_size": batch,
+        }
+    )
 
 
 def _losses(run_dir, rank: int | None = None, attempt: int | None = None) -> dict[int, float]:
@@ -171,8 +202,11 @@ def test_a_state_saved_on_2_ranks_trains_on_1_rank_and_back_on_2(smoke, tmp_path
     and its gradient are summed in another order on 1 rank than across 2, so not bit for bit)."""
     two = run(_cfg(smoke, tmp_path, mode="none"), timeout_s=300)
     assert two["status"] == "completed", two
-    one = _run_by_hand(_cfg(smoke, tmp_path, nproc=1, batch=32, mode="none").replace(
-        **{"run.save_every": 2}), tmp_path / "one", two["run_dir"])
+    one = _run_by_hand(
+        _cfg(smoke, tmp_path, nproc=1, batch=32, mode="none").replace(**{"run.save_every": 2}),
+        tmp_path / "one",
+        two["run_dir"],
+    )
     assert one["status"] == "completed" and one["resumed_from_step"] == 4, one
     whole_batch = _losses(two["run_dir"])
     on_one = _losses(tmp_path / "one")
@@ -198,8 +232,11 @@ def test_a_state_of_the_other_strategy_or_a_damaged_one_is_one_line(tmp_path):
         restore_state(_setup(1), tmp_path / "fsdp", accum=1)
     (tmp_path / "ddp").mkdir()
     save_state(saved, 2, tmp_path / "ddp")
-    with pytest.raises(ConfigError, match=r"resume.pt' is a resumable state saved with "
-                                          r"distributed.strategy=ddp, and this run's is fsdp"):
+    with pytest.raises(
+        ConfigError,
+        match=r"resume.pt' is a resumable state saved with "
+        r"distributed.strategy=ddp, and this run's is fsdp",
+    ):
         restore_state(_setup(1), tmp_path / "ddp", accum=1, sharded=True)
     whole = RunFolder(tmp_path / "ddp").resume_file
     whole.write_bytes(whole.read_bytes()[:100])  # cut short, as a full disk or a copy might
@@ -217,9 +254,14 @@ def test_a_damaged_sharded_state_is_refused_before_launch(tmp_path, how):
         strategy = "ddp"
     else:
         _damage(RunFolder(tmp_path / "saved").sharded_step_dir(2), how)
-    cfg = RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "saved"),
-                                       "distributed.nproc": 2, "run.oversubscribe": True,
-                                       "distributed.strategy": strategy})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "run.resume_from": str(tmp_path / "saved"),
+            "distributed.nproc": 2,
+            "run.oversubscribe": True,
+            "distributed.strategy": strategy,
+        }
+    )
     with pytest.raises(ConfigError, match="damaged|saved with distributed.strategy=fsdp") as e:
         launcher().check(cfg, tmp_path / "runs")  # the launch's checks: nothing made or started
     assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
@@ -233,10 +275,27 @@ def saved_run(tmp_path_factory):
     import sys
 
     runs = tmp_path_factory.mktemp("saved") / "runs"
-    first = subprocess.run([sys.executable, "-m", "workbench", "run", "--preset", "smoke", "--steps",
-                            "4", "--set", "run.save_every=2", "--set", "run.eval_batches=0",
-                            "--json"], capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "WORKBENCH_RUNS": str(runs)})
+    first = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "run",
+            "--preset",
+            "smoke",
+            "--steps",
+            "4",
+            "--set",
+            "run.save_every=2",
+            "--set",
+            "run.eval_batches=0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "WORKBENCH_RUNS": str(runs)},
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     return Path(json.loads(first.stdout)["run_dir"])
 
@@ -258,9 +317,13 @@ def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_p
     else:
         saved.unlink()
     before = sorted(runs.iterdir())
-    again = subprocess.run([sys.executable, "-m", "workbench", "run", "--resume", str(run_dir)],
-                           capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "WORKBENCH_RUNS": str(runs)})
+    again = subprocess.run(
+        [sys.executable, "-m", "workbench", "run", "--resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "WORKBENCH_RUNS": str(runs)},
+    )
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert "resume" in again.stderr and "Traceback" not in again.stderr
     assert sorted(runs.iterdir()) == before  # no new run folder

@@ -1,6 +1,7 @@
 """The GPU check (`python -m tools.gpucheck`) on a CPU machine: it skips at once without a GPU; its
 runner gives each part a time limit and continues past a part that fails; its parts plan, judge and
 report against faked CUDA and a fake pynvml; its report keeps its schema."""
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --- the command ---------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(probe.no_gpu_reason() is None, reason="this machine may have an NVIDIA GPU")
 def test_without_a_gpu_the_check_skips_in_seconds_and_says_why(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tools.gpucheck", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.gpucheck", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     assert "GPU check skipped: no NVIDIA GPU on this machine" in proc.stdout
@@ -60,8 +67,13 @@ def test_torch_says_why_it_cannot_use_a_gpu(monkeypatch):
     assert probe.torch_reason() is None
 
 
-@pytest.mark.parametrize("argv, words", [(["--parts", "training,nope"], "--parts must name parts from"),
-                                         (["--budget-s", "5"], "--budget-s must be >= 60")])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--parts", "training,nope"], "--parts must name parts from"),
+        (["--budget-s", "5"], "--budget-s must be >= 60"),
+    ],
+)
 def test_bad_arguments_get_one_line(argv, words, capsys):
     from tools.gpucheck.__main__ import main
 
@@ -92,18 +104,34 @@ def test_the_plan_fits_eight_minutes_and_parts_are_chosen_by_name():
 
 
 def test_everything_it_runs_imports_without_jupyter_plotly_or_pandas():
-    mods = ["probe", "runner", "report", "goals", "check", "ceilings", "training", "ddp", "fsdp",
-            "monitor", "compression", "loading", "gpumem", "holder", "__main__"]
-    code = ("import sys\n"
-            "for name in ('pandas', 'plotly', 'ipywidgets', 'jupyterlab', 'IPython', 'anywidget'):\n"
-            "    sys.modules[name] = None\n"
-            + "".join(f"import tools.gpucheck.{m}\n" for m in mods))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT)
+    mods = [
+        "probe",
+        "runner",
+        "report",
+        "goals",
+        "check",
+        "ceilings",
+        "training",
+        "ddp",
+        "fsdp",
+        "monitor",
+        "compression",
+        "loading",
+        "gpumem",
+        "holder",
+        "__main__",
+    ]
+    code = (
+        "import sys\n"
+        "for name in ('pandas', 'plotly', 'ipywidgets', 'jupyterlab', 'IPython', 'anywidget'):\n"
+        "    sys.modules[name] = None\n" + "".join(f"import tools.gpucheck.{m}\n" for m in mods)
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 # --- the runner: limits, failures, the budget ------------------------------------------------------
+
 
 def _part(name, fn, limit=30.0):
     return runner.Part(name, limit, f"the {name} part", fn)
@@ -122,8 +150,11 @@ def test_a_failing_part_is_recorded_and_the_next_one_runs(tmp_path):
         rec.item("other", "skipped", reason="not on this GPU")
 
     progress = []
-    records = runner.run_parts([_part("boom", boom), _part("fine", fine)], context(tmp_path),
-                               on_progress=lambda r: progress.append([x.status for x in r]))
+    records = runner.run_parts(
+        [_part("boom", boom), _part("fine", fine)],
+        context(tmp_path),
+        on_progress=lambda r: progress.append([x.status for x in r]),
+    )
     assert [r.status for r in records] == ["failed", "ok"] and ran == ["fine"]
     assert records[0].error == "ValueError: the device said no"
     assert records[0].items == [{"name": "first thing", "status": "ok", "figure": 1}]
@@ -132,8 +163,9 @@ def test_a_failing_part_is_recorded_and_the_next_one_runs(tmp_path):
 
 
 def test_a_failed_item_fails_its_part(tmp_path):
-    records = runner.run_parts([_part("p", lambda ctx, r: r.item("x", "failed", reason="no"))],
-                               context(tmp_path))
+    records = runner.run_parts(
+        [_part("p", lambda ctx, r: r.item("x", "failed", reason="no"))], context(tmp_path)
+    )
     assert records[0].status == "failed" and records[0].error == "failed: x"
 
 
@@ -143,9 +175,10 @@ def test_a_part_past_its_limit_is_stopped_and_the_check_goes_on(tmp_path):
         while True:  # a part that would never end on its own
             time.sleep(0.01)
 
-    records = runner.run_parts([_part("endless", endless, limit=0.3),
-                                _part("next", lambda ctx, rec: rec.item("ran", "ok"))],
-                               context(tmp_path))
+    records = runner.run_parts(
+        [_part("endless", endless, limit=0.3), _part("next", lambda ctx, rec: rec.item("ran", "ok"))],
+        context(tmp_path),
+    )
     assert records[0].status == "timed out" and records[0].error == "stopped at its 0.3 s limit"
     assert records[0].items[0]["name"] == "done before the limit"  # what it finished is kept
     assert records[1].status == "ok"
@@ -182,8 +215,12 @@ def test_a_part_stuck_in_a_call_that_ignores_signals_counts_as_hung(tmp_path):
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {runner.WAKE})
 
-    records = runner.run_parts([_part("stuck", stuck, limit=0.2)], context(tmp_path),
-                               on_hang=lambda recs, rec: hung.append(rec.name), grace_s=0.2)
+    records = runner.run_parts(
+        [_part("stuck", stuck, limit=0.2)],
+        context(tmp_path),
+        on_hang=lambda recs, rec: hung.append(rec.name),
+        grace_s=0.2,
+    )
     assert hung == ["stuck"]
     assert records[0].status == "timed out"  # the signal lands once the part unblocks it
 
@@ -191,8 +228,9 @@ def test_a_part_stuck_in_a_call_that_ignores_signals_counts_as_hung(tmp_path):
 def test_parts_share_the_budget_and_none_starts_without_time(tmp_path):
     limits = []
     ctx = context(tmp_path, budget_s=20.0)
-    records = runner.run_parts([_part("a", lambda c, r: limits.append(c.left()), limit=100.0),
-                                _part("b", lambda c, r: None)], ctx)
+    records = runner.run_parts(
+        [_part("a", lambda c, r: limits.append(c.left()), limit=100.0), _part("b", lambda c, r: None)], ctx
+    )
     assert limits[0] <= 20.0 and records[0].limit_s <= 20.0  # cut to what the budget has left
     ctx = context(tmp_path, budget_s=runner.MIN_PART_S / 2)
     records = runner.run_parts([_part("late", lambda c, r: pytest.fail("must not start"))], ctx)
@@ -201,22 +239,50 @@ def test_parts_share_the_budget_and_none_starts_without_time(tmp_path):
 
 # --- the report ---------------------------------------------------------------------------------
 
+
 def _records():
     ok = runner.PartRecord("training", 230.0, "runs", status="ok", seconds=120.5, summary="fine")
-    ok.item("transformer bf16 vs fp32", "ok", speedup=3.1, speedup_label="3.10x [2.90, 3.30] over 6 "
-            "rounds: faster")
-    ok.item("transformer bf16", "ok", mfu_spec=0.43, tflops=425.0, spec_tflops=990,
-            mem_peak_gib=12.5, nvml_peak_gib=14.1, nan_figure=math.nan)
-    bad = runner.PartRecord("compression", 35.0, "sparsity", status="failed", seconds=3.0,
-                            error="RuntimeError: no kernel")
-    bad.item("2:4 semi-structured", "ok", speedup=0.93, speedup_verdict="slower",
-             speedup_label="0.93x [0.90, 0.95] over 12 rounds: slower")
+    ok.item(
+        "transformer bf16 vs fp32",
+        "ok",
+        speedup=3.1,
+        speedup_label="3.10x [2.90, 3.30] over 6 rounds: faster",
+    )
+    ok.item(
+        "transformer bf16",
+        "ok",
+        mfu_spec=0.43,
+        tflops=425.0,
+        spec_tflops=990,
+        mem_peak_gib=12.5,
+        nvml_peak_gib=14.1,
+        nan_figure=math.nan,
+    )
+    bad = runner.PartRecord(
+        "compression", 35.0, "sparsity", status="failed", seconds=3.0, error="RuntimeError: no kernel"
+    )
+    bad.item(
+        "2:4 semi-structured",
+        "ok",
+        speedup=0.93,
+        speedup_verdict="slower",
+        speedup_label="0.93x [0.90, 0.95] over 12 rounds: slower",
+    )
     return [ok, bad]
 
 
-META = {"created": "2026-12-01 10:00:00", "budget_s": 450.0, "device": {"name": "NVIDIA H200"},
-        "versions": {"python": "3.12.3", "torch": "2.11.0", "cuda": "12.8", "driver": "570.86",
-                     "packages": {"torchao": None}}}
+META = {
+    "created": "2026-12-01 10:00:00",
+    "budget_s": 450.0,
+    "device": {"name": "NVIDIA H200"},
+    "versions": {
+        "python": "3.12.3",
+        "torch": "2.11.0",
+        "cuda": "12.8",
+        "driver": "570.86",
+        "packages": {"torchao": None},
+    },
+}
 
 
 def test_the_report_is_written_read_back_and_keeps_its_schema(tmp_path):
@@ -234,15 +300,18 @@ def test_the_report_is_written_read_back_and_keeps_its_schema(tmp_path):
     assert [g["result"] for g in back["goals"]] == ["pass", "pass", "pass", "fail"]
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda r: r.pop("versions"), "report.versions is missing"),
-    (lambda r: r["versions"].pop("driver"), "report.versions.driver is missing"),
-    (lambda r: r["parts"][0].update(seconds="long"), "parts[0].seconds must be"),
-    (lambda r: r["parts"][1].update(status="meh"), "parts[1].status must be one of"),
-    (lambda r: r["parts"][0]["items"].append({"status": "ok"}), "parts[0].items[2].name is missing"),
-    (lambda r: r["goals"][0].pop("result"), "goals[0].result is missing"),
-    (lambda r: r.update(wall_s=True), "report.wall_s must be"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda r: r.pop("versions"), "report.versions is missing"),
+        (lambda r: r["versions"].pop("driver"), "report.versions.driver is missing"),
+        (lambda r: r["parts"][0].update(seconds="long"), "parts[0].seconds must be"),
+        (lambda r: r["parts"][1].update(status="meh"), "parts[1].status must be one of"),
+        (lambda r: r["parts"][0]["items"].append({"status": "ok"}), "parts[0].items[2].name is missing"),
+        (lambda r: r["goals"][0].pop("result"), "goals[0].result is missing"),
+        (lambda r: r.update(wall_s=True), "report.wall_s must be"),
+    ],
+)
 def test_an_unsound_report_is_refused_naming_what_is_wrong(tmp_path, damage, words):
     rep = report.clean(report.assemble(META, _records(), wall_s=10.0))
     damage(rep)

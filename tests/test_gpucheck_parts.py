@@ -1,6 +1,7 @@
 """The GPU check's parts against faked CUDA (torch.cuda.* monkeypatched, a fake pynvml) and a fake
 launcher that writes real run folders: what each part plans and skips on which GPU, how it keeps to
 its time limit, how it judges what it measured, and the whole check assembling one report."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,18 @@ from workbench.hardware.ceiling import Ceiling
 from workbench.trials import rounds
 from workbench.distributed import limits
 
-PRECHECK = {"ok": True, "torch_import_s": 1.64, "base_rss_gib": 0.2161, "data_rss_gib": 0.0068,
-            "train_samples": 1402, "task": "classify", "params": 8970, "param_bytes": 35880,
-            "activation_bytes_per_sample": 817.0, "seconds": 1.657}
+PRECHECK = {
+    "ok": True,
+    "torch_import_s": 1.64,
+    "base_rss_gib": 0.2161,
+    "data_rss_gib": 0.0068,
+    "train_samples": 1402,
+    "task": "classify",
+    "params": 8970,
+    "param_bytes": 35880,
+    "activation_bytes_per_sample": 817.0,
+    "seconds": 1.657,
+}
 
 
 @pytest.fixture
@@ -30,8 +40,9 @@ def launcher(monkeypatch):
     fake = FakeLauncher()
     # the pre-launch check's child (tested in test_limits) builds each config's model on the CPU,
     # seconds apiece: what it measured for the smoke config stands in
-    monkeypatch.setattr(limits.Prechecks, "measure",
-                        lambda self, cfg, new_process, timeout_s=None: dict(PRECHECK))
+    monkeypatch.setattr(
+        limits.Prechecks, "measure", lambda self, cfg, new_process, timeout_s=None: dict(PRECHECK)
+    )
     monkeypatch.setattr(training, "launch_run", fake)
     monkeypatch.setattr(ddp, "launch_run", fake)
     monkeypatch.setattr(fsdp, "launch_run", fake)
@@ -44,6 +55,7 @@ def items_of(rec) -> dict:
 
 
 # --- training ------------------------------------------------------------------------------------
+
 
 def test_training_on_an_h200_runs_every_setting_and_compares_them(monkeypatch, tmp_path, launcher):
     fake_gpu(monkeypatch)
@@ -127,22 +139,30 @@ def test_a_run_s_nvml_peak_comes_from_the_samples_inside_it(tmp_path, monkeypatc
     ts = [r["t"] for r in training.run_records(run_dir)]
     sampler = gpumem.Sampler(gpumem.DeviceMemory(0))
     sampler.samples = [(ts[0] - 5, 50.0, 90.0), (ts[0], 9.0, 40.0), (ts[-1], 11.0, 80.0)]
-    row = training.row_of({"status": "completed", "run_dir": str(run_dir), "mem_peak_gib": 8.0},
-                          sampler, baseline_gib=1.0)
+    row = training.row_of(
+        {"status": "completed", "run_dir": str(run_dir), "mem_peak_gib": 8.0}, sampler, baseline_gib=1.0
+    )
     assert (row["nvml_peak_gib"], row["util_max_pct"], row["nvml_samples"]) == (11.0, 80.0, 2)
     assert row["nvml_added_gib"] == 10.0 and row["mem_peak_gib"] == 8.0
 
 
 # --- the report part -----------------------------------------------------------------------------
 
+
 def test_ceilings_stand_beside_the_h200_datasheet():
     def c(name, kind, value, dtype=None):
         return Ceiling(name, kind, value, "GFLOP/s", 1.0, 0.01, "8192x8192", "cuda:0", dtype).as_dict()
 
-    rows = ceilings.beside_datasheet([c("matmul bf16", "compute", 792_000.0, "bf16"),
-                                      c("copy", "bandwidth", 4_300.0), c("h2d pinned", "bandwidth", 55.0),
-                                      c("matmul int8", "compute", float("nan"), "int8")],
-                                     "NVIDIA H200", {"pcie_gen": 5, "pcie_width": 16})
+    rows = ceilings.beside_datasheet(
+        [
+            c("matmul bf16", "compute", 792_000.0, "bf16"),
+            c("copy", "bandwidth", 4_300.0),
+            c("h2d pinned", "bandwidth", 55.0),
+            c("matmul int8", "compute", float("nan"), "int8"),
+        ],
+        "NVIDIA H200",
+        {"pcie_gen": 5, "pcie_width": 16},
+    )
     bf16, copy, h2d, int8 = rows
     assert bf16["reference"] == 990_000 and bf16["of_reference"] == 0.8
     assert "H200 datasheet" in bf16["reference_source"]
@@ -150,16 +170,30 @@ def test_ceilings_stand_beside_the_h200_datasheet():
     assert h2d["reference"] == ceilings.pcie_gbs(5, 16) == 63.02 and "from NVML" in h2d["reference_source"]
     assert int8["of_reference"] is None
     unknown = ceilings.beside_datasheet([c("matmul bf16", "compute", 1.0, "bf16")], "Mystery GPU", {})
-    assert (unknown[0]["reference"] is None
-            and "not in the workbench's GPU table" in unknown[0]["reference_source"])
+    assert (
+        unknown[0]["reference"] is None
+        and "not in the workbench's GPU table" in unknown[0]["reference_source"]
+    )
 
 
 def test_the_report_part_records_hardware_ceilings_and_the_cache(monkeypatch, tmp_path):
     fake_gpu(monkeypatch)
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
-    made = [Ceiling("matmul fp32", "compute", 51_000.0, "GFLOP/s", 2.0, 0.02, "8192", "cuda:0", "fp32"),
-            Ceiling("matmul int8", "compute", float("nan"), "GOP/s", float("nan"), float("nan"), "",
-                    "cuda:0", "int8", note="not available here: no kernel")]
+    made = [
+        Ceiling("matmul fp32", "compute", 51_000.0, "GFLOP/s", 2.0, 0.02, "8192", "cuda:0", "fp32"),
+        Ceiling(
+            "matmul int8",
+            "compute",
+            float("nan"),
+            "GOP/s",
+            float("nan"),
+            float("nan"),
+            "",
+            "cuda:0",
+            "int8",
+            note="not available here: no kernel",
+        ),
+    ]
     monkeypatch.setattr(ceilings, "run_benchmarks", lambda device, progress=None: made)
     rec = runner.PartRecord("report", 50.0)
     ctx = context(tmp_path)
@@ -175,6 +209,7 @@ def test_the_report_part_records_hardware_ceilings_and_the_cache(monkeypatch, tm
 
 
 # --- ddp, monitor, compression, loading ----------------------------------------------------------
+
 
 def test_nccl_is_refused_for_two_ranks_on_one_gpu_and_gloo_runs_them(monkeypatch, tmp_path, launcher):
     fake_gpu(monkeypatch)
@@ -196,8 +231,7 @@ def test_the_ddp_config_uses_what_the_gpu_can_do(monkeypatch):
     assert ddp.small_config().precision.dtype == "fp32"
 
 
-def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkeypatch, tmp_path,
-                                                                            launcher):
+def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkeypatch, tmp_path, launcher):
     fake_gpu(monkeypatch)
     rec = runner.PartRecord("fsdp", 30.0)
     fsdp.run(context(tmp_path), rec)
@@ -217,8 +251,9 @@ def test_fsdp_on_one_gpu_runs_one_rank_and_reports_each_part_and_the_peak(monkey
     assert rec.figures["model"]["width"] == training.WIDTH
 
 
-def test_fsdp_with_two_gpus_shards_over_nccl_and_a_part_off_its_prediction_fails(monkeypatch,
-                                                                                 tmp_path, launcher):
+def test_fsdp_with_two_gpus_shards_over_nccl_and_a_part_off_its_prediction_fails(
+    monkeypatch, tmp_path, launcher
+):
     fake_gpu(monkeypatch)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     rec = runner.PartRecord("fsdp", 30.0)
@@ -233,8 +268,9 @@ def test_fsdp_with_two_gpus_shards_over_nccl_and_a_part_off_its_prediction_fails
     rec = runner.PartRecord("fsdp", 30.0)
     fsdp.run(context(tmp_path), rec)
     assert [i["status"] for i in rec.items] == ["failed", "failed"]
-    assert rec.items[1]["reason"].startswith(f"rank 0 activations: predicted {512 * 2**20}, "
-                                             f"measured {512 * 2**20 + 4096}; rank 1 activations")
+    assert rec.items[1]["reason"].startswith(
+        f"rank 0 activations: predicted {512 * 2**20}, measured {512 * 2**20 + 4096}; rank 1 activations"
+    )
     assert rec.summary == "fsdp, 1 rank failed; fsdp, 2 ranks failed"
 
 
@@ -251,8 +287,11 @@ def test_fsdp_runs_that_fail_or_have_no_time_left_say_so(monkeypatch, tmp_path, 
     monkeypatch.setattr(fsdp, "refusal", lambda cfg: "distributed.strategy 'fsdp' refused here")
     rec = runner.PartRecord("fsdp", 30.0)
     fsdp.run(context(tmp_path), rec)
-    assert rec.items[0] == {"name": "fsdp, 1 rank", "status": "skipped",
-                            "reason": "distributed.strategy 'fsdp' refused here"}
+    assert rec.items[0] == {
+        "name": "fsdp, 1 rank",
+        "status": "skipped",
+        "reason": "distributed.strategy 'fsdp' refused here",
+    }
 
 
 def test_leftover_processes_and_memory_that_did_not_come_back_are_named():
@@ -260,8 +299,13 @@ def test_leftover_processes_and_memory_that_did_not_come_back_are_named():
     dead.wait()
     assert ddp.left_alive([dead.pid], timeout_s=0) == []
     assert ddp.left_alive([os.getpid()], timeout_s=0) == [os.getpid()]
-    fields = {"run_status": "failed", "left_alive": [4242], "freed": False, "nvml_after_gib": 9.0,
-              "nvml_before_gib": 1.0}
+    fields = {
+        "run_status": "failed",
+        "left_alive": [4242],
+        "freed": False,
+        "nvml_after_gib": 9.0,
+        "nvml_before_gib": 1.0,
+    }
     problems = ddp._problems(fields, "stopped")
     assert len(problems) == 3 and "[4242]" in problems[1] and "9.0 GiB used after" in problems[2]
 
@@ -292,8 +336,10 @@ def test_the_monitor_judges_what_nvml_saw():
     assert missed["pid_listed"] is None
     idle = {"mem_used_gib": 1.0, "util_pct": 0.0}
     assert "reason" not in monitor.judge_sampled(idle, {"nvml_peak_gib": 4.0, "util_max_pct": 97.0})
-    assert "0 % utilization" in monitor.judge_sampled(idle, {"nvml_peak_gib": 4.0, "util_max_pct": 0.0})[
-        "reason"]
+    assert (
+        "0 % utilization"
+        in monitor.judge_sampled(idle, {"nvml_peak_gib": 4.0, "util_max_pct": 0.0})["reason"]
+    )
 
 
 def test_compression_skips_what_the_gpu_or_the_wheels_cannot_do(monkeypatch, tmp_path):
@@ -313,17 +359,25 @@ def test_the_loader_sweep_spans_the_machine_s_cores_and_its_line_names_the_best(
     assert loading.worker_counts(1) == [0, 1]
     assert loading.worker_counts(2) == [0, 1, 2]
     assert loading.worker_counts(16) == [0, 4, 8, 16]
-    items = [{"name": "host-to-device copies", "status": "ok", "pinned_vs_pageable": "2.10x"},
-             {"name": "loader sweep", "status": "ok", "rows": [
-                 {"setting": "0w b64", "samples_per_s": 900.0},
-                 {"setting": "4w b64", "samples_per_s": 3100.0}]},
-             {"name": "non_blocking overlap", "status": "failed", "reason": "x"}]
+    items = [
+        {"name": "host-to-device copies", "status": "ok", "pinned_vs_pageable": "2.10x"},
+        {
+            "name": "loader sweep",
+            "status": "ok",
+            "rows": [
+                {"setting": "0w b64", "samples_per_s": 900.0},
+                {"setting": "4w b64", "samples_per_s": 3100.0},
+            ],
+        },
+        {"name": "non_blocking overlap", "status": "failed", "reason": "x"},
+    ]
     line = loading.summary(items)
     assert "pinned vs pageable 2.10x" in line and "loader best 4w b64 at 3,100 samples/s" in line
     assert line.endswith("non_blocking overlap failed")
 
 
 # --- the whole check -----------------------------------------------------------------------------
+
 
 def test_the_whole_check_writes_one_report_and_goes_past_a_failed_part(monkeypatch, tmp_path, capsys):
     fake_gpu(monkeypatch)
@@ -336,6 +390,7 @@ def test_the_whole_check_writes_one_report_and_goes_past_a_failed_part(monkeypat
                 raise RuntimeError("NCCL error: unhandled system error")
             rec.item(f"{module} thing", "ok", figure=1.0)
             rec.summary = f"{module} summary"
+
         return run
 
     monkeypatch.setattr(check, "_loader", part)

@@ -1,5 +1,6 @@
 """Micro-benchmarks, the ceiling cache and `workbench hw`. Behaviour, never speed: the machine is
 shared, so figures only have to be positive and finite."""
+
 from __future__ import annotations
 
 import json
@@ -149,9 +150,17 @@ def test_cli_hw_gpus_prints_the_spec_table(capsys):
 
 
 def test_cli_hw_bench_quick_prints_ceilings_and_caches_them(capsys, private_cache, monkeypatch):
-    monkeypatch.setattr(microbench, "plan", lambda d, q, r: [
-        (label, lambda: microbench.matmul("fp32", d, max_n=256, cap_ms=20, repeats=3))
-        for label in ["matmul fp32"]] + [("copy", lambda: microbench.copy_bandwidth(d, mib=8, repeats=3))])
+    monkeypatch.setattr(
+        microbench,
+        "plan",
+        lambda d, q, r: (
+            [
+                (label, lambda: microbench.matmul("fp32", d, max_n=256, cap_ms=20, repeats=3))
+                for label in ["matmul fp32"]
+            ]
+            + [("copy", lambda: microbench.copy_bandwidth(d, mib=8, repeats=3))]
+        ),
+    )
     assert cli(["hw", "--bench", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "matmul fp32" in out and "copy" in out and "torch.utils.benchmark" in out
@@ -201,14 +210,14 @@ class _Load:
         return {"other_cpu_cores": self.other}
 
 
-def test_the_precision_lesson_is_measured_once_per_conditions_and_kept_apart(private_cache,
-                                                                             monkeypatch):
+def test_the_precision_lesson_is_measured_once_per_conditions_and_kept_apart(private_cache, monkeypatch):
     from workbench.hardware import lessons
 
     measured = []
     real = lessons.measure_precisions
-    monkeypatch.setattr(lessons, "measure_precisions",
-                        lambda device: measured.append(device) or real(device, n=64, rounds=6))
+    monkeypatch.setattr(
+        lessons, "measure_precisions", lambda device: measured.append(device) or real(device, n=64, rounds=6)
+    )
     for other in (0.0, 0.0, 1.5, 1.5, 0.0):
         monkeypatch.setattr(lessons, "other_cores_now", lambda other=other: other)
         monkeypatch.setattr(lessons, "ContentionMeter", lambda other=other: _Load(other))

@@ -1,4 +1,5 @@
 """FLOP counting leaves no trace, MFU per step and in the summary, and the GPU chooser."""
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,9 @@ def test_counting_leaves_rng_buffers_and_gradients_as_they_were():
 
 
 def test_cost_of_an_mlp_config_matches_the_formula():
-    cfg = RunConfig.smoke().replace(**{"data.name": "synthetic_images", "data.num_samples": 64,
-                                       "data.image_size": 4, "data.channels": 1})  # 16 inputs
+    cfg = RunConfig.smoke().replace(
+        **{"data.name": "synthetic_images", "data.num_samples": 64, "data.image_size": 4, "data.channels": 1}
+    )  # 16 inputs
     c = cost_of_config(cfg)  # MLP 16 -> 64 -> 64 -> 10, batch 32
     fwd = 2 * 32 * (16 * 64 + 64 * 64 + 64 * 10)
     assert c.flops == 3 * fwd - 2 * 32 * 16 * 64  # backward is 2x forward, minus the input's gradient
@@ -80,8 +82,9 @@ def test_cost_of_an_mlp_config_matches_the_formula():
 
 
 def test_meter_reports_tflops_and_mfu_per_step_without_a_sync():
-    m = MfuMeter(10**9, {"peak_tflops": 0.5, "basis": "estimate", "spec_tflops": 0.5,
-                         "spec_basis": "estimate"}, "fp32")
+    m = MfuMeter(
+        10**9, {"peak_tflops": 0.5, "basis": "estimate", "spec_tflops": 0.5, "spec_basis": "estimate"}, "fp32"
+    )
     assert m.step(0.01) == {"tflops": 0.1, "mfu": 0.2}
     s = m.summary(10.0)
     assert s["mfu"] == 0.2 and s["mfu_basis"] == "estimate" and s["mfu_spec"] == 0.2
@@ -91,8 +94,17 @@ def test_meter_reports_tflops_and_mfu_per_step_without_a_sync():
 
 
 def test_mfu_above_the_peak_is_never_reported_and_says_the_peak_is_wrong():
-    m = MfuMeter(10**9, {"peak_tflops": 0.01, "basis": "measured", "spec_tflops": 1.0,
-                         "spec_basis": "estimate", "measured_tflops": 0.01}, "fp32")
+    m = MfuMeter(
+        10**9,
+        {
+            "peak_tflops": 0.01,
+            "basis": "measured",
+            "spec_tflops": 1.0,
+            "spec_basis": "estimate",
+            "measured_tflops": 0.01,
+        },
+        "fp32",
+    )
     assert m.step(0.01) == {"tflops": 0.1, "mfu_over_peak": True}  # 10x the peak: not a result
     s = m.summary(10.0)
     assert "mfu" not in s and "mfu_measured" not in s and s["mfu_spec"] == 0.1
@@ -112,8 +124,9 @@ def test_every_training_run_carries_mfu_against_measured_and_estimated_peaks(smo
     from workbench.hardware.microbench import Ceiling
     from workbench.distributed.launch import run
 
-    ceilings.save_ceilings([Ceiling("matmul fp32", "compute", 100.0, "GFLOP/s", 1.0, 0.1, "", "cpu",
-                                    "fp32")], "cpu")
+    ceilings.save_ceilings(
+        [Ceiling("matmul fp32", "compute", 100.0, "GFLOP/s", 1.0, 0.1, "", "cpu", "fp32")], "cpu"
+    )
     result = run(smoke.replace(**{"run.device": "cpu"}), timeout_s=200)
     assert result["status"] == "completed"
     assert result["flops_per_step"] > 0 and result["tflops"] > 0

@@ -1,4 +1,5 @@
 """The hardware report and peak lookups, on this CPU and on faked GPUs (no GPU needed)."""
+
 from __future__ import annotations
 
 import sys
@@ -33,12 +34,20 @@ def test_parse_cpuinfo_finds_model_cores_clock_and_amx():
     assert not info["flags"]["amx_fp16"] and not info["flags"]["avx_vnni"]
 
 
-@pytest.mark.parametrize("value, usable", [
-    ("avx2", {"avx2", "fma"}),
-    ("AVX512_CORE_BF16", {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"}),
-    ("AVX10_1_512_AMX", {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
-                         "amx_bf16", "amx_int8"}),
-    ("", None), ("ALL", None), ("no-such-isa", None)])  # what oneDNN ignores caps nothing
+@pytest.mark.parametrize(
+    "value, usable",
+    [
+        ("avx2", {"avx2", "fma"}),
+        ("AVX512_CORE_BF16", {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"}),
+        (
+            "AVX10_1_512_AMX",
+            {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"},
+        ),
+        ("", None),
+        ("ALL", None),
+        ("no-such-isa", None),
+    ],
+)  # what oneDNN ignores caps nothing
 def test_onednn_s_isa_cap_turns_off_the_flags_it_forbids_and_says_so(value, usable):
     info = cpu_mod.cap_flags(cpu_mod.parse_cpuinfo(SPR_CPUINFO), {"ONEDNN_MAX_CPU_ISA": value})
     on = {f for f, has in info["flags"].items() if has}
@@ -49,8 +58,10 @@ def test_onednn_s_isa_cap_turns_off_the_flags_it_forbids_and_says_so(value, usab
     text = cpu_mod.isa_text(info)
     assert ("not used: " in text) == bool(every - on)
     if value == "avx2":
-        assert text == ("avx2, fma (not used: avx512f, avx512_bf16, avx512_vnni, amx_tile, amx_bf16, "
-                        "amx_int8, by ONEDNN_MAX_CPU_ISA=AVX2)")
+        assert text == (
+            "avx2, fma (not used: avx512f, avx512_bf16, avx512_vnni, amx_tile, amx_bf16, "
+            "amx_int8, by ONEDNN_MAX_CPU_ISA=AVX2)"
+        )
 
 
 def test_advice_under_the_cap_says_whose_flags_it_read(monkeypatch):
@@ -101,8 +112,9 @@ class TwoGpuNVML(FakeNVML):
 @pytest.fixture
 def fake_gpus(monkeypatch):
     """torch.cuda answering as a machine with two H100 SXM GPUs."""
-    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", multi_processor_count=132,
-                                  total_memory=80 * 2**30)
+    props = types.SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", multi_processor_count=132, total_memory=80 * 2**30
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
@@ -118,7 +130,11 @@ def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
     assert g["count"] == 2 and g["driver"] == "550.54.15" and g["driver_cuda"] == "12.4"
     d = g["gpus"][0]
     assert (d["name"], d["capability"], d["sms"], d["memory_gib"]) == (
-        "NVIDIA H100 80GB HBM3", "9.0", 132, 80.0)
+        "NVIDIA H100 80GB HBM3",
+        "9.0",
+        132,
+        80.0,
+    )
     assert d["dtypes"] == {"fp16": True, "bf16": True, "tf32": True, "int8": True, "fp8": True}
     assert d["pcie_gen"] == 5 and d["power_limit_w"] == 700
     assert g["links"] == [{"a": 0, "b": 1, "peer_access": True, "kind": "NVLink"}]
@@ -146,8 +162,20 @@ def test_older_gpus_lack_bf16_tf32_and_fp8():
 
 def test_gpu_table_covers_the_common_gpus_with_sources():
     names = {g.name for g in GPUS}
-    for want in ("V100", "T4", "A10", "L4", "A100 40GB", "A100 80GB", "L40S", "H100 SXM", "H100 PCIe",
-                 "H200", "RTX 3090", "RTX 4090"):
+    for want in (
+        "V100",
+        "T4",
+        "A10",
+        "L4",
+        "A100 40GB",
+        "A100 80GB",
+        "L40S",
+        "H100 SXM",
+        "H100 PCIe",
+        "H200",
+        "RTX 3090",
+        "RTX 4090",
+    ):
         assert any(n.startswith(want) for n in names), want
     for g in GPUS:
         assert g.source and g.memory_gib > 0 and g.bandwidth_gbs > 0 and g.interconnect
@@ -157,11 +185,22 @@ def test_gpu_table_covers_the_common_gpus_with_sources():
     assert len(gpu_table()) == len(GPUS)
 
 
-@pytest.mark.parametrize("name, entry", [
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
-    ("NVIDIA A10", "A10"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("Tesla T4", "T4"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("Tesla V100-SXM2-32GB", "V100 SXM2 32GB")])
+@pytest.mark.parametrize(
+    "name, entry",
+    [
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2 32GB"),
+    ],
+)
 def test_torch_device_names_find_their_table_entry(name, entry):
     assert find_gpu(name).name == entry
 

@@ -1,4 +1,5 @@
 """The hardware lab's widgets build and redraw without a browser (Jupyter is not needed)."""
+
 from __future__ import annotations
 
 import math
@@ -20,25 +21,52 @@ def _private(private_cache):
 
 
 def _c(name, kind, value, dtype=None):
-    return Ceiling(name, kind, value, "GFLOP/s" if kind == "compute" else "GB/s", 1.0, 0.1, "", "cpu",
-                   dtype, check=value * 1.02)
+    return Ceiling(
+        name,
+        kind,
+        value,
+        "GFLOP/s" if kind == "compute" else "GB/s",
+        1.0,
+        0.1,
+        "",
+        "cpu",
+        dtype,
+        check=value * 1.02,
+    )
 
 
 def test_report_widget_lists_faked_gpus_and_links():
     from workbench.hardware.report import hardware_report
 
     rep = hardware_report()
-    rep["gpu"] = {"count": 2, "driver": "550", "driver_cuda": "12.4", "gpus": [
-        {"index": i, "name": "NVIDIA H200", "capability": "9.0", "sms": 132, "memory_gib": 140.0,
-         "dtypes": {"fp16": True, "bf16": True, "tf32": True, "int8": True, "fp8": True}} for i in (0, 1)],
-        "links": [{"a": 0, "b": 1, "kind": "NVLink", "peer_access": True}]}
+    rep["gpu"] = {
+        "count": 2,
+        "driver": "550",
+        "driver_cuda": "12.4",
+        "gpus": [
+            {
+                "index": i,
+                "name": "NVIDIA H200",
+                "capability": "9.0",
+                "sms": 132,
+                "memory_gib": 140.0,
+                "dtypes": {"fp16": True, "bf16": True, "tf32": True, "int8": True, "fp8": True},
+            }
+            for i in (0, 1)
+        ],
+        "links": [{"a": 0, "b": 1, "kind": "NVLink", "peer_access": True}],
+    }
     html = ui.report_widget(rep).value
     assert "NVIDIA H200" in html and "NVLink" in html and "fp8" in html
 
 
 def test_roofline_has_a_roof_per_measured_dtype_and_a_point_per_model():
-    cs = [_c("matmul fp32", "compute", 150.0, "fp32"), _c("matmul bf16", "compute", 900.0, "bf16"),
-          _c("matmul fp16", "compute", math.nan, "fp16"), _c("copy", "bandwidth", 12.0)]
+    cs = [
+        _c("matmul fp32", "compute", 150.0, "fp32"),
+        _c("matmul bf16", "compute", 900.0, "bf16"),
+        _c("matmul fp16", "compute", math.nan, "fp16"),
+        _c("copy", "bandwidth", 12.0),
+    ]
     pts = [{"model": "mlp", "dtype": "fp32", "intensity": 9.0, "gflops": 40.0}]
     fig = ui.roofline_figure(cs, pts)
     assert len(fig.data) == 3
@@ -50,8 +78,11 @@ def test_roofline_has_a_roof_per_measured_dtype_and_a_point_per_model():
 
 def test_bench_panel_runs_with_a_progress_bar_and_caches(monkeypatch):
     monkeypatch.setattr(microbench, "plan", lambda d, q, r: [("copy", lambda: _c("copy", "bandwidth", 9.0))])
-    monkeypatch.setattr(ui, "run_benchmarks",
-                        lambda device, quick, progress: microbench.run_benchmarks(device, quick, 0, progress))
+    monkeypatch.setattr(
+        ui,
+        "run_benchmarks",
+        lambda device, quick, progress: microbench.run_benchmarks(device, quick, 0, progress),
+    )
     panel = ui.BenchPanel("cpu", quick=True)
     out = panel.run()
     assert out[0].value == 9.0 and panel.progress.value == panel.progress.max == 1
@@ -75,7 +106,9 @@ def test_mfu_figure_plots_a_runs_step_records(tmp_path):
     for step in range(1, 4):
         w.write("step", step=step, loss=1.0, step_time_ms=1.0, tflops=0.01, mfu=0.05)
     w.close()
-    write_json_atomic(tmp_path / "summary.json", {"status": "completed", "mfu": 0.05, "mfu_basis": "estimate",
-                                                  "peak_tflops": 0.2})
+    write_json_atomic(
+        tmp_path / "summary.json",
+        {"status": "completed", "mfu": 0.05, "mfu_basis": "estimate", "peak_tflops": 0.2},
+    )
     fig = ui.mfu_figure(tmp_path)
     assert list(fig.data[0].y) == [5.0, 5.0, 5.0] and "estimate" in fig.layout.title.text

@@ -1,6 +1,7 @@
 """Two hosts on a real network link (network namespaces with their own addresses, 198.18.0.0/15):
 one DDP run across them, each node started by `workbench run` on its own host, as on a cluster;
 then one whose link to host B is cut mid-run."""
+
 from __future__ import annotations
 
 import json
@@ -43,13 +44,42 @@ def start_nodes(network, tmp_path, *settings: str, steps: int = 10) -> list[subp
     endpoint = f"{head.address}:29500"
     nodes = []
     for rank, host in enumerate((head, other)):
-        cmd = [*host.prefix, sys.executable, "-m", "workbench", "run", "--preset", "smoke",
-               "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint,
-               "--steps", str(steps), "--set", "run.threads=1", "--set", "run.eval_batches=0",
-               "--set", "distributed.start_timeout_s=120", *settings,
-               "--run-dir", str(tmp_path / f"node{rank}"), "--json"]
-        nodes.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")}))
+        cmd = [
+            *host.prefix,
+            sys.executable,
+            "-m",
+            "workbench",
+            "run",
+            "--preset",
+            "smoke",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--rdzv-endpoint",
+            endpoint,
+            "--steps",
+            str(steps),
+            "--set",
+            "run.threads=1",
+            "--set",
+            "run.eval_batches=0",
+            "--set",
+            "distributed.start_timeout_s=120",
+            *settings,
+            "--run-dir",
+            str(tmp_path / f"node{rank}"),
+            "--json",
+        ]
+        nodes.append(
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")},
+            )
+        )
     return nodes
 
 
@@ -87,13 +117,14 @@ def test_host_b_cut_off_mid_run_is_named_on_both_hosts_and_nothing_is_left(netwo
     node's ranks time out waiting for the other, its watchdog finds the other node silent on the
     network and names it, and every process of the run on either host ends."""
     head, other = network.hosts
-    nodes = start_nodes(network, tmp_path, "--set", f"distributed.timeout_s={TIMEOUT_S}",
-                        steps=100000)
+    nodes = start_nodes(network, tmp_path, "--set", f"distributed.timeout_s={TIMEOUT_S}", steps=100000)
     try:
         for n in (0, 1):
             wait_for_steps(tmp_path / f"node{n}", ranks=1, step=3, timeout=240)
-        ranks = {n: next(r["pid"] for r in read_events(tmp_path / f"node{n}") if r["event"] == "start")
-                 for n in (0, 1)}
+        ranks = {
+            n: next(r["pid"] for r in read_events(tmp_path / f"node{n}") if r["event"] == "start")
+            for n in (0, 1)
+        }
         tree = set(ranks.values())
         for n, pid in ranks.items():  # the rank, its torchrun agent and the supervisor above it
             tree |= {p.pid for p in psutil.Process(pid).parents()[:2]}
@@ -108,7 +139,9 @@ def test_host_b_cut_off_mid_run_is_named_on_both_hosts_and_nothing_is_left(netwo
     summaries = [json.loads(out) for out, _ in outs]
     for n, (summary, (lost, rank)) in enumerate(zip(summaries, ((other, 1), (head, 0)))):
         assert summary["status"] == "failed" and summary["cause"] == "node_unreachable", (
-            summary, outs[n][1][-2000:])
+            summary,
+            outs[n][1][-2000:],
+        )
         message = summary["message"]
         assert f"lost contact with node {rank} ({lost.address}, rank(s) {rank})" in message, message
         assert summary["failed_rank"] == rank and "\n" not in message

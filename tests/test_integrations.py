@@ -2,6 +2,7 @@
 examples), run for real as their own processes: every step is recorded with its loss and samples,
 the trainer's settings become the run's, and the time budget `workbench ab --cmd` sets stops the
 trainer, which then ends as it always does (exit 0)."""
+
 from __future__ import annotations
 
 import os
@@ -22,16 +23,26 @@ def run_example(name: str, run_dir: Path, *args: str, budget_s: float = 0) -> su
     env = {**os.environ, "WORKBENCH_RUN_DIR": str(run_dir)}
     if budget_s:
         env["WORKBENCH_TIME_BUDGET_S"] = str(budget_s)
-    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=run_dir.parent,
-                          capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        cwd=run_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("example, args, settings", [
-    ("hf_trainer.py", ["--steps", "100000", "--output-dir", "hf-out"], ("learning_rate", 0.003)),
-    ("lightning_loop.py", ["--epochs", "1000"], ("lr", 0.001)),
-])
+@pytest.mark.parametrize(
+    "example, args, settings",
+    [
+        ("hf_trainer.py", ["--steps", "100000", "--output-dir", "hf-out"], ("learning_rate", 0.003)),
+        ("lightning_loop.py", ["--epochs", "1000"], ("lr", 0.001)),
+    ],
+)
 def test_a_library_trainer_with_one_callback_is_tracked_and_stopped_by_the_budget(
-        runs_root, example, args, settings):
+    runs_root, example, args, settings
+):
     runs_root.mkdir(parents=True, exist_ok=True)
     run_dir = runs_root / example.split(".")[0]
     proc = run_example(example, run_dir, *args, budget_s=1.5)

@@ -1,5 +1,6 @@
 """`workbench lab`: with the asked port busy, the printed URL names the port the server really
 listens on; the token is not on any command line; the server listens on 127.0.0.1 only."""
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,22 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
     asked = busy.getsockname()[1]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("JUPYTER_TOKEN", None)
-    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR", "JUPYTERLAB_SETTINGS_DIR",
-                 "JUPYTERLAB_WORKSPACES_DIR"):
+    for name in (
+        "JUPYTER_CONFIG_DIR",
+        "JUPYTER_DATA_DIR",
+        "IPYTHONDIR",
+        "JUPYTERLAB_SETTINGS_DIR",
+        "JUPYTERLAB_WORKSPACES_DIR",
+    ):
         env[name] = str(tmp_path / name.lower())
-    lab = subprocess.Popen([sys.executable, "-m", "workbench", "lab", "--dir", str(REPO / "notebooks"),
-                            "--port", str(asked)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True, env=env, start_new_session=True)
+    lab = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "lab", "--dir", str(REPO / "notebooks"), "--port", str(asked)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         line = lab.stdout.readline()
         assert line.startswith("JupyterLab is ready") and f"port {asked} was busy" in line, line
@@ -44,9 +55,12 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
         assert found, url
         port, token = int(found.group(1)), found.group(2)
         assert port != asked
-        with urllib.request.urlopen(urllib.request.Request(
-                f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}),
-                timeout=20) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}
+            ),
+            timeout=20,
+        ) as r:
             assert "started" in json.loads(r.read())
         family = [psutil.Process(lab.pid)] + psutil.Process(lab.pid).children(recursive=True)
         for p in family:
@@ -55,8 +69,12 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
             except psutil.NoSuchProcess:  # a short-lived helper that ended (or is a zombie) meanwhile
                 continue
             assert token not in command, command
-        listening = {(c.laddr.ip, c.laddr.port) for p in family for c in p.net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN}
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for p in family
+            for c in p.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        }
         assert ("127.0.0.1", port) in listening
         assert all(ip == "127.0.0.1" for ip, _ in listening), listening
     finally:
@@ -74,8 +92,7 @@ def test_the_url_waits_for_the_port_to_accept_not_for_the_server_file(tmp_path):
     from workbench.cli.lab import wait_for_server
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                            stdin=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         (tmp_path / f"jpserver-{proc.pid}.json").write_text(json.dumps({"port": port}))
         assert wait_for_server(proc, tmp_path, timeout_s=1.0) is None

@@ -1,5 +1,6 @@
 """Launcher checks that need no processes: bad inputs refused before launch, the torchrun command,
 the watchdog and the fault diagnosis on recorded events."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,17 @@ from workbench.distributed.launch import check_launch, start_run, worker_command
 from workbench.distributed.watchdog import Watchdog
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("distributed.nproc", 0, r"distributed.nproc must be >= 1, got 0"),
-    ("distributed.nproc", -2, r"distributed.nproc must be >= 1, got -2"),
-    ("distributed.backend", "mpi", r"distributed.backend must be one of 'auto', 'gloo', 'nccl'"),
-    ("distributed.rdzv_endpoint", "node0", r"distributed.rdzv_endpoint must be 'host:port'"),
-    ("distributed.rdzv_endpoint", "node0:99999", r"distributed.rdzv_endpoint must be 'host:port'"),
-    ("distributed.rdzv_endpoint", ":29500", r"distributed.rdzv_endpoint must be 'host:port'"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("distributed.nproc", 0, r"distributed.nproc must be >= 1, got 0"),
+        ("distributed.nproc", -2, r"distributed.nproc must be >= 1, got -2"),
+        ("distributed.backend", "mpi", r"distributed.backend must be one of 'auto', 'gloo', 'nccl'"),
+        ("distributed.rdzv_endpoint", "node0", r"distributed.rdzv_endpoint must be 'host:port'"),
+        ("distributed.rdzv_endpoint", "node0:99999", r"distributed.rdzv_endpoint must be 'host:port'"),
+        ("distributed.rdzv_endpoint", ":29500", r"distributed.rdzv_endpoint must be 'host:port'"),
+    ],
+)
 def test_bad_distributed_values_are_refused(smoke, field, value, match):
     with pytest.raises(ConfigError, match=match):
         smoke.replace(**{field: value})
@@ -29,8 +33,13 @@ def test_bad_distributed_values_are_refused(smoke, field, value, match):
 
 def test_node_rank_out_of_range_and_missing_endpoint(smoke):
     with pytest.raises(ConfigError, match=r"distributed.node_rank must be in \[0, 1\] for nnodes=2, got 2"):
-        smoke.replace(**{"distributed.nnodes": 2, "distributed.node_rank": 2,
-                         "distributed.rdzv_endpoint": "10.0.0.1:29500"})
+        smoke.replace(
+            **{
+                "distributed.nnodes": 2,
+                "distributed.node_rank": 2,
+                "distributed.rdzv_endpoint": "10.0.0.1:29500",
+            }
+        )
     with pytest.raises(ConfigError, match=r"distributed.rdzv_endpoint is needed"):
         smoke.replace(**{"distributed.nnodes": 2})
 
@@ -64,12 +73,22 @@ def test_single_node_command_is_loopback_with_a_fresh_port(smoke, tmp_path):
 
 
 def test_multi_node_command_uses_the_users_endpoint(smoke, tmp_path):
-    cfg = smoke.replace(**{"distributed.nnodes": 2, "distributed.node_rank": 1,
-                           "distributed.nproc": 4, "distributed.rdzv_endpoint": "node0.cluster:29400"})
+    cfg = smoke.replace(
+        **{
+            "distributed.nnodes": 2,
+            "distributed.node_rank": 1,
+            "distributed.nproc": 4,
+            "distributed.rdzv_endpoint": "node0.cluster:29400",
+        }
+    )
     cmd = worker_command(cfg, tmp_path)
     assert "workbench.loopback" in cmd and "--local-addr" not in cmd  # the agent binds its store
-    assert {"--nnodes=2", "--node-rank=1", "--nproc-per-node=4",
-            "--rdzv-endpoint=node0.cluster:29400"} <= set(cmd)
+    assert {
+        "--nnodes=2",
+        "--node-rank=1",
+        "--nproc-per-node=4",
+        "--rdzv-endpoint=node0.cluster:29400",
+    } <= set(cmd)
 
 
 def _write(run_dir, rank, *records, attempt=0):
@@ -80,8 +99,14 @@ def _write(run_dir, rank, *records, attempt=0):
 
 
 def test_watchdog_names_missing_and_stalled_ranks(tmp_path, smoke):
-    cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.start_timeout_s": 5.0,
-                           "distributed.timeout_s": 2.0, "run.steps": 100})
+    cfg = smoke.replace(
+        **{
+            "distributed.nproc": 2,
+            "distributed.start_timeout_s": 5.0,
+            "distributed.timeout_s": 2.0,
+            "run.steps": 100,
+        }
+    )
     dog = Watchdog(tmp_path, cfg)
     assert dog.check(now=dog.t0 + 1) is None
     failure = dog.check(now=dog.t0 + 6)
@@ -104,34 +129,66 @@ def test_the_watchdog_and_the_post_mortem_say_a_stall_alike(tmp_path, smoke):
 
     cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.timeout_s": 2.0, "run.steps": 100})
     _write(tmp_path, 0, ("start", {}), ("ready", {}), ("step", {"step": 1}), ("step", {"step": 2}))
-    _write(tmp_path, 1, ("start", {}), ("ready", {}), ("step", {"step": 1}),
-           ("heartbeat", {"step": 1, "where": "forward (model.py:12)"}))
+    _write(
+        tmp_path,
+        1,
+        ("start", {}),
+        ("ready", {}),
+        ("step", {"step": 1}),
+        ("heartbeat", {"step": 1, "where": "forward (model.py:12)"}),
+    )
     live = Watchdog(tmp_path, cfg).check(now=time.time() + 7.5)
     assert (live.cause, live.error_type, live.failed_rank) == ("stalled", "Stalled", live.failed_ranks[0])
     assert 1 in live.failed_ranks
     assert "rank 1 stalled after step 1: no progress for" in live.message
     assert "last seen in forward (model.py:12)" in live.message
     # the same stall found after the run: rank 0 timed out waiting, rank 1 was stopped
-    _write(tmp_path, 0, ("error", {"status": "failed", "error_type": "DistBackendError",
-                                   "message": "Timed out waiting for recv"}))
+    _write(
+        tmp_path,
+        0,
+        (
+            "error",
+            {"status": "failed", "error_type": "DistBackendError", "message": "Timed out waiting for recv"},
+        ),
+    )
     _write(tmp_path, 1, ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
     after = diagnose(tmp_path, 1)
     assert (after["cause"], after["error_type"], after["failed_rank"]) == ("stalled", "Stalled", 1)
     assert after["message"].startswith("rank 1 stalled after step 1, last seen in forward (model.py:12)")
     summary = finish_summary(tmp_path, 2, -9, failure=live)
-    assert {k: summary[k] for k in ("status", "cause", "error_type", "failed_rank", "failed_ranks")} == \
-        {"status": "failed", "cause": "stalled", "error_type": "Stalled", "failed_rank": live.failed_rank,
-         "failed_ranks": live.failed_ranks}
+    assert {k: summary[k] for k in ("status", "cause", "error_type", "failed_rank", "failed_ranks")} == {
+        "status": "failed",
+        "cause": "stalled",
+        "error_type": "Stalled",
+        "failed_rank": live.failed_rank,
+        "failed_ranks": live.failed_ranks,
+    }
     assert summary["message"] == live.message
 
 
 def test_diagnosis_prefers_the_rank_that_raised_over_knock_on_errors(tmp_path):
-    _write(tmp_path, 0, ("start", {}), ("step", {"step": 1}),
-           ("error", {"status": "failed", "error_type": "DistBackendError",
-                      "message": "Connection closed by peer [127.0.0.1]:4242"}))
+    _write(
+        tmp_path,
+        0,
+        ("start", {}),
+        ("step", {"step": 1}),
+        (
+            "error",
+            {
+                "status": "failed",
+                "error_type": "DistBackendError",
+                "message": "Connection closed by peer [127.0.0.1]:4242",
+            },
+        ),
+    )
     time.sleep(0.01)
-    _write(tmp_path, 1, ("start", {}), ("step", {"step": 1}),
-           ("error", {"status": "failed", "error_type": "ValueError", "message": "bad shape"}))
+    _write(
+        tmp_path,
+        1,
+        ("start", {}),
+        ("step", {"step": 1}),
+        ("error", {"status": "failed", "error_type": "ValueError", "message": "bad shape"}),
+    )
     (tmp_path / "rank1.traceback.txt").write_text("Traceback ...\nValueError: bad shape\n")
     d = diagnose(tmp_path, 1)
     assert d["cause"] == "raised" and d["failed_rank"] == 1
@@ -139,8 +196,13 @@ def test_diagnosis_prefers_the_rank_that_raised_over_knock_on_errors(tmp_path):
 
 
 def test_diagnosis_of_a_silent_rank_is_a_kill(tmp_path):
-    _write(tmp_path, 0, ("start", {}), ("step", {"step": 3}),
-           ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
+    _write(
+        tmp_path,
+        0,
+        ("start", {}),
+        ("step", {"step": 3}),
+        ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}),
+    )
     _write(tmp_path, 1, ("start", {}), ("step", {"step": 3}))
     log = "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 77)\n"
     assert torchrun_exit_codes(log) == {1: -9}
@@ -150,20 +212,30 @@ def test_diagnosis_of_a_silent_rank_is_a_kill(tmp_path):
 
 
 def test_diagnosis_names_the_node_srun_lost_by_a_signal_or_a_node_failure_and_only_then(tmp_path):
-    _write(tmp_path, 0, ("start", {NODE: "node0"}), ("step", {"step": 3}),
-           ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}))
+    _write(
+        tmp_path,
+        0,
+        ("start", {NODE: "node0"}),
+        ("step", {"step": 3}),
+        ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"}),
+    )
     _write(tmp_path, 1, ("start", {NODE: "node1"}), ("step", {"step": 3}))
-    killed = ("srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
-              "StepId=4.0\nsrun: error: node0: task 0: Terminated\n")
+    killed = (
+        "srun: error: node1: task 1: Killed\nsrun: launch/slurm: _step_signal: Terminating "
+        "StepId=4.0\nsrun: error: node0: task 0: Terminated\n"
+    )
     # the node went silent (its link cut): slurmctld set it DOWN and srun said so first
-    cut = ("srun: error: Node failure on node1\nsrun: Job step aborted: Waiting up to 32 seconds "
-           "for job step to finish.\nsrun: error: node0: task 0: Terminated\n")
-    for code, log, how in ((137, killed, "srun's task 1 there (its torchrun agent) was killed"),
-                           (0, cut, "SLURM found it not answering and set it DOWN")):
+    cut = (
+        "srun: error: Node failure on node1\nsrun: Job step aborted: Waiting up to 32 seconds "
+        "for job step to finish.\nsrun: error: node0: task 0: Terminated\n"
+    )
+    for code, log, how in (
+        (137, killed, "srun's task 1 there (its torchrun agent) was killed"),
+        (0, cut, "SLURM found it not answering and set it DOWN"),
+    ):
         d = diagnose(tmp_path, code, log)
         assert d["cause"] == "node_lost" and d["failed_rank"] == 1
-        assert d["message"].startswith(f"lost node node1: {how} after step 3, and its rank(s) 1 "
-                                       "with it")
+        assert d["message"].startswith(f"lost node node1: {how} after step 3, and its rank(s) 1 with it")
     exited = "srun: error: node1: task 1: Exited with exit code 1\n"  # torchrun reported a failure
     assert diagnose(tmp_path, 1, exited)["cause"] == "killed"
 
@@ -175,12 +247,34 @@ def test_cli_flags_build_the_distributed_section():
 
     parser = argparse.ArgumentParser()
     cli_run.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["run", "--preset", "smoke", "--nproc", "2", "--nnodes", "2",
-                              "--node-rank", "1", "--rdzv-endpoint", "10.1.2.3:29400",
-                              "--backend", "gloo", "--max-restarts", "1"])
+    args = parser.parse_args(
+        [
+            "run",
+            "--preset",
+            "smoke",
+            "--nproc",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--rdzv-endpoint",
+            "10.1.2.3:29400",
+            "--backend",
+            "gloo",
+            "--max-restarts",
+            "1",
+        ]
+    )
     d = cli_run.build_config(args).distributed
     assert (d.nproc, d.nnodes, d.node_rank, d.rdzv_endpoint, d.backend, d.max_restarts) == (
-        2, 2, 1, "10.1.2.3:29400", "gloo", 1)
+        2,
+        2,
+        1,
+        "10.1.2.3:29400",
+        "gloo",
+        1,
+    )
     bad = parser.parse_args(["run", "--nnodes", "2", "--node-rank", "5", "--rdzv-endpoint", "h:1"])
     with pytest.raises(ConfigError, match="distributed.node_rank"):
         cli_run.build_config(bad)
@@ -188,8 +282,10 @@ def test_cli_flags_build_the_distributed_section():
 
 
 def test_diagnosis_when_no_rank_ever_started(tmp_path):
-    log = ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
-           "The connection to the C10d store has failed.\n")
+    log = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
+        "The connection to the C10d store has failed.\n"
+    )
     d = diagnose(tmp_path, 1, log)
     assert d["cause"] == "rendezvous" and "before any rank started" in d["message"]
     assert "RendezvousConnectionError" in d["message"]
@@ -217,11 +313,16 @@ def test_heartbeat_says_where_the_main_thread_is(tmp_path):
 
 
 def test_saving_for_a_restart_across_nodes_started_here_is_refused_and_a_resume_needs_a_state(
-        smoke, tmp_path, runs_root):
-    two = smoke.replace(**{"distributed.nnodes": 2, "distributed.rdzv_endpoint": "127.0.0.1:29500",
-                           "run.save_every": 5})
-    with pytest.raises(ConfigError, match=r"run.save_every=5 with distributed.nnodes=2 is not "
-                                          r"allowed here: each node .*\(workbench submit"):
+    smoke, tmp_path, runs_root
+):
+    two = smoke.replace(
+        **{"distributed.nnodes": 2, "distributed.rdzv_endpoint": "127.0.0.1:29500", "run.save_every": 5}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"run.save_every=5 with distributed.nnodes=2 is not "
+        r"allowed here: each node .*\(workbench submit",
+    ):
         start_run(two)
     with pytest.raises(ConfigError, match=r"run.resume_from '.*' holds no resumable state"):
         start_run(smoke.replace(**{"run.resume_from": str(tmp_path)}))

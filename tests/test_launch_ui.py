@@ -1,4 +1,5 @@
 """The distributed panel, the scaling chart and the cluster export, without launching processes."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,9 +25,11 @@ def test_panel_builds_the_config_and_refuses_bad_settings(smoke, monkeypatch):
 
 def test_scaling_chart_draws_measured_and_ideal_per_mode():
     fig = scaling_figure()
-    rows = [{"mode": "strong", "processes": 1, "samples_per_s": 100.0, "ideal_samples_per_s": 100.0},
-            {"mode": "strong", "processes": 2, "samples_per_s": 150.0, "ideal_samples_per_s": 200.0},
-            {"mode": "weak", "processes": 1, "samples_per_s": 100.0, "ideal_samples_per_s": 100.0}]
+    rows = [
+        {"mode": "strong", "processes": 1, "samples_per_s": 100.0, "ideal_samples_per_s": 100.0},
+        {"mode": "strong", "processes": 2, "samples_per_s": 150.0, "ideal_samples_per_s": 200.0},
+        {"mode": "weak", "processes": 1, "samples_per_s": 100.0, "ideal_samples_per_s": 100.0},
+    ]
     draw(fig, rows)
     names = [t.name for t in fig.data]
     assert names == ["strong: measured", "strong: ideal", "weak: measured", "weak: ideal"]

@@ -1,5 +1,6 @@
 """The Launcher owns what runs leave between them, and says what really ran: a config is checked
 once between the widgets and the ranks, and the panel shows the command that ran, warm or cold."""
+
 from __future__ import annotations
 
 import html

@@ -1,6 +1,7 @@
 """Limits checked before launch against the machine (faked where the machine would have to be
 different): cores, loader workers, RAM, GPU memory, the batch and the disk; and what the pre-launch
 child measures on the real machine."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,12 +32,17 @@ def test_a_model_too_big_to_build_is_counted_on_the_meta_device(smoke):
         check_memory(smoke.replace(**{"model.width": 10**6}), need, "cpu")
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"distributed.nproc": 4},
-     "distributed.nproc=4 rank(s) x 1 thread(s) (run.threads) = 4 busy threads on 2"),
-    ({"run.threads": 8}, "1 rank(s) x 8 thread(s) (run.threads) = 8 busy threads on 2 usable core(s)"),
-    ({"loader.num_workers": 3}, "loader.num_workers=3 x 1 rank(s) = 3 loader processes on 2 usable"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (
+            {"distributed.nproc": 4},
+            "distributed.nproc=4 rank(s) x 1 thread(s) (run.threads) = 4 busy threads on 2",
+        ),
+        ({"run.threads": 8}, "1 rank(s) x 8 thread(s) (run.threads) = 8 busy threads on 2 usable core(s)"),
+        ({"loader.num_workers": 3}, "loader.num_workers=3 x 1 rank(s) = 3 loader processes on 2 usable"),
+    ],
+)
 def test_more_threads_or_workers_than_cores_needs_an_explicit_override(two_cores, smoke, changes, words):
     cfg = smoke.replace(**changes)
     with pytest.raises(ConfigError) as e:
@@ -64,8 +70,11 @@ def test_ram_is_checked_for_every_rank(monkeypatch, smoke):
 def test_gpu_memory_is_checked_per_gpu(monkeypatch, smoke):
     need = launcher().precheck(smoke)
     monkeypatch.setattr(limits, "gpu_free_gib", lambda: [0.5, 40.0])  # a fake GPU pair, one nearly full
-    with pytest.raises(ConfigError, match=r"GPU memory .* 1 rank\(s\) per GPU, and the fullest GPU has "
-                                          r"0.5 GiB free"):
+    with pytest.raises(
+        ConfigError,
+        match=r"GPU memory .* 1 rank\(s\) per GPU, and the fullest GPU has "
+        r"0.5 GiB free",
+    ):
         check_memory(smoke.replace(**{"distributed.nproc": 2}), need, "cuda")
     monkeypatch.setattr(limits, "gpu_free_gib", lambda: [40.0, 40.0])
     assert check_memory(smoke.replace(**{"distributed.nproc": 2}), need, "cuda") == []
@@ -73,8 +82,11 @@ def test_gpu_memory_is_checked_per_gpu(monkeypatch, smoke):
 
 def test_the_batch_must_fit_the_data(smoke):
     need = launcher().precheck(smoke)
-    with pytest.raises(ConfigError, match=r"loader.batch_size must be <= 701, the training samples each "
-                                          r"of the 2 rank\(s\) gets .*got 1000"):
+    with pytest.raises(
+        ConfigError,
+        match=r"loader.batch_size must be <= 701, the training samples each "
+        r"of the 2 rank\(s\) gets .*got 1000",
+    ):
         memory_need(smoke.replace(**{"loader.batch_size": 1000, "distributed.nproc": 2}), need, "cpu")
 
 

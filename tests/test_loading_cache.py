@@ -1,5 +1,6 @@
 """The decoded cache: one shared copy across loader workers, a reusable disk file, fresh
 augmentation every epoch, and a clear refusal when it would not fit in RAM."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,7 @@ from workbench.train.images import ImageFolder
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=24, size=16,
-                              source="synthetic")
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=24, size=16, source="synthetic")
 
 
 def test_memory_cache_is_filled_by_workers_and_shared(images):

@@ -1,5 +1,6 @@
 """Loader and data settings for the loading lab: bad values refused with clear errors, and training
 runs on image files and on a user's Dataset named by import path."""
+
 from __future__ import annotations
 
 import textwrap
@@ -15,20 +16,22 @@ from workbench.loading.imageset import generate_image_set
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=48, size=16,
-                              source="synthetic")
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=48, size=16, source="synthetic")
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"loader.num_workers": -1}, r"loader.num_workers must be >= 0, got -1"),
-    ({"loader.batch_size": 0}, r"loader.batch_size must be >= 1, got 0"),
-    ({"loader.prefetch_factor": 4}, r"prefetch_factor needs loader.num_workers >= 1"),
-    ({"loader.persistent_workers": True}, r"persistent_workers needs loader.num_workers >= 1"),
-    ({"data.name": "image_folder"}, r"data.path must be a folder of images"),
-    ({"data.name": "dataset"}, r"data.factory must be an import path"),
-    ({"data.name": "dataset", "data.factory": "not an import path"}, r"data.factory must be"),
-    ({"data.on_error": "ignore"}, r"data.on_error must be one of 'raise', 'skip'"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"loader.num_workers": -1}, r"loader.num_workers must be >= 0, got -1"),
+        ({"loader.batch_size": 0}, r"loader.batch_size must be >= 1, got 0"),
+        ({"loader.prefetch_factor": 4}, r"prefetch_factor needs loader.num_workers >= 1"),
+        ({"loader.persistent_workers": True}, r"persistent_workers needs loader.num_workers >= 1"),
+        ({"data.name": "image_folder"}, r"data.path must be a folder of images"),
+        ({"data.name": "dataset"}, r"data.factory must be an import path"),
+        ({"data.name": "dataset", "data.factory": "not an import path"}, r"data.factory must be"),
+        ({"data.on_error": "ignore"}, r"data.on_error must be one of 'raise', 'skip'"),
+    ],
+)
 def test_bad_loader_and_data_settings(changes, match):
     with pytest.raises(ConfigError, match=match):
         RunConfig.smoke().replace(**changes)
@@ -48,8 +51,14 @@ def test_image_folder_is_checked_once_at_launch_not_on_every_config_edit(tmp_pat
 
 
 def test_image_folder_bundle_and_batches(images):
-    cfg = RunConfig.smoke().replace(**{"data.name": "image_folder", "data.path": str(images),
-                                       "data.image_size": 16, "loader.batch_size": 8})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "data.name": "image_folder",
+            "data.path": str(images),
+            "data.image_size": 16,
+            "loader.batch_size": 8,
+        }
+    )
     data = build_data(cfg)
     assert data.input_shape == (3, 16, 16) and data.num_classes == 4
     assert len(data.train) + len(data.test) == 48
@@ -59,7 +68,8 @@ def test_image_folder_bundle_and_batches(images):
 
 def test_user_dataset_by_file_path(tmp_path):
     src = tmp_path / "mydata.py"
-    src.write_text(textwrap.dedent("""
+    src.write_text(
+        textwrap.dedent("""
         import torch
         from torch.utils.data import Dataset
 
@@ -76,9 +86,16 @@ def test_user_dataset_by_file_path(tmp_path):
             return Squares(n)
         def broken():
             raise RuntimeError("no data today")
-    """))
-    cfg = RunConfig.smoke().replace(**{"data.name": "dataset", "data.factory": f"{src}:build",
-                                       "data.kwargs": {"n": 50}, "loader.batch_size": 4})
+    """)
+    )
+    cfg = RunConfig.smoke().replace(
+        **{
+            "data.name": "dataset",
+            "data.factory": f"{src}:build",
+            "data.kwargs": {"n": 50},
+            "loader.batch_size": 4,
+        }
+    )
     data = build_data(cfg)
     assert data.input_shape == (5,) and data.num_classes == 2 and len(data.train) == 39
     x, y = next(iter(make_loader(data.train, cfg, train=True)))
@@ -94,10 +111,19 @@ def test_training_run_on_image_files_reports_data_wait(images):
     from workbench.distributed.launch import run
     from workbench.events import read_events
 
-    cfg = RunConfig.smoke().replace(**{
-        "data.name": "image_folder", "data.path": str(images), "data.image_size": 16,
-        "model.name": "cnn", "model.width": 8, "loader.batch_size": 8, "loader.num_workers": 1,
-        "loader.persistent_workers": True, "run.steps": 12})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "data.name": "image_folder",
+            "data.path": str(images),
+            "data.image_size": 16,
+            "model.name": "cnn",
+            "model.width": 8,
+            "loader.batch_size": 8,
+            "loader.num_workers": 1,
+            "loader.persistent_workers": True,
+            "run.steps": 12,
+        }
+    )
     summary = run(cfg, timeout_s=180)
     assert summary["status"] == "completed", summary
     assert 0 <= summary["data_wait_frac"] <= 1
@@ -110,9 +136,16 @@ def test_training_run_names_a_corrupt_image(tmp_path):
     from workbench.distributed.launch import run
 
     root = generate_image_set(tmp_path / "bad", count=16, size=12, source="synthetic")
-    cfg = RunConfig.smoke().replace(**{
-        "data.name": "image_folder", "data.path": str(root), "data.image_size": 12,
-        "loader.batch_size": 4, "run.steps": 6, "run.eval_batches": 0})
+    cfg = RunConfig.smoke().replace(
+        **{
+            "data.name": "image_folder",
+            "data.path": str(root),
+            "data.image_size": 12,
+            "loader.batch_size": 4,
+            "run.steps": 6,
+            "run.eval_batches": 0,
+        }
+    )
     check_launch(cfg)  # the pre-launch check reads a few good images (and remembers this config)
     for f in (root / "class_2").iterdir():
         f.write_bytes(b"not a png at all")  # spoiled after the check: the rank finds them

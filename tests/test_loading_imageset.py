@@ -1,4 +1,5 @@
 """The generated image set and the Dataset that reads it: layout, decoding, augmentation, bad files."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The loader sweep and its advice: valid grids, real measurements with a training step, no
 worker left behind, and a recommendation bounded by the cores each process has."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -9,30 +10,43 @@ from workbench.config import ConfigError
 from workbench.loading.advice import recommend, wait_share_sentence
 from workbench.loading.imageset import generate_image_set
 from workbench.train.images import ImageFolder
-from workbench.loading.sweep import (LoaderSetting, grid, measure_setting, run_sweep,
-                                     summarize_sweep, train_step)
+from workbench.loading.sweep import (
+    LoaderSetting,
+    grid,
+    measure_setting,
+    run_sweep,
+    summarize_sweep,
+    train_step,
+)
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=48, size=16,
-                              source="synthetic")
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=48, size=16, source="synthetic")
 
 
 def test_grid_drops_settings_that_need_workers_or_a_gpu():
-    settings = grid(num_workers=[0, 2], batch_size=[16], prefetch_factor=[None, 4],
-                    persistent_workers=[False, True], pin_memory=[False, True])
+    settings = grid(
+        num_workers=[0, 2],
+        batch_size=[16],
+        prefetch_factor=[None, 4],
+        persistent_workers=[False, True],
+        pin_memory=[False, True],
+    )
     labels = [s.label for s in settings]
     assert "0w b16" in labels and "2w b16 pf4 persist" in labels
     assert not any(s.num_workers == 0 and (s.prefetch_factor or s.persistent_workers) for s in settings)
     assert not any(s.pin_memory for s in settings)  # no GPU on the test machine
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_workers": [-1]}, r"loader.num_workers must be >= 0, got -1"),
-    ({"batch_size": [0]}, r"loader.batch_size must be >= 1, got 0"),
-    ({"num_workers": []}, r"num_workers needs at least one value"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_workers": [-1]}, r"loader.num_workers must be >= 0, got -1"),
+        ({"batch_size": [0]}, r"loader.batch_size must be >= 1, got 0"),
+        ({"num_workers": []}, r"num_workers needs at least one value"),
+    ],
+)
 def test_grid_refuses_bad_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         grid(**kwargs)
@@ -67,9 +81,17 @@ def _table(rates: dict, rounds=6) -> pd.DataFrame:
         drift = 1 + 0.03 * ((r % 3) - 1)
         for (w, keep), rate in rates.items():
             s = LoaderSetting(w, 32, persistent_workers=keep)
-            rows.append({"event": "measure", "setting": s.label, **s.__dict__, "round": r,
-                         "samples_per_s": rate * drift, "first_batch_ms_epoch1": 100.0,
-                         "first_batch_ms_epoch2": 40.0})
+            rows.append(
+                {
+                    "event": "measure",
+                    "setting": s.label,
+                    **s.__dict__,
+                    "round": r,
+                    "samples_per_s": rate * drift,
+                    "first_batch_ms_epoch1": 100.0,
+                    "first_batch_ms_epoch2": 40.0,
+                }
+            )
     return summarize_sweep(rows)
 
 

@@ -2,6 +2,7 @@
 (workbench.machine.threads), on faked machines: the launch, the stacking planner and the scaling
 study give the same sentence, and the wait turns passive only when other programs hold cores;
 then a lone run's warm-up tries its thread counts in turn and keeps the faster."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,9 @@ def test_oversubscribe_is_the_users_override(fake_cores):
     assert cannot_run(cfg.replace(**{"run.oversubscribe": True}), CPU) is None
 
 
-@pytest.mark.parametrize("other, policy", [(0.0, "default"), (0.2, "default"), (0.25, "passive"),
-                                           (1.9, "passive")])
+@pytest.mark.parametrize(
+    "other, policy", [(0.0, "default"), (0.2, "default"), (0.25, "passive"), (1.9, "passive")]
+)
 def test_the_wait_turns_passive_when_others_hold_cores(fake_cores, monkeypatch, other, policy):
     fake_cores(2)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -104,22 +106,28 @@ def test_a_trial_keeps_the_faster_count_leaving_each_counts_first_step_out(monke
             assert (record is None) == (i < 8)
         assert record["kept"] == trial.kept == torch.get_num_threads() == 1
         assert record["median_step_ms"] == {"2": 5.0, "1": 4.0} and record["timed_steps_each"] == 3
-        assert record["why"] == ("the warm-up tried 2 and 1 thread(s) in turn, 3 timed steps each: "
-                                 "median 5 ms and 4 ms a step; kept 1")
+        assert record["why"] == (
+            "the warm-up tried 2 and 1 thread(s) in turn, 3 timed steps each: "
+            "median 5 ms and 4 ms a step; kept 1"
+        )
         assert trial.before(9) is None and trial.after(9, 1.0) is None  # past the trial
         assert trial.unfinished() is None  # it chose
         short = ThreadTrial.from_env(7)  # 3 steps each: 2 timed, too few to choose on
         assert short.steps == 0 and short.before(1) is None
-        assert short.unfinished() == {"kept": 2, "why": "the warm-up's 7 step(s) were too short to "
-                                       "time each of 2 and 1 thread(s) on 3 steps after its first: "
-                                       "no trial; kept 2"}
+        assert short.unfinished() == {
+            "kept": 2,
+            "why": "the warm-up's 7 step(s) were too short to "
+            "time each of 2 and 1 thread(s) on 3 steps after its first: "
+            "no trial; kept 2",
+        }
         assert torch.get_num_threads() == 2
         ended = ThreadTrial.from_env(8)
         ended.before(1)
         ended.after(1, 0.01)
         ended.before(2)  # a time budget ends the run on this step, at 1 thread
-        assert ended.unfinished()["why"] == ("the run ended inside the warm-up's thread trial, "
-                                              "before it chose; kept 2")
+        assert ended.unfinished()["why"] == (
+            "the run ended inside the warm-up's thread trial, before it chose; kept 2"
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -1,13 +1,19 @@
 """The measurement core on synthetic samples: the interval, the verdict rule (clear win, clear loss,
 overlap, tiny effect, too few rounds), and rounds that alternate their order."""
+
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from workbench.measure.compare import (median_interval, min_rounds, paired_ratio,
-                                       paired_speed_ratio, unpaired_ratio)
+from workbench.measure.compare import (
+    median_interval,
+    min_rounds,
+    paired_ratio,
+    paired_speed_ratio,
+    unpaired_ratio,
+)
 from workbench.trials.calls import timed_calls
 from workbench.measure.verdict import is_clean_gain, verdict, weighed
 
@@ -76,8 +82,13 @@ def test_compression_and_stacking_rows_that_lost_accuracy_are_never_painted_as_g
     from workbench.compress.reasons import judge
     from workbench.ui.table import STATUS_COLORS, status_color
 
-    timing = {"speedup_b64": 1.62, "speedup_b64_low": 1.5, "speedup_b64_high": 1.7,
-              "speedup_b64_verdict": "faster", "speedup_b64_rounds": 15}
+    timing = {
+        "speedup_b64": 1.62,
+        "speedup_b64_low": 1.5,
+        "speedup_b64_high": 1.7,
+        "speedup_b64_verdict": "faster",
+        "speedup_b64_rounds": 15,
+    }
     row = judge("structured", timing, 0.5, accuracy=(0.995, 0.273))
     assert row["verdict"].startswith("faster, but accuracy 0.995 -> 0.273")
     assert status_color(row["verdict"]) != STATUS_COLORS["faster"]

@@ -1,5 +1,6 @@
 """Every notebook is committed stripped by nbstripout: no outputs, no execution counts, no widget
 state (cell ids are kept: nbformat 4.5 needs them)."""
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,24 @@ def test_notebook_is_stripped(path):
 
 
 def test_nbstripout_clears_outputs_and_widget_state(tmp_path):
-    nb = {"cells": [{"cell_type": "code", "execution_count": 3, "id": "a1", "metadata": {},
-                     "source": "1", "outputs": [{"output_type": "execute_result", "data": {},
-                                                 "metadata": {}, "execution_count": 3}]},
-                    {"cell_type": "markdown", "id": "b2", "metadata": {}, "source": "# hi"}],
-          "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {}}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": 3,
+                "id": "a1",
+                "metadata": {},
+                "source": "1",
+                "outputs": [
+                    {"output_type": "execute_result", "data": {}, "metadata": {}, "execution_count": 3}
+                ],
+            },
+            {"cell_type": "markdown", "id": "b2", "metadata": {}, "source": "# hi"},
+        ],
+        "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {}}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path = tmp_path / "x.ipynb"
     path.write_text(json.dumps(nb))
     assert subprocess.run([*NBSTRIPOUT, "--verify", str(path)], capture_output=True).returncode == 1

@@ -6,6 +6,7 @@ faked 1-core and 2-core machine, with WORKBENCH_QUICK on and off: every config t
 step of a stacking plan that will run) must be one the launch accepts (workbench.machine.fit), and
 quick mode must plan the same models, data, precisions, ranks, workers and steps as the defaults.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,15 +26,29 @@ CPU = torch.device("cpu")
 
 def plan_cells(path: Path) -> list[str]:
     cells = json.loads(path.read_text())["cells"]
-    return ["".join(c["source"]) for c in cells
-            if c["cell_type"] == "code" and "plan" in c.get("metadata", {}).get("tags", [])]
+    return [
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and "plan" in c.get("metadata", {}).get("tags", [])
+    ]
 
 
 def paths(cfg: RunConfig) -> tuple:
     """What a config runs, beside its sizes: the things quick mode may not change."""
-    return (cfg.model.name, cfg.data.name, cfg.precision.dtype, cfg.precision.channels_last,
-            cfg.precision.tf32, cfg.compile.enabled, cfg.distributed.nproc, cfg.distributed.nnodes,
-            cfg.loader.num_workers, cfg.run.threads, cfg.run.oversubscribe, cfg.optim.name)
+    return (
+        cfg.model.name,
+        cfg.data.name,
+        cfg.precision.dtype,
+        cfg.precision.channels_last,
+        cfg.precision.tf32,
+        cfg.compile.enabled,
+        cfg.distributed.nproc,
+        cfg.distributed.nnodes,
+        cfg.loader.num_workers,
+        cfg.run.threads,
+        cfg.run.oversubscribe,
+        cfg.optim.name,
+    )
 
 
 def notebook_plan(path: Path, quick: bool, cores: int, fake_cores, monkeypatch, tmp_path) -> dict:
@@ -53,8 +68,11 @@ def notebook_plan(path: Path, quick: bool, cores: int, fake_cores, monkeypatch, 
         for i, step in enumerate(plan(ns["baseline"], ns["changes"])):
             configs[f"stacking step {i}"] = step.config
             stacking.append((step.change.label, step.reason is None))
-    return {"configs": configs, "stacking": stacking,
-            "counts": {k: ns[k] for k in ("RANKS", "WORKERS") if k in ns}}
+    return {
+        "configs": configs,
+        "stacking": stacking,
+        "counts": {k: ns[k] for k in ("RANKS", "WORKERS") if k in ns},
+    }
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -64,15 +82,15 @@ def test_every_notebook_has_a_plan(path):
 
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_the_plan_launches_here_and_quick_mode_plans_the_same(path, cores, fake_cores, monkeypatch,
-                                                             tmp_path):
+def test_the_plan_launches_here_and_quick_mode_plans_the_same(path, cores, fake_cores, monkeypatch, tmp_path):
     plans = {q: notebook_plan(path, q, cores, fake_cores, monkeypatch, tmp_path) for q in (False, True)}
     for q, p in plans.items():
         for name, cfg in p["configs"].items():
             assert cannot_run(cfg, CPU) is None, f"{path.name} ({'quick' if q else 'defaults'}): {name}"
     default, quick = plans[False], plans[True]
-    assert {k: paths(v) for k, v in quick["configs"].items()} == \
-        {k: paths(v) for k, v in default["configs"].items()}
+    assert {k: paths(v) for k, v in quick["configs"].items()} == {
+        k: paths(v) for k, v in default["configs"].items()
+    }
     assert quick["stacking"] == default["stacking"] and quick["counts"] == default["counts"]
 
 
@@ -90,7 +108,7 @@ def test_quick_mode_scales_numbers_only(path):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "scaled":
             for arg in node.args:
                 assert isinstance(arg, (ast.Constant, ast.Call, ast.BinOp, ast.Name)) and not (
-                    isinstance(arg, ast.Constant) and not isinstance(arg.value, (int, float))), \
-                    f"{path.name}: scaled() with {ast.unparse(arg)}"
+                    isinstance(arg, ast.Constant) and not isinstance(arg.value, (int, float))
+                ), f"{path.name}: scaled() with {ast.unparse(arg)}"
         if isinstance(node, (ast.If, ast.IfExp)):
             assert "quick()" not in ast.unparse(node.test), f"{path.name}: branches on quick()"

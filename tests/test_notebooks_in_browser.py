@@ -12,6 +12,7 @@ To check the notebooks as people run them, with their defaults and beside other 
 
 (notebook 01 included, two busy processes held throughout, and a longer wait per notebook).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,18 @@ from contextlib import nullcontext
 
 import pytest
 
-from browser_page import (CHROMIUM, OUT, cell_errors, check_no_widget_errors, lab_page, legibility, prompts,
-                          run_all, screenshot_whole, wait)
+from browser_page import (
+    CHROMIUM,
+    OUT,
+    cell_errors,
+    check_no_widget_errors,
+    lab_page,
+    legibility,
+    prompts,
+    run_all,
+    screenshot_whole,
+    wait,
+)
 from lab_server import REPO
 from workbench.procs import OtherWork
 
@@ -62,8 +73,7 @@ def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name, monkeypatch
             errors = cell_errors(page)
             assert not errors, f"a cell of {name} failed: {errors[0][-3000:]}"
             shown = prompts(page)
-            return lab.kernel_states() == ["idle"] and shown and all(
-                re.search(r"\[\d+\]", p) for p in shown)
+            return lab.kernel_states() == ["idle"] and shown and all(re.search(r"\[\d+\]", p) for p in shown)
 
         wait(finished, 1800 if DEFAULTS else 900, f"{name} to run to its end", 1)
         check_no_widget_errors(page)
@@ -84,5 +94,9 @@ def run_in_a_kernel(path):
     from nbclient import NotebookClient
 
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=1800 if DEFAULTS else 900, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=1800 if DEFAULTS else 900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()

@@ -1,5 +1,6 @@
 """Every bad input a new user tried gets one line naming the field or path, the value and what to
 do, never a traceback: the command line, run in-process (an uncaught exception fails the test)."""
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,12 @@ from workbench.runstore import create_run_dir
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=16, size=16,
-                              source="synthetic")
+    return generate_image_set(tmp_path_factory.mktemp("img") / "set", count=16, size=16, source="synthetic")
 
 
 @pytest.fixture(scope="module")
 def corrupt(tmp_path_factory):
-    root = generate_image_set(tmp_path_factory.mktemp("bad") / "set", count=16, size=16,
-                              source="synthetic")
+    root = generate_image_set(tmp_path_factory.mktemp("bad") / "set", count=16, size=16, source="synthetic")
     (root / "class_1" / "000005.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
     return root
 
@@ -47,9 +46,15 @@ USER_MODELS = {
 }
 
 
-@pytest.mark.parametrize("name, words", [
-    ("missing.py", "does not exist"), ("syntax.py", "SyntaxError"),
-    ("wrong_type.py", "must return a torch.nn.Module, got int"), ("raises.py", "no GPU here")])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("missing.py", "does not exist"),
+        ("syntax.py", "SyntaxError"),
+        ("wrong_type.py", "must return a torch.nn.Module, got int"),
+        ("raises.py", "no GPU here"),
+    ],
+)
 def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, runs_root, capsys):
     if USER_MODELS[name] is not None:
         (tmp_path / name).write_text(USER_MODELS[name])
@@ -61,32 +66,39 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
     assert not runs_root.exists() or not any(runs_root.iterdir())  # nothing was launched
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["run", "--preset", "smoke", "--run-dir", "/proc/workbench-run"], "'/proc/workbench-run"),
-    (["run", "--preset", "smoke", "--run-dir", "FILE/run"], "Not a directory"),
-    (["run", "--preset", "smoke", "--run-dir", ""], "run dir is empty: name a new folder"),
-    (["run", "--config", "BINARY"], "is not UTF-8 text (byte 0xff at position 0): a config is a JSON"),
-    (["run", "--config", "NESTED"], "its JSON is nested too deeply to read"),
-    (["run", "--preset", "smoke", "--set", "run.label=" + "y" * 3000], "yyy... (3,002 characters)"),
-    (["run", "--preset", "smoke", "--batch-size", "9" * 3000], "999... (3,000 characters); use a"),
-    (["run", "--preset", "smoke", "--run-dir", "FILE"], "a_file' is a file; choose a new folder"),
-    (["run", "--preset", "smoke", "--run-dir", "FULL"], "is not empty (it holds 'notes.txt'): a run needs"),
-    (["export", "--config", "CONFIG", "--to", "/proc/workbench-export"], "/proc/workbench-export"),
-    (["export", "--config", "CONFIG", "--to", "FILE/export"], "Not a directory"),
-    (["loader", "make-images", "/proc/workbench-images", "--count", "2"], "/proc/workbench-images"),
-    (["loader", "make-images", "FILE/images", "--count", "2"], "Not a directory"),
-    (["runs", "--dir", "FILE"], "is a file, not a folder of runs"),
-    (["loader", "sweep", "IMAGES", "--rounds", "0"], "--rounds must be >= 1, got 0"),
-    (["loader", "sweep", "IMAGES", "--nproc", "0"], "--nproc must be >= 1, got 0"),
-    (["loader", "sweep", "CORRUPT", "--workers", "0", "--rounds", "1"], "000005.png"),
-    (["loader", "sweep", "CORRUPT", "--workers", "1", "--rounds", "1"], "000005.png"),
-    (["prune", "--eval", "missing.py:score", "--rounds", "3"], "--eval 'missing.py:score'"),
-    (["run", "--preset", "smoke", "--set", "loader.num_workers=1000"], "loader.num_workers=1000"),
-    (["run", "--preset", "smoke", "--nproc", "64"], "distributed.nproc=64"),
-    (["run", "--preset", "smoke", "--batch-size", "1000000000000"], "loader.batch_size must be <= 1402"),
-    (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
-    (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
-], ids=lambda v: " ".join(v)[:80] if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--preset", "smoke", "--run-dir", "/proc/workbench-run"], "'/proc/workbench-run"),
+        (["run", "--preset", "smoke", "--run-dir", "FILE/run"], "Not a directory"),
+        (["run", "--preset", "smoke", "--run-dir", ""], "run dir is empty: name a new folder"),
+        (["run", "--config", "BINARY"], "is not UTF-8 text (byte 0xff at position 0): a config is a JSON"),
+        (["run", "--config", "NESTED"], "its JSON is nested too deeply to read"),
+        (["run", "--preset", "smoke", "--set", "run.label=" + "y" * 3000], "yyy... (3,002 characters)"),
+        (["run", "--preset", "smoke", "--batch-size", "9" * 3000], "999... (3,000 characters); use a"),
+        (["run", "--preset", "smoke", "--run-dir", "FILE"], "a_file' is a file; choose a new folder"),
+        (
+            ["run", "--preset", "smoke", "--run-dir", "FULL"],
+            "is not empty (it holds 'notes.txt'): a run needs",
+        ),
+        (["export", "--config", "CONFIG", "--to", "/proc/workbench-export"], "/proc/workbench-export"),
+        (["export", "--config", "CONFIG", "--to", "FILE/export"], "Not a directory"),
+        (["loader", "make-images", "/proc/workbench-images", "--count", "2"], "/proc/workbench-images"),
+        (["loader", "make-images", "FILE/images", "--count", "2"], "Not a directory"),
+        (["runs", "--dir", "FILE"], "is a file, not a folder of runs"),
+        (["loader", "sweep", "IMAGES", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+        (["loader", "sweep", "IMAGES", "--nproc", "0"], "--nproc must be >= 1, got 0"),
+        (["loader", "sweep", "CORRUPT", "--workers", "0", "--rounds", "1"], "000005.png"),
+        (["loader", "sweep", "CORRUPT", "--workers", "1", "--rounds", "1"], "000005.png"),
+        (["prune", "--eval", "missing.py:score", "--rounds", "3"], "--eval 'missing.py:score'"),
+        (["run", "--preset", "smoke", "--set", "loader.num_workers=1000"], "loader.num_workers=1000"),
+        (["run", "--preset", "smoke", "--nproc", "64"], "distributed.nproc=64"),
+        (["run", "--preset", "smoke", "--batch-size", "1000000000000"], "loader.batch_size must be <= 1402"),
+        (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
+        (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
+    ],
+    ids=lambda v: " ".join(v)[:80] if isinstance(v, list) else None,
+)
 def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrupt, capsys):
     afile = tmp_path / "a_file"
     afile.write_text("not a folder")
@@ -97,9 +109,15 @@ def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrup
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("the user's")
-    subs = {"FILE": str(afile), "FULL": str(full), "BINARY": str(tmp_path / "binary.json"),
-            "NESTED": str(tmp_path / "nested.json"), "CONFIG": str(config), "IMAGES": str(images),
-            "CORRUPT": str(corrupt)}
+    subs = {
+        "FILE": str(afile),
+        "FULL": str(full),
+        "BINARY": str(tmp_path / "binary.json"),
+        "NESTED": str(tmp_path / "nested.json"),
+        "CONFIG": str(config),
+        "IMAGES": str(images),
+        "CORRUPT": str(corrupt),
+    }
     argv = [subs.get(a, a.replace("FILE/", f"{afile}/")) for a in argv]
     err = one_line(capsys, cli(argv))
     assert words in err, err
@@ -108,8 +126,7 @@ def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrup
 def test_a_run_folder_named_with_a_leading_dash_runs_there(tmp_path, monkeypatch, capsys):
     """'-dash' is a folder name, not an option: the supervisor and the rank get it absolute."""
     monkeypatch.chdir(tmp_path)
-    assert cli(["run", "--preset", "smoke", "--steps", "3", "--run-dir=-dash"]) == 0, \
-        capsys.readouterr().err
+    assert cli(["run", "--preset", "smoke", "--steps", "3", "--run-dir=-dash"]) == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "-dash" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert not (tmp_path / "config.json").exists()  # the run is in -dash, not here
@@ -158,8 +175,9 @@ def test_hw_bench_saves_its_figures_when_the_cache_cannot_be_written(tmp_path, m
     blocker.write_text("")
     monkeypatch.setenv("WORKBENCH_CACHE", str(blocker / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(microbench, "plan", lambda d, q, r: [
-        ("copy", lambda: microbench.copy_bandwidth(d, mib=8, repeats=3))])
+    monkeypatch.setattr(
+        microbench, "plan", lambda d, q, r: [("copy", lambda: microbench.copy_bandwidth(d, mib=8, repeats=3))]
+    )
     assert cli(["hw", "--bench", "--quick", "--json"]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
@@ -174,23 +192,37 @@ def test_the_command_line_refuses_before_importing_torch(name, tmp_path):
     """The measured cases of `python -m tools.bench refusals`: one line, exit code 2, and torch
     never imported (that import is what made refusals take 8-28 s on a busy machine)."""
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00binary")
-    env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"),
-           "WORKBENCH_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"), "WORKBENCH_CACHE": str(tmp_path / "cache")}
     _, done = refuse(CASES[name], tmp_path, env)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not imports_torch(CASES[name], tmp_path, env)
 
 
 @pytest.mark.slow
-def test_a_refusal_inside_a_rank_is_one_line_and_its_traceback_stays_in_the_folder(tmp_path, runs_root,
-                                                                                  capsys):
+def test_a_refusal_inside_a_rank_is_one_line_and_its_traceback_stays_in_the_folder(
+    tmp_path, runs_root, capsys
+):
     from launch_helpers import faulty_model
     from workbench.runfolder import RunFolder
 
     model = faulty_model(tmp_path)
-    code = cli(["run", "--preset", "smoke", "--model", model, "--nproc", "2", "--steps", "6",
-                "--set", 'model.kwargs={"mode": "refuse", "rank": 1, "step": 3}', "--run-dir",
-                str(tmp_path / "run")])
+    code = cli(
+        [
+            "run",
+            "--preset",
+            "smoke",
+            "--model",
+            model,
+            "--nproc",
+            "2",
+            "--steps",
+            "6",
+            "--set",
+            'model.kwargs={"mode": "refuse", "rank": 1, "step": 3}',
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err, err
     assert "the shard for rank 1 is refused" in err, err

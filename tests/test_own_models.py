@@ -3,6 +3,7 @@ tied head whose forward returns (logits, loss), Hugging Face's GPT-2 from a smal
 residual CNN, and a residual CNN on a Dataset of your own (examples/). Each trains on 1 and 2
 torchrun ranks, is pruned (unstructured and structured) and quantized from its run folder with
 the coverage checked and the result scored, and is exported with its code and reproduced."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,23 +23,40 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TEXT = {"data.name": "text", "data.num_samples": 128, "data.seq_len": 16}
 CASES = {  # name -> config changes, and the coverage each strategy must reach
-    "gpt": ({"model.name": f"{EXAMPLES}/gpt.py:build", "model.kwargs": {"n_embd": 32}, **TEXT},
-            dict(prune=(0.9, 1.0), quant=(0.9, 1.0), structured=(0.5, 0.8))),
-    "gpt2": ({"model.name": f"{EXAMPLES}/gpt2.py:build", "model.kwargs": {"width": 32}, **TEXT},
-             dict(prune=(0.9, 1.0), quant=(0.9, 1.0), structured=(0.5, 0.8))),
-    "resnet": ({"model.name": f"{EXAMPLES}/resnet.py:build", "model.kwargs": {"width": 8},
-                "data.name": "synthetic_images", "data.num_samples": 256},
-               dict(prune=(0.95, 1.0), quant=(0.0, 0.05), structured=(1.0, 1.0))),
-    "dataset": ({"model.name": f"{EXAMPLES}/resnet.py:build", "model.kwargs": {"width": 8},
-                 "data.name": "dataset", "data.factory": f"{EXAMPLES}/strokes.py:build",
-                 "data.kwargs": {"size": 400}},
-                dict(prune=(0.95, 1.0), quant=(0.0, 0.05), structured=(1.0, 1.0))),
+    "gpt": (
+        {"model.name": f"{EXAMPLES}/gpt.py:build", "model.kwargs": {"n_embd": 32}, **TEXT},
+        dict(prune=(0.9, 1.0), quant=(0.9, 1.0), structured=(0.5, 0.8)),
+    ),
+    "gpt2": (
+        {"model.name": f"{EXAMPLES}/gpt2.py:build", "model.kwargs": {"width": 32}, **TEXT},
+        dict(prune=(0.9, 1.0), quant=(0.9, 1.0), structured=(0.5, 0.8)),
+    ),
+    "resnet": (
+        {
+            "model.name": f"{EXAMPLES}/resnet.py:build",
+            "model.kwargs": {"width": 8},
+            "data.name": "synthetic_images",
+            "data.num_samples": 256,
+        },
+        dict(prune=(0.95, 1.0), quant=(0.0, 0.05), structured=(1.0, 1.0)),
+    ),
+    "dataset": (
+        {
+            "model.name": f"{EXAMPLES}/resnet.py:build",
+            "model.kwargs": {"width": 8},
+            "data.name": "dataset",
+            "data.factory": f"{EXAMPLES}/strokes.py:build",
+            "data.kwargs": {"size": 400},
+        },
+        dict(prune=(0.95, 1.0), quant=(0.0, 0.05), structured=(1.0, 1.0)),
+    ),
 }
 
 
 def config(name: str, **more) -> RunConfig:
-    base = RunConfig.smoke().replace(**{"run.steps": 6, "run.eval_batches": 1,
-                                        "loader.batch_size": 16, "run.threads": 1})
+    base = RunConfig.smoke().replace(
+        **{"run.steps": 6, "run.eval_batches": 1, "loader.batch_size": 16, "run.threads": 1}
+    )
     return base.replace(**CASES[name][0], **more)
 
 
@@ -86,16 +104,17 @@ def test_your_model_through_every_strategy(name, one_thread, tmp_path):
     assert len(df) == 6 and df["abs_diff"].max() < 1e-5, df
 
 
-def test_your_dataset_in_a_fine_tuned_sweep_the_stacking_study_and_a_two_rank_export(
-        one_thread, tmp_path):
+def test_your_dataset_in_a_fine_tuned_sweep_the_stacking_study_and_a_two_rank_export(one_thread, tmp_path):
     from workbench.compress.sweep import SweepConfig, run_sweep
     from workbench.stacking.inference import inference_study
 
     result = run(config("dataset", **{"distributed.nproc": 2}), timeout_s=300)
     assert result["status"] == "completed", result
     subject = Subject.from_run(result["run_dir"])
-    df = run_sweep(subject, SweepConfig(amounts=[0.0, 0.5], method="structured",
-                                        finetune_epochs=1, batch_sizes=(1, 8), rounds=6))
+    df = run_sweep(
+        subject,
+        SweepConfig(amounts=[0.0, 0.5], method="structured", finetune_epochs=1, batch_sizes=(1, 8), rounds=6),
+    )
     assert df["accuracy_finetuned"].notna().all() and df["coverage"].iloc[1] == 1.0
     study = inference_study(result["run_dir"], rounds=6, batch=8)
     assert list(study["status"][:1]) == ["baseline"] and study["samples_per_s"].notna().all()

@@ -1,4 +1,5 @@
 """Precision choices checked against the device, with the hardware faked (no GPU needed)."""
+
 import pytest
 import torch
 
@@ -10,27 +11,35 @@ from workbench.train.precision import autocast, check_supported, grad_scaler
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """A CUDA device of a chosen compute capability, as torch would report it."""
+
     def make(capability, bf16):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
         return torch.device("cuda", 0)
+
     return make
 
 
 def test_bf16_refused_on_a_pre_ampere_gpu(fake_gpu):
     device = fake_gpu((7, 0), bf16=False)  # V100
     cfg = RunConfig.smoke().replace(**{"precision.dtype": "bf16"})
-    with pytest.raises(ConfigError, match=r"precision\.dtype cannot be 'bf16' on cuda: this GPU "
-                                          r"\(compute capability 7\.0\) has no bf16"):
+    with pytest.raises(
+        ConfigError,
+        match=r"precision\.dtype cannot be 'bf16' on cuda: this GPU "
+        r"\(compute capability 7\.0\) has no bf16",
+    ):
         check_supported(cfg, device)
     check_supported(cfg.replace(**{"precision.dtype": "fp16"}), device)  # fp16 is fine there
 
 
 def test_tf32_needs_ampere(fake_gpu):
     cfg = RunConfig.smoke().replace(**{"precision.tf32": True})
-    with pytest.raises(ConfigError, match=r"precision\.tf32 cannot be True on cuda: TF32 needs "
-                                          r"compute capability 8\.0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"precision\.tf32 cannot be True on cuda: TF32 needs "
+        r"compute capability 8\.0",
+    ):
         check_supported(cfg, fake_gpu((7, 5), bf16=False))
     check_supported(cfg, fake_gpu((9, 0), bf16=True))  # H100 / H200
 

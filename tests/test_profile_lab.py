@@ -1,6 +1,7 @@
 """The profiling lab on real runs: profiled steps in a real worker, read back from the run folder;
 the phases add up to the measured step time, the profiled steps stay out of the run's figures,
 checkpointing lowers the measured activations and keeps the losses, a slow loader is named."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,20 @@ from workbench.measure.warmup import warmup_steps
 
 def small_transformer() -> RunConfig:
     """Steps of some tens of ms on one thread: long enough that a stray preemption is small."""
-    return RunConfig.smoke().with_model("transformer").replace(**{
-        "model.width": 64, "model.depth": 2, "data.num_samples": 256, "data.seq_len": 32,
-        "loader.batch_size": 16, "run.threads": 1})
+    return (
+        RunConfig.smoke()
+        .with_model("transformer")
+        .replace(
+            **{
+                "model.width": 64,
+                "model.depth": 2,
+                "data.num_samples": 256,
+                "data.seq_len": 32,
+                "loader.batch_size": 16,
+                "run.threads": 1,
+            }
+        )
+    )
 
 
 def median_gap(rank) -> float:
@@ -75,11 +87,14 @@ def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_r
 
 
 def test_checkpointing_the_blocks_lowers_activations_and_keeps_the_losses(runs_root):
-    t = checkpoint_trade(small_transformer(), ["blocks.layers.*"], profile_steps=2, timed=False,
-                         root=runs_root)
+    t = checkpoint_trade(
+        small_transformer(), ["blocks.layers.*"], profile_steps=2, timed=False, root=runs_root
+    )
     off, on = t.activations
-    print(f"\ncheckpointing the transformer's layers: activations {off} -> {on} bytes, "
-          f"{t.saved_fraction:.1%} less")
+    print(
+        f"\ncheckpointing the transformer's layers: activations {off} -> {on} bytes, "
+        f"{t.saved_fraction:.1%} less"
+    )
     assert on < off and t.saved_fraction > 0.3
     assert t.on.memory.checkpointed == ["blocks.layers.0", "blocks.layers.1"]
     assert t.loss_gap() <= 1e-4
@@ -96,10 +111,17 @@ def test_a_slow_loader_is_named(tmp_path, runs_root):
         "        time.sleep(0.002)  # reading and decoding, made slow on purpose\n"
         "        g = torch.Generator().manual_seed(i)\n"
         "        return torch.randn(16, generator=g), i % 4\n\n"
-        "def build():\n    return Slow()\n")
-    cfg = RunConfig.smoke().replace(**{"data.name": "dataset", "data.factory": f"{slow}:build",
-                                       "data.num_classes": 4, "loader.batch_size": 16,
-                                       "run.threads": 1})
+        "def build():\n    return Slow()\n"
+    )
+    cfg = RunConfig.smoke().replace(
+        **{
+            "data.name": "dataset",
+            "data.factory": f"{slow}:build",
+            "data.num_classes": 4,
+            "loader.batch_size": 16,
+            "run.threads": 1,
+        }
+    )
     b = profile(cfg, profile_steps=3, root=runs_root)
     assert b.verdict.bound_by == "data", b.verdict.text()
     assert "loader.num_workers" in b.verdict.try_next
@@ -107,8 +129,9 @@ def test_a_slow_loader_is_named(tmp_path, runs_root):
 
 
 def test_the_verdict_rule_and_its_thresholds():
-    compute = group_shares({"data": 1, "copy": 0, "forward": 30, "backward": 60, "all_reduce": 0,
-                            "optimizer": 5, "rest": 4})
+    compute = group_shares(
+        {"data": 1, "copy": 0, "forward": 30, "backward": 60, "all_reduce": 0, "optimizer": 5, "rest": 4}
+    )
     assert bound_by(compute, None, {}).bound_by == "compute"
     comm = group_shares({"forward": 20, "backward": 30, "all_reduce": 45, "optimizer": 5})
     v = bound_by(comm, None, {"optim": {"grad_accum_steps": 1}})
@@ -137,23 +160,51 @@ def test_optimizer_implementations_are_timed_interleaved_with_intervals(monkeypa
 
 
 def test_the_command_prints_the_breakdown_as_json(runs_root):
-    proc = subprocess.run([sys.executable, "-m", "workbench", "profile", "--preset", "smoke",
-                           "--threads", "1", "--profile-steps", "2", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "profile",
+            "--preset",
+            "smoke",
+            "--threads",
+            "1",
+            "--profile-steps",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert {"step_ms", "phases_ms", "bound_by", "params", "memory_bytes"} <= set(out)
     assert set(out["memory_bytes"]) == {"parameters", "gradients", "optimizer_state", "activations"}
     # a module name the model lacks is refused before launch (the pre-launch check checkpoints the
     # model it builds as the run will); the command says why in one line
-    bad = subprocess.run([sys.executable, "-m", "workbench", "profile", "--preset", "smoke",
-                          "--set", 'train.checkpoint=["net.99"]'], capture_output=True, text=True,
-                         timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "profile",
+            "--preset",
+            "smoke",
+            "--set",
+            'train.checkpoint=["net.99"]',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2, bad.stderr
     line = bad.stderr.strip().splitlines()[-1]
     assert line.startswith("workbench profile: ")
-    assert ("train.checkpoint[0] 'net.99' names no module of this model (MLP); its modules: net, "
-            "net.0") in line
+    assert (
+        "train.checkpoint[0] 'net.99' names no module of this model (MLP); its modules: net, net.0"
+    ) in line
 
 
 @pytest.mark.slow

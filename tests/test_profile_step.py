@@ -1,5 +1,6 @@
 """The profiling pieces that run inside a rank, in this process: the config fields, activation
 checkpointing, the exact memory counts, the optimizer implementations, and the GPU parts faked."""
+
 from __future__ import annotations
 
 import math
@@ -26,31 +27,43 @@ CPU = torch.device("cpu")
 def tiny(model: str) -> RunConfig:
     cfg = RunConfig.smoke().with_model(model)
     if model == "transformer":
-        cfg = cfg.replace(**{"model.width": 32, "model.depth": 2, "data.num_samples": 64,
-                             "data.seq_len": 16})
+        cfg = cfg.replace(**{"model.width": 32, "model.depth": 2, "data.num_samples": 64, "data.seq_len": 16})
     if model == "cnn":
-        cfg = cfg.replace(**{"model.width": 8, "data.name": "synthetic_images", "data.image_size": 8,
-                             "data.num_samples": 64})
+        cfg = cfg.replace(
+            **{
+                "model.width": 8,
+                "data.name": "synthetic_images",
+                "data.image_size": 8,
+                "data.num_samples": 64,
+            }
+        )
     return cfg.replace(**{"loader.batch_size": 8})
 
 
-@pytest.mark.parametrize("sections, message", [
-    ({"train": {"checkpoint": "blocks"}}, r"train\.checkpoint must be a list of str, got 'blocks'"),
-    ({"train": {"checkpoint": ["blocks", 3]}}, r"train\.checkpoint\[1\] must be a string, got 3"),
-    ({"train": {"checkpoint": ["a b"]}}, r"train\.checkpoint\[0\] must be a module name"),
-    ({"optim": {"impl": "vectorized"}}, r"optim\.impl must be one of 'auto', 'for-loop', 'foreach', "
-                                        r"'fused', got 'vectorized'"),
-    ({"run": {"profile_steps": -1}}, r"run\.profile_steps must be >= 0, got -1"),
-    ({"run": {"steps": 10, "profile_steps": 6}}, r"run\.profile_steps must be <= run\.steps // 2 \(5\)"),
-])
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        ({"train": {"checkpoint": "blocks"}}, r"train\.checkpoint must be a list of str, got 'blocks'"),
+        ({"train": {"checkpoint": ["blocks", 3]}}, r"train\.checkpoint\[1\] must be a string, got 3"),
+        ({"train": {"checkpoint": ["a b"]}}, r"train\.checkpoint\[0\] must be a module name"),
+        (
+            {"optim": {"impl": "vectorized"}},
+            r"optim\.impl must be one of 'auto', 'for-loop', 'foreach', "
+            r"'fused', got 'vectorized'",
+        ),
+        ({"run": {"profile_steps": -1}}, r"run\.profile_steps must be >= 0, got -1"),
+        ({"run": {"steps": 10, "profile_steps": 6}}, r"run\.profile_steps must be <= run\.steps // 2 \(5\)"),
+    ],
+)
 def test_new_fields_are_checked_with_the_field_named(sections, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig.from_dict(sections)
 
 
 def test_new_fields_round_trip():
-    cfg = RunConfig.smoke().replace(**{"train.checkpoint": ["net.*"], "optim.impl": "foreach",
-                                       "run.profile_steps": 3})
+    cfg = RunConfig.smoke().replace(
+        **{"train.checkpoint": ["net.*"], "optim.impl": "foreach", "run.profile_steps": 3}
+    )
     assert RunConfig.from_json(cfg.to_json()) == cfg
 
 
@@ -58,8 +71,11 @@ def test_checkpoint_names_resolve_and_bad_names_list_the_modules():
     cfg = tiny("transformer")
     model = build_model(cfg, build_data(cfg))
     assert resolve(model, ["blocks.layers.*"]) == ["blocks.layers.0", "blocks.layers.1"]
-    with pytest.raises(ConfigError, match=r"train\.checkpoint\[0\] 'blocks\.layer' names no module of "
-                                          r"this model \(TinyTransformerLM\); its modules: embed, blocks,"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.checkpoint\[0\] 'blocks\.layer' names no module of "
+        r"this model \(TinyTransformerLM\); its modules: embed, blocks,",
+    ):
         resolve(model, ["blocks.layer"])
     with pytest.raises(ConfigError, match=r"selects 'blocks\.layers\.0' inside 'blocks'"):
         resolve(model, ["blocks", "blocks.layers.0"])
@@ -108,8 +124,15 @@ def test_parameter_gradient_and_adamw_state_bytes_are_exact(model):
     assert footprint.optimizer_state_bytes(opt) == 2 * exact + 4 * len(params)
 
 
-@pytest.mark.parametrize("impl, flags", [("for-loop", {"foreach": False}), ("foreach", {"foreach": True}),
-                                         ("fused", {"fused": True}), ("auto", {"foreach": None})])
+@pytest.mark.parametrize(
+    "impl, flags",
+    [
+        ("for-loop", {"foreach": False}),
+        ("foreach", {"foreach": True}),
+        ("fused", {"fused": True}),
+        ("auto", {"foreach": None}),
+    ],
+)
 def test_optimizer_impl_reaches_torch(impl, flags):
     cfg = RunConfig.smoke().replace(**{"optim.impl": impl})
     opt = make_optimizer(cfg, torch.nn.Linear(3, 2))
@@ -122,8 +145,11 @@ def test_fused_is_refused_where_torch_has_no_kernel(monkeypatch):
     import torch.optim.optimizer as topt
 
     monkeypatch.setattr(topt, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
-    with pytest.raises(ConfigError, match=r"optim\.impl cannot be 'fused' on cpu: torch .* has fused "
-                                          r"adamw kernels only on cuda, not on cpu; use optim\.impl"):
+    with pytest.raises(
+        ConfigError,
+        match=r"optim\.impl cannot be 'fused' on cpu: torch .* has fused "
+        r"adamw kernels only on cuda, not on cpu; use optim\.impl",
+    ):
         check_supported(cfg, CPU)
     assert capability.unsupported_reason(cfg.replace(**{"optim.impl": "auto"}), CPU, "fused_optimizer")
 
@@ -148,9 +174,16 @@ def test_the_phase_hook_does_not_change_the_step():
     for hook in (None, phase):
         torch.manual_seed(0)
         model = build_model(cfg, data)
-        parts = StepParts(model, model, make_optimizer(cfg, model),
-                          torch.amp.GradScaler("cpu", enabled=False), nullcontext(),
-                          loss_fn(data.task), CPU, accum=2)
+        parts = StepParts(
+            model,
+            model,
+            make_optimizer(cfg, model),
+            torch.amp.GradScaler("cpu", enabled=False),
+            nullcontext(),
+            loss_fn(data.task),
+            CPU,
+            accum=2,
+        )
         batches = cycle_batches(make_loader(data.train, cfg, train=True))
         kw = {"phase": hook} if hook else {}
         losses.append([train_step(parts, batches, **kw)[0] for _ in range(3)])
@@ -173,13 +206,16 @@ class FakeNvml:
     note = ""
 
     def sample(self):
-        return [{"index": 0, "mem_used_gib": 3.0, "mem_total_gib": 80.0, "util_pct": 50.0,
-                 "processes": 1}]
+        return [{"index": 0, "mem_used_gib": 3.0, "mem_total_gib": 80.0, "util_pct": 50.0, "processes": 1}]
 
 
 def test_gpu_memory_figures_come_from_the_allocator_and_nvml(monkeypatch):
-    fake = {"memory_allocated": 1 << 30, "memory_reserved": 2 << 30,
-            "max_memory_allocated": 3 << 29, "max_memory_reserved": 5 << 29}
+    fake = {
+        "memory_allocated": 1 << 30,
+        "memory_reserved": 2 << 30,
+        "max_memory_allocated": 3 << 29,
+        "max_memory_reserved": 5 << 29,
+    }
     for name, value in fake.items():
         monkeypatch.setattr(torch.cuda, name, lambda device=None, v=value: v)
     out = footprint.device_memory(torch.device("cuda", 0), reader=FakeNvml())
@@ -199,8 +235,7 @@ def test_an_export_checkpoints_the_same_modules_and_keeps_the_impl(tmp_path):
 
     from workbench.export import export
 
-    cfg = tiny("transformer").replace(**{"train.checkpoint": ["blocks.layers.*"],
-                                         "optim.impl": "foreach"})
+    cfg = tiny("transformer").replace(**{"train.checkpoint": ["blocks.layers.*"], "optim.impl": "foreach"})
     export(cfg, tmp_path)
     spec = importlib.util.spec_from_file_location("exported_ckpt", tmp_path / "train.py")
     script = importlib.util.module_from_spec(spec)
@@ -208,8 +243,7 @@ def test_an_export_checkpoints_the_same_modules_and_keeps_the_impl(tmp_path):
     spec.loader.exec_module(script)
     s = script.settings(script.CONFIG)
     model = script.build_model(s, script.build_data(s))
-    assert script.apply_checkpointing(model, s.train.checkpoint) == ["blocks.layers.0",
-                                                                      "blocks.layers.1"]
+    assert script.apply_checkpointing(model, s.train.checkpoint) == ["blocks.layers.0", "blocks.layers.1"]
     assert model.blocks.layers[0].forward.checkpointed
     with pytest.raises(script.ConfigError, match="names no module of this model"):
         script.apply_checkpointing(model, ["nope"])

@@ -1,6 +1,7 @@
 """The profiling lab's widgets: a real profile on the lab's thread fills the stacked phase bars, the
 memory bars, the verdict and the operator table; a bad setting shows in the status and is raised by
 wait(); the run panel's "profile this config" button profiles the panel's config."""
+
 from __future__ import annotations
 
 import pytest

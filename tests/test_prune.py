@@ -1,4 +1,5 @@
 """Unstructured pruning: masks, make-it-real, CSR, and every bad input with its message."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,15 @@ from torch import nn
 
 from workbench.config import ConfigError
 from workbench.train.models import MLP
-from workbench.compress.prune import (check_amount, copy_model, has_masks, magnitude_prune, make_real,
-                                      sparsity, to_sparse)
+from workbench.compress.prune import (
+    check_amount,
+    copy_model,
+    has_masks,
+    magnitude_prune,
+    make_real,
+    sparsity,
+    to_sparse,
+)
 from workbench.compress.quantize import quantize
 
 

@@ -1,4 +1,5 @@
 """Structured pruning rebuilds smaller layers consistently, or refuses with the reason."""
+
 from __future__ import annotations
 
 import re
@@ -95,8 +96,14 @@ def gqa_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, num_hidden_layers=2, vocab_size=128)
+    config = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        vocab_size=128,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -127,7 +134,8 @@ def test_grouped_query_attention_is_kept_whole_and_named_while_the_mlps_are_prun
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
             assert left[f"model.layers.{i}.self_attn.{proj}"] == (
                 "grouped-query attention: its query heads share KV groups, a layout a trace does "
-                "not give; kept whole")
+                "not give; kept whole"
+            )
         assert f"model.layers.{i}.mlp.up_proj" in cov["layers_touched"]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
 
@@ -151,9 +159,14 @@ def test_a_search_that_does_not_end_is_refused_in_one_line_naming_where_it_stopp
         structured_prune(model, 0.5, example=torch.randint(0, 128, (2, 16)))
     assert time.monotonic() - t0 < 60
     message = str(e.value)
-    assert message.startswith("structured pruning of LlamaForCausalLM: torch-pruning's search of "
-                              "its dependency graph did not end within 5 s, stopped while "
-                              "searching the layers coupled to model.layers.") and "\n" not in message
+    assert (
+        message.startswith(
+            "structured pruning of LlamaForCausalLM: torch-pruning's search of "
+            "its dependency graph did not end within 5 s, stopped while "
+            "searching the layers coupled to model.layers."
+        )
+        and "\n" not in message
+    )
     assert re.search(r"coupled to model\.layers\.\d\.self_attn\.v_proj;", message), message
     assert said and all(s.startswith("structured pruning of LlamaForCausalLM: ") for s in said)
     assert "s of at most 5 s)" in said[-1]

@@ -1,4 +1,5 @@
 """The compression lab's widgets drive the real sweep and fill every chart and the table."""
+
 from __future__ import annotations
 
 from workbench.config import RunConfig
@@ -32,8 +33,15 @@ def test_lab_sweeps_compares_and_draws():
 def check_variants_table(df):
     """Every kind of variant is measured, 2:4 is skipped with its reason on a CPU."""
     kinds = set(df["kind"].dropna())
-    assert {"dense", "masked", "unstructured", "sparse_csr", "structured", "dynamic_int8",
-            "weight_only_int8"} <= kinds
+    assert {
+        "dense",
+        "masked",
+        "unstructured",
+        "sparse_csr",
+        "structured",
+        "dynamic_int8",
+        "weight_only_int8",
+    } <= kinds
     skipped = df[df["verdict"] == "skipped"]
     assert "semi_structured_2_4" in skipped["variant"].tolist()
     measured = df[df["verdict"] != "skipped"]
@@ -49,7 +57,8 @@ RESHAPES_BY_ATTRIBUTE = (
     "    def forward(self, x):\n"
     "        h = self.a(x.flatten(1)).relu()\n"
     "        return self.b(h.reshape(x.shape[0], self.width))  # a width the trace cannot see\n"
-    "def build():\n    return R()\n")
+    "def build():\n    return R()\n"
+)
 
 
 def test_lab_reports_a_refused_model_in_its_status_line(tmp_path):
@@ -58,5 +67,4 @@ def test_lab_reports_a_refused_model_in_its_status_line(tmp_path):
     lab = CompressLab(Subject.from_config(cfg), big_batch=8, rounds=3)
     lab.method.value = "structured"
     lab.sweep(wait=True)
-    assert lab.status.value.startswith("error: structured pruning of R: the pruned model no "
-                                       "longer runs")
+    assert lab.status.value.startswith("error: structured pruning of R: the pruned model no longer runs")

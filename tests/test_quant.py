@@ -1,4 +1,5 @@
 """Quantization: what is converted, how much smaller, and each refusal with its reason."""
+
 from __future__ import annotations
 
 import pytest
@@ -86,8 +87,7 @@ def test_semi_structured_needs_a_gpu(mlp, monkeypatch):
     with pytest.raises(ConfigError, match="semi_structured_2_4' cannot run here: 2:4 .* this is a CPU"):
         quantize(mlp, "semi_structured_2_4")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    assert "compute capability 8.0+, this GPU is 7.5" in unsupported_reason("semi_structured_2_4",
-                                                                           "cuda")
+    assert "compute capability 8.0+, this GPU is 7.5" in unsupported_reason("semi_structured_2_4", "cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert unsupported_reason("semi_structured_2_4", "cuda") is None
     assert "CPU only" in unsupported_reason("dynamic_int8", "cuda", "torch.ao")

@@ -1,5 +1,6 @@
 """Each filter of workbench.compress.quiet drops its one library message, triggered for real, and
 lets an unrelated message of the same kind through; the torch.ao deprecation stays in the notes."""
+
 from __future__ import annotations
 
 import enum
@@ -40,8 +41,9 @@ def tiny():
 
 def test_sparse_csr_beta_notice_is_dropped_other_user_warnings_pass(warn_always):
     torch.randn(4, 4).to_sparse_csr()
-    assert any(t.startswith("Sparse CSR tensor support is in beta state")
-               for t in texts(warn_always, UserWarning))  # the real message, unfiltered
+    assert any(
+        t.startswith("Sparse CSR tensor support is in beta state") for t in texts(warn_always, UserWarning)
+    )  # the real message, unfiltered
     warn_always.clear()
     with quiet.sparse_csr():
         torch.randn(4, 4).to_sparse_csr()
@@ -54,17 +56,20 @@ def test_sparse_csr_beta_notice_is_dropped_other_user_warnings_pass(warn_always)
 
 def test_torch_ao_deprecations_are_dropped_other_warnings_pass(warn_always):
     torch.ao.quantization.quantize_dynamic(tiny(), {nn.Linear}, dtype=torch.qint8)
-    assert any("torch.ao.quantization is deprecated" in t
-               for t in texts(warn_always, DeprecationWarning))
-    assert any(t.startswith("torch.quantize_per_tensor, torch.quantize_per_channel")
-               for t in texts(warn_always, UserWarning))  # the real messages, unfiltered
+    assert any("torch.ao.quantization is deprecated" in t for t in texts(warn_always, DeprecationWarning))
+    assert any(
+        t.startswith("torch.quantize_per_tensor, torch.quantize_per_channel")
+        for t in texts(warn_always, UserWarning)
+    )  # the real messages, unfiltered
     warn_always.clear()
     with quiet.torch_ao_quantization():
         torch.ao.quantization.quantize_dynamic(tiny(), {nn.Linear}, dtype=torch.qint8)
         warnings.warn("torch.ao.something_else is deprecated", DeprecationWarning)
         warnings.warn("quantized tensors: keep me", UserWarning)
-    assert [str(w.message) for w in warn_always] == ["torch.ao.something_else is deprecated",
-                                                     "quantized tensors: keep me"]
+    assert [str(w.message) for w in warn_always] == [
+        "torch.ao.something_else is deprecated",
+        "quantized tensors: keep me",
+    ]
 
 
 def test_quantize_is_silent_and_says_the_deprecation_in_its_notes(warn_always):
@@ -93,6 +98,7 @@ def pytree_log():
 def test_pytree_enum_note_is_dropped_during_the_torchao_import_only(pytree_log):
     class Shade(str, enum.Enum):  # what torchao's KernelPreference is
         DARK = "dark"
+
     with quiet.torchao_import():
         torch.utils._pytree.register_constant(Shade)
         logging.getLogger("torch.utils._pytree").warning("another pytree note: keep me")
@@ -100,15 +106,20 @@ def test_pytree_enum_note_is_dropped_during_the_torchao_import_only(pytree_log):
 
     class Light(str, enum.Enum):
         BRIGHT = "bright"
+
     torch.utils._pytree.register_constant(Light)  # outside the import: said as torch says it
     assert len(pytree_log) == 2 and pytree_log[1].startswith("<enum 'Light'> is an Enum subclass")
 
 
 def test_torchao_cuda_library_failures_are_dropped_on_a_torch_without_cuda():
-    cuda_lib = ("Failed to load /v/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: "
-                "Could not load this library: /v/site-packages/torchao/_C_mxfp8.so")
-    others = ["Failed to load /v/site-packages/torchao/_C.abi3.so: keep me",
-              "Skipping import of cpp extensions: keep me"]
+    cuda_lib = (
+        "Failed to load /v/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: "
+        "Could not load this library: /v/site-packages/torchao/_C_mxfp8.so"
+    )
+    others = [
+        "Failed to load /v/site-packages/torchao/_C.abi3.so: keep me",
+        "Skipping import of cpp extensions: keep me",
+    ]
     logger, handler = logging.getLogger("torchao"), Records()
     logger.addHandler(handler)
     try:
@@ -148,5 +159,8 @@ def test_the_real_torchao_import_says_nothing_it_was_not_meant_to():
     assert got["available"]
     assert "Failed to load" not in out.stderr and "is an Enum subclass" not in out.stderr
     cpu_only = torch.version.cuda is None
-    assert got["kept"] == [m for m in got["seen"] if not (
-        quiet.PYTREE_ENUM.match(m) or (cpu_only and quiet.TORCHAO_CUDA_LIBS.match(m)))]
+    assert got["kept"] == [
+        m
+        for m in got["seen"]
+        if not (quiet.PYTREE_ENUM.match(m) or (cpu_only and quiet.TORCHAO_CUDA_LIBS.match(m)))
+    ]

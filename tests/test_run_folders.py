@@ -2,6 +2,7 @@
 processes, give exactly one run and one clean ConfigError, many times over; a folder removed while
 its run goes is named as removed, and the run's processes end; every key a run writes into its
 summary.json is declared in its type (workbench.runfolder.Summary)."""
+
 from __future__ import annotations
 
 import json
@@ -36,6 +37,7 @@ def _race(target, n: int = 2):
             out[i] = target()
         except Exception as e:  # noqa: BLE001 - the test counts what each start got
             out[i] = e
+
     threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
@@ -108,8 +110,16 @@ print("ran", flush=True)
 @pytest.mark.slow
 def test_two_processes_starting_one_folder_give_one_run(runs_root, one_thread):
     folder = runs_root / "shared"
-    procs = [subprocess.Popen([sys.executable, "-c", START, str(folder)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", START, str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -150,6 +160,7 @@ def test_every_key_a_run_writes_into_its_summary_is_declared(smoke, runs_root, o
     declared = Summary.__required_keys__ | Summary.__optional_keys__
     assert is_final(written) and {"grad_scale", "samples_per_s", "steps"} <= set(written)
     assert set(written) <= declared, f"declare in Summary: {sorted(set(written) - declared)}"
-    diagnosis = Diagnosis("raised", "E", "m", failed_rank=0, signal="SIGKILL", traceback="tb",
-                          status="stopped").as_dict(attempt=0)
+    diagnosis = Diagnosis(
+        "raised", "E", "m", failed_rank=0, signal="SIGKILL", traceback="tb", status="stopped"
+    ).as_dict(attempt=0)
     assert set(diagnosis) <= declared, f"declare in Summary: {sorted(set(diagnosis) - declared)}"

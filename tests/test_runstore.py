@@ -1,12 +1,19 @@
 """The run store: folders named by time and label, listing and comparison from disk alone."""
+
 import json
 
 import pytest
 
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventWriter
-from workbench.runstore import (compare, create_run_dir, list_runs, load_events, read_summary,
-                                write_json_atomic)
+from workbench.runstore import (
+    compare,
+    create_run_dir,
+    list_runs,
+    load_events,
+    read_summary,
+    write_json_atomic,
+)
 from workbench.train.restore import load_model
 
 
@@ -19,9 +26,17 @@ def fake_run(cfg, steps, status="completed", samples_per_s=100.0):
         w.write("step", step=i, loss=1.0 / i, samples_per_s=samples_per_s)
     if status == "completed":
         w.write("done")
-        write_json_atomic(run_dir / "summary.json",
-                          {"status": status, "samples_per_s": samples_per_s, "final_loss": 1.0 / steps,
-                           "step_time_ms_median": 1.0, "rss_gib": 0.5, "eval_accuracy": 0.9})
+        write_json_atomic(
+            run_dir / "summary.json",
+            {
+                "status": status,
+                "samples_per_s": samples_per_s,
+                "final_loss": 1.0 / steps,
+                "step_time_ms_median": 1.0,
+                "rss_gib": 0.5,
+                "eval_accuracy": 0.9,
+            },
+        )
     w.close()
     return run_dir
 

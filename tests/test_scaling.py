@@ -1,5 +1,6 @@
 """The scaling study: its plan (pure, both modes), and a real 1-vs-2-process strong-scaling study on
 the CPU (weak scaling runs the same code with another plan)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,10 @@ def test_plan_keeps_the_global_batch_fixed_for_strong_scaling(smoke):
     assert rows[("weak", 1)]["shared"]  # the 1-process run serves both modes
     acc = {e["processes"]: e for e in plan(cfg, (1, 2, 4), modes=("strong",), accumulate=True)}
     assert [(acc[n]["batch_per_rank"], acc[n]["grad_accum_steps"]) for n in (1, 2, 4)] == [
-        (64, 4), (64, 2), (64, 1)]
+        (64, 4),
+        (64, 2),
+        (64, 1),
+    ]
     assert {acc[n]["global_batch"] for n in acc} == {256}
 
 
@@ -34,8 +38,12 @@ def test_plan_refuses_what_cannot_be_split(smoke):
 
 
 def test_ideal_and_efficiency():
-    rows = add_ideal([{"mode": "strong", "processes": 1, "samples_per_s": 1000.0},
-                      {"mode": "strong", "processes": 2, "samples_per_s": 1500.0}])
+    rows = add_ideal(
+        [
+            {"mode": "strong", "processes": 1, "samples_per_s": 1000.0},
+            {"mode": "strong", "processes": 2, "samples_per_s": 1500.0},
+        ]
+    )
     assert rows[1]["ideal_samples_per_s"] == 2000.0 and rows[1]["efficiency"] == 0.75
     assert rows[1]["speedup"] == 1.5
 
@@ -45,8 +53,10 @@ def test_study_runs_one_and_two_processes(smoke):
     cfg = smoke.replace(**{"run.steps": 30, "run.eval_batches": 0})
     seen = []
     df = study(cfg, (1, 2), modes=("strong",), on_update=seen.append, timeout_s=240, rounds=2)
-    assert list(zip(df["mode"], df["processes"], df["batch_per_rank"])) == [("strong", 1, 32),
-                                                                           ("strong", 2, 16)]
+    assert list(zip(df["mode"], df["processes"], df["batch_per_rank"])) == [
+        ("strong", 1, 32),
+        ("strong", 2, 16),
+    ]
     assert (df["status"] == "completed").all() and len(seen) == 2  # a table after each round
     assert list(df["rounds"]) == [2, 2]
     two = df[df["processes"] == 2].iloc[0]
@@ -57,6 +67,7 @@ def test_study_runs_one_and_two_processes(smoke):
     # the same cores in total: 1 process x 2 threads, 2 ranks x 1 thread (on 2 usable cores)
     cores = len(os.sched_getaffinity(0))
     assert len(starts) == 3 and sorted(r["threads"] for r in starts) == sorted(
-        [cores, max(1, cores // 2), max(1, cores // 2)])
+        [cores, max(1, cores // 2), max(1, cores // 2)]
+    )
     assert df["total_threads"].tolist() == [cores, 2 * max(1, cores // 2)]
     assert "in total" in explain(df, cores=cores)

@@ -1,6 +1,7 @@
 """Runs flow out: a tracked script's figures reach TensorBoard and MLflow live (its sinks) and
 afterwards (`workbench runs export`), read back with TensorBoard's event reader and MLflow's
 client, equal to the run's own records."""
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,14 @@ def tracked(runs_root, tmp_path):
     """A 12-step tracked run that sent its figures live to TensorBoard and MLflow as it went."""
     run_dir = runs_root / "tracked"
     live_tb, live_db = tmp_path / "live-tb", f"sqlite:///{tmp_path / 'live.db'}"
-    proc = subprocess.run([sys.executable, str(LOOP), "--steps", "12", "--tensorboard", str(live_tb),
-                           "--mlflow", live_db], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "WORKBENCH_RUN_DIR": str(run_dir)})
+    proc = subprocess.run(
+        [sys.executable, str(LOOP), "--steps", "12", "--tensorboard", str(live_tb), "--mlflow", live_db],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "WORKBENCH_RUN_DIR": str(run_dir)},
+    )
     assert proc.returncode == 0, proc.stderr
     losses = [r["loss"] for r in read_events(run_dir) if r["event"] == "step"]
     assert len(losses) == 12
@@ -91,6 +97,9 @@ def test_what_cannot_be_sent_is_refused_in_one_line(runs_root, capsys):
     (runs_root / "empty").mkdir(parents=True)
     assert cli(["runs", "export", str(runs_root / "empty"), "--to", "wandb", "x"]) == 2
     assert "is not a run folder" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match=r"^TensorBoard needs the not_a_package package: "
-                                          r"pip install 'workbench\[tensorboard\]'$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^TensorBoard needs the not_a_package package: "
+        r"pip install 'workbench\[tensorboard\]'$",
+    ):
         needs("not_a_package", "tensorboard", "TensorBoard")

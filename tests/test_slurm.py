@@ -1,6 +1,7 @@
 """Runs submitted to a real SLURM cluster (Debian's slurmctld, slurmd and munge, a cluster of this
 machine in its own network namespace) and followed to their end: completed, failed with the rank's
 cause, cancelled, and a job the partition can never start."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,7 @@ def cluster(tmp_path_factory):
 
 
 def small(**changes) -> RunConfig:
-    return RunConfig.smoke().replace(**{"run.threads": 1, "run.eval_batches": 0, "run.steps": 5,
-                                        **changes})
+    return RunConfig.smoke().replace(**{"run.threads": 1, "run.eval_batches": 0, "run.steps": 5, **changes})
 
 
 def test_the_cluster_is_real_and_listens_only_in_its_namespace(cluster):
@@ -44,10 +44,29 @@ def test_the_cluster_is_real_and_listens_only_in_its_namespace(cluster):
 def test_submit_wait_from_the_cli_completes_and_reads_as_a_local_run(cluster, tmp_path):
     runs = tmp_path / "runs"
     env = {**cluster.env, "WORKBENCH_RUNS": str(runs)}
-    proc = subprocess.run([*cluster.prefix, sys.executable, "-m", "workbench", "submit", "--preset",
-                           "smoke", "--steps", "5", "--set", "run.threads=1", "--set",
-                           "run.eval_batches=0", "--wait", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            *cluster.prefix,
+            sys.executable,
+            "-m",
+            "workbench",
+            "submit",
+            "--preset",
+            "smoke",
+            "--steps",
+            "5",
+            "--set",
+            "run.threads=1",
+            "--set",
+            "run.eval_batches=0",
+            "--wait",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     assert result["status"] == "completed" and result["slurm"]["state"] == "COMPLETED"
@@ -61,8 +80,9 @@ def test_submit_wait_from_the_cli_completes_and_reads_as_a_local_run(cluster, tm
 
 
 def test_two_ranks_under_torchrun_in_one_job(cluster, free_port_for_job):
-    job = submit(small(**{"distributed.nproc": 2}), prefix=cluster.prefix, env=cluster.env,
-                 port=free_port_for_job)
+    job = submit(
+        small(**{"distributed.nproc": 2}), prefix=cluster.prefix, env=cluster.env, port=free_port_for_job
+    )
     summary = job.wait(timeout_s=300)
     assert summary["status"] == "completed", summary
     assert {r["rank"] for r in read_events(job.run_dir) if r["event"] == "step"} == {0, 1}
@@ -157,32 +177,39 @@ def test_a_job_the_partition_can_never_start_says_so_instead_of_waiting(cluster,
     assert not Job(job.run_dir, cluster.prefix, cluster.env).running()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"time_limit": "soon"}, "--time 'soon' is not a SLURM time"),
-    ({"nodes": 99}, r"--nodes 99 is more than the 1 node\(s\) the cluster has"),
-    ({"cpus_per_task": 64}, "64 CPUs a node .* is more than the 2 the largest node has")])
-def test_what_slurm_would_refuse_is_refused_before_a_folder_is_made(cluster, tmp_path, change,
-                                                                   message):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"time_limit": "soon"}, "--time 'soon' is not a SLURM time"),
+        ({"nodes": 99}, r"--nodes 99 is more than the 1 node\(s\) the cluster has"),
+        ({"cpus_per_task": 64}, "64 CPUs a node .* is more than the 2 the largest node has"),
+    ],
+)
+def test_what_slurm_would_refuse_is_refused_before_a_folder_is_made(cluster, tmp_path, change, message):
     from workbench.config import ConfigError
 
     with pytest.raises(ConfigError, match=message) as e:
-        submit(small(), prefix=cluster.prefix, env=cluster.env, run_dir=tmp_path / "refused",
-               **change)
+        submit(small(), prefix=cluster.prefix, env=cluster.env, run_dir=tmp_path / "refused", **change)
     assert "\n" not in str(e.value) and not (tmp_path / "refused").exists()
 
 
 def test_without_slurm_submit_says_how_to_start_a_cluster_and_makes_nothing(tmp_path):
     runs = tmp_path / "runs"
     env = {**os.environ, "WORKBENCH_RUNS": str(runs), "PATH": os.path.dirname(sys.executable)}
-    proc = subprocess.run([sys.executable, "-m", "workbench", "submit", "--preset", "smoke"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench", "submit", "--preset", "smoke"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "SLURM is not installed here" in proc.stderr and "make slurm-up" in proc.stderr
     assert not runs.exists()
 
 
-def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path,
-                                                                         monkeypatch):
+def test_find_cluster_reaches_the_local_cluster_or_says_how_to_start_one(cluster, tmp_path, monkeypatch):
     access, where = find_cluster(cluster.folder)
     assert access is not None and str(cluster.folder) in where
     (tmp_path / "repo" / "notebooks").mkdir(parents=True)  # make slurm-up's place, seen from a
@@ -209,8 +236,14 @@ def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(
     again as attempt 1, goes on after its last saved step, and its losses are a local run's."""
     from workbench.distributed.launch import run
 
-    cfg = small(**{"model.name": faulty_model(tmp_path), "model.kwargs": {"mode": "slow"},
-                   "run.steps": 60, "run.save_every": 10})
+    cfg = small(
+        **{
+            "model.name": faulty_model(tmp_path),
+            "model.kwargs": {"mode": "slow"},
+            "run.steps": 60,
+            "run.save_every": 10,
+        }
+    )
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
     assert "#SBATCH --requeue" in RunFolder(job.run_dir).job_file.read_text()
     wait_for_steps(job.run_dir, ranks=1, step=25, timeout=180)
@@ -222,10 +255,12 @@ def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(
     assert saved >= 20 and saved % 10 == 0 and summary["steps"] == 60
     assert [r["from_step"] for r in records if r["event"] == "resumed"] == [saved]
     resumed = {r["step"]: r["loss"] for r in records if r["event"] == "step" and r["attempt"] == 1}
-    clean = run(cfg.replace(**{"model.kwargs": {"mode": "none"}, "run.save_every": 0}),
-                timeout_s=240)
-    never_failed = {r["step"]: r["loss"] for r in read_events(clean["run_dir"])
-                    if r["event"] == "step" and r["step"] > saved}
+    clean = run(cfg.replace(**{"model.kwargs": {"mode": "none"}, "run.save_every": 0}), timeout_s=240)
+    never_failed = {
+        r["step"]: r["loss"]
+        for r in read_events(clean["run_dir"])
+        if r["event"] == "step" and r["step"] > saved
+    }
     assert resumed.keys() == never_failed.keys() == set(range(saved + 1, 61))
     assert resumed == pytest.approx(never_failed, abs=1e-5)
 
@@ -245,8 +280,9 @@ def test_the_run_panel_submits_a_job_follows_it_and_its_stop_cancels_it(cluster)
     assert panel.run_dirs == [job.run_dir] and panel.stop_button.disabled and not panel.run_button.disabled
 
 
-def test_a_job_that_ended_unwatched_gets_slurms_cause_when_its_runs_are_listed(cluster, tmp_path,
-                                                                              monkeypatch):
+def test_a_job_that_ended_unwatched_gets_slurms_cause_when_its_runs_are_listed(
+    cluster, tmp_path, monkeypatch
+):
     from workbench.cli import main as cli
 
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))

@@ -4,6 +4,7 @@ link between them, host B's torchrun agent killed with no restarts left, a job s
 `workbench submit --nodes 2 --wait` surviving the loss of host B's rank by resuming, a run panel's
 2-node job stopped from the panel, an exported job.slurm submitted as a person would, and host B's
 link cut mid-job."""
+
 from __future__ import annotations
 
 import json
@@ -48,23 +49,35 @@ def model(tmp_path_factory):
 
 def two_ranks(model: str, **changes) -> RunConfig:
     """One rank per node (a slow step, so a run can be caught mid-way), on the CPU."""
-    return RunConfig.smoke().replace(**{
-        "run.threads": 1, "run.eval_batches": 0, "run.steps": STEPS, "run.save_weights": False,
-        "model.name": model, "model.kwargs": {"mode": "slow"}, **changes})
+    return RunConfig.smoke().replace(
+        **{
+            "run.threads": 1,
+            "run.eval_batches": 0,
+            "run.steps": STEPS,
+            "run.save_weights": False,
+            "model.name": model,
+            "model.kwargs": {"mode": "slow"},
+            **changes,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def unbroken(model, tmp_path_factory):
     """Each rank's loss per step in a local 2-rank run of the same config: the trajectory."""
-    result = run(two_ranks(model, **{"distributed.nproc": 2}), tmp_path_factory.mktemp("unbroken"),
-                 timeout_s=240)
+    result = run(
+        two_ranks(model, **{"distributed.nproc": 2}), tmp_path_factory.mktemp("unbroken"), timeout_s=240
+    )
     assert result["status"] == "completed", result
     return losses(result["run_dir"])
 
 
 def losses(run_dir, attempt: int | None = None) -> dict[tuple[int, int], float]:
-    return {(r["rank"], r["step"]): r["loss"] for r in read_events(run_dir)
-            if r["event"] == "step" and attempt in (None, r["attempt"])}
+    return {
+        (r["rank"], r["step"]): r["loss"]
+        for r in read_events(run_dir)
+        if r["event"] == "step" and attempt in (None, r["attempt"])
+    }
 
 
 def namespace_of(pid: int) -> str:
@@ -84,8 +97,9 @@ def ranks_by_host(cluster, run_dir, attempt: int = 0) -> dict[int, int]:
 
 def listeners(namespace: str) -> list[tuple[str, int]]:
     """(local address, pid) of every listening TCP socket in a test host."""
-    out = subprocess.run(["ip", "netns", "exec", namespace, "ss", "-Hltnp"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "exec", namespace, "ss", "-Hltnp"], capture_output=True, text=True, check=True
+    ).stdout
     found = []
     for line in out.splitlines():
         local, procs = line.split()[3], line.split("users:")[-1]
@@ -93,8 +107,7 @@ def listeners(namespace: str) -> list[tuple[str, int]]:
     return found
 
 
-def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_node(
-        cluster, model):
+def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_node(cluster, model):
     """One job, followed while it runs: where its ranks and stores are; then host B's torchrun
     agent is killed, with no restarts left."""
     cfg = two_ranks(model, **{"run.steps": 100000, "distributed.timeout_s": 20})
@@ -110,8 +123,7 @@ def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_n
     # the rendezvous store (A's agent), the group's store (rank 0) and gloo listen on each host's
     # own address on the link, never on every interface; gloo uses the link toward A
     for host in (0, 1):
-        bound = [a for a, pid in listeners(cluster.namespaces[host])
-                 if pid in (ranks[host], agents[host])]
+        bound = [a for a, pid in listeners(cluster.namespaces[host]) if pid in (ranks[host], agents[host])]
         assert bound and {a.rpartition(":")[0] for a in bound} == {cluster.addresses[host]}, bound
         env = psutil.Process(ranks[host]).environ()
         assert env["GLOO_SOCKET_IFNAME"] == cluster.network.hosts[host].interface
@@ -126,25 +138,47 @@ def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_n
     assert f"lost node {cluster.nodes[1]}" in message and "\n" not in message, message
     assert_all_gone(set(ranks.values()) | set(agents.values()), within=30)
     for namespace in cluster.namespaces:  # nothing of the run left listening on either host
-        assert not [pid for _, pid in listeners(namespace)
-                    if str(job.run_dir) in " ".join(psutil.Process(pid).cmdline())]
+        assert not [
+            pid
+            for _, pid in listeners(namespace)
+            if str(job.run_dir) in " ".join(psutil.Process(pid).cmdline())
+        ]
 
 
 def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_trajectory(
-        cluster, model, unbroken, tmp_path):
+    cluster, model, unbroken, tmp_path
+):
     """Submitted from the command line, as a person would: `workbench submit --config ... --nodes 2
     --wait` follows the job through the loss of host B's rank and the restart on both hosts, and
     exits 0 with a run folder that reads as a local run's."""
     cfg = two_ranks(model, **{"run.save_every": SAVE_EVERY, "distributed.max_restarts": 1})
     cfg.save(tmp_path / "config.json")
     runs = tmp_path / "runs"
-    cli = subprocess.Popen([*cluster.prefix, sys.executable, "-m", "workbench", "submit", "--config",
-                            str(tmp_path / "config.json"), "--nodes", "2", "--wait", "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**cluster.env, "WORKBENCH_RUNS": str(runs)})
+    cli = subprocess.Popen(
+        [
+            *cluster.prefix,
+            sys.executable,
+            "-m",
+            "workbench",
+            "submit",
+            "--config",
+            str(tmp_path / "config.json"),
+            "--nodes",
+            "2",
+            "--wait",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**cluster.env, "WORKBENCH_RUNS": str(runs)},
+    )
     try:
-        run_dir = wait_for(lambda: runs.is_dir() and next(
-            (d for d in runs.iterdir() if RunFolder(d).job()), None), 60, "the job id recorded")
+        run_dir = wait_for(
+            lambda: runs.is_dir() and next((d for d in runs.iterdir() if RunFolder(d).job()), None),
+            60,
+            "the job id recorded",
+        )
         job_id = RunFolder(run_dir).job()["job_id"]
         wait_for_steps(run_dir, ranks=2, step=SAVE_EVERY + 5, timeout=180)
         os.kill(ranks_by_host(cluster, run_dir)[1], signal.SIGKILL)
@@ -185,8 +219,11 @@ def test_a_rank_lost_on_host_b_resumes_from_the_last_saved_step_on_the_same_traj
 def test_the_run_panel_submits_a_two_node_job_and_its_stop_cancels_it_on_both_hosts(cluster):
     from workbench.ui.panel import RunPanel
 
-    panel = RunPanel(RunConfig.smoke().replace(**{
-        "run.threads": 1, "run.eval_batches": 0, "run.steps": 100000, "run.save_weights": False}))
+    panel = RunPanel(
+        RunConfig.smoke().replace(
+            **{"run.threads": 1, "run.eval_batches": 0, "run.steps": 100000, "run.save_weights": False}
+        )
+    )
     job = panel.submit(Access(cluster.prefix, cluster.env, "the two-host test cluster"), nodes=2)
     assert job is panel.handle and f"as SLURM job {job.job_id} on 2 rank(s)" in panel.status.value
     wait_for_steps(job.run_dir, ranks=2, step=2, timeout=180)
@@ -217,8 +254,9 @@ def job_processes(job_id: str) -> list[int]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if (proc.environ().get("SLURM_JOB_ID") == job_id
-                    or " ".join(proc.cmdline()).startswith(f"slurmstepd: [{job_id}.")):
+            if proc.environ().get("SLURM_JOB_ID") == job_id or " ".join(proc.cmdline()).startswith(
+                f"slurmstepd: [{job_id}."
+            ):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
@@ -228,8 +266,9 @@ def job_processes(job_id: str) -> list[int]:
 def test_an_exported_job_runs_on_both_hosts_with_a_local_two_rank_runs_losses(cluster, tmp_path):
     """The export's own job.slurm, submitted from its folder with sbatch: one rank per node, the
     rendezvous on the head's address; its losses are the export's 2-rank run's on this machine."""
-    cfg = RunConfig.smoke().replace(**{"run.steps": 5, "run.threads": 1, "run.eval_batches": 0,
-                                       "run.device": "cpu"})  # no GPUs asked of the test nodes
+    cfg = RunConfig.smoke().replace(
+        **{"run.steps": 5, "run.threads": 1, "run.eval_batches": 0, "run.device": "cpu"}
+    )  # no GPUs asked of the test nodes
     here = export(cfg.replace(**{"distributed.nproc": 2}), tmp_path / "local")
     local = run_script(here.dir, timeout_s=240)  # the export's single-node command: torchrun, 2 ranks
     there = export(cfg, tmp_path / "job", nodes=2, port=29511)
@@ -237,9 +276,24 @@ def test_an_exported_job_runs_on_both_hosts_with_a_local_two_rank_runs_losses(cl
     assert "#SBATCH --nodes=2" in batch and '--rdzv-endpoint="$head_addr:29511"' in batch
     env = {**cluster.env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     # the test nodes have 2 CPUs each; options after job.slurm go to train.py
-    out = subprocess.run([*cluster.prefix, "sbatch", "--parsable", "--cpus-per-task=2", "job.slurm",
-                          "--metrics", "metrics", "--out", ""], cwd=there.dir, env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            *cluster.prefix,
+            "sbatch",
+            "--parsable",
+            "--cpus-per-task=2",
+            "job.slurm",
+            "--metrics",
+            "metrics",
+            "--out",
+            "",
+        ],
+        cwd=there.dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     job_id = out.stdout.strip().split(";")[0]
     assert out.returncode == 0 and job_id.isdigit(), out.stderr
     show = lambda: cluster.run(["scontrol", "show", "job", "-o", job_id]).stdout  # noqa: E731
@@ -289,5 +343,4 @@ def test_host_b_cut_off_mid_job_names_that_node_and_nothing_is_left_once_it_is_b
     # it does and ends, and slurmctld puts node1 back in service (ReturnToService=2)
     wait_for(lambda: not job_processes(job.job_id), 120, "every process of the job to end")
     node_states = lambda: cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split()  # noqa: E731
-    wait_for(lambda: node_states() == ["node0", "idle", "node1", "idle"], 120, "node1 back, idle",
-             interval=1)
+    wait_for(lambda: node_states() == ["node0", "idle", "node1", "idle"], 120, "node1 back, idle", interval=1)

@@ -1,5 +1,6 @@
 """`workbench stack`: the stacking study from a terminal, with real runs sized to a test, and its
 refusals of bad arguments in one line before any run."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,15 @@ from workbench.stacking.report import study_text
 
 
 def workbench(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "workbench", "stack", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", "stack", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_short_study_on_the_smoke_preset(runs_root):
-    done = workbench("--preset", "smoke", "--changes", "bf16,pin_memory", "--slice-s", "0.2",
-                     "--rounds", "2", "--json")
+    done = workbench(
+        "--preset", "smoke", "--changes", "bf16,pin_memory", "--slice-s", "0.2", "--rounds", "2", "--json"
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["changes"] == ["bf16", "pin_memory"] and report["rounds"] == 2
@@ -31,8 +34,20 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
     assert bf16["status"] == "within noise" and "too few" in bf16["note"]  # 2 rounds: no verdict
     assert pinned["status"] == "skipped" and "pin_memory needs a GPU" in pinned["reason"]
     text = study_text(report["study"])  # what the command prints without --json
-    assert text.splitlines()[0].split() == ["step", "adds", "samples/s", "vs", "the", "step",
-                                            "before", "verdict", "steps", "(this", "/", "before)"]
+    assert text.splitlines()[0].split() == [
+        "step",
+        "adds",
+        "samples/s",
+        "vs",
+        "the",
+        "step",
+        "before",
+        "verdict",
+        "steps",
+        "(this",
+        "/",
+        "before)",
+    ]
     assert "+ pinned memory: skipped: pin_memory needs a GPU" in text
     assert "over 2 rounds" in text and "x the baseline's" in text
     inference = workbench("--inference", bf16["run_dir"], "--rounds", "6", "--json")
@@ -49,17 +64,20 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
 
 def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
     for args, said in [
-            (["--changes", "bf16,turbo"], "workbench stack: --changes: 'turbo' is not a change the "
-                                          "study knows; allowed: bf16, fp16, tf32"),
-            (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
-            (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
-            (["--slice-s", "0"], "workbench stack: --slice-s must be between 0.01 and 60 seconds, "
-                                 "got 0.0"),
-            (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0"),
-            (["--inference", "runs/x", "--amount", "1.5"], "workbench stack: --amount must be "
-                                                            "between 0 and 1"),
-            (["--inference", "runs/x", "--changes", "bf16"], "workbench stack: --inference uses "
-                                                             "the run's own model")]:
+        (
+            ["--changes", "bf16,turbo"],
+            "workbench stack: --changes: 'turbo' is not a change the study knows; allowed: bf16, fp16, tf32",
+        ),
+        (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
+        (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
+        (["--slice-s", "0"], "workbench stack: --slice-s must be between 0.01 and 60 seconds, got 0.0"),
+        (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0"),
+        (["--inference", "runs/x", "--amount", "1.5"], "workbench stack: --amount must be between 0 and 1"),
+        (
+            ["--inference", "runs/x", "--changes", "bf16"],
+            "workbench stack: --inference uses the run's own model",
+        ),
+    ]:
         smoke = [] if "--inference" in args else ["--preset", "smoke"]
         done = workbench(*smoke, *args, timeout=120)
         assert done.returncode == 2 and done.stderr.startswith(said), (args, done.stderr)

@@ -1,5 +1,6 @@
 """The stacking study: planning (what applies on which hardware), the table's verdicts, the waterfall
 data, and one real study of two runs."""
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,15 @@ from workbench.stacking.waterfall import waterfall_records
 
 
 def cnn() -> RunConfig:
-    return RunConfig.smoke().replace(**{"model.name": "cnn", "model.width": 8,
-                                        "data.name": "synthetic_images",
-                                        "data.image_size": 16, "data.num_samples": 256})
+    return RunConfig.smoke().replace(
+        **{
+            "model.name": "cnn",
+            "model.width": 8,
+            "data.name": "synthetic_images",
+            "data.image_size": 16,
+            "data.num_samples": 256,
+        }
+    )
 
 
 def test_plan_on_cpu_skips_what_cannot_run_here_with_the_reason():
@@ -104,21 +111,49 @@ def test_rows_say_faster_slower_and_skipped_from_paired_slices():
     assert few["status"] == "within noise" and "too few" in few["note"]
     failed = step_row(step, None, None, "prev", "base", failed="new: RuntimeError: boom")
     assert failed["status"] == "failed" and "boom" in failed["reason"]
-    skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, None,
-                       "prev", "base")
+    skipped = step_row(
+        PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, None, "prev", "base"
+    )
     assert skipped["status"] == "skipped" and skipped["reason"] == "no GPU"
 
 
 def test_waterfall_steps_add_up_to_the_total():
-    df = pd.DataFrame([
-        {"step": "baseline", "status": "baseline", "samples_per_s": 100.0, "gain_vs_prev": 1.0,
-         "gain_vs_baseline": 1.0, "reason": ""},
-        {"step": "+ bf16", "status": "faster", "samples_per_s": 150.0, "gain_vs_prev": 1.5,
-         "gain_vs_baseline": 1.5, "reason": ""},
-        {"step": "+ pinned memory", "status": "skipped", "samples_per_s": None, "gain_vs_prev": None,
-         "gain_vs_baseline": None, "reason": "pin_memory needs a GPU"},
-        {"step": "+ 2 loader workers", "status": "slower", "samples_per_s": 120.0, "gain_vs_prev": 0.8,
-         "gain_vs_baseline": 1.2, "reason": ""}])
+    df = pd.DataFrame(
+        [
+            {
+                "step": "baseline",
+                "status": "baseline",
+                "samples_per_s": 100.0,
+                "gain_vs_prev": 1.0,
+                "gain_vs_baseline": 1.0,
+                "reason": "",
+            },
+            {
+                "step": "+ bf16",
+                "status": "faster",
+                "samples_per_s": 150.0,
+                "gain_vs_prev": 1.5,
+                "gain_vs_baseline": 1.5,
+                "reason": "",
+            },
+            {
+                "step": "+ pinned memory",
+                "status": "skipped",
+                "samples_per_s": None,
+                "gain_vs_prev": None,
+                "gain_vs_baseline": None,
+                "reason": "pin_memory needs a GPU",
+            },
+            {
+                "step": "+ 2 loader workers",
+                "status": "slower",
+                "samples_per_s": 120.0,
+                "gain_vs_prev": 0.8,
+                "gain_vs_baseline": 1.2,
+                "reason": "",
+            },
+        ]
+    )
     w = waterfall_records(df)
     assert w["measure"] == ["absolute", "relative", "relative", "relative", "total"]
     assert w["y"][:4] == pytest.approx([100.0, 50.0, 0.0, -30.0]) and w["y"][4] == 120.0
@@ -132,22 +167,45 @@ def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
     from workbench.ui.stacking import waterfall_figure
     from workbench.ui.table import STATUS_COLORS
 
-    df = pd.DataFrame([
-        {"step": "baseline", "status": "baseline", "samples_per_s": 100.0, "gain_vs_prev": 1.0,
-         "gain_vs_baseline": 1.0, "reason": ""},
-        {"step": "+ bf16", "status": "within noise", "samples_per_s": 103.0, "gain_vs_prev": 1.03,
-         "gain_vs_baseline": 1.03, "reason": ""}])
+    df = pd.DataFrame(
+        [
+            {
+                "step": "baseline",
+                "status": "baseline",
+                "samples_per_s": 100.0,
+                "gain_vs_prev": 1.0,
+                "gain_vs_baseline": 1.0,
+                "reason": "",
+            },
+            {
+                "step": "+ bf16",
+                "status": "within noise",
+                "samples_per_s": 103.0,
+                "gain_vs_prev": 1.03,
+                "gain_vs_baseline": 1.03,
+                "reason": "",
+            },
+        ]
+    )
     bars = waterfall_figure(df).data[0]
-    assert list(bars.marker.color) == [STATUS_COLORS["baseline"], STATUS_COLORS["within noise"],
-                                       STATUS_COLORS["baseline"]]
+    assert list(bars.marker.color) == [
+        STATUS_COLORS["baseline"],
+        STATUS_COLORS["within noise"],
+        STATUS_COLORS["baseline"],
+    ]
     assert list(bars.y) == pytest.approx([100.0, 3.0, 103.0]) and list(bars.base) == [0.0, 100.0, 0.0]
 
 
 @pytest.mark.slow
 def test_real_study_runs_each_step_in_alternating_rounds(tmp_path):
     seen = []
-    df = run_study(RunConfig.smoke(), ["bf16", "pin_memory"], rounds=2,
-                   on_update=lambda table: seen.append(list(table["step"])), timeout_s=180)
+    df = run_study(
+        RunConfig.smoke(),
+        ["bf16", "pin_memory"],
+        rounds=2,
+        on_update=lambda table: seen.append(list(table["step"])),
+        timeout_s=180,
+    )
     assert len(seen) == 3  # a table after each of the 2 rounds, and the final one
     assert seen[-1] == ["baseline", "+ bf16", "+ pinned memory"]
     assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
@@ -170,8 +228,9 @@ def test_ddp_on_cpu_says_what_it_holds_equal(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     steps = plan(RunConfig.smoke(), ["bf16", "ddp"])
     assert steps[1].note == ""
-    assert steps[2].note == ("1 process(es) x 2 thread(s) against 2 ranks x 1 thread(s): the same "
-                             "cores in total (2 vs 2)")
+    assert steps[2].note == (
+        "1 process(es) x 2 thread(s) against 2 ranks x 1 thread(s): the same cores in total (2 vs 2)"
+    )
     pinned = plan(RunConfig.smoke().replace(**{"run.threads": 2}), ["ddp"])[1]
     assert pinned.reason.startswith("distributed.nproc=2 rank(s) x 2 thread(s) (run.threads) = 4 busy")
     anyway = plan(RunConfig.smoke().replace(**{"run.threads": 2, "run.oversubscribe": True}), ["ddp"])[1]

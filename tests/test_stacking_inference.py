@@ -1,5 +1,6 @@
 """The inference steps of the stacking study: the trained model, + structured pruning, + int8,
 measured on a run folder's saved weights; steps a model cannot take are skipped with the reason."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,9 @@ def test_mlp_is_pruned_then_quantized():
     assert "this model has not learned" in df.attrs["accuracy_note"]  # an untrained model's weights
     assert df["rounds"][1] == 3 and df["coverage"][1] == 1.0  # paired rounds, and all of it
     assert (df["samples_per_s"] > 0).all() and df["size_mib"][2] < df["size_mib"][1] < df["size_mib"][0]
-    assert df["gain_vs_baseline"][2] == pytest.approx(df["samples_per_s"][2] / df["samples_per_s"][0],
-                                                      rel=1e-2)
+    assert df["gain_vs_baseline"][2] == pytest.approx(
+        df["samples_per_s"][2] / df["samples_per_s"][0], rel=1e-2
+    )
     assert waterfall_records(df)["measure"][-1] == "total"
 
 

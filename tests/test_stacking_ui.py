@@ -1,6 +1,7 @@
 """The stacking panel without a browser: the button runs the study on a thread, the waterfall and
 the table fill in, and the export button writes the stacked config's script. The study itself is
 replaced by one that replays a table (tests/test_stacking.py runs real studies)."""
+
 from __future__ import annotations
 
 from workbench.config import RunConfig
@@ -10,13 +11,36 @@ from workbench.ui import stacking as ui
 from workbench.ui.table import STATUS_COLORS
 
 ROWS = [
-    {"step": "baseline", "status": "baseline", "samples_per_s": 1000.0, "gain_vs_prev": 1.0,
-     "gain_vs_baseline": 1.0, "mem_held_gib": 0.3, "final_loss": 2.0, "reason": ""},
-    {"step": "+ bf16", "status": "faster", "samples_per_s": 1500.0, "gain_vs_prev": 1.5,
-     "gain_vs_baseline": 1.5, "mem_held_gib": 0.31, "final_loss": 2.01, "reason": ""},
-    {"step": "+ pinned memory", "status": "skipped", "samples_per_s": None, "gain_vs_prev": None,
-     "gain_vs_baseline": None, "mem_held_gib": None, "final_loss": None,
-     "reason": "pin_memory needs a GPU"},
+    {
+        "step": "baseline",
+        "status": "baseline",
+        "samples_per_s": 1000.0,
+        "gain_vs_prev": 1.0,
+        "gain_vs_baseline": 1.0,
+        "mem_held_gib": 0.3,
+        "final_loss": 2.0,
+        "reason": "",
+    },
+    {
+        "step": "+ bf16",
+        "status": "faster",
+        "samples_per_s": 1500.0,
+        "gain_vs_prev": 1.5,
+        "gain_vs_baseline": 1.5,
+        "mem_held_gib": 0.31,
+        "final_loss": 2.01,
+        "reason": "",
+    },
+    {
+        "step": "+ pinned memory",
+        "status": "skipped",
+        "samples_per_s": None,
+        "gain_vs_prev": None,
+        "gain_vs_baseline": None,
+        "mem_held_gib": None,
+        "final_loss": None,
+        "reason": "pin_memory needs a GPU",
+    },
 ]
 
 
@@ -43,8 +67,9 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     waterfall = panel.fig.data[0]
     assert list(waterfall.base) == [0.0, 1000.0, 1500.0, 0.0]
     assert list(waterfall.y) == [1000.0, 500.0, 0.0, 1500.0]
-    assert list(waterfall.marker.color) == [STATUS_COLORS[s] for s in
-                                            ("baseline", rows[1]["status"], "skipped", "baseline")]
+    assert list(waterfall.marker.color) == [
+        STATUS_COLORS[s] for s in ("baseline", rows[1]["status"], "skipped", "baseline")
+    ]
     assert "pin_memory needs a GPU" in waterfall.hovertext[2] and waterfall.text[2] == ""  # why: on hover
     assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
     assert "skipped" in panel.table.value and "x1.50" in panel.status.value

@@ -1,5 +1,6 @@
 """run.time_budget_s: a run sized by time ends cleanly after its budget, as run.steps ends it after
 N steps, says so in its summary, and every rank stops after the same step."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,6 +37,7 @@ def test_steps_end_a_run_before_its_budget(smoke, one_thread):
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
 def test_a_bad_budget_is_refused_in_one_line(smoke, value):
-    with pytest.raises(ConfigError,
-                       match=r"run\.time_budget_s must be (a number of seconds >= 0|a finite number)"):
+    with pytest.raises(
+        ConfigError, match=r"run\.time_budget_s must be (a number of seconds >= 0|a finite number)"
+    ):
         smoke.replace(**{"run.time_budget_s": value})

@@ -3,6 +3,7 @@ folder every reader reads (runs, compare, the dashboard), its end is recorded ho
 loop's end, an exception, SIGTERM, Ctrl-C, a kill, the time budget), torchrun's ranks share one
 folder with the rank at fault named, and `workbench ab --cmd` compares two commands with an
 interval."""
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,20 @@ LOOP = Path(__file__).with_name("tracked_loop.py")
 
 
 def start(run_dir: Path, *args: str, env: dict | None = None, torchrun: int = 0) -> subprocess.Popen:
-    head = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc-per-node={torchrun}"] if torchrun else [sys.executable])
-    return subprocess.Popen([*head, str(LOOP), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_a_terminal_would,
-                            env={**os.environ, "WORKBENCH_RUN_DIR": str(run_dir), **(env or {})})
+    head = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"]
+        if torchrun
+        else [sys.executable]
+    )
+    return subprocess.Popen(
+        [*head, str(LOOP), *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_as_a_terminal_would,
+        env={**os.environ, "WORKBENCH_RUN_DIR": str(run_dir), **(env or {})},
+    )
 
 
 def _as_a_terminal_would() -> None:
@@ -58,8 +68,10 @@ def test_a_tracked_loop_is_a_run_every_reader_reads(runs_root, capsys):
         steps = [r for r in read_events(run_dir) if r["event"] == STEP]
         assert [r["step"] for r in steps] == list(range(1, 26))
         assert all(r["step_time_ms"] > 0 and r["samples_per_s"] > 0 for r in steps)
-    waits = {name: [r for r in read_events(d) if r["event"] == STEP and "data_wait_ms" in r]
-             for name, d in runs.items()}
+    waits = {
+        name: [r for r in read_events(d) if r["event"] == STEP and "data_wait_ms" in r]
+        for name, d in runs.items()
+    }
     assert len(waits["with"]) == 24  # every step after the first: the gap since the one before
     assert waits["log"] == []  # log_step cannot tell the wait from the step, so it says none
     listed = list_runs().set_index("run")
@@ -82,17 +94,24 @@ def test_an_exception_in_the_loop_is_recorded_with_its_traceback(runs_root):
     assert proc.wait(120) == 1
     assert "ValueError: the loop failed at step 3" in proc.stderr.read()  # the user's hook still prints
     s = read_summary(runs_root / "fails")
-    assert (s["status"], s["cause"], s["error_type"], s["failed_rank"]) == \
-        ("failed", "raised", "ValueError", 0), s
+    assert (s["status"], s["cause"], s["error_type"], s["failed_rank"]) == (
+        "failed",
+        "raised",
+        "ValueError",
+        0,
+    ), s
     assert s["message"] == "rank 0 raised ValueError at step 4: the loop failed at step 3", s
     assert "tracked_loop.py" in RunFolder(runs_root / "fails").traceback_file(0).read_text()
 
 
-@pytest.mark.parametrize("sig, status, words, code", [
-    (signal.SIGTERM, "stopped", "stopped by signal SIGTERM", 143),
-    (signal.SIGINT, "stopped", "stopped by Ctrl-C (SIGINT)", -signal.SIGINT),
-    (signal.SIGKILL, "failed", "ended without a record after step", -signal.SIGKILL),
-])
+@pytest.mark.parametrize(
+    "sig, status, words, code",
+    [
+        (signal.SIGTERM, "stopped", "stopped by signal SIGTERM", 143),
+        (signal.SIGINT, "stopped", "stopped by Ctrl-C (SIGINT)", -signal.SIGINT),
+        (signal.SIGKILL, "failed", "ended without a record after step", -signal.SIGKILL),
+    ],
+)
 def test_a_stopped_or_killed_script_is_named_as_a_rank_would_be(runs_root, sig, status, words, code):
     run_dir = runs_root / signal.Signals(sig).name
     proc = start(run_dir, "--forever")
@@ -128,12 +147,16 @@ def test_bad_input_is_one_line_before_anything_is_made(runs_root, monkeypatch):
     from workbench.tracking import track
 
     monkeypatch.setenv("WORKBENCH_TIME_BUDGET_S", "soon")
-    with pytest.raises(ConfigError, match=r"WORKBENCH_TIME_BUDGET_S must be a number of seconds >= 0, "
-                                          r"got 'soon'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"WORKBENCH_TIME_BUDGET_S must be a number of seconds >= 0, "
+        r"got 'soon'",
+    ):
         track(run_dir=runs_root / "x")
     monkeypatch.delenv("WORKBENCH_TIME_BUDGET_S")
-    with pytest.raises(ConfigError, match="config must be a dict, an argparse.Namespace, a "
-                                          "dataclass or a RunConfig, got int"):
+    with pytest.raises(
+        ConfigError, match="config must be a dict, an argparse.Namespace, a dataclass or a RunConfig, got int"
+    ):
         track(config=42, run_dir=runs_root / "x")
     taken = runs_root / "taken"
     taken.mkdir(parents=True)
@@ -148,8 +171,7 @@ def test_torchrun_ranks_share_a_folder_and_the_rank_at_fault_is_named(runs_root,
     from workbench.cli import main as cli
 
     ok = start(runs_root / "ddp", "--steps", "8", torchrun=2)
-    bad = start(runs_root / "ddp-fails", "--steps", "50", "--fail-at", "4", "--fail-rank", "1",
-                torchrun=2)
+    bad = start(runs_root / "ddp-fails", "--steps", "50", "--fail-at", "4", "--fail-rank", "1", torchrun=2)
     assert ok.wait(180) == 0, ok.stderr.read()
     assert bad.wait(180) != 0
     assert [p.name for p in RunFolder(runs_root / "ddp").events_files()] == ["rank0.jsonl", "rank1.jsonl"]
@@ -167,8 +189,7 @@ def test_ab_cmd_compares_two_commands_with_an_interval(runs_root, capsys):
     from workbench.cli import main as cli
 
     command = f"{sys.executable} {LOOP} --forever"
-    code = cli(["ab", "--cmd", command, "--budget-s", "0.4", "--rounds", "6", "--warmup-runs", "0",
-                "--json"])
+    code = cli(["ab", "--cmd", command, "--budget-s", "0.4", "--rounds", "6", "--warmup-runs", "0", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     # a pair whose runs met different loads (the rest of the suite beside it) is dropped, as always
@@ -198,11 +219,15 @@ def test_ab_cmd_refuses_what_it_cannot_run_in_one_line(runs_root, capsys):
     assert cli(["ab", "--cmd", "python x.py", "--set", "run.steps=3"]) == 2
     assert capsys.readouterr().err.strip() == (
         "workbench ab: --set sets a config, and --cmd runs your own script: give the script's own "
-        "flags inside --cmd and --vs-cmd instead")
+        "flags inside --cmd and --vs-cmd instead"
+    )
     assert cli(["ab", "--cmd", f"{sys.executable} -c pass", "--rounds", "6"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("workbench ab: A: `") and "without tracking a run: does it call " \
-        "workbench.track()?" in err and "\n" not in err
+    assert (
+        err.startswith("workbench ab: A: `")
+        and "without tracking a run: does it call workbench.track()?" in err
+        and "\n" not in err
+    )
     assert cli(["ab", "--cmd", "python x.py", "--vs-env", "1BAD=x"]) == 2
     assert "--vs-env '1BAD=x' is not KEY=VALUE" in capsys.readouterr().err
 
@@ -210,10 +235,23 @@ def test_ab_cmd_refuses_what_it_cannot_run_in_one_line(runs_root, capsys):
 def test_ctrl_c_during_ab_cmd_ends_the_run_under_way_and_leaves_nothing(runs_root):
     """Ctrl-C during `ab --cmd`, in the middle of a long run: that run ends at once, uncounted, and
     the command ends with what it had (nothing yet), exit 130, no process left."""
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "ab", "--cmd",
-                             f"{sys.executable} {LOOP} --forever", "--budget-s", "600"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "ab",
+            "--cmd",
+            f"{sys.executable} {LOOP} --forever",
+            "--budget-s",
+            "600",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     trial = wait_for(lambda: next(iter(runs_root.glob("*_ab-cmd")), None), 120, "the trial folder")
     wait_for_steps(trial / "A-0", ranks=1, step=2)
     child = {r["pid"] for r in read_events(trial / "A-0") if r["event"] == "start"}

@@ -1,6 +1,7 @@
 """A/B tests of training configs with real runs: an A/A test under a CPU hog comes out within noise
 and flagged busy (the verdict rule's detection of real differences is tested on synthetic samples
 in test_measure.py); the alternating order; the CLI's one-line refusals."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,7 @@ def cpu_hog():
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.timeout(600)
-def test_a_a_beside_two_busy_processes_is_within_noise_and_keeps_its_busy_pairs(smoke, cpu_hog,
-                                                                                   tmp_path):
+def test_a_a_beside_two_busy_processes_is_within_noise_and_keeps_its_busy_pairs(smoke, cpu_hog, tmp_path):
     """The honesty test: the same config on both sides, in one warm process, beside two busy
     processes in sessions of their own. Busy pairs are kept (both sides met the same load), so the
     comparison speaks; its steps interleave in chunks of a few tens of milliseconds, so both sides
@@ -66,9 +66,12 @@ def test_pairs_whose_load_changed_are_dropped_and_counted():
 
 def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
     order = []
-    monkeypatch.setattr("workbench.trials.rounds.run",
-                        lambda cfg, timeout_s, threads: order.append(cfg.run.label) or
-                        {"status": "completed", "samples_per_s": 1.0, "run_dir": "x"})
+    monkeypatch.setattr(
+        "workbench.trials.rounds.run",
+        lambda cfg, timeout_s, threads: (
+            order.append(cfg.run.label) or {"status": "completed", "samples_per_s": 1.0, "run_dir": "x"}
+        ),
+    )
     run_rounds({"a": smoke, "b": smoke}, 3)
     assert order == ["a-r0", "b-r0", "b-r1", "a-r1", "a-r2", "b-r2"]
     with pytest.raises(ConfigError, match="rounds must be an integer >= 1, got 0"):
@@ -78,11 +81,40 @@ def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
 
 def test_ab_set_means_both_sides_and_the_report_opens_with_what_differs(capsys):
     examples = Path(__file__).resolve().parents[1] / "examples"  # a model and Dataset of one's own
-    assert cli(["ab", "--preset", "smoke", "--model", f"{examples}/resnet.py:build", "--data", "dataset",
-                "--data-factory", f"{examples}/strokes.py:build", "--set", 'model.kwargs={"width": 4}',
-                "--set", 'data.kwargs={"size": 200}', "--set", "run.eval_batches=0",
-                "--set", "run.threads=1", "--a", "optim.lr=0.01", "--b", "optim.lr=0.02",
-                "--vs", "loader.batch_size=16", "--rounds", "2", "--slice-s", "0.05"]) == 0
+    assert (
+        cli(
+            [
+                "ab",
+                "--preset",
+                "smoke",
+                "--model",
+                f"{examples}/resnet.py:build",
+                "--data",
+                "dataset",
+                "--data-factory",
+                f"{examples}/strokes.py:build",
+                "--set",
+                'model.kwargs={"width": 4}',
+                "--set",
+                'data.kwargs={"size": 200}',
+                "--set",
+                "run.eval_batches=0",
+                "--set",
+                "run.threads=1",
+                "--a",
+                "optim.lr=0.01",
+                "--b",
+                "optim.lr=0.02",
+                "--vs",
+                "loader.batch_size=16",
+                "--rounds",
+                "2",
+                "--slice-s",
+                "0.05",
+            ]
+        )
+        == 0
+    )
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("A and B differ in ") and "optim.lr: 0.01 (A) vs 0.02 (B)" in first
     assert "loader.batch_size: 32 (A) vs 16 (B)" in first and "differ in 2 settings" in first, first

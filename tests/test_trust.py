@@ -1,6 +1,7 @@
 """Code named by a run folder runs only when the user asked: reading a folder never imports what it
 names, loading one this workbench did not make here needs trust_code, and stdlib factories are
 refused whatever the source. A canary factory writes a file when called; it must stay unwritten."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,9 @@ def canary(tmp_path):
 
 @pytest.fixture
 def cfg(tmp_path, canary):
-    return RunConfig.smoke().replace(**{"model.name": f"{_model_file(tmp_path)}:build",
-                                        "model.kwargs": {"canary": str(canary)}})
+    return RunConfig.smoke().replace(
+        **{"model.name": f"{_model_file(tmp_path)}:build", "model.kwargs": {"canary": str(canary)}}
+    )
 
 
 @pytest.fixture
@@ -78,8 +80,12 @@ def test_reading_a_folder_never_runs_its_code(foreign, canary, tmp_path, capsys)
     assert read_summary(foreign)["status"] == "completed"
     attach(foreign, start=False)
     export(foreign, tmp_path / "exported")
-    for argv in (["runs"], ["runs", "--json"], ["compare", str(foreign)],
-                 ["export", "--run", str(foreign), "--to", str(tmp_path / "exported2")]):
+    for argv in (
+        ["runs"],
+        ["runs", "--json"],
+        ["compare", str(foreign)],
+        ["export", "--run", str(foreign), "--to", str(tmp_path / "exported2")],
+    ):
         assert cli(argv) == 0, argv
     capsys.readouterr()
     assert not canary.exists()
@@ -89,8 +95,11 @@ def test_loading_a_foreign_folder_shows_the_factory_and_runs_nothing(foreign, ca
     from workbench.compress.subject import Subject
     from workbench.stacking.inference import inference_study
 
-    for load in (lambda: load_model(foreign), lambda: Subject.from_run(foreign),
-                 lambda: inference_study(foreign, rounds=1)):
+    for load in (
+        lambda: load_model(foreign),
+        lambda: Subject.from_run(foreign),
+        lambda: inference_study(foreign, rounds=1),
+    ):
         with pytest.raises(ConfigError) as e:
             load()
         text = str(e.value)
@@ -138,8 +147,9 @@ def test_trust_follows_the_code_it_ran_not_only_the_config(canary, tmp_path, mon
         (folder / "trusted_model.py").write_text("from trusted_helper import build\n")
         (folder / "trusted_helper.py").write_text(CANARY_MODEL)
     monkeypatch.chdir(here)
-    cfg = RunConfig.smoke().replace(**{"model.name": "trusted_model.py:build",
-                                       "model.kwargs": {"canary": str(canary)}})
+    cfg = RunConfig.smoke().replace(
+        **{"model.name": "trusted_model.py:build", "model.kwargs": {"canary": str(canary)}}
+    )
     run_dir = _finish_folder(create_run_dir(cfg))
     monkeypatch.chdir(elsewhere)
     with pytest.raises(ConfigError, match=f"resolves to '{elsewhere}/trusted_model.py' from here"):
@@ -148,8 +158,9 @@ def test_trust_follows_the_code_it_ran_not_only_the_config(canary, tmp_path, mon
     (here / "trusted_helper.py").write_text(CANARY_MODEL + "# edited\n")
     with pytest.raises(ConfigError) as refused:
         load_model(run_dir)
-    assert f"'{here}/trusted_helper.py' (model.name 'trusted_model.py:build') changed since" in \
-        str(refused.value) and "trust_code=True" in str(refused.value)
+    assert f"'{here}/trusted_helper.py' (model.name 'trusted_model.py:build') changed since" in str(
+        refused.value
+    ) and "trust_code=True" in str(refused.value)
     assert not canary.exists()
     (here / "trusted_helper.py").write_text(CANARY_MODEL)  # as it was: trusted again
     assert isinstance(load_model(run_dir), torch.nn.Module) and canary.exists()
@@ -167,14 +178,29 @@ def test_built_in_models_need_no_trust(runs_root):
     assert isinstance(load_model(run_dir), torch.nn.Module)
 
 
-REEXPORT = {"reexport.py": "from os import system as build\n",
-            "partial.py": "import functools, os\nbuild = functools.partial(os.system, 'true')\n",
-            "popen.py": "import subprocess\nbuild = subprocess.Popen\n"}
+REEXPORT = {
+    "reexport.py": "from os import system as build\n",
+    "partial.py": "import functools, os\nbuild = functools.partial(os.system, 'true')\n",
+    "popen.py": "import subprocess\nbuild = subprocess.Popen\n",
+}
 
 
-@pytest.mark.parametrize("spec", ["os:system", "subprocess:run", "builtins:exec", "builtins:eval",
-                                  "shutil:rmtree", "importlib:import_module", "sys:exit", "posix:system",
-                                  "pathlib:Path", "STDLIB_FILE", *REEXPORT])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "os:system",
+        "subprocess:run",
+        "builtins:exec",
+        "builtins:eval",
+        "shutil:rmtree",
+        "importlib:import_module",
+        "sys:exit",
+        "posix:system",
+        "pathlib:Path",
+        "STDLIB_FILE",
+        *REEXPORT,
+    ],
+)
 def test_stdlib_factories_are_refused_whatever_the_source(spec, tmp_path, canary, runs_root):
     if spec == "STDLIB_FILE":
         spec = f"{subprocess.__file__}:run"  # the stdlib named by file path
@@ -200,8 +226,17 @@ def test_stdlib_factories_are_refused_whatever_the_source(spec, tmp_path, canary
 
 
 def test_cli_refuses_a_stdlib_model_in_one_line(tmp_path, canary, capsys):
-    code = cli(["run", "--preset", "smoke", "--model", "os:system",
-                "--set", f'model.kwargs={{"command": "touch {canary}"}}'])
+    code = cli(
+        [
+            "run",
+            "--preset",
+            "smoke",
+            "--model",
+            "os:system",
+            "--set",
+            f'model.kwargs={{"command": "touch {canary}"}}',
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "standard library" in err
     assert not canary.exists()

@@ -4,6 +4,7 @@ it is written; the memory plan's batches and checkpointing follow the pre-launch
 compile is done once, untimed, and a compiled run's budget leaves its compile out; a larger batch's
 loss is compared over the same samples seen. (The search's calibration is tests/test_tune_search.py,
 on a simulated device.)"""
+
 from __future__ import annotations
 
 import html
@@ -17,8 +18,21 @@ from workbench.tune.candidates import CATALOG, NOT_TRIED
 
 def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_path, runs_root):
     out = tmp_path / "tuned"
-    cmd = [sys.executable, "-m", "workbench", "tune", "--preset", "smoke", "--budget-min", "0.25",
-           "--bound-by", "data", "--json", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "tune",
+        "--preset",
+        "smoke",
+        "--budget-min",
+        "0.25",
+        "--bound-by",
+        "data",
+        "--json",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -38,7 +52,8 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert first["rounds"] + first["dropped_pairs"] >= 1 and first["outcome"], first
     assert first["status"] in ("kept", "dropped", "undecided") and first["conditions"]
     assert decisions["channels_last"]["outcome"].startswith(
-        "not measured: this machine cannot run it: channels_last")
+        "not measured: this machine cannot run it: channels_last"
+    )
     assert not any("drop" in d["status"] for d in report["decisions"] if not d["rounds"])
     assert all(d["outcome"] for d in report["decisions"])
     tuned = RunConfig.from_dict(report["config"])  # a valid config: the baseline + what was kept
@@ -60,8 +75,11 @@ def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
     panel = TunePanel(RunConfig.smoke(), budget_min=0)
     assert panel.run() is None and not panel.job.running  # refused before any run
     assert "must be &gt; 0" in panel.status.value
-    panel._decided(Decision("bf16", True, "bound by compute: precision first",
-                            "faster by more than 5%", 1.3, 1.2, 1.4, 8, 2))
+    panel._decided(
+        Decision(
+            "bf16", True, "bound by compute: precision first", "faster by more than 5%", 1.3, 1.2, 1.4, 8, 2
+        )
+    )
     row = html.unescape(panel.table.value).replace("\xa0", " ")  # the text a reader sees
     assert all(s in row for s in ("bf16", "kept", "1.30x [1.20, 1.40]", "faster by more than 5%"))
     with pytest.raises(ConfigError, match="nothing to export yet"):
@@ -69,8 +87,11 @@ def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
 
 
 def _tiny_lm():
-    return RunConfig.smoke().with_model("transformer").replace(
-        **{"model.width": 64, "model.depth": 2, "run.threads": 1})
+    return (
+        RunConfig.smoke()
+        .with_model("transformer")
+        .replace(**{"model.width": 64, "model.depth": 2, "run.threads": 1})
+    )
 
 
 def test_the_memory_plan_takes_the_largest_power_of_two_that_the_prediction_fits():
@@ -108,8 +129,9 @@ def test_a_compile_is_done_once_untimed_and_a_larger_batch_is_checked_against_sa
     from workbench.tune.tuner import TrialMeasure
 
     ran = []
-    m = TrialMeasure(RunConfig.smoke().replace(**{"run.threads": 1}), on_slice=ran.append,
-                     folder=tmp_path / "trial")
+    m = TrialMeasure(
+        RunConfig.smoke().replace(**{"run.threads": 1}), on_slice=ran.append, folder=tmp_path / "trial"
+    )
     try:
         trial = {"compile.enabled": True, "loader.batch_size": 128}  # one round for both rules
         assert m.one_off({}, trial) == "compiling" and m.one_off({}, {}) is None
@@ -166,11 +188,19 @@ def _interrupted(cmd: list[str], root) -> tuple[subprocess.CompletedProcess, set
     import psutil
     from launch_helpers import wait_for
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "WORKBENCH_RUNS": str(root)})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "WORKBENCH_RUNS": str(root)},
+    )
     try:
-        wait_for(lambda: [f for f in root.glob("trials/*/slices.jsonl")
-                          if len(f.read_text().splitlines()) >= 4], 300, "timed slices")
+        wait_for(
+            lambda: [f for f in root.glob("trials/*/slices.jsonl") if len(f.read_text().splitlines()) >= 4],
+            300,
+            "timed slices",
+        )
         started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=300)
@@ -182,11 +212,14 @@ def _interrupted(cmd: list[str], root) -> tuple[subprocess.CompletedProcess, set
 def test_ctrl_c_in_a_tune_or_an_ab_keeps_what_was_measured_and_exits_130(tmp_path):
     from launch_helpers import assert_all_gone
 
-    for command in (["tune", "--budget-min", "3", "--bound-by", "compute"],
-                    ["ab", "--b", "optim.impl=\"foreach\"", "--rounds", "500"]):
+    for command in (
+        ["tune", "--budget-min", "3", "--bound-by", "compute"],
+        ["ab", "--b", "optim.impl=\"foreach\"", "--rounds", "500"],
+    ):
         root = tmp_path / command[0]
-        done, started = _interrupted([sys.executable, "-m", "workbench", *command, "--preset",
-                                      "smoke", "--json"], root)
+        done, started = _interrupted(
+            [sys.executable, "-m", "workbench", *command, "--preset", "smoke", "--json"], root
+        )
         assert done.returncode == 130, done.stderr[-2000:]
         out = json.loads(done.stdout)  # valid JSON, marked, holding what was measured
         assert out["interrupted"] == "SIGINT" and "Traceback" not in done.stderr

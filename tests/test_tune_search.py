@@ -3,6 +3,7 @@ over 200 seeded trials it finds the truly best reachable config, keeps a setting
 minimum effect rarely, and its reported intervals cover the true ratios; busy rounds are repeated,
 not trusted; a setting that moves the loss is dropped; the budget holds; the order follows the
 profile's verdict."""
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,7 @@ from workbench.tune.search import compare, order, search
 
 KINDS = ["loader", "precision", "compile", "layout", "optimizer", "memory", "batch"]
 NUMBERS = {"precision", "compile", "memory", "batch"}  # kinds that change the numbers: loss-checked
-CANDIDATES = [Change(f"s{i}", {f"field{i}": True}, kind, kind in NUMBERS)
-              for i, kind in enumerate(KINDS)]
+CANDIDATES = [Change(f"s{i}", {f"field{i}": True}, kind, kind in NUMBERS) for i, kind in enumerate(KINDS)]
 COMPILE_S = {"s2": 30.0}  # the compile candidate's one-off compile
 # True effects a setting can have: clearly slower, slower, too small to matter, clear gains.
 EFFECTS = [0.6, 0.9, 0.98, 1.0, 1.02, 1.04, 1.3, 1.5, 2.0]
@@ -78,8 +78,10 @@ def test_the_budget_holds_and_what_it_left_out_is_named():
     result = search(order(CANDIDATES, None), sim, budget_s=120)
     tried = [d for d in result.decisions if d.rounds]
     assert tried and len(tried) < len(CANDIDATES)
-    assert all(re.match(r"not measured: the \d+ s left cannot hold the 7 rounds", d.outcome)
-               for d in result.decisions[len(tried):])
+    assert all(
+        re.match(r"not measured: the \d+ s left cannot hold the 7 rounds", d.outcome)
+        for d in result.decisions[len(tried) :]
+    )
     # no round starts that the budget left cannot hold at the pace seen so far: the tune ends
     # within its budget (a round slower than the pace may still overrun it by its difference)
     assert result.spent_s <= 120, result.spent_s
@@ -113,17 +115,20 @@ def test_a_compile_is_charged_to_the_budget_and_skipped_when_its_rounds_cannot_f
     sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
     (d,) = search([(compiled, "first")], sim, budget_s=60).decisions
     assert not d.kept and d.rounds == 0
-    assert d.outcome.startswith("not measured: compiling took 30 s; the 7 rounds that can decide would "
-                                "take about"), d.outcome
+    assert d.outcome.startswith(
+        "not measured: compiling took 30 s; the 7 rounds that can decide would take about"
+    ), d.outcome
     # after other comparisons, the pace of a round says beforehand that nothing fits
     effects["s0"] = 0.6  # decided in the fewest rounds, which set the pace
     alone = search([(CANDIDATES[0], "first")], SimulatedDevice(CANDIDATES, effects, 4), budget_s=600)
     sim = SimulatedDevice(CANDIDATES, effects, 4, compile_s=COMPILE_S)
-    result = search([(CANDIDATES[0], "first"), (compiled, "then")], sim,
-                    budget_s=alone.spent_s + 20)
+    result = search([(CANDIDATES[0], "first"), (compiled, "then")], sim, budget_s=alone.spent_s + 20)
     assert result.decisions[0].rounds == 7
-    assert re.fullmatch(r"not measured: the \d+ s left cannot hold the 7 rounds that can decide "
-                        r"\(about \d+ s at [\d.]+ s a round so far\)", result.decisions[1].outcome)
+    assert re.fullmatch(
+        r"not measured: the \d+ s left cannot hold the 7 rounds that can decide "
+        r"\(about \d+ s at [\d.]+ s a round so far\)",
+        result.decisions[1].outcome,
+    )
     assert sim.compiled == set()  # not compiled: nothing was spent on it
 
 

@@ -1,4 +1,5 @@
 """The comparison view over run folders: overlaid curves and the table from runstore.compare."""
+
 from __future__ import annotations
 
 from ui_records import step_records
@@ -15,9 +16,17 @@ def _fake_run(root, cfg, sps, ranks=1):
         for rec in step_records(12, rank=r, samples_per_s=sps):
             w.write("step", **{k: v for k, v in rec.items() if k not in ("event", "t", "rank", "attempt")})
         w.close()
-    write_json_atomic(run_dir / "summary.json",
-                      {"status": "completed", "samples_per_s": sps * ranks, "final_loss": 0.5,
-                       "eval_accuracy": 0.9, "rss_gib": 0.4, "step_time_ms_median": 1000 / sps})
+    write_json_atomic(
+        run_dir / "summary.json",
+        {
+            "status": "completed",
+            "samples_per_s": sps * ranks,
+            "final_loss": 0.5,
+            "eval_accuracy": 0.9,
+            "rss_gib": 0.4,
+            "step_time_ms_median": 1000 / sps,
+        },
+    )
     return run_dir
 
 

@@ -1,5 +1,6 @@
 """The control panel's inputs: bound to RunConfig, unsupported choices disabled with a reason.
 GPUs are faked by monkeypatching torch.cuda, as the hardware checks are."""
+
 from __future__ import annotations
 
 import re
@@ -20,6 +21,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "FakeGPU")
+
     return install
 
 
@@ -103,12 +105,19 @@ def test_unknown_control_is_refused():
         Controls(RunConfig.smoke()).set(colour="red")
 
 
-@pytest.mark.parametrize("values, field", [
-    ({"batch_size": 0}, "loader.batch_size"), ({"steps": -3}, "run.steps"),
-    ({"lr": 0.0}, "optim.lr"), ({"budget_s": -1}, "run.time_budget_s"),
-    ({"batch_size": "abc"}, "batch_size='abc'"), ({"precision": "fp8"}, "precision='fp8'"),
-    ({"model": "nope"}, "model='nope' is not allowed: one of mlp, cnn, transformer"),
-    ({"steps": 5, "batch_size": 0}, "loader.batch_size")])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"batch_size": 0}, "loader.batch_size"),
+        ({"steps": -3}, "run.steps"),
+        ({"lr": 0.0}, "optim.lr"),
+        ({"budget_s": -1}, "run.time_budget_s"),
+        ({"batch_size": "abc"}, "batch_size='abc'"),
+        ({"precision": "fp8"}, "precision='fp8'"),
+        ({"model": "nope"}, "model='nope' is not allowed: one of mlp, cnn, transformer"),
+        ({"steps": 5, "batch_size": 0}, "loader.batch_size"),
+    ],
+)
 def test_a_setter_refuses_what_the_config_refuses_and_keeps_every_widget(values, field):
     """No clamping: a number box that took 0 for a batch size used to show 1 without a word."""
     c = Controls(RunConfig.smoke())
@@ -126,8 +135,11 @@ def test_sliders_refuse_a_value_out_of_range_instead_of_clamping_it():
 
     panel = DistributedPanel(RunConfig.smoke())
     most = panel.nproc.max
-    with pytest.raises(ConfigError, match=rf"^ranks={most + 1} is not allowed: 1 to {most} \(the "
-                                          "ranks this machine runs"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^ranks={most + 1} is not allowed: 1 to {most} \(the "
+        "ranks this machine runs",
+    ):
         panel.nproc.value = most + 1
     with pytest.raises(ConfigError, match=f"^ranks={most + 1} is not allowed"):
         panel.apply(nproc=most + 1)

@@ -1,5 +1,6 @@
 """LiveDashboard and LiveCharts without a browser or kernel: feed records, check the figures'
 data and that redraws are throttled whatever the step rate."""
+
 from __future__ import annotations
 
 import threading
@@ -25,8 +26,14 @@ def test_feed_draws_one_trace_per_rank_and_a_total():
     assert list(loss[0].x) == list(range(1, 21))
     assert list(loss[0].y)[0] == 2.0
     sps = dash.charts.figures["samples_per_s"].data
-    assert [t.name for t in sps] == ["rank 0", "rank 0 (median of 25)", "rank 1",
-                                     "rank 1 (median of 25)", "total", "total (median of 25)"]
+    assert [t.name for t in sps] == [
+        "rank 0",
+        "rank 0 (median of 25)",
+        "rank 1",
+        "rank 1 (median of 25)",
+        "total",
+        "total (median of 25)",
+    ]
     assert list(sps[4].y)[0] == 201.0 and sps[4].mode == "markers" and sps[5].mode == "lines"
     assert [t.name for t in dash.charts.figures["memory"].data] == ["rank 0 RSS", "rank 1 RSS"]
     text = dash.readout.value
@@ -80,8 +87,7 @@ def test_tailer_thread_throttles_a_fast_writer(tmp_path):
     dash = LiveDashboard(tmp_path, total_steps=4000, poll_s=0.02).start()
     t0 = time.monotonic()
     for i in range(1, 4001):  # as fast as it can write: thousands of steps a second
-        writer.write("step", step=i, loss=1.0 / i, step_time_ms=0.1, data_wait_ms=0.0,
-                     samples_per_s=1e4)
+        writer.write("step", step=i, loss=1.0 / i, step_time_ms=0.1, data_wait_ms=0.0, samples_per_s=1e4)
         if i % 200 == 0:
             time.sleep(0.05)  # spread the writes over about a second
     writer.write("done", samples_per_s=1e4)
@@ -96,8 +102,18 @@ def test_tailer_thread_throttles_a_fast_writer(tmp_path):
 
 def test_stopped_run_shows_in_titles_and_status(tmp_path):
     dash = LiveDashboard(tmp_path)
-    dash.feed(step_records(7) + [{"event": "error", "rank": 0, "t": 2e3, "status": "stopped",
-                                  "message": "stopped by signal SIGTERM"}])
+    dash.feed(
+        step_records(7)
+        + [
+            {
+                "event": "error",
+                "rank": 0,
+                "t": 2e3,
+                "status": "stopped",
+                "message": "stopped by signal SIGTERM",
+            }
+        ]
+    )
     dash.maybe_redraw(now=True)
     assert dash.charts.figures["loss"].layout.title.text == "Loss · stopped at step 7"
     assert "stopped" in dash.header.value

@@ -1,5 +1,6 @@
 """The system monitor: CPU figures from psutil always, GPU figures from NVML when there is one
 (faked here), a clear note when there is none."""
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ def _fake_pynvml(fail_init=False):
     def init():
         if fail_init:
             raise RuntimeError("NVML Shared Library Not Found")
+
     m.nvmlInit = init
     m.nvmlDeviceGetCount = lambda: 1
     m.nvmlDeviceGetHandleByIndex = lambda i: f"gpu{i}"
@@ -38,8 +40,9 @@ def test_without_nvml_the_cpu_figures_remain(monkeypatch):
 def test_nvml_device_figures_cover_all_processes(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
     s = sample_system([], NvmlReader())
-    assert s["gpus"] == [{"index": 0, "mem_used_gib": 3.0, "mem_total_gib": 80.0, "util_pct": 57.0,
-                          "processes": 2}]
+    assert s["gpus"] == [
+        {"index": 0, "mem_used_gib": 3.0, "mem_total_gib": 80.0, "util_pct": 57.0, "processes": 2}
+    ]
     assert s["run_rss_gib"] is None
     assert "GPU 0: 57% busy, 3.0/80.0 GiB used (all processes, 2 processes)" in describe(s)
     view = MonitorView()

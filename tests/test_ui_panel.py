@@ -1,5 +1,6 @@
 """RunPanel end to end with a real worker process: Run from code, live charts fill, Stop ends the
 run within seconds, the charts and status say so, events are kept and the history lists it."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """RunSeries and Throttle: the data behind the live charts, no widgets involved."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,12 +40,23 @@ def test_data_wait_share_amp_health_and_mfu():
 
 def test_stopped_failed_and_completed_status():
     stopped = RunSeries()
-    stopped.feed(step_records(3) + [{"event": "error", "rank": 0, "t": 2000, "status": "stopped",
-                                     "message": "stopped by signal SIGTERM"}])
+    stopped.feed(
+        step_records(3)
+        + [
+            {
+                "event": "error",
+                "rank": 0,
+                "t": 2000,
+                "status": "stopped",
+                "message": "stopped by signal SIGTERM",
+            }
+        ]
+    )
     assert stopped.finished and stopped.status == "stopped"
     failed = RunSeries(world_size=2)
-    failed.feed([{"event": "error", "rank": 1, "t": 5, "status": "failed", "error_type": "OOM",
-                  "message": "boom"}])
+    failed.feed(
+        [{"event": "error", "rank": 1, "t": 5, "status": "failed", "error_type": "OOM", "message": "boom"}]
+    )
     assert failed.status == "failed" and failed.message == "rank 1: OOM: boom"
     done = RunSeries(world_size=2)
     done.feed([{"event": "done", "rank": 0, "t": 1, "samples_per_s": 1234.0}])

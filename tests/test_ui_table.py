@@ -1,5 +1,6 @@
 """The one table renderer: titles in words, numbers to their digits, verdict chips that never paint
 a costly gain green, long reasons folded, and nothing shown as 'nan' or 'None'."""
+
 from __future__ import annotations
 
 from workbench.measure import claims
@@ -7,21 +8,37 @@ from workbench.ui.table import COST_COLOR, STATUS_COLORS, cell_text, html_table,
 
 
 def test_numbers_read_at_a_glance():
-    assert [number_text(v) for v in (0.08088, 1234.5, 12, 1_000_000, 3.0, None, float("nan"))] == \
-        ["0.0809", "1,234", "12", "1,000,000", "3", "", ""]
+    assert [number_text(v) for v in (0.08088, 1234.5, 12, 1_000_000, 3.0, None, float("nan"))] == [
+        "0.0809",
+        "1,234",
+        "12",
+        "1,000,000",
+        "3",
+        "",
+        "",
+    ]
     assert cell_text("nan") == "" and cell_text(None) == "" and cell_text(True) == "True"
 
 
 def test_a_table_titles_chips_and_folds():
-    why = ("structured pruning removed whole channels; the smaller dense matmuls are faster, and "
-           "accuracy fell because the model was not fine-tuned after the channels were removed")
-    rows = [{"variant": "dense", "verdict": "baseline", "samples_per_s": 7890.4, "why": ""},
-            {"variant": "structured", "verdict": "faster, but accuracy 0.995 -> 0.273",
-             "samples_per_s": 12_001.0, "why": why},
-            {"variant": "csr", "verdict": None, "samples_per_s": float("nan"), "why": "skipped"}]
+    why = (
+        "structured pruning removed whole channels; the smaller dense matmuls are faster, and "
+        "accuracy fell because the model was not fine-tuned after the channels were removed"
+    )
+    rows = [
+        {"variant": "dense", "verdict": "baseline", "samples_per_s": 7890.4, "why": ""},
+        {
+            "variant": "structured",
+            "verdict": "faster, but accuracy 0.995 -> 0.273",
+            "samples_per_s": 12_001.0,
+            "why": why,
+        },
+        {"variant": "csr", "verdict": None, "samples_per_s": float("nan"), "why": "skipped"},
+    ]
     claims.clear()
-    out = html_table(rows, ["variant", "verdict", "samples_per_s", "why"], above="timed beside others",
-                     where="test table")
+    out = html_table(
+        rows, ["variant", "verdict", "samples_per_s", "why"], above="timed beside others", where="test table"
+    )
     assert "<th>samples/s</th>" in out and "samples_per_s" not in out
     assert "7,890" in out and "12,001" in out and ">nan<" not in out and ">None<" not in out
     assert f"background:{COST_COLOR}" in out and f"background:{STATUS_COLORS['faster']}" not in out

@@ -1,5 +1,6 @@
 """The warm worker: a spare, pre-imported run that takes the next run which fits it. It must be
 invisible in the results, owned like every other process, used once, and never touch CUDA."""
+
 import json
 import os
 import signal
@@ -35,13 +36,15 @@ def launch_record(run_dir) -> dict:
 def ready_spare(cfg) -> warm.Spare:
     spares = launcher().spares
     spares.keep_warm(cfg)
-    return wait_for(lambda: spares.spare and spares.spare.ready() and spares.spare, 120,
-                    "the spare to warm up")
+    return wait_for(
+        lambda: spares.spare and spares.spare.ready() and spares.spare, 120, "the spare to warm up"
+    )
 
 
 def cfg_for(nproc: int) -> RunConfig:
-    return RunConfig.smoke().replace(**{"run.steps": 8, "run.threads": 1, "run.eval_batches": 0,
-                                        "distributed.nproc": nproc})
+    return RunConfig.smoke().replace(
+        **{"run.steps": 8, "run.threads": 1, "run.eval_batches": 0, "distributed.nproc": nproc}
+    )
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
@@ -56,8 +59,12 @@ def test_a_warm_run_gives_the_cold_runs_losses_and_events(nproc):
     assert cold["status"] == hot["status"] == "completed", (cold, hot)
     assert losses(handle.run_dir) == losses(cold["run_dir"]) and len(losses(handle.run_dir)) == 8
     assert hot["final_loss"] == cold["final_loss"]
-    kinds = lambda d: sorted(((r["rank"], r["event"]) for r in read_events(d)  # noqa: E731
-                              if r["event"] != "heartbeat"), key=lambda k: k[0])  # each rank's order
+
+    def kinds(d):  # each rank's order
+        return sorted(
+            ((r["rank"], r["event"]) for r in read_events(d) if r["event"] != "heartbeat"), key=lambda k: k[0]
+        )
+
     assert kinds(handle.run_dir) == kinds(cold["run_dir"])
     for rank in range(nproc):
         record = start_record(handle.run_dir, rank)["warm"]
@@ -124,8 +131,11 @@ def test_a_spare_takes_the_run_beside_other_work():
     cfg = cfg_for(1).replace(**{"run.threads": 0})
     launcher().spares.keep_warm(cfg)
     with OtherWork(2):
-        spare = wait_for(lambda: (s := launcher().spares.spare) and s.wait_policy == "passive"
-                         and s.ready() and s, 180, "a spare with the passive wait")
+        spare = wait_for(
+            lambda: (s := launcher().spares.spare) and s.wait_policy == "passive" and s.ready() and s,
+            180,
+            "a spare with the passive wait",
+        )
         handle = start_run(cfg)
         assert handle.proc.pid == spare.proc.pid
         assert launch_record(handle.run_dir)["threads"]["wait_policy"] == "passive"
@@ -162,8 +172,11 @@ def test_spares_are_gone_after_the_kernel_dies(nproc):
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(nproc)], stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(kernel.stdout.readline())
-        tree = {info["spare"], info["check"],
-                *(p.pid for p in psutil.Process(info["spare"]).children(recursive=True))}
+        tree = {
+            info["spare"],
+            info["check"],
+            *(p.pid for p in psutil.Process(info["spare"]).children(recursive=True)),
+        }
         assert len(tree) >= 3 + (nproc > 1)  # supervisor, worker(s) (and torchrun's agent), check
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(30)
@@ -176,10 +189,12 @@ def test_spares_are_gone_after_the_kernel_dies(nproc):
 def test_warm_up_never_initialises_cuda():
     # A GPU run initialises its device itself after taking the job; the warm-up must not, or a
     # run would start in a process with a CUDA context made before it (the fork-after-CUDA trap).
-    code = ("import torch\n"
-            "def refuse(*a, **k): raise AssertionError('warm-up initialised CUDA')\n"
-            "torch.cuda._lazy_init = refuse\n"
-            "from workbench.train.warm import warm_up\n"
-            "warm_up()\n"
-            "assert not torch.cuda.is_initialized()\n")
+    code = (
+        "import torch\n"
+        "def refuse(*a, **k): raise AssertionError('warm-up initialised CUDA')\n"
+        "torch.cuda._lazy_init = refuse\n"
+        "from workbench.train.warm import warm_up\n"
+        "warm_up()\n"
+        "assert not torch.cuda.is_initialized()\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

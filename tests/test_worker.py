@@ -1,4 +1,5 @@
 """The worker as a real subprocess: each precision, events and summary on disk, failure and stop."""
+
 import re
 import os
 import subprocess
@@ -67,9 +68,12 @@ def build(after=0):
 def test_a_model_that_fails_at_once_is_refused_before_launch(tmp_path, runs_root):
     (tmp_path / "bad.py").write_text(BAD_MODEL)
     cfg = RunConfig.smoke().replace(**{"model.name": f"{tmp_path / 'bad.py'}:build"})
-    with pytest.raises(ConfigError, match=r"model.name .*bad.py:build'.* failed on one batch of digits "
-                                          r"data \(x is \(2, 1, 8, 8\) float32\): ValueError: shape "
-                                          r"trouble in forward \(checked before launch\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.name .*bad.py:build'.* failed on one batch of digits "
+        r"data \(x is \(2, 1, 8, 8\) float32\): ValueError: shape "
+        r"trouble in forward \(checked before launch\)",
+    ):
         start_run(cfg)
     assert not runs_root.exists() or not any(runs_root.iterdir())
 
@@ -116,14 +120,22 @@ def test_worker_reads_the_torchrun_environment(tmp_path):
     cfg = RunConfig.smoke().replace(**{"run.steps": 3, "run.eval_batches": 0})
     cfg.save(tmp_path / "config.json")
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="2")
-    subprocess.run([sys.executable, "-m", "workbench.worker", "--config", str(tmp_path / "config.json")],
-                   env=env, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "workbench.worker", "--config", str(tmp_path / "config.json")],
+        env=env,
+        check=True,
+        timeout=120,
+    )
     assert {e["attempt"] for e in read_events(tmp_path)} == {2}
 
 
 def test_worker_with_a_missing_config_exits_with_a_reason(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "workbench.worker", "--config",
-                           str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench.worker", "--config", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
@@ -148,10 +160,17 @@ def test_a_rank_numbers_its_attempt_after_those_it_began_in_the_run_folder(tmp_p
 def test_a_rank_of_several_leaves_without_the_interpreters_teardown(world_size, runs_exit_handlers):
     """procs.leave: one process exits as usual; one rank of several skips the interpreter's and
     C++'s teardown (which raced with the other ranks') and keeps its exit code and output."""
-    code = ("import atexit\nfrom workbench.procs import leave\n"
-            "atexit.register(lambda: print('teardown ran'))\nprint('last line', end='')\nleave(3)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "WORLD_SIZE": world_size})
+    code = (
+        "import atexit\nfrom workbench.procs import leave\n"
+        "atexit.register(lambda: print('teardown ran'))\nprint('last line', end='')\nleave(3)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "WORLD_SIZE": world_size},
+    )
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout.startswith("last line")
     assert ("teardown ran" in proc.stdout) == runs_exit_handlers

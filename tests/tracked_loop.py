@@ -1,7 +1,8 @@
 """A user's own loop under workbench.track, for the tracking tests: a small MLP on random data.
 
-    python tests/tracked_loop.py --steps 20 [--fail-at N] [--forever] [--log-step] [--dist]
+python tests/tracked_loop.py --steps 20 [--fail-at N] [--forever] [--log-step] [--dist]
 """
+
 import argparse
 import faulthandler
 import os
@@ -26,8 +27,9 @@ sinks = []
 if args.tensorboard or args.mlflow:
     from workbench.sinks import MlflowSink, TensorBoardSink
 
-    sinks = ([TensorBoardSink(args.tensorboard)] if args.tensorboard else []) + \
-        ([MlflowSink(args.mlflow)] if args.mlflow else [])
+    sinks = ([TensorBoardSink(args.tensorboard)] if args.tensorboard else []) + (
+        [MlflowSink(args.mlflow)] if args.mlflow else []
+    )
 
 distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
 if distributed:
@@ -39,8 +41,9 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 if distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-run = workbench.track(config=vars(args), label=args.label, steps=None if args.forever else args.steps,
-                      sinks=sinks)
+run = workbench.track(
+    config=vars(args), label=args.label, steps=None if args.forever else args.steps, sinks=sinks
+)
 step = 0
 while args.forever or step < args.steps:
     step += 1

@@ -5,6 +5,7 @@ truth over many seeded trials without hardware luck. The defaults are noisier th
 machine: 15 % per step, one step in ten 2-5x slow, the pace wandering by 30 % over minutes. A
 setting in `compile_s` has one-off work before its rounds (a compile) that costs that many seconds
 once; later runs reuse its cache, as real compiled runs do."""
+
 from __future__ import annotations
 
 import math
@@ -19,10 +20,21 @@ START_S = 2.0  # a run's start-up, paid every run
 
 
 class SimulatedDevice:
-    def __init__(self, candidates: list[Change], effects: dict[str, float], seed: int, *,
-                 noise: float = 0.15, drift: float = 0.3, outliers: float = 0.1, busy: float = 0.0,
-                 steps: int = 20, loss_moves: dict[str, float] | None = None,
-                 tolerance: float = 0.02, compile_s: dict[str, float] | None = None):
+    def __init__(
+        self,
+        candidates: list[Change],
+        effects: dict[str, float],
+        seed: int,
+        *,
+        noise: float = 0.15,
+        drift: float = 0.3,
+        outliers: float = 0.1,
+        busy: float = 0.0,
+        steps: int = 20,
+        loss_moves: dict[str, float] | None = None,
+        tolerance: float = 0.02,
+        compile_s: dict[str, float] | None = None,
+    ):
         self.candidates = {c.key: c.settings for c in candidates}
         self.effects, self.rng = effects, random.Random(seed)
         self.noise, self.drift, self.outliers, self.busy, self.steps = noise, drift, outliers, busy, steps
@@ -32,8 +44,7 @@ class SimulatedDevice:
         self.rounds = 0
 
     def applied(self, settings: dict) -> list[str]:
-        return [k for k, s in self.candidates.items()
-                if all(settings.get(f) == v for f, v in s.items())]
+        return [k for k, s in self.candidates.items() if all(settings.get(f) == v for f, v in s.items())]
 
     def speed(self, settings: dict) -> float:
         return math.prod(self.effects[k] for k in self.applied(settings))
@@ -70,8 +81,10 @@ class SimulatedDevice:
         return "simulated"
 
     def loss_check(self, best: dict, candidate: dict) -> LossCheck:
-        moved = abs(sum(self.loss_moves.get(k, 0.0) for k in self.applied(candidate))
-                    - sum(self.loss_moves.get(k, 0.0) for k in self.applied(best)))
+        moved = abs(
+            sum(self.loss_moves.get(k, 0.0) for k in self.applied(candidate))
+            - sum(self.loss_moves.get(k, 0.0) for k in self.applied(best))
+        )
         moved += abs(self.rng.gauss(0, 0.002))
         ok = moved <= self.tolerance
         return LossCheck(ok, moved, f"moved {moved:.1%} (tolerance {self.tolerance:.0%})")

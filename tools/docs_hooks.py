@@ -5,6 +5,7 @@ from either.
 - `<!-- cli-reference -->`: every `workbench` subcommand's `--help`, from the argparse parsers.
 - `<!-- results-index -->`: a link to every results file under docs/results/, by machine.
 """
+
 from __future__ import annotations
 
 import argparse

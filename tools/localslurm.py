@@ -21,6 +21,7 @@ host's namespace: `cluster.prefix` is the words that put them there. Every daemo
 and the link are stopped or removed by what started
 them, by pid. Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ from workbench.distributed.clusters import STATE
 from workbench.net import free_port
 from .netns import TestNetwork
 
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol", "ip",
-         "nsenter")
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol", "ip", "nsenter")
 
 
 def missing_tools() -> list[str]:
@@ -51,8 +51,7 @@ def missing_tools() -> list[str]:
 class LocalSlurm:
     """`nodes` nodes (1 or 2 test hosts of this machine, `cpus` CPUs each) in one partition, `debug`."""
 
-    def __init__(self, folder: str | Path, cpus: int | None = None, memory_mib: int = 4000,
-                 nodes: int = 1):
+    def __init__(self, folder: str | Path, cpus: int | None = None, memory_mib: int = 4000, nodes: int = 1):
         if nodes not in (1, 2):
             raise ValueError(f"nodes must be 1 or 2 (test hosts of this machine), got {nodes}")
         self.folder = Path(folder).resolve()
@@ -80,15 +79,18 @@ class LocalSlurm:
 
     def run(self, command: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
         """A command in the cluster's namespace with its SLURM_CONF; output captured as text."""
-        return subprocess.run([*self.prefix, *command], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, **kwargs)
+        return subprocess.run(
+            [*self.prefix, *command], env=self.env, capture_output=True, text=True, timeout=timeout, **kwargs
+        )
 
     # --- up and down ---------------------------------------------------------------------------
     def up(self, timeout_s: float = 60) -> "LocalSlurm":
         lacking = missing_tools()
         if lacking:
-            raise RuntimeError(f"a local SLURM cluster needs {', '.join(lacking)}: apt-get install "
-                               "slurmctld slurmd slurm-client munge")
+            raise RuntimeError(
+                f"a local SLURM cluster needs {', '.join(lacking)}: apt-get install "
+                "slurmctld slurmd slurm-client munge"
+            )
         for sub in ("state", "munge", *(f"spool/{name}" for name in self.nodes)):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         (self.folder / "munge").chmod(0o700)
@@ -99,12 +101,17 @@ class LocalSlurm:
             self._save()
             daemons = [("slurmctld", self.prefix, [])] + [
                 (f"slurmd:{name}", host.prefix, ["-N", name])
-                for name, host in zip(self.nodes, self.network.hosts)]
+                for name, host in zip(self.nodes, self.network.hosts)
+            ]
             for daemon, prefix, args in daemons:
                 log = open(self.folder / f"{daemon.replace(':', '-')}.out", "ab")
-                proc = subprocess.Popen([*prefix, daemon.partition(":")[0], "-D", *args, "-f",
-                                         str(self.conf)], stdout=log, stderr=subprocess.STDOUT,
-                                        env=self.env, start_new_session=True)
+                proc = subprocess.Popen(
+                    [*prefix, daemon.partition(":")[0], "-D", *args, "-f", str(self.conf)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    start_new_session=True,
+                )
                 log.close()
                 self.pids[daemon] = proc.pid
                 self._save()
@@ -127,38 +134,66 @@ class LocalSlurm:
             key.write_bytes(secrets.token_bytes(1024))
             key.chmod(0o400)
         m = self.folder / "munge"
-        subprocess.run(["munged", f"--socket={m / 'munge.socket'}", f"--key-file={key}",
-                        f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}",
-                        f"--seed-file={m / 'munged.seed'}", "--force"], check=True)
+        subprocess.run(
+            [
+                "munged",
+                f"--socket={m / 'munge.socket'}",
+                f"--key-file={key}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--log-file={m / 'munged.log'}",
+                f"--seed-file={m / 'munged.seed'}",
+                "--force",
+            ],
+            check=True,
+        )
         self.pids["munged"] = int((m / "munged.pid").read_text())
 
     def _write_conf(self) -> None:
         f = self.folder
-        self.conf.write_text("\n".join([
-            "ClusterName=workbench",
-            f"SlurmctldHost={self.controller}({self.addresses[0]})",
-            "SlurmUser=root", "SlurmdUser=root",
-            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
-            # cred_expire also holds a requeued job back before it starts again (120 s by default)
-            "AuthType=auth/munge", f"AuthInfo=socket={f / 'munge' / 'munge.socket'},cred_expire=10",
-            "CredType=cred/munge",
-            # %n: each node's slurmd keeps its own spool, pid and log
-            f"StateSaveLocation={f / 'state'}", f"SlurmdSpoolDir={f / 'spool' / '%n'}",
-            f"SlurmctldPidFile={f / 'slurmctld.pid'}", f"SlurmdPidFile={f / 'slurmd-%n.pid'}",
-            f"SlurmctldLogFile={f / 'slurmctld.log'}", f"SlurmdLogFile={f / 'slurmd-%n.log'}",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
-            "ReturnToService=2", "MinJobAge=600",  # a finished job stays visible to squeue
-            # a node that stops answering (its link cut) is set DOWN, and its job ended with
-            # NODE_FAIL, within 10 s instead of 300: sooner than a run's distributed.timeout_s
-            "SlurmdTimeout=10",
-            "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
-            "JobAcctGatherType=jobacct_gather/none", "SchedulerParameters=batch_sched_delay=0",
-            *(f"NodeName={name} NodeAddr={address} CPUs={self.cpus} "
-              f"RealMemory={self.memory_mib} State=UNKNOWN"
-              for name, address in zip(self.nodes, self.addresses)),
-            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
-            "State=UP", ""]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=workbench",
+                    f"SlurmctldHost={self.controller}({self.addresses[0]})",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"SlurmctldPort={free_port()}",
+                    f"SlurmdPort={free_port()}",
+                    # cred_expire also holds a requeued job back before it starts again (120 s by default)
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={f / 'munge' / 'munge.socket'},cred_expire=10",
+                    "CredType=cred/munge",
+                    # %n: each node's slurmd keeps its own spool, pid and log
+                    f"StateSaveLocation={f / 'state'}",
+                    f"SlurmdSpoolDir={f / 'spool' / '%n'}",
+                    f"SlurmctldPidFile={f / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={f / 'slurmd-%n.pid'}",
+                    f"SlurmctldLogFile={f / 'slurmctld.log'}",
+                    f"SlurmdLogFile={f / 'slurmd-%n.log'}",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_CPU",
+                    "MpiDefault=none",
+                    "ReturnToService=2",
+                    "MinJobAge=600",  # a finished job stays visible to squeue
+                    # a node that stops answering (its link cut) is set DOWN, and its job ended with
+                    # NODE_FAIL, within 10 s instead of 300: sooner than a run's distributed.timeout_s
+                    "SlurmdTimeout=10",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobCompType=jobcomp/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "SchedulerParameters=batch_sched_delay=0",
+                    *(
+                        f"NodeName={name} NodeAddr={address} CPUs={self.cpus} "
+                        f"RealMemory={self.memory_mib} State=UNKNOWN"
+                        for name, address in zip(self.nodes, self.addresses)
+                    ),
+                    f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
 
     def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -194,10 +229,18 @@ class LocalSlurm:
 
     def _save(self) -> None:
         links = self.network.machine_links if self.network else self.machine_links
-        (self.folder / STATE).write_text(json.dumps({
-            "namespace": self.namespace, "namespaces": self.namespaces, "links": links,
-            "pids": self.pids,
-            "conf": str(self.conf), "prefix": self.prefix}))
+        (self.folder / STATE).write_text(
+            json.dumps(
+                {
+                    "namespace": self.namespace,
+                    "namespaces": self.namespaces,
+                    "links": links,
+                    "pids": self.pids,
+                    "conf": str(self.conf),
+                    "prefix": self.prefix,
+                }
+            )
+        )
 
     @classmethod
     def load(cls, folder: str | Path) -> "LocalSlurm":
@@ -243,13 +286,20 @@ def _stop(pid: int, grace_s: float = 10.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.localslurm",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.localslurm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("folder")
-    parser.add_argument("--nodes", type=int, default=1, choices=[1, 2],
-                        help="nodes (test hosts with their own addresses); default 1")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        choices=[1, 2],
+        help="nodes (test hosts with their own addresses); default 1",
+    )
     args = parser.parse_args(argv)
     if args.action == "up":
         try:
@@ -257,9 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
             print(f"workbench: the local SLURM cluster did not come up: {e}", file=sys.stderr)
             return 1
-        print(f"a SLURM cluster of this machine is up in {cluster.folder}; run commands with\n"
-              f"  SLURM_CONF={cluster.conf} {' '.join(cluster.prefix)} sbatch ...\n"
-              f"stop it with: python -m tools.localslurm down {cluster.folder}")
+        print(
+            f"a SLURM cluster of this machine is up in {cluster.folder}; run commands with\n"
+            f"  SLURM_CONF={cluster.conf} {' '.join(cluster.prefix)} sbatch ...\n"
+            f"stop it with: python -m tools.localslurm down {cluster.folder}"
+        )
         return 0
     LocalSlurm.load(args.folder).down()
     return 0

@@ -10,6 +10,7 @@ With `bridge_to_machine=True` the first host's link ends on this machine instead
 198.18.N.1, the host .2), for a daemon that this machine's programs must reach. Everything made is
 removed by `close`, by name: the links go with their namespaces.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -83,8 +84,22 @@ class TestNetwork:
 
     def _link(self, a: Host, b: Host) -> None:
         end_a, end_b = f"wbl{self.tag}a", f"wbl{self.tag}b"
-        _ip("netns", "exec", a.namespace, "ip", "link", "add", end_a, "type", "veth", "peer",
-            "name", end_b, "netns", b.namespace)
+        _ip(
+            "netns",
+            "exec",
+            a.namespace,
+            "ip",
+            "link",
+            "add",
+            end_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            end_b,
+            "netns",
+            b.namespace,
+        )
         if a.interface:  # host 0 already has the machine's link and its address
             _ip("netns", "exec", a.namespace, "ip", "link", "set", end_a, "up")
             _ip("netns", "exec", a.namespace, "ip", "route", "add", f"{b.address}/32", "dev", end_a)
@@ -105,11 +120,19 @@ class TestNetwork:
         """Cut host `n`'s link (`ip link set down` on its end, as a pulled cable) or mend it. Down
         also drops the routes through it, so mending puts back the route a /32 address needs."""
         host = self.hosts[n]
-        _ip("netns", "exec", host.namespace, "ip", "link", "set", host.interface,
-            "up" if up else "down")
+        _ip("netns", "exec", host.namespace, "ip", "link", "set", host.interface, "up" if up else "down")
         if up and self.bridge_to_machine and n == 1:
-            _ip("netns", "exec", host.namespace, "ip", "route", "replace",
-                f"{self.hosts[0].address}/32", "dev", host.interface)
+            _ip(
+                "netns",
+                "exec",
+                host.namespace,
+                "ip",
+                "route",
+                "replace",
+                f"{self.hosts[0].address}/32",
+                "dev",
+                host.interface,
+            )
 
     def close(self) -> None:
         for link in self.machine_links:

@@ -19,6 +19,7 @@ Folders follow the process that runs their code, and imports point down this lis
 The benchmarks, the GPU check and the local SLURM cluster are harnesses run from the checkout
 (tools/ beside this folder): the package never imports them, and a wheel does not ship them.
 """
+
 from .config import ConfigError, RunConfig
 
 __all__ = ["ConfigError", "RunConfig", "track"]
@@ -30,4 +31,6 @@ def track(*args, **kwargs):
     from .tracking import track as start
 
     return start(*args, **kwargs)
+
+
 __version__ = "0.1.0"

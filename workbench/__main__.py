@@ -1,4 +1,5 @@
 """`python -m workbench` is the `workbench` command."""
+
 import sys
 
 from .cli import main

@@ -3,6 +3,7 @@ $WORKBENCH_CACHE, else ~/.cache/workbench. It holds what is measured or built on
 (ceilings, lessons, FLOP counts per model and shape, the digits as tensors); deleting it only
 costs the time to make them again.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ got -1". Unknown keys are refused. Frozen, so a RunConfig is valid for its whole
 downstream checks it again; `replace` makes a changed, checked copy. The widgets' options and the
 CLI's choices come from the annotations (`choices`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -93,8 +94,7 @@ class _Section:
             if key not in names:
                 close = difflib.get_close_matches(str(key), names, n=1)
                 hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-                raise ConfigError(f"unknown config key '{prefix}{key}'{hint}; "
-                                  f"allowed: {', '.join(names)}")
+                raise ConfigError(f"unknown config key '{prefix}{key}'{hint}; allowed: {', '.join(names)}")
         kwargs = {}
         for key, value in data.items():
             sub = hints[key]
@@ -184,9 +184,12 @@ class ModelConfig(_Section):
 
     def _check(self, p: str) -> None:
         if self.name not in BUILTIN_MODELS and ":" not in self.name:
-            _fail(p + "name", self.name,
-                  f"one of {', '.join(BUILTIN_MODELS)} or an import path 'package.module:factory' "
-                  "or 'path/to/file.py:factory'")
+            _fail(
+                p + "name",
+                self.name,
+                f"one of {', '.join(BUILTIN_MODELS)} or an import path 'package.module:factory' "
+                "or 'path/to/file.py:factory'",
+            )
         _at_least(p + "width", self.width, 1)
         _at_least(p + "depth", self.depth, 1)
         _at_least(p + "heads", self.heads, 1)
@@ -218,13 +221,21 @@ class DataConfig(_Section):
         if not 0 < self.test_fraction < 1:
             _fail(p + "test_fraction", self.test_fraction, "between 0 and 1 (exclusive)")
         if self.name == "image_folder" and not self.path:
-            _fail(p + "path", self.path, "a folder of images ROOT/<class>/<image>.png when data.name is "
-                  "'image_folder' (make one with `workbench loader make-images DIR`)")
+            _fail(
+                p + "path",
+                self.path,
+                "a folder of images ROOT/<class>/<image>.png when data.name is "
+                "'image_folder' (make one with `workbench loader make-images DIR`)",
+            )
         if self.name == "dataset":
             target, sep, attr = self.factory.rpartition(":")
             if not sep or not target or not attr.isidentifier():
-                _fail(p + "factory", self.factory, "an import path 'package.module:factory' or "
-                      "'path/to/file.py:factory' returning a torch Dataset (data.name is 'dataset')")
+                _fail(
+                    p + "factory",
+                    self.factory,
+                    "an import path 'package.module:factory' or "
+                    "'path/to/file.py:factory' returning a torch Dataset (data.name is 'dataset')",
+                )
 
 
 @dataclass(frozen=True)
@@ -242,9 +253,11 @@ class LoaderConfig(_Section):
         if self.prefetch_factor is not None:
             _at_least(p + "prefetch_factor", self.prefetch_factor, 1)
             if self.num_workers == 0:
-                raise ConfigError(f"{p}prefetch_factor needs {p}num_workers >= 1, got "
-                                  f"prefetch_factor={self.prefetch_factor} with num_workers=0; "
-                                  "set prefetch_factor to null or add workers")
+                raise ConfigError(
+                    f"{p}prefetch_factor needs {p}num_workers >= 1, got "
+                    f"prefetch_factor={self.prefetch_factor} with num_workers=0; "
+                    "set prefetch_factor to null or add workers"
+                )
         if self.persistent_workers and self.num_workers == 0:
             raise ConfigError(f"{p}persistent_workers needs {p}num_workers >= 1, got num_workers=0")
 
@@ -313,11 +326,17 @@ class DistributedConfig(_Section):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 _fail(p + "rdzv_endpoint", self.rdzv_endpoint, "'host:port' with a port in 1..65535")
         elif self.nnodes > 1:
-            raise ConfigError(f"{p}rdzv_endpoint is needed when {p}nnodes > 1 "
-                              f"(got nnodes={self.nnodes}); give the 'host:port' of node 0")
+            raise ConfigError(
+                f"{p}rdzv_endpoint is needed when {p}nnodes > 1 "
+                f"(got nnodes={self.nnodes}); give the 'host:port' of node 0"
+            )
         if self.strategy != "fsdp":
-            for name, off in (("fsdp_blocks", []), ("reshard_after_forward", True),
-                              ("fsdp_mixed_precision", False), ("cpu_offload", False)):
+            for name, off in (
+                ("fsdp_blocks", []),
+                ("reshard_after_forward", True),
+                ("fsdp_mixed_precision", False),
+                ("cpu_offload", False),
+            ):
                 if getattr(self, name) != off:
                     _fail(p + name, getattr(self, name), f"{json.dumps(off)} unless {p}strategy is 'fsdp'")
 
@@ -343,8 +362,11 @@ class TrainSection(_Section):
     def _check(self, p: str) -> None:
         for i, name in enumerate(self.checkpoint):
             if not name or any(c.isspace() for c in name):
-                _fail(f"{p}checkpoint[{i}]", name, "a module name such as 'blocks.layers.0' or "
-                      "'blocks.layers.*' (no spaces)")
+                _fail(
+                    f"{p}checkpoint[{i}]",
+                    name,
+                    "a module name such as 'blocks.layers.0' or 'blocks.layers.*' (no spaces)",
+                )
 
 
 @dataclass(frozen=True)
@@ -375,8 +397,12 @@ class RunSection(_Section):
         _at_least(p + "profile_steps", self.profile_steps, 0)
         _at_least(p + "save_every", self.save_every, 0)
         if self.profile_steps > self.steps // 2:
-            _fail(p + "profile_steps", self.profile_steps, f"<= run.steps // 2 ({self.steps // 2}), so "
-                  "warm-up and unprofiled steps remain for the run's own figures")
+            _fail(
+                p + "profile_steps",
+                self.profile_steps,
+                f"<= run.steps // 2 ({self.steps // 2}), so "
+                "warm-up and unprofiled steps remain for the run's own figures",
+            )
         _at_least(p + "threads", self.threads, 0)
         if not (math.isfinite(self.time_budget_s) and self.time_budget_s >= 0):
             _fail(p + "time_budget_s", self.time_budget_s, "a number of seconds >= 0 (0: no budget)")
@@ -417,37 +443,52 @@ class RunConfig(_Section):
             return
         if self.model.name == "transformer":
             raise ConfigError(f"model.name 'transformer' needs data.name 'text', got {self.data.name!r}")
-        raise ConfigError(f"data.name 'text' needs model.name 'transformer' or your own model, "
-                          f"got {self.model.name!r}")
+        raise ConfigError(
+            f"data.name 'text' needs model.name 'transformer' or your own model, got {self.model.name!r}"
+        )
 
     def _check_fsdp(self) -> None:
         """What the workbench's FSDP path does not do yet, refused in one line."""
         if self.distributed.strategy != "fsdp":
             return
-        clash = {"precision.dtype": (self.precision.dtype == "fp16", "'fp32' or 'bf16' (fp16's "
-                                     "gradient scaler is not sharded)"),
-                 "optim.grad_accum_steps": (self.optim.grad_accum_steps > 1, "1"),
-                 "compile.enabled": (self.compile.enabled, "false"),
-                 "run.profile_steps": (self.run.profile_steps > 0, "0 (the profiler's memory "
-                                       "breakdown reads parameter storage that FSDP frees)")}
+        clash = {
+            "precision.dtype": (
+                self.precision.dtype == "fp16",
+                "'fp32' or 'bf16' (fp16's gradient scaler is not sharded)",
+            ),
+            "optim.grad_accum_steps": (self.optim.grad_accum_steps > 1, "1"),
+            "compile.enabled": (self.compile.enabled, "false"),
+            "run.profile_steps": (
+                self.run.profile_steps > 0,
+                "0 (the profiler's memory breakdown reads parameter storage that FSDP frees)",
+            ),
+        }
         for name, (bad, allowed) in clash.items():
             if bad:
                 section, leaf = name.split(".")
-                raise ConfigError(f"{name} must be {allowed} with distributed.strategy 'fsdp', got "
-                                  f"{getattr(getattr(self, section), leaf)!r}")
+                raise ConfigError(
+                    f"{name} must be {allowed} with distributed.strategy 'fsdp', got "
+                    f"{getattr(getattr(self, section), leaf)!r}"
+                )
 
     # --- presets -------------------------------------------------------------------------
     @classmethod
     def default(cls) -> "RunConfig":
         """Real work on a CPU in well under a minute: a 512-wide MLP on the digits data."""
-        return cls(model=ModelConfig(name="mlp", width=512, depth=3),
-                   loader=LoaderConfig(batch_size=128), run=RunSection(steps=300))
+        return cls(
+            model=ModelConfig(name="mlp", width=512, depth=3),
+            loader=LoaderConfig(batch_size=128),
+            run=RunSection(steps=300),
+        )
 
     @classmethod
     def smoke(cls) -> "RunConfig":
         """Tiny and fast, for tests and first looks: seconds on any CPU."""
-        return cls(model=ModelConfig(name="mlp", width=64, depth=2),
-                   loader=LoaderConfig(batch_size=32), run=RunSection(steps=20, eval_batches=2))
+        return cls(
+            model=ModelConfig(name="mlp", width=64, depth=2),
+            loader=LoaderConfig(batch_size=32),
+            run=RunSection(steps=20, eval_batches=2),
+        )
 
     # --- (de)serialisation ---------------------------------------------------------------
     def to_json(self) -> str:
@@ -460,8 +501,10 @@ class RunConfig(_Section):
         except json.JSONDecodeError as e:
             raise ConfigError(f"config is not valid JSON: {e}") from None
         except RecursionError:
-            raise ConfigError("config is not a config: its JSON is nested too deeply to read (a "
-                              "config is a few levels of sections)") from None
+            raise ConfigError(
+                "config is not a config: its JSON is nested too deeply to read (a "
+                "config is a few levels of sections)"
+            ) from None
         return cls.from_dict(data)
 
     @classmethod
@@ -473,8 +516,10 @@ class RunConfig(_Section):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
-                              f"at position {e.start}): a config is a JSON file") from None
+            raise ConfigError(
+                f"config file {str(path)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
+                f"at position {e.start}): a config is a JSON file"
+            ) from None
         return cls.from_json(text)
 
     @classmethod
@@ -505,9 +550,13 @@ class RunConfig(_Section):
     def differences(self, other: "RunConfig") -> dict[str, tuple[Any, Any]]:
         """The dotted fields in which `other` differs from this config: {field: (ours, theirs)}."""
         ours, theirs = self.to_dict(), other.to_dict()
-        return {f"{section}.{key}": (value, theirs[section][key])
-                for section, fields in ours.items() if isinstance(fields, dict)
-                for key, value in fields.items() if theirs[section][key] != value}
+        return {
+            f"{section}.{key}": (value, theirs[section][key])
+            for section, fields in ours.items()
+            if isinstance(fields, dict)
+            for key, value in fields.items()
+            if theirs[section][key] != value
+        }
 
     def with_model(self, name: str) -> "RunConfig":
         """A copy with another model and the data it needs (see `matching_data`)."""
@@ -531,8 +580,10 @@ def require_config(cfg: Any) -> RunConfig:
     """The one guard where a config crosses into the launcher or the run store: a RunConfig is
     valid by construction (frozen, checked when built), so only its type is checked here."""
     if not isinstance(cfg, RunConfig):
-        raise ConfigError(f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from "
-                          f"a dict), got {type(cfg).__name__}")
+        raise ConfigError(
+            f"the config must be a RunConfig (RunConfig.from_dict(d) builds one from "
+            f"a dict), got {type(cfg).__name__}"
+        )
     return cfg
 
 

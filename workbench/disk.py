@@ -5,6 +5,7 @@ Stdlib only (the config stands on it); what writes a run folder, an export or a 
     write_atomic(path, text)                          # a reader sees the old file or the new one
     raise ConfigError(disk_message(path, e, "writing the run folder"))
 """
+
 from __future__ import annotations
 
 import errno
@@ -66,8 +67,7 @@ def make_dirs(path: str | Path, mode: int = 0o755) -> Path:
             folder.mkdir(mode=mode)
         except FileExistsError:
             if not folder.is_dir():  # a file where a folder must be: as mkdir -p says it
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
-                                         str(folder)) from None
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)) from None
     return target
 
 

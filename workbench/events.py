@@ -8,6 +8,7 @@ line until its newline arrives. Every record is checked against the types its re
 `step` is not an integer, is skipped and named ("rank0.jsonl line 12: 't' is not a number, got
 'x'") in the tail's `problems`, and reading goes on, so one damaged line never hides a run.
 """
+
 from __future__ import annotations
 
 import errno
@@ -23,7 +24,14 @@ from .runfolder import RunFolder
 # The kinds of record a rank writes (its `event` field), in the order a run writes them; every
 # writer and reader names them by these (tests/test_architecture.py keeps literals out).
 START, INIT, READY, STEP, RESUMED, DONE, ERROR = (
-    "start", "init", "ready", "step", "resumed", "done", "error")
+    "start",
+    "init",
+    "ready",
+    "step",
+    "resumed",
+    "done",
+    "error",
+)
 HEARTBEAT = "heartbeat"  # between any two of the above, while the rank lives
 ENDS = (DONE, ERROR)  # a rank's last record: completed (or diverged), or failed or stopped
 
@@ -79,8 +87,7 @@ class EventWriter:
         return self._fd is None
 
     def write(self, event: str, **fields) -> None:
-        record = {EVENT: event, TIME: round(time.time(), 4), RANK: self.rank,
-                  ATTEMPT: self.attempt}
+        record = {EVENT: event, TIME: round(time.time(), 4), RANK: self.rank, ATTEMPT: self.attempt}
         record.update({k: _clean(v) for k, v in fields.items()})
         line = json.dumps(record, separators=(",", ":"))
         if len(line) > MAX_LINE:
@@ -111,12 +118,15 @@ class EventWriter:
             line = json.dumps(record, separators=(",", ":"))
             if len(line) <= MAX_LINE:
                 return line
-            key = max((k for k, v in record.items() if isinstance(v, str)),
-                      key=lambda k: len(record[k]), default=None)
+            key = max(
+                (k for k, v in record.items() if isinstance(v, str)),
+                key=lambda k: len(record[k]),
+                default=None,
+            )
             if key is None or len(record[key]) < 40:
                 return json.dumps({k: record[k] for k in (EVENT, TIME, RANK, ATTEMPT)})
             excess = len(line) - MAX_LINE + 20
-            record[key] = "..." + record[key][excess + 3:]
+            record[key] = "..." + record[key][excess + 3 :]
 
     def close(self) -> None:
         if self._fd is not None:
@@ -151,8 +161,7 @@ FIELDS = {
     CREATED_T: (_finite, "a number"),
     WORLD_SIZE: (lambda v: _count(v) and v >= 1, "an integer >= 1"),
     NODE: (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    ADDRESSES: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
-                "a list of strings"),
+    ADDRESSES: (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of strings"),
     STATUS: (lambda v: isinstance(v, str), "a string"),
     MESSAGE: (lambda v: isinstance(v, str), "a string"),
 }
@@ -163,8 +172,17 @@ REQUIRED = {STEP: (STEP_NUMBER,)}
 # A step record's figures are numbers, charted as they come; these are its only other fields.
 STEP_FLAGS = (PROFILED, LAST, MFU_OVER_PEAK)
 # The step record's other figures the trainer writes (numbers, checked as every figure is).
-STEP_FIGURES = (TFLOPS, MFU, RSS_GIB, MEM_ALLOCATED_GIB, MEM_RESERVED_GIB, MEM_PEAK_GIB, GRAD_SCALE,
-                SKIPPED_STEPS, NONFINITE_LOSSES)
+STEP_FIGURES = (
+    TFLOPS,
+    MFU,
+    RSS_GIB,
+    MEM_ALLOCATED_GIB,
+    MEM_RESERVED_GIB,
+    MEM_PEAK_GIB,
+    GRAD_SCALE,
+    SKIPPED_STEPS,
+    NONFINITE_LOSSES,
+)
 KEYS = (*FIELDS, *STEP_FIGURES, *STEP_FLAGS)  # every field named here
 
 
@@ -184,8 +202,7 @@ def check_record(rec) -> str | None:
         for key, v in rec.items():
             flag = key in STEP_FLAGS
             if key != EVENT and not (isinstance(v, bool) if flag else _number(v)):
-                return (f"{key!r} is not {'true or false' if flag else 'a number'}, "
-                        f"got {shown(v, 40)}")
+                return f"{key!r} is not {'true or false' if flag else 'a number'}, got {shown(v, 40)}"
     return None
 
 
@@ -232,8 +249,9 @@ class FileTail:
             if rec is not None:
                 out.append(rec)
             else:
-                self.problems.append(f"{self.path.parent.name}: {self.path.name} line {self._line}: "
-                                     f"{problem}; skipped")
+                self.problems.append(
+                    f"{self.path.parent.name}: {self.path.name} line {self._line}: {problem}; skipped"
+                )
         return out
 
 

@@ -3,6 +3,7 @@
     python -m workbench.loopback --nnodes=1 --nproc-per-node=2 ... -m workbench.worker --config ...
 
 Its code lives in workbench.distributed.agent; this entry point keeps the command stable."""
+
 import sys
 
 from .distributed.agent import main

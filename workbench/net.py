@@ -5,6 +5,7 @@ addresses and interfaces reach another host (stdlib only, Linux).
 torch's TCPStore server listens on every interface whatever host it is given; handing it a socket
 that already listens on 127.0.0.1 (`listen_fd`) keeps a single-node run off the network.
 """
+
 from __future__ import annotations
 
 import ipaddress

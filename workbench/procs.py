@@ -1,6 +1,7 @@
 """Process ownership shared by the supervisor and the ranks (Linux prctl): a process that dies with
 its parent, a subreaper that adopts orphaned descendants, how a rank leaves, and "is this recorded
 process still the one running" (psutil, imported only by the readers that ask)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -89,8 +90,9 @@ class OtherWork:
 
         # setsid execs in place here: a job of a shell without job control leads no process group
         spin = f'setsid "{sys.executable}" -c "while True: pass" </dev/null >/dev/null 2>&1 & echo $!'
-        out = subprocess.run(["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True,
-                             check=True)  # sh exits at once: its children go to init, not to us
+        out = subprocess.run(
+            ["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True, check=True
+        )  # sh exits at once: its children go to init, not to us
         self.procs = [psutil.Process(int(pid)) for pid in out.stdout.split()]
         # sh echoes a pid before setsid has made its session and turned into the spinner: wait for
         # both, so what runs next meets the busy machine it asked for

@@ -7,6 +7,7 @@ the files it imports from its own folder. A copied, moved, forged or edited fold
 so it is not trusted; nor is one whose code changed since, or whose relative factory path resolves
 to another file from where it is loaded now. Finding the files reads them; nothing is imported.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,9 +32,12 @@ def _record_path(run_dir: Path) -> Path:
 
 def _fingerprint(run_dir: Path) -> dict:
     folder = RunFolder(run_dir)
-    return {"path": str(run_dir.resolve()), "host": socket.gethostname(),
-            "id": folder.run_id_file.read_text().strip(),
-            "config_sha256": hashlib.sha256(folder.config_file.read_bytes()).hexdigest()}
+    return {
+        "path": str(run_dir.resolve()),
+        "host": socket.gethostname(),
+        "id": folder.run_id_file.read_text().strip(),
+        "config_sha256": hashlib.sha256(folder.config_file.read_bytes()).hexdigest(),
+    }
 
 
 def named_code(cfg: RunConfig) -> list[tuple[str, str, dict]]:
@@ -66,8 +70,7 @@ def _local_imports(path: Path) -> list[Path]:
     except (OSError, SyntaxError, ValueError):
         return []
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree)
-              if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
     found = (_module_file(name.split(".")[0], [path.parent]) for name in sorted(names))
     return [f for f in found if f is not None]
 
@@ -78,8 +81,11 @@ def code_files(spec: str) -> dict:
     `import` would find it (the current folder, then sys.path: an installed package's file counts
     too); no path and no files when no source file is found (a compiled or namespace module)."""
     target = spec.rpartition(":")[0]
-    first = (Path(target).resolve() if target.endswith(".py")
-             else _module_file(target, [Path.cwd(), *(Path(p or os.curdir) for p in sys.path)]))
+    first = (
+        Path(target).resolve()
+        if target.endswith(".py")
+        else _module_file(target, [Path.cwd(), *(Path(p or os.curdir) for p in sys.path)])
+    )
     if first is None or not first.is_file():
         return {"path": None, "files": {}}
     out, todo = {}, [first]
@@ -115,7 +121,8 @@ def created_here(run_dir: str | Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(record, dict) and all(
-        hmac.compare_digest(str(record.get(k, "")), v) for k, v in now.items())
+        hmac.compare_digest(str(record.get(k, "")), v) for k, v in now.items()
+    )
 
 
 def code_changed(run_dir: str | Path, cfg: RunConfig) -> str | None:
@@ -133,8 +140,10 @@ def code_changed(run_dir: str | Path, cfg: RunConfig) -> str | None:
         if then.get("spec") != now["spec"]:
             return f"{field} is {now['spec']!r}, not {then.get('spec')!r} as when it was made"
         if now["path"] != then.get("path"):
-            return (f"{field} {now['spec']!r} resolves to {now['path']!r} from here, not to "
-                    f"{then.get('path')!r} as when it was made")
+            return (
+                f"{field} {now['spec']!r} resolves to {now['path']!r} from here, not to "
+                f"{then.get('path')!r} as when it was made"
+            )
         for path, digest in now["files"].items():
             if path not in files:
                 return f"{field} {now['spec']!r} now imports {path!r}, which it did not when it was made"

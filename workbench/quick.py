@@ -1,5 +1,6 @@
 """Notebooks shrink their work when WORKBENCH_QUICK=1 (the test suite sets it); their default
 settings still finish on a 2-core CPU in a few minutes."""
+
 from __future__ import annotations
 
 import os

@@ -15,6 +15,7 @@ summary.json with the return code (then the summary is final) and moves torchrun
 stop_reason.txt. Plain files only: nothing here imports what a config names, and the rank side may
 import it (it imports only the config and the disk helpers).
 """
+
 from __future__ import annotations
 
 import json
@@ -146,15 +147,16 @@ def read_json(path: str | Path) -> dict:
     except OSError as e:
         raise ConfigError(disk_message(path, e, "reading")) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; "
-                          "the folder is damaged")
+        raise ConfigError(
+            f"{str(path)!r} holds {type(data).__name__}, not a JSON object; the folder is damaged"
+        )
     return data
 
 
 def _numbered(pattern: str, path: Path) -> int:
     """The rank in a per-rank file name (rank3.jsonl -> 3)."""
     head, tail = pattern.split("{rank}")
-    return int(path.name[len(head):len(path.name) - len(tail)])
+    return int(path.name[len(head) : len(path.name) - len(tail)])
 
 
 class RunFolder:
@@ -234,8 +236,11 @@ class RunFolder:
         head = SHARDED_STEP.split("{")[0]
         if not self.sharded_resume_dir.is_dir():
             return {}
-        return {int(p.name[len(head):]): p for p in self.sharded_resume_dir.iterdir()
-                if p.name.startswith(head) and p.name[len(head):].isdigit() and p.is_dir()}
+        return {
+            int(p.name[len(head) :]): p
+            for p in self.sharded_resume_dir.iterdir()
+            if p.name.startswith(head) and p.name[len(head) :].isdigit() and p.is_dir()
+        }
 
     @property
     def run_id_file(self) -> Path:
@@ -264,7 +269,7 @@ class RunFolder:
         """A file one rank writes for itself (its events, its traceback), by its name alone."""
         for pattern in (EVENTS, TRACEBACK):
             head, tail = pattern.split("{rank}")
-            middle = path.name[len(head):len(path.name) - len(tail)]
+            middle = path.name[len(head) : len(path.name) - len(tail)]
             if path.name.startswith(head) and path.name.endswith(tail) and middle.isdigit():
                 return True
         return False
@@ -273,8 +278,11 @@ class RunFolder:
         return self._per_rank(PROFILE)
 
     def _per_rank(self, pattern: str) -> list[Path]:
-        files = [p for p in self.path.glob(pattern.format(rank="*"))
-                 if p.name[len(pattern.split("{rank}")[0]):].split(".")[0].isdigit()]
+        files = [
+            p
+            for p in self.path.glob(pattern.format(rank="*"))
+            if p.name[len(pattern.split("{rank}")[0]) :].split(".")[0].isdigit()
+        ]
         return sorted(files, key=lambda p: _numbered(pattern, p))
 
     # --- the config ----------------------------------------------------------------------------
@@ -308,10 +316,13 @@ class RunFolder:
             return {k: record.get(k) for k in keys}
         cfg = self.config_data()
         try:
-            return {"model": cfg["model"]["name"], "precision": cfg["precision"]["dtype"],
-                    "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
-                    "batch_size": cfg["loader"]["batch_size"],
-                    "steps": None if cfg["run"].get("time_budget_s") else cfg["run"]["steps"]}
+            return {
+                "model": cfg["model"]["name"],
+                "precision": cfg["precision"]["dtype"],
+                "ranks": cfg["distributed"]["nproc"] * cfg["distributed"]["nnodes"],
+                "batch_size": cfg["loader"]["batch_size"],
+                "steps": None if cfg["run"].get("time_budget_s") else cfg["run"]["steps"],
+            }
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{str(self.config_file)!r} lacks {e}; the folder is damaged") from None
 

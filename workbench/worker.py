@@ -4,6 +4,7 @@
 
 Its code lives in workbench.train.worker (what runs inside a rank); this entry point keeps the
 command short and stable."""
+
 from .procs import leave
 from .train.worker import _main_recorded, main  # noqa: F401
 

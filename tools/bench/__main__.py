@@ -2,6 +2,7 @@
 One benchmark takes its own options after its name: python -m tools.bench NAME [OPTIONS]
 `notebooks` (every notebook with its defaults, about half an hour) and `tunes` (a 10-minute tune
 of each README example) run only when named."""
+
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,11 @@ HELPERS = {"results"}  # not a benchmark: where the others write
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
-                   if not m.name.startswith("_") and m.name not in HELPERS)
+    names = sorted(
+        m.name
+        for m in pkgutil.iter_modules(pkg.__path__)
+        if not m.name.startswith("_") and m.name not in HELPERS
+    )
     split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
     chosen, options = argv[:split], argv[split:]
     unknown = [n for n in chosen if n not in names]
@@ -24,8 +28,7 @@ def main(argv: list[str]) -> int:
         print(f"unknown benchmark {unknown[0]!r}; choose from: {', '.join(names)}", file=sys.stderr)
         return 2
     if options and len(chosen) != 1:  # each benchmark has its own options
-        print("options go after exactly one benchmark: python -m tools.bench NAME [OPTIONS]",
-              file=sys.stderr)
+        print("options go after exactly one benchmark: python -m tools.bench NAME [OPTIONS]", file=sys.stderr)
         return 2
     failed = 0
     for name in chosen or [n for n in names if n not in NAMED_ONLY]:

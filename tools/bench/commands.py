@@ -7,6 +7,7 @@ with `examples/own_loop.py`, a plain PyTorch loop tracked by `workbench.track`.
 Each run is a fresh process whose threads are the script's own (torch's default: every usable
 core), so the busy rows show what a user's script meets there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,22 +26,32 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_loop.py"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench commands", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench commands",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=6, help="pairs of runs in each row")
     p.add_argument("--budget-s", type=float, default=2.0, help="seconds of steps a run")
     p.add_argument("--out", default=str(results_file("ab-cmd")), help="the results file")
     args = p.parse_args(argv)
     base = f"{sys.executable} {SCRIPT} --epochs 1000"
-    pairs = {"A/A (the same command)": (Command(base), Command(base)),
-             "--bf16 vs fp32": (Command(base), Command(f"{base} --bf16"))}
-    lines = ["# `workbench ab --cmd` on a plain PyTorch script", "",
-             f"Measured {datetime.date.today()} by `python -m tools.bench commands`. Machine: "
-             f"{machine_line()}. `examples/own_loop.py` (an MLP on the digits, batch 64, AdamW), "
-             f"{args.rounds} pairs of fresh runs a row after one uncounted run of each side, "
-             f"{args.budget_s:g} s of steps a run; the script's own threads. B over A: the median "
-             "ratio of samples/s with its 95 % interval, and the verdict.", "",
-             "| comparison | condition | B vs A | A samples/s | B samples/s |", "|---|---|---|---|---|"]
+    pairs = {
+        "A/A (the same command)": (Command(base), Command(base)),
+        "--bf16 vs fp32": (Command(base), Command(f"{base} --bf16")),
+    }
+    lines = [
+        "# `workbench ab --cmd` on a plain PyTorch script",
+        "",
+        f"Measured {datetime.date.today()} by `python -m tools.bench commands`. Machine: "
+        f"{machine_line()}. `examples/own_loop.py` (an MLP on the digits, batch 64, AdamW), "
+        f"{args.rounds} pairs of fresh runs a row after one uncounted run of each side, "
+        f"{args.budget_s:g} s of steps a run; the script's own threads. B over A: the median "
+        "ratio of samples/s with its 95 % interval, and the verdict.",
+        "",
+        "| comparison | condition | B vs A | A samples/s | B samples/s |",
+        "|---|---|---|---|---|",
+    ]
     for condition, load in (("quiet", nullcontext()), ("beside two busy processes", OtherWork(2))):
         with load:
             for name, (a, b) in pairs.items():

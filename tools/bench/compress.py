@@ -12,6 +12,7 @@
   Face's GPT-2 from a small config, a residual CNN, and the residual CNN on a Dataset of your own:
   structured pruning (torch-pruning's dependency graph) and dynamic int8, side by side
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,16 +48,25 @@ def mlp_variants() -> tuple[Subject, dict, dict]:
     masked = magnitude_prune(copy_model(dense), 0.5, scope="global")
     small = structured_prune(dense, 0.5)
     q, info = quantize(dense, "dynamic_int8", backend="torch.ao")
-    variants = {"dense": dense, "structured 50%": small, "dynamic int8": q,
-                "masked 50% (made real)": make_real(copy_model(masked)),
-                "masked 50% (hooks on)": masked}
-    cov = {"structured 50%": structured_coverage(dense, small), "dynamic int8": info["coverage"],
-           "masked 50% (made real)": pruning_coverage(dense)}
+    variants = {
+        "dense": dense,
+        "structured 50%": small,
+        "dynamic int8": q,
+        "masked 50% (made real)": make_real(copy_model(masked)),
+        "masked 50% (hooks on)": masked,
+    }
+    cov = {
+        "structured 50%": structured_coverage(dense, small),
+        "dynamic int8": info["coverage"],
+        "masked 50% (made real)": pruning_coverage(dense),
+    }
     cov["masked 50% (hooks on)"] = cov["masked 50% (made real)"]
     if torchao_available():
         q2, info2 = quantize(dense, "dynamic_int8", backend="torchao")
-        variants["dynamic int8 (torchao, eager)"], cov["dynamic int8 (torchao, eager)"] = \
-            q2, info2["coverage"]
+        variants["dynamic int8 (torchao, eager)"], cov["dynamic int8 (torchao, eager)"] = (
+            q2,
+            info2["coverage"],
+        )
     return Subject(dense, (1024,)), variants, cov
 
 
@@ -64,8 +74,11 @@ def cnn_variants() -> tuple[Subject, dict, dict]:
     torch.manual_seed(0)
     dense = SmallCNN(3, 10, width=64, depth=3, image_size=32).eval()
     small = structured_prune(dense, 0.5)
-    return (Subject(dense, (3, 32, 32)), {"dense": dense, "structured 50%": small},
-            {"structured 50%": structured_coverage(dense, small)})
+    return (
+        Subject(dense, (3, 32, 32)),
+        {"dense": dense, "structured 50%": small},
+        {"structured 50%": structured_coverage(dense, small)},
+    )
 
 
 def own_variants(name: str) -> tuple[Subject, dict, dict]:
@@ -79,21 +92,27 @@ def own_variants(name: str) -> tuple[Subject, dict, dict]:
     dense = subject.model
     small = structured_prune(dense, 0.5, example=subject.example(2))
     q, info = quantize(dense, "dynamic_int8")
-    return subject, {"dense": dense, "structured 50%": small, "dynamic int8": q}, \
-        {"structured 50%": structured_coverage(dense, small), "dynamic int8": info["coverage"]}
+    return (
+        subject,
+        {"dense": dense, "structured 50%": small, "dynamic int8": q},
+        {"structured 50%": structured_coverage(dense, small), "dynamic int8": info["coverage"]},
+    )
 
 
-def report(title: str, subject: Subject, variants: dict, cov: dict, batches, rounds: int
-           ) -> list[str]:
+def report(title: str, subject: Subject, variants: dict, cov: dict, batches, rounds: int) -> list[str]:
     times = latencies(variants, subject, batches, rounds)
     big = max(batches)
-    print(f"\n{title}: speedup vs dense, median of {rounds} interleaved rounds with its 95 % "
-          f"interval, {times['dense']['timing_threads']} thread(s)")
+    print(
+        f"\n{title}: speedup vs dense, median of {rounds} interleaved rounds with its 95 % "
+        f"interval, {times['dense']['timing_threads']} thread(s)"
+    )
     busy = busy_sentence(times["dense"]["contention"])
     if busy:
         print(f"  {busy}")
-    print(f"{'variant':30s} {'size MB':>8s} {'coverage':>8s}  " +
-          "  ".join(f"{'batch ' + str(b):44s}" for b in batches))
+    print(
+        f"{'variant':30s} {'size MB':>8s} {'coverage':>8s}  "
+        + "  ".join(f"{'batch ' + str(b):44s}" for b in batches)
+    )
     failures = []
     for name, model in variants.items():
         t = times[name]
@@ -111,8 +130,9 @@ def report(title: str, subject: Subject, variants: dict, cov: dict, batches, rou
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench compress")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--only", default="", help="comma-separated: mlp, cnn, " +
-                        ", ".join(OWN_MODELS) + " (default: all)")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: mlp, cnn, " + ", ".join(OWN_MODELS) + " (default: all)"
+    )
     args = parser.parse_args(argv)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     batches = (1, 64)
@@ -121,9 +141,12 @@ def main(argv=None) -> int:
         failures += report("MLP 3x1024 (input 1024)", *mlp_variants(), batches, args.rounds)
     if not only or "cnn" in only:
         failures += report("SmallCNN width 64, 3x32x32", *cnn_variants(), batches, args.rounds)
-    titles = {"gpt": "GPT-style (tied head, (logits, loss)), text", "gpt2": "Hugging Face GPT-2 "
-              "(small config), text", "resnet": "residual CNN, 3x32x32",
-              "dataset": "residual CNN on your Dataset (examples/strokes.py), 1x8x8"}
+    titles = {
+        "gpt": "GPT-style (tied head, (logits, loss)), text",
+        "gpt2": "Hugging Face GPT-2 (small config), text",
+        "resnet": "residual CNN, 3x32x32",
+        "dataset": "residual CNN on your Dataset (examples/strokes.py), 1x8x8",
+    }
     for name in OWN_MODELS:
         if only and name not in only:
             continue
@@ -131,9 +154,11 @@ def main(argv=None) -> int:
             print(f"\n{titles[name]}: skipped: {EXAMPLES} is not here (a source checkout has it)")
             continue
         failures += report(titles[name], *own_variants(name), batches, args.rounds)
-    print("\nExpected: masked ~1.0x (dense kernels multiply the zeros; hooks add work), structured "
-          "and int8 faster where the converted layers hold the time. torch.ao.quantization warns "
-          "that it is deprecated; it is used because its CPU int8 kernels are the fast ones here.")
+    print(
+        "\nExpected: masked ~1.0x (dense kernels multiply the zeros; hooks add work), structured "
+        "and int8 faster where the converted layers hold the time. torch.ao.quantization warns "
+        "that it is deprecated; it is used because its CPU int8 kernels are the fast ones here."
+    )
     for f in failures:
         print(f"MISSED GOAL: {f} (a busy machine can cause this; rerun before concluding)")
     return 0

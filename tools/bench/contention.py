@@ -22,6 +22,7 @@ turns, 7k in 4 s turns, and 5-6k in two of three real 10 s runs). Ratios are pai
 their 95 % interval. Goals: the choice within 10 % of the best fixed setting in both conditions,
 and at least 5x today's default (2 threads, spinning) under load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ from collections import Counter
 from workbench.trials.engine import order_of
 from workbench.config import RunConfig
 from workbench.machine.cpu import usable_cores
-from workbench.machine.threads import (THREADS_ENV, TRIAL_ENV, WAIT_ENV, ThreadChoice, choose_threads,
-                               other_cores_now)
+from workbench.machine.threads import (
+    THREADS_ENV,
+    TRIAL_ENV,
+    WAIT_ENV,
+    ThreadChoice,
+    choose_threads,
+    other_cores_now,
+)
 from workbench.measure.compare import paired_speed_ratio
 from workbench.procs import OtherWork
 from workbench.profile.run import default_transformer
@@ -68,8 +75,15 @@ def child(config_json: str) -> None:
     device = torch.device("cpu")
     data = build_data(cfg)
     model = build_model(cfg, data, check=False)
-    parts = StepParts(model, model, make_optimizer(cfg, model), grad_scaler(cfg, device),
-                      autocast(cfg, device), loss_fn(data.task), device)
+    parts = StepParts(
+        model,
+        model,
+        make_optimizer(cfg, model),
+        grad_scaler(cfg, device),
+        autocast(cfg, device),
+        loss_fn(data.task),
+        device,
+    )
     batches = cycle_batches(make_loader(data.train, cfg, train=True, rank=0, world_size=1, seed=0))
 
     def step() -> int:
@@ -108,9 +122,14 @@ class Contender:
         self.setting = f"{threads}t {self.wait}"
         self.tried = f" (tried {env[TRIAL_ENV]})" if TRIAL_ENV in env else ""
         self.errors = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tools.bench.contention", "--child",
-                                      cfg.to_json()], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.bench.contention", "--child", cfg.to_json()],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
         self.samples, self.seconds = 0, 0.0
 
     def answer(self) -> str:
@@ -190,27 +209,38 @@ def report(name: str, result: dict, models: list[str]) -> list[str]:
         lines.append(f"  {m} (choice ran {ran}):")
         for v in VARIANTS:
             vs = paired_speed_ratio(r[(m, v)], r[(m, "workbench's choice")])
-            lines.append(f"    {v:<20} {statistics.median(r[(m, v)]):>10,.0f} samples/s   "
-                         f"choice vs this: {vs.label()}")
+            lines.append(
+                f"    {v:<20} {statistics.median(r[(m, v)]):>10,.0f} samples/s   choice vs this: {vs.label()}"
+            )
         of_best = paired_speed_ratio(r[(m, best)], r[(m, "workbench's choice")])
         verdicts.append((f"{m}: choice vs the best fixed ({best})", of_best, GOAL_OF_BEST))
         if name == "busy":
             vs_default = paired_speed_ratio(r[(m, "2 threads")], r[(m, "workbench's choice")])
-            verdicts.append((f"{m}: choice vs today's default (2 threads, spinning)", vs_default,
-                             GOAL_VS_DEFAULT_BUSY))
+            verdicts.append(
+                (f"{m}: choice vs today's default (2 threads, spinning)", vs_default, GOAL_VS_DEFAULT_BUSY)
+            )
     for what, ratio, goal in verdicts:
-        met = ("met" if ratio.low is not None and ratio.low >= goal else
-               "not met" if ratio.high is not None and ratio.high < goal else "not decided")
+        met = (
+            "met"
+            if ratio.low is not None and ratio.low >= goal
+            else "not met"
+            if ratio.high is not None and ratio.high < goal
+            else "not decided"
+        )
         lines.append(f"  goal {what} >= {goal:g}x: {ratio.label()} -> {met}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench contention", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench contention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=scaled(6, 2))
-    p.add_argument("--seconds", type=float, default=scaled(8.0, 1.0),
-                   help="timed seconds of each variant in a round")
+    p.add_argument(
+        "--seconds", type=float, default=scaled(8.0, 1.0), help="timed seconds of each variant in a round"
+    )
     p.add_argument("--turns", type=int, default=2, help="turns those seconds are split into")
     p.add_argument("--only", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
@@ -224,10 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child)
         return 0
-    lines = ["# Threads on a quiet and on a busy machine", "", f"Machine: {machine_line()}", "",
-             f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
-             f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
-             "other's, paired by round", ""]
+    lines = [
+        "# Threads on a quiet and on a busy machine",
+        "",
+        f"Machine: {machine_line()}",
+        "",
+        f"{usable_cores()} usable cores; {args.rounds} rounds of {args.seconds:g} s per variant in "
+        f"{args.turns} turns, variants alternating; ratios are the choice's samples/s over the "
+        "other's, paired by round",
+        "",
+    ]
     print("\n".join(lines), flush=True)
     if "idle" in args.conditions:
         idle = condition("idle", args.only, args.rounds, args.seconds, args.turns)

@@ -7,6 +7,7 @@ Both choose their threads and wait policy by the same rule at their start (the s
 copy of it); the workbench run's figure is its summary's samples/s, the script's the one its last
 line prints, each over the steps after its warm-up. The goal: the script at least GOAL x the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,13 @@ KEPT = re.compile(r"kept (\d+)")
 
 def script_rate(script: Path) -> tuple[float, str]:
     """Samples/s the exported script reports, and what it said of its threads."""
-    out = subprocess.run([sys.executable, str(script), "--out", "", "--log-every", "1000000"],
-                         capture_output=True, text=True, timeout=600, cwd=script.parent)
+    out = subprocess.run(
+        [sys.executable, str(script), "--out", "", "--log-every", "1000000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=script.parent,
+    )
     found = DONE.search(out.stdout)
     if out.returncode != 0 or not found:
         raise RuntimeError(f"{script} failed ({out.returncode}): {out.stderr[-500:]}")
@@ -52,15 +58,24 @@ def workbench_rate(cfg: RunConfig) -> tuple[float, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=6, help="rounds of the two, alternated")
     p.add_argument("--steps", type=int, default=400, help="steps of each run")
     p.add_argument("--out", default=str(results_file("export")), help="the results file")
     args = p.parse_args(argv)
-    cfg = RunConfig.default().replace(**{"run.steps": args.steps, "run.eval_batches": 0,
-                                         "run.save_weights": False, "run.warm_worker": False,
-                                         "run.label": "bench-export"})
+    cfg = RunConfig.default().replace(
+        **{
+            "run.steps": args.steps,
+            "run.eval_batches": 0,
+            "run.save_weights": False,
+            "run.warm_worker": False,
+            "run.label": "bench-export",
+        }
+    )
     script = export(cfg, Path(tempfile.mkdtemp(prefix="workbench-bench-")) / "export").dir / "train.py"
     sides = {"workbench run": lambda: workbench_rate(cfg), "exported train.py": lambda: script_rate(script)}
     rates: dict[str, list[float]] = {k: [] for k in sides}
@@ -71,28 +86,49 @@ def main(argv=None) -> int:
                 rate, threads = sides[name]()
                 rates[name].append(rate)
                 kept[name].append(threads)
-            print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()),
-                  flush=True)
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()), flush=True)
     ratios = [s / w for s, w in zip(rates["exported train.py"], rates["workbench run"])]
     mid, interval = statistics.median(ratios), median_interval(ratios)
-    shown = f"{mid:.2f}x" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else
-                             " (too few rounds for an interval)")
-    lines = [f"# The exported train.py against a workbench run, beside two busy processes "
-             f"({datetime.date.today()})", "",
-             f"Machine: {machine_line()}. The default config (digits MLP), {args.steps} steps a run, "
-             f"{args.rounds} rounds alternated; samples/s medians [95 % interval of the median].", "",
-             "| side | samples/s | threads kept, round by round |", "|---|---|---|"]
+    shown = f"{mid:.2f}x" + (
+        f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (too few rounds for an interval)"
+    )
+    lines = [
+        f"# The exported train.py against a workbench run, beside two busy processes "
+        f"({datetime.date.today()})",
+        "",
+        f"Machine: {machine_line()}. The default config (digits MLP), {args.steps} steps a run, "
+        f"{args.rounds} rounds alternated; samples/s medians [95 % interval of the median].",
+        "",
+        "| side | samples/s | threads kept, round by round |",
+        "|---|---|---|",
+    ]
     for name, values in rates.items():
         iv = median_interval(values)
-        lines.append(f"| {name} | {statistics.median(values):,.0f}"
-                     + (f" [{iv[0]:,.0f}, {iv[1]:,.0f}]" if iv else "") + " | "
-                     + ", ".join(kept[name]) + " |")
-    lines += ["", f"Script over run, per round: {shown}; goal at least {GOAL}: median "
-              f"{'met' if mid >= GOAL else 'not met'}"
-              + (f", interval's bottom {'met' if interval[0] >= GOAL else 'not met'}" if interval else "")
-              + "."]
-    write_results(lines, args.out, {SAMPLES_PER_S: rates, "threads_kept": kept, "ratios": ratios,
-                                    "steps": args.steps, "rounds": args.rounds})
+        lines.append(
+            f"| {name} | {statistics.median(values):,.0f}"
+            + (f" [{iv[0]:,.0f}, {iv[1]:,.0f}]" if iv else "")
+            + " | "
+            + ", ".join(kept[name])
+            + " |"
+        )
+    lines += [
+        "",
+        f"Script over run, per round: {shown}; goal at least {GOAL}: median "
+        f"{'met' if mid >= GOAL else 'not met'}"
+        + (f", interval's bottom {'met' if interval[0] >= GOAL else 'not met'}" if interval else "")
+        + ".",
+    ]
+    write_results(
+        lines,
+        args.out,
+        {
+            SAMPLES_PER_S: rates,
+            "threads_kept": kept,
+            "ratios": ratios,
+            "steps": args.steps,
+            "rounds": args.rounds,
+        },
+    )
     return 0
 
 

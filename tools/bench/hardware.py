@@ -3,6 +3,7 @@ of this device's matmul ceilings, measured side by side in one run:
 
     python -m tools.bench hardware
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,10 @@ def main(argv=None) -> int:
     rows.append(copy_bandwidth(device, mib=256, repeats=10))
     print(f"{'op':<14}{'size':>12}{'workbench':>14}{'torch.utils.benchmark':>24}{'ratio':>8}{'spread':>8}")
     for c in rows:
-        print(f"{c.name:<14}{c.size:>12}{c.value:>10.4g} {c.unit:<4}{c.check:>19.4g} {c.unit:<4}"
-              f"{c.check_ratio:>8.2f}{c.spread:>8.0%}")
+        print(
+            f"{c.name:<14}{c.size:>12}{c.value:>10.4g} {c.unit:<4}{c.check:>19.4g} {c.unit:<4}"
+            f"{c.check_ratio:>8.2f}{c.spread:>8.0%}"
+        )
     fp32 = next((c.value for c in rows if c.dtype == "fp32"), math.nan)
     print("\nmatmul ceilings relative to fp32 (same run):")
     for c in rows:
@@ -36,6 +39,8 @@ def main(argv=None) -> int:
             print(f"  {c.dtype:<5} {c.value / fp32:6.2f}x  (sizes: {c.size} vs fp32's)")
     off = [c.name for c in rows if c.check_ratio and abs(c.check_ratio - 1) > 0.1]
     if off:
-        print(f"\nthe two timers differ by more than 10 % on: {', '.join(off)} "
-              "(a busy machine; rerun when it is quiet)")
+        print(
+            f"\nthe two timers differ by more than 10 % on: {', '.join(off)} "
+            "(a busy machine; rerun when it is quiet)"
+        )
     return 0

@@ -8,6 +8,7 @@ alternation (0 workers, 2 workers, cached, ...) so load from other processes hit
 ratios of the medians are what to read. Workers are persistent, so the 2-worker figure is loading
 throughput, not process start-up (the sweep reports start-up as the first-batch time).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ def _epoch(loader):
         for x, _ in loader:
             n += len(x)
         return n
+
     return run
 
 
@@ -51,15 +53,19 @@ def main(argv=None) -> int:
         root = Path(args.dir or tmp) / f"digits{args.size}_{args.count}"
         t0 = time.perf_counter()
         generate_image_set(root, count=args.count, size=args.size)
-        print(f"image set: {args.count} PNG files of {args.size}x{args.size} under {root} "
-              f"({time.perf_counter() - t0:.1f} s to make or find)")
+        print(
+            f"image set: {args.count} PNG files of {args.size}x{args.size} under {root} "
+            f"({time.perf_counter() - t0:.1f} s to make or find)"
+        )
         data = ImageFolder(root)
         cached = DecodedCache(data, "memory")
         base = RunConfig.smoke().replace(**{"loader.batch_size": args.batch_size})
         two = base.replace(**{"loader.num_workers": 2, "loader.persistent_workers": True})
-        loaders = {"0 workers": make_loader(data, base, train=True),
-                   "2 workers": make_loader(data, two, train=True),
-                   "cached, 0 workers": make_loader(cached, base, train=True)}
+        loaders = {
+            "0 workers": make_loader(data, base, train=True),
+            "2 workers": make_loader(data, two, train=True),
+            "cached, 0 workers": make_loader(cached, base, train=True),
+        }
         t0 = time.perf_counter()
         _epoch(loaders["cached, 0 workers"])()  # the first epoch fills the cache
         fill_s = time.perf_counter() - t0
@@ -74,9 +80,11 @@ def main(argv=None) -> int:
         print(f"{name:<20} {t.median_ms:>10.1f} {n / t.median_ms * 1e3:>10.0f} {t.spread:>7.2f}")
     zero = res["0 workers"].median_ms
     print(f"\n2 workers vs 0 workers:             {zero / res['2 workers'].median_ms:.2f}x samples/s")
-    print(f"cached vs uncached epoch (0 workers): {zero / res['cached, 0 workers'].median_ms:.2f}x "
-          f"samples/s; filling epoch took {fill_s * 1e3:.0f} ms; cache holds "
-          f"{cached.nbytes / 2**20:.1f} MiB")
+    print(
+        f"cached vs uncached epoch (0 workers): {zero / res['cached, 0 workers'].median_ms:.2f}x "
+        f"samples/s; filling epoch took {fill_s * 1e3:.0f} ms; cache holds "
+        f"{cached.nbytes / 2**20:.1f} MiB"
+    )
     return 0
 
 

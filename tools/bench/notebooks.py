@@ -12,6 +12,7 @@ notebooks are never touched, and a notebook's time does not depend on what ran b
 timeout or a dead kernel is that notebook's row; kernels, processes left behind by a notebook and
 the busy processes are stopped by pid at the end, also on an error or Ctrl-C.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,9 @@ GOALS = {"quiet": 240.0, "busy": 480.0}
 LEFTOVER_GRACE_S = 10.0
 SLOWEST = 3  # cells named per notebook, slowest first
 # ipykernel 7 says this at every start (also under JupyterLab): not the notebook's noise
-KERNEL_START = re.compile(r"^\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption.*$",
-                          re.M)
+KERNEL_START = re.compile(
+    r"^\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption.*$", re.M
+)
 
 
 def kernel_env(store: Path, quick: bool = False) -> dict[str, str]:
@@ -57,8 +59,10 @@ def check_kernel() -> str:
 
     exe = KernelManager(kernel_name="python3").format_kernel_cmd()[0]
     if Path(os.path.abspath(exe)).parent != Path(os.path.abspath(sys.executable)).parent:
-        raise SystemExit(f"kernel python3 runs {exe}, not this environment's {sys.executable}: "
-                         f"run `{sys.executable} -m ipykernel install --sys-prefix`")
+        raise SystemExit(
+            f"kernel python3 runs {exe}, not this environment's {sys.executable}: "
+            f"run `{sys.executable} -m ipykernel install --sys-prefix`"
+        )
     return exe
 
 
@@ -119,11 +123,17 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
             reading.append(meter[0].read())
 
     client = NotebookClient(
-        nb, timeout=timeout_s, kernel_name="python3", allow_errors=True, startup_timeout=120,
+        nb,
+        timeout=timeout_s,
+        kernel_name="python3",
+        allow_errors=True,
+        startup_timeout=120,
         resources={"metadata": {"path": str(work)}},
         # what runs outside the kernel's tree (itself and what it starts): other programs, busy ones
         on_notebook_start=lambda **_: meter.append(ContentionMeter(client.km.provisioner.pid)),
-        on_cell_executed=cell_executed, on_cell_start=cell_started)
+        on_cell_executed=cell_executed,
+        on_cell_start=cell_started,
+    )
     reason, t0 = "", time.monotonic()
     with open(store / "kernel.log", "wb") as log:  # what bypasses the notebook (C code, children)
         try:
@@ -150,39 +160,58 @@ def run_notebook(path: Path, store: Path, timeout_s: float = 600, quick: bool = 
     for i, cell in enumerate(code, 1):
         outs = cell.get("outputs", [])
         # a KeyboardInterrupt beside a reason is the stop of a timed-out cell, not the notebook's error
-        error = next((o for o in outs if o.output_type == "error"
-                      and not (reason and o.ename == "KeyboardInterrupt")), None)
+        error = next(
+            (o for o in outs if o.output_type == "error" and not (reason and o.ename == "KeyboardInterrupt")),
+            None,
+        )
         if error:
             errors.append(f"[{i}] {error.ename}: {_first_line(error.evalue)}")
         text = "".join(o.text for o in outs if o.output_type == "stream" and o.name == "stderr")
         if text.strip():
             stderr.append(f"[{i}] {_first_line(text)}")
-    return {"notebook": path.stem, "seconds": round(seconds, 1), "code_cells": len(code), "cells_run": ran,
-            "reason": reason + (f" (in cell [{last}])" if reason and last else ""),
-            "error_cells": len(errors), "first_error": errors[0] if errors else "", "stderr_cells": stderr,
-            # where the time went: the slowest cells first, as [cell number, seconds]
-            "slowest_cells": [[i, round(t, 1)]
-                              for i, t in sorted(timed.items(), key=lambda it: -it[1])[:SLOWEST]],
-            "kernel_stderr": _first_line(KERNEL_START.sub(
-                "", (store / "kernel.log").read_text("utf-8", "replace"))),
-            "leftover_processes": leftovers, "other_cpu_cores": condition.get("other_cpu_cores"),
-            "load_avg_1m": condition.get("load_avg_1m"), "steal_frac": condition.get("steal_frac"),
-            "machine_busy": condition.get("busy")}
+    return {
+        "notebook": path.stem,
+        "seconds": round(seconds, 1),
+        "code_cells": len(code),
+        "cells_run": ran,
+        "reason": reason + (f" (in cell [{last}])" if reason and last else ""),
+        "error_cells": len(errors),
+        "first_error": errors[0] if errors else "",
+        "stderr_cells": stderr,
+        # where the time went: the slowest cells first, as [cell number, seconds]
+        "slowest_cells": [
+            [i, round(t, 1)] for i, t in sorted(timed.items(), key=lambda it: -it[1])[:SLOWEST]
+        ],
+        "kernel_stderr": _first_line(
+            KERNEL_START.sub("", (store / "kernel.log").read_text("utf-8", "replace"))
+        ),
+        "leftover_processes": leftovers,
+        "other_cpu_cores": condition.get("other_cpu_cores"),
+        "load_avg_1m": condition.get("load_avg_1m"),
+        "steal_frac": condition.get("steal_frac"),
+        "machine_busy": condition.get("busy"),
+    }
 
 
 def run_pass(paths: list[Path], mode: str, timeout_s: float, quick: bool, goal_s: float) -> dict:
     rows = {}
-    with OtherWork(2 if mode == "busy" else 0), \
-            tempfile.TemporaryDirectory(prefix="workbench-nb-") as tmp:
+    with OtherWork(2 if mode == "busy" else 0), tempfile.TemporaryDirectory(prefix="workbench-nb-") as tmp:
         for path in paths:
             r = run_notebook(path, Path(tmp) / path.stem, timeout_s, quick)
-            r.update(mode=mode, goal_s=goal_s,
-                     met=not r["reason"] and not r["error_cells"] and r["seconds"] <= goal_s)
+            r.update(
+                mode=mode,
+                goal_s=goal_s,
+                met=not r["reason"] and not r["error_cells"] and r["seconds"] <= goal_s,
+            )
             rows[path.stem] = r
             # progress on stderr: stdout stays the report (--json)
             slowest = ", ".join(f"[{i}] {t:g} s" for i, t in r["slowest_cells"])
-            print(f"  {mode} {path.stem}: {r['seconds']:.1f} s {r['reason']}"
-                  + (f" (slowest cells: {slowest})" if slowest else ""), file=sys.stderr, flush=True)
+            print(
+                f"  {mode} {path.stem}: {r['seconds']:.1f} s {r['reason']}"
+                + (f" (slowest cells: {slowest})" if slowest else ""),
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -191,12 +220,18 @@ def _seconds(r: dict) -> str:  # a quiet run that other programs disturbed is ma
 
 
 def _goal(r: dict) -> str:
-    return "met" if r["met"] else (r["reason"].split(":")[0] if r["reason"] else
-                                   "errors" if r["error_cells"] else "too slow")
+    return (
+        "met"
+        if r["met"]
+        else (r["reason"].split(":")[0] if r["reason"] else "errors" if r["error_cells"] else "too slow")
+    )
 
 
-COUNTS = {"cells": lambda r: f"{r['cells_run']}/{r['code_cells']}", "errors": lambda r: str(r["error_cells"]),
-          "stderr": lambda r: str(len(r["stderr_cells"]))}
+COUNTS = {
+    "cells": lambda r: f"{r['cells_run']}/{r['code_cells']}",
+    "errors": lambda r: str(r["error_cells"]),
+    "stderr": lambda r: str(len(r["stderr_cells"])),
+}
 
 
 def _both(by_mode: dict, fmt) -> str:
@@ -210,47 +245,73 @@ def _notes(r: dict) -> list[str]:
     notes += [f"stderr {s}" for s in r["stderr_cells"]] + [
         r["kernel_stderr"] and f"kernel stderr, outside the notebook: {r['kernel_stderr']}",
         r["leftover_processes"] and f"stopped {r['leftover_processes']} processes it left running",
-        steal_text(r.get("steal_frac"))]
+        steal_text(r.get("steal_frac")),
+    ]
     return [n for n in notes if n]
 
 
 def table(report: dict) -> str:
     """One row per notebook (seconds and other programs' cores per mode), its notes beneath."""
     modes = report["modes"]
-    lines = [f"{'notebook':<28}" + "".join(f"{m + ' s':>9}{'others':>8}" for m in modes)
-             + "".join(f"{k:>8}" for k in COUNTS) + "  goal"]
+    lines = [
+        f"{'notebook':<28}"
+        + "".join(f"{m + ' s':>9}{'others':>8}" for m in modes)
+        + "".join(f"{k:>8}" for k in COUNTS)
+        + "  goal"
+    ]
     for name, by_mode in report["notebooks"].items():
         others = lambda r: "?" if r["other_cpu_cores"] is None else f"{r['other_cpu_cores']:.2f}"  # noqa: E731
-        lines.append(f"{name:<28}" + "".join(f"{_seconds(r):>9}{others(r):>8}" for r in by_mode.values())
-                     + "".join(f"{_both(by_mode, fmt):>8}" for fmt in COUNTS.values())
-                     + f"  {_both(by_mode, _goal)}")
+        lines.append(
+            f"{name:<28}"
+            + "".join(f"{_seconds(r):>9}{others(r):>8}" for r in by_mode.values())
+            + "".join(f"{_both(by_mode, fmt):>8}" for fmt in COUNTS.values())
+            + f"  {_both(by_mode, _goal)}"
+        )
         notes = {mode: _notes(r) for mode, r in by_mode.items()}
         same = len({tuple(n) for n in notes.values()}) == 1  # said once when the modes agree
         for mode, ns in list(notes.items())[:1] if same else notes.items():
             lines += [f"    {'' if same else mode + ': '}{n[:150]}" for n in ns]
     met = [r["met"] for by_mode in report["notebooks"].values() for r in by_mode.values()]
     goals = ", ".join(f"{m} <= {report['goals'][m]:g} s" for m in modes)
-    return "\n".join(lines + [
-        "", "others: cores other programs held meanwhile (* on a quiet run: a quarter core or more, or "
-        f"the hypervisor took {BUSY_STEAL:.0%} of the time or more, so not quiet); "
-        "busy: two spinning processes"
-        f"{'; WORKBENCH_QUICK=1 (smoke check, not the defaults)' if report['quick'] else ''}",
-        f"machine: {report['machine']['summary']}",
-        f"{sum(met)} of {len(met)} notebook runs met the goal ({goals}, no error cell, no timeout)"])
+    return "\n".join(
+        lines
+        + [
+            "",
+            "others: cores other programs held meanwhile (* on a quiet run: a quarter core or more, or "
+            f"the hypervisor took {BUSY_STEAL:.0%} of the time or more, so not quiet); "
+            "busy: two spinning processes"
+            f"{'; WORKBENCH_QUICK=1 (smoke check, not the defaults)' if report['quick'] else ''}",
+            f"machine: {report['machine']['summary']}",
+            f"{sum(met)} of {len(met)} notebook runs met the goal ({goals}, no error cell, no timeout)",
+        ]
+    )
 
 
 def markdown(report: dict) -> str:
     """The result as a markdown table for the README."""
     modes = report["modes"]
-    lines = ["| notebook | " + " | ".join(f"{m} (goal {report['goals'][m]:g} s)" for m in modes)
-             + " | cells run | error cells | cells writing to stderr |",
-             "|---|" + "---:|" * (len(modes) + 3)]
+    lines = [
+        "| notebook | "
+        + " | ".join(f"{m} (goal {report['goals'][m]:g} s)" for m in modes)
+        + " | cells run | error cells | cells writing to stderr |",
+        "|---|" + "---:|" * (len(modes) + 3),
+    ]
     for name, by_mode in report["notebooks"].items():
-        lines.append(f"| `{name}` | " + " | ".join(f"{_seconds(r)} s, {_goal(r)}" for r in by_mode.values())
-                     + "".join(f" | {_both(by_mode, fmt)}" for fmt in COUNTS.values()) + " |")
-    return "\n".join(lines + ["", f"{report['machine']['summary']}; busy: beside two spinning processes; "
-                               "* other programs held a quarter core or more, or the hypervisor took "
-                               f"{BUSY_STEAL:.0%} of the time or more, during a quiet run."])
+        lines.append(
+            f"| `{name}` | "
+            + " | ".join(f"{_seconds(r)} s, {_goal(r)}" for r in by_mode.values())
+            + "".join(f" | {_both(by_mode, fmt)}" for fmt in COUNTS.values())
+            + " |"
+        )
+    return "\n".join(
+        lines
+        + [
+            "",
+            f"{report['machine']['summary']}; busy: beside two spinning processes; "
+            "* other programs held a quarter core or more, or the hypervisor took "
+            f"{BUSY_STEAL:.0%} of the time or more, during a quiet run.",
+        ]
+    )
 
 
 def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:
@@ -262,8 +323,11 @@ def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench notebooks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench notebooks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--only", nargs="+", metavar="PREFIX", help="notebooks whose name starts so (00 06)")
     p.add_argument("--busy", action="store_true", help="beside two busy processes")
     p.add_argument("--both", action="store_true", help="quiet, then busy: both columns")
@@ -278,16 +342,31 @@ def main(argv: list[str] | None = None) -> int:
     paths, kernel = select(args.only), check_kernel()
     modes = ["quiet", "busy"] if args.both else ["busy" if args.busy else "quiet"]
     goals = {"quiet": args.goal_quiet_s, "busy": args.goal_busy_s}
-    report = {"machine": machine(), "kernel": kernel, "modes": modes, "quick": args.quick,
-              "goals": {m: goals[m] for m in modes}, "notebooks": {p.stem: {} for p in paths}}
+    report = {
+        "machine": machine(),
+        "kernel": kernel,
+        "modes": modes,
+        "quick": args.quick,
+        "goals": {m: goals[m] for m in modes},
+        "notebooks": {p.stem: {} for p in paths},
+    }
     for mode in modes:
         for name, row in run_pass(paths, mode, args.timeout, args.quick, goals[mode]).items():
             report["notebooks"][name][mode] = row
     print(json.dumps(report, indent=1) if args.json else markdown(report) if args.markdown else table(report))
     if not args.quick:  # a smoke check's times are not the notebooks'
         out = args.out or results_file(f"notebooks-{'-'.join(modes)}")
-        write_results([f"# The notebooks with their defaults, {' and '.join(modes)}", "",
-                       f"Machine: {machine_line()}.", "", markdown(report)], out, report)
+        write_results(
+            [
+                f"# The notebooks with their defaults, {' and '.join(modes)}",
+                "",
+                f"Machine: {machine_line()}.",
+                "",
+                markdown(report),
+            ],
+            out,
+            report,
+        )
     failed = any(r["reason"] or r["error_cells"] for by in report["notebooks"].values() for r in by.values())
     return 1 if failed else 0
 

@@ -8,6 +8,7 @@
    goal. Goal: at most 3 % overhead for the default CPU model.
 2. The per-step bookkeeping alone (clock reads, the step record written, memory on a timer).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,8 +20,20 @@ import torch
 
 from workbench.trials.engine import order_of
 from workbench.config import RunConfig
-from workbench.events import (DATA_WAIT_MS, EVENT, LOSS, MFU, SAMPLES_PER_S, STEP, STEP_NUMBER,
-                      STEP_TIME_MS, TFLOPS, TIME, EventWriter, read_events)
+from workbench.events import (
+    DATA_WAIT_MS,
+    EVENT,
+    LOSS,
+    MFU,
+    SAMPLES_PER_S,
+    STEP,
+    STEP_NUMBER,
+    STEP_TIME_MS,
+    TFLOPS,
+    TIME,
+    EventWriter,
+    read_events,
+)
 from workbench.machine.contention import ContentionMeter, busy_sentence
 from workbench.measure.compare import paired_ratio
 from workbench.train.data import build_data, make_loader
@@ -100,24 +113,34 @@ def _overhead(max_rounds: int, goal_half_width: float) -> None:
         if ratio.low is not None and (ratio.high - ratio.low) / 2 < goal_half_width:
             break
     bare, wb = statistics.median(samples["bare"]), statistics.median(samples["workbench"])
-    print(f"default model ({cfg.model.name} width {cfg.model.width}, batch {cfg.loader.batch_size}, "
-          f"{cfg.run.steps} steps, {torch.get_num_threads()} thread(s), rounds until the interval "
-          f"is within +-{goal_half_width:.0%} or {max_rounds} rounds)")
+    print(
+        f"default model ({cfg.model.name} width {cfg.model.width}, batch {cfg.loader.batch_size}, "
+        f"{cfg.run.steps} steps, {torch.get_num_threads()} thread(s), rounds until the interval "
+        f"is within +-{goal_half_width:.0%} or {max_rounds} rounds)"
+    )
     print(f"  bare loop       {bare * 1e3:8.3f} ms/step")
     print(f"  workbench loop  {wb * 1e3:8.3f} ms/step")
     low = f"{ratio.low - 1:+.1%}" if ratio.low is not None else "?"
     high = f"{ratio.high - 1:+.1%}" if ratio.high is not None else "?"
-    decided = ("decided: within the goal" if ratio.high is not None and ratio.high <= 1.03 else
-               "decided: over the goal" if ratio.low is not None and ratio.low > 1.03 else
-               "not decided: the interval straddles the goal")
-    print(f"  overhead        {ratio.ratio - 1:+.1%} [{low}, {high}] over {ratio.rounds} paired "
-          f"rounds (goal <= +3 %; {decided})")
+    decided = (
+        "decided: within the goal"
+        if ratio.high is not None and ratio.high <= 1.03
+        else "decided: over the goal"
+        if ratio.low is not None and ratio.low > 1.03
+        else "not decided: the interval straddles the goal"
+    )
+    print(
+        f"  overhead        {ratio.ratio - 1:+.1%} [{low}, {high}] over {ratio.rounds} paired "
+        f"rounds (goal <= +3 %; {decided})"
+    )
     busy = busy_sentence(meter.read())
     if busy:
         print(f"  machine busy: {busy}")
     per_step = bookkeeping_us()
-    print(f"  per-step bookkeeping measured alone: {per_step:.1f} us = "
-          f"{per_step / (bare * 1e6) * 100:.2f} % of a bare step")
+    print(
+        f"  per-step bookkeeping measured alone: {per_step:.1f} us = "
+        f"{per_step / (bare * 1e6) * 100:.2f} % of a bare step"
+    )
 
 
 def bookkeeping_us(n: int = 20000) -> float:
@@ -130,9 +153,15 @@ def bookkeeping_us(n: int = 20000) -> float:
         for step in range(n):
             a = time.perf_counter()
             b = time.perf_counter()
-            rec = {STEP_NUMBER: step, LOSS: 2.3025, STEP_TIME_MS: round((b - a) * 1e3, 4),
-                   DATA_WAIT_MS: round(0.01234, 4), SAMPLES_PER_S: round(128 / 0.0044, 2),
-                   TFLOPS: 0.0123, MFU: 0.0456}
+            rec = {
+                STEP_NUMBER: step,
+                LOSS: 2.3025,
+                STEP_TIME_MS: round((b - a) * 1e3, 4),
+                DATA_WAIT_MS: round(0.01234, 4),
+                SAMPLES_PER_S: round(128 / 0.0044, 2),
+                TFLOPS: 0.0123,
+                MFU: 0.0456,
+            }
             if b >= next_mem:
                 next_mem = b + 0.5
                 rec.update(sample(torch.device("cpu")))

@@ -4,6 +4,7 @@ verdict, beside the matmul lesson of the same machine (workbench.hardware.lesson
 
     python -m tools.bench precision [--rounds 8]     # or: make bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,18 @@ from .results import recorded
 
 MODELS = {
     "default MLP (digits)": RunConfig.default(),
-    "transformer d256 L2 seq64": RunConfig.default().replace(**{
-        "model.name": "transformer", "model.width": 256, "model.depth": 2, "model.heads": 4,
-        "data.name": "text", "data.seq_len": 64, "data.num_samples": 2048, "loader.batch_size": 64}),
+    "transformer d256 L2 seq64": RunConfig.default().replace(
+        **{
+            "model.name": "transformer",
+            "model.width": 256,
+            "model.depth": 2,
+            "model.heads": 4,
+            "data.name": "text",
+            "data.seq_len": 64,
+            "data.num_samples": 2048,
+            "loader.batch_size": 64,
+        }
+    ),
 }
 
 
@@ -31,8 +41,7 @@ def main(argv=None) -> int:
     for name, base in MODELS.items():
         base = base.replace(**{"run.device": "cpu"})
         for dtype in ("bf16", "fp16"):
-            result = ab_test(base, base.replace(**{"precision.dtype": dtype}), args.rounds,
-                             ("fp32", dtype))
+            result = ab_test(base, base.replace(**{"precision.dtype": dtype}), args.rounds, ("fp32", dtype))
             print(f"\n{name}: {result.text()}")
     return 0
 

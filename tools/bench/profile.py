@@ -11,6 +11,7 @@ the optimizer implementations trade, measured side by side:
 3. the AdamW step as for-loop, foreach and fused, interleaved, each against the for-loop with its
    interval.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,12 @@ from .results import recorded
 @recorded("profile", "Where the small transformer's step time and memory go")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench profile")
-    parser.add_argument("--rounds", type=int, default=min_rounds(), help="A/B rounds (default: the "
-                        "fewest that carry a 95%% interval)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=min_rounds(),
+        help="A/B rounds (default: the fewest that carry a 95%% interval)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     args = parser.parse_args(argv)
     cfg = default_transformer().replace(**{"run.threads": args.threads})
@@ -38,8 +43,10 @@ def main(argv=None) -> int:
     print(trade.text())
     print("\n3. optimizer implementations")
     print(compare_optimizers(cfg, rounds=max(10, args.rounds)).text())
-    print("\nRatios above 1: faster than the reference. Read a ratio only with its interval; on a "
-          "busy machine (said above when it was) rerun before concluding.")
+    print(
+        "\nRatios above 1: faster than the reference. Read a ratio only with its interval; on a "
+        "busy machine (said above when it was) rerun before concluding."
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ repeated (A B C ..., ... C B A). Prints each case's median and range, the median
 against the goal (under 1 s on an idle machine), what other programs held meanwhile, and whether
 any case imported torch (none may: the input is checked before anything heavy is loaded).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,14 @@ def _argv(case: list[str], folder: Path) -> list[str]:
 def refuse(case: list[str], folder: Path, env: dict, *extra: str):
     """(seconds, the finished process) of one refusal in a fresh interpreter."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, *extra, "-m", "workbench", *_argv(case, folder)],
-                          capture_output=True, text=True, env=env, cwd=folder, timeout=120)
+    done = subprocess.run(
+        [sys.executable, *extra, "-m", "workbench", *_argv(case, folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
+        timeout=120,
+    )
     return time.perf_counter() - t0, done
 
 
@@ -64,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="workbench-refusals-") as tmp:
         folder = Path(tmp)
         (folder / "binary.json").write_bytes(b"\xff\xfe\x00binary")
-        env = {**os.environ, "WORKBENCH_RUNS": str(folder / "runs"),
-               "WORKBENCH_CACHE": str(folder / "cache")}
+        env = {**os.environ, "WORKBENCH_RUNS": str(folder / "runs"), "WORKBENCH_CACHE": str(folder / "cache")}
         times: dict[str, list[float]] = {name: [] for name in CASES}
         bad = []
         meter = ContentionMeter()
@@ -83,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<30} {statistics.median(ts):>9.2f} {min(ts):>6.2f}-{max(ts):<6.2f}")
     every = [t for ts in times.values() for t in ts]
     med = statistics.median(every)
-    print(f"\nall {len(every)} refusals: median {med:.2f} s (goal under {GOAL_S:g} s: "
-          f"{'met' if med < GOAL_S else 'missed'}); each a fresh process")
+    print(
+        f"\nall {len(every)} refusals: median {med:.2f} s (goal under {GOAL_S:g} s: "
+        f"{'met' if med < GOAL_S else 'missed'}); each a fresh process"
+    )
     print(f"imported torch: {', '.join(heavy) if heavy else 'none'}")
     print(f"other programs held {reading['other_cpu_cores']:.2f} cores meanwhile")
     busy = busy_sentence(reading)

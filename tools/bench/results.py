@@ -1,6 +1,7 @@
 """Where a benchmark's results go: docs/results/<this machine>/<name>.md (and .json), with the
 machine's report, the load the run met and the time it was written, so results from different
 machines stay side by side and prose never types a figure."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,13 +21,23 @@ from workbench.quick import quick
 def machine() -> dict:
     info = cpu_info()
     avx512, amx = info["flags"]["avx512f"], info["flags"]["amx_tile"]
-    return {"cpu": info["model"], "usable_cores": info["usable_cpus"], "logical_cpus": info["logical_cpus"],
-            "avx512": avx512, "amx": amx, "flags": sorted(f for f, on in info["flags"].items() if on),
-            "capped": info["capped"], "torch_kernels": info["torch_cpu_capability"],
-            "summary": f"{info['model']}, {info['usable_cpus']} usable of {info['logical_cpus']} cores, "
-                       f"AVX-512 {'yes' if avx512 else 'no'}, AMX {'yes' if amx else 'no'}"
-                       + (f" (instruction sets: {isa_text(info)}; torch kernels: "
-                          f"{info['torch_cpu_capability']})" if info["capped"] else "")}
+    return {
+        "cpu": info["model"],
+        "usable_cores": info["usable_cpus"],
+        "logical_cpus": info["logical_cpus"],
+        "avx512": avx512,
+        "amx": amx,
+        "flags": sorted(f for f, on in info["flags"].items() if on),
+        "capped": info["capped"],
+        "torch_kernels": info["torch_cpu_capability"],
+        "summary": f"{info['model']}, {info['usable_cpus']} usable of {info['logical_cpus']} cores, "
+        f"AVX-512 {'yes' if avx512 else 'no'}, AMX {'yes' if amx else 'no'}"
+        + (
+            f" (instruction sets: {isa_text(info)}; torch kernels: {info['torch_cpu_capability']})"
+            if info["capped"]
+            else ""
+        ),
+    }
 
 
 def machine_line() -> str:
@@ -34,8 +45,10 @@ def machine_line() -> str:
     import torch
 
     m = machine()
-    return (f"{m['summary']}, instruction sets {', '.join(m['flags']) or 'none of note'}, torch "
-            f"{torch.__version__} ({m['torch_kernels']} kernels), {platform.platform()}")
+    return (
+        f"{m['summary']}, instruction sets {', '.join(m['flags']) or 'none of note'}, torch "
+        f"{torch.__version__} ({m['torch_kernels']} kernels), {platform.platform()}"
+    )
 
 
 # what other programs did while this benchmark ran: from its import to the writing of its results
@@ -60,12 +73,17 @@ def write_results(lines: list[str], out: str | Path, data: dict | None = None, e
     """A benchmark's results file: its lines printed (unless already shown: `echo`), and written to
     `out` (folders made), with the figures they came from beside it as JSON when given."""
     load = _SINCE_START.read()
-    shrunk = (" Quick mode (WORKBENCH_QUICK): the work was shrunk, these are not the defaults."
-              if quick() else "")
-    lines = [*lines, "", f"Load during the run: programs outside this benchmark's processes held "
-                         f"{load['other_cpu_cores']:.2f} cores on average, the hypervisor took "
-                         f"{load['steal_frac']:.1%} as steal, 1-minute load average at the end "
-                         f"{load['load_avg_1m']}; written {datetime.datetime.now():%Y-%m-%d %H:%M}.{shrunk}"]
+    shrunk = (
+        " Quick mode (WORKBENCH_QUICK): the work was shrunk, these are not the defaults." if quick() else ""
+    )
+    lines = [
+        *lines,
+        "",
+        f"Load during the run: programs outside this benchmark's processes held "
+        f"{load['other_cpu_cores']:.2f} cores on average, the hypervisor took "
+        f"{load['steal_frac']:.1%} as steal, 1-minute load average at the end "
+        f"{load['load_avg_1m']}; written {datetime.datetime.now():%Y-%m-%d %H:%M}.{shrunk}",
+    ]
     text = "\n".join(lines)
     if echo:
         print(text)
@@ -94,6 +112,7 @@ def recorded(name: str, title: str):
     """For a benchmark whose `main` prints its tables: what it prints, shown as it goes, becomes
     its results file docs/results/<this machine>/<name>.md under `title`, with the machine's report
     and the load it met, once main has ended with 0."""
+
     def wrap(main):
         @functools.wraps(main)
         def run(argv=None) -> int:
@@ -101,8 +120,21 @@ def recorded(name: str, title: str):
             with contextlib.redirect_stdout(_Both(sys.stdout, kept)):
                 code = main(argv)
             if code == 0:
-                write_results([f"# {title}", "", f"Machine: {machine_line()}", "", "```text",
-                               kept.getvalue().strip("\n"), "```"], results_file(name), echo=False)
+                write_results(
+                    [
+                        f"# {title}",
+                        "",
+                        f"Machine: {machine_line()}",
+                        "",
+                        "```text",
+                        kept.getvalue().strip("\n"),
+                        "```",
+                    ],
+                    results_file(name),
+                    echo=False,
+                )
             return code
+
         return run
+
     return wrap

@@ -9,6 +9,7 @@ Before each press the benchmark pauses as a person does (PAUSE_S: the spare's wa
 load twice meanwhile) and waits until the spare is ready. "First step" is when rank 0 logged step 1,
 counted from the call that starts the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,24 +41,33 @@ def press_run(cfg: RunConfig) -> dict:
     first = _first_step_t(handle.run_dir, 1)
     handle.wait(300)
     launch = RunFolder(handle.run_dir).launch()
-    return {"seconds": first - t0, "warm": "warm" in launch, "policy": launch["threads"]["wait_policy"],
-            "cold_because": launch.get("cold_because")}
+    return {
+        "seconds": first - t0,
+        "warm": "warm" in launch,
+        "policy": launch["threads"]["wait_policy"],
+        "cold_because": launch.get("cold_because"),
+    }
 
 
 def seconds_text(values: list[float]) -> str:
     interval = median_interval(values)
     return f"{statistics.median(values):.2f} s" + (
-        f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (too few for an interval)")
+        f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (too few for an interval)"
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench spare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench spare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=6, help="presses of each kind in each condition")
     p.add_argument("--out", default=str(results_file("spare")), help="the results file")
     args = p.parse_args(argv)
-    base = RunConfig.default().replace(**{"run.steps": 20, "run.eval_batches": 0,
-                                          "run.save_weights": False, "run.label": "bench-spare"})
+    base = RunConfig.default().replace(
+        **{"run.steps": 20, "run.eval_batches": 0, "run.save_weights": False, "run.label": "bench-spare"}
+    )
     kinds = {"warm spare": base, "cold (run.warm_worker = false)": base.replace(**{"run.warm_worker": False})}
     presses: dict[tuple[str, str], list[dict]] = {}
     launcher().keep_warm(base)
@@ -70,24 +80,31 @@ def main(argv=None) -> int:
             print(f"round {i + 1} of {args.rounds}", flush=True)
     finally:
         launcher().close()
-    lines = [f"# Run -> first step with the warm spare, quiet and busy ({datetime.date.today()})", "",
-             f"Machine: {machine_line()}. The default config, {base.run.steps} steps, threads and wait "
-             f"policy chosen by the launcher each run; {args.rounds} presses of each kind in each "
-             "condition, interleaved; median [95 % interval of the median].", "",
-             "| condition | start | Run -> first step | spare took the run | wait policy | why cold |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Run -> first step with the warm spare, quiet and busy ({datetime.date.today()})",
+        "",
+        f"Machine: {machine_line()}. The default config, {base.run.steps} steps, threads and wait "
+        f"policy chosen by the launcher each run; {args.rounds} presses of each kind in each "
+        "condition, interleaved; median [95 % interval of the median].",
+        "",
+        "| condition | start | Run -> first step | spare took the run | wait policy | why cold |",
+        "|---|---|---|---|---|---|",
+    ]
     for (condition, kind), rows in presses.items():
         times = [r["seconds"] for r in rows]
         taken = sum(r["warm"] for r in rows)
         policies = ", ".join(sorted({r["policy"] for r in rows}))
         why = "; ".join(sorted({r["cold_because"] for r in rows if r["cold_because"]}))
-        lines.append(f"| {condition} | {kind} | {seconds_text(times)} | {taken} of {len(rows)} | "
-                     f"{policies} | {why} |")
+        lines.append(
+            f"| {condition} | {kind} | {seconds_text(times)} | {taken} of {len(rows)} | {policies} | {why} |"
+        )
     lines.append("")
     for condition in ("quiet", "two busy processes"):
         med = statistics.median(r["seconds"] for r in presses[(condition, "warm spare")])
-        lines.append(f"Goal, {condition}: the warm spare's median at most {GOAL_S:.0f} s: "
-                     f"{'met' if med <= GOAL_S else 'not met'} ({med:.2f} s).")
+        lines.append(
+            f"Goal, {condition}: the warm spare's median at most {GOAL_S:.0f} s: "
+            f"{'met' if med <= GOAL_S else 'not met'} ({med:.2f} s)."
+        )
     write_results(lines, args.out)
     return 0
 

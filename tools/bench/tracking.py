@@ -8,6 +8,7 @@ beside two busy processes. Goal: at most 2 % per step.
 Threads: the count a workbench run of the default config would get here (this node's usable
 cores), the OpenMP wait policy as this process started; both are recorded with the result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,17 +79,27 @@ def measure(cfg: RunConfig, rounds: int, n: int, folder: Path) -> dict:
     finally:
         run.finish()
     per_step = {k: v.median_ms / n for k, v in t.items()}
-    return {**per_step, "steps": run.steps,  # ratios > 1: slower than bare
-            "tracked_ratio": paired_ratio(t["tracked"].samples_ms, t["bare"].samples_ms),
-            "aa_ratio": paired_ratio(t["bare again"].samples_ms, t["bare"].samples_ms)}
+    return {
+        **per_step,
+        "steps": run.steps,  # ratios > 1: slower than bare
+        "tracked_ratio": paired_ratio(t["tracked"].samples_ms, t["bare"].samples_ms),
+        "aa_ratio": paired_ratio(t["bare again"].samples_ms, t["bare"].samples_ms),
+    }
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench tracking", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench tracking",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=100, help="paired rounds on the quiet machine")
-    p.add_argument("--busy-rounds", type=int, default=40,
-                   help="paired rounds beside two busy processes (each round is slower there)")
+    p.add_argument(
+        "--busy-rounds",
+        type=int,
+        default=40,
+        help="paired rounds beside two busy processes (each round is slower there)",
+    )
     p.add_argument("--out", default=str(results_file("tracking")), help="the results file")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(**{"run.device": "cpu"})
@@ -96,34 +107,49 @@ def main(argv=None) -> int:
     torch.set_num_threads(threads)
     rows = []
     for condition, load, rounds, n in (
-            ("quiet", nullcontext(), args.rounds, STEPS_A_CALL["quiet"]),
-            ("beside two busy processes", OtherWork(2), args.busy_rounds, STEPS_A_CALL["busy"])):
+        ("quiet", nullcontext(), args.rounds, STEPS_A_CALL["quiet"]),
+        ("beside two busy processes", OtherWork(2), args.busy_rounds, STEPS_A_CALL["busy"]),
+    ):
         with load, tempfile.TemporaryDirectory() as tmp:
             rows.append((condition, measure(cfg, rounds, n, Path(tmp)) | {"rounds": rounds, "n": n}))
-    lines = ["# What tracking your own loop costs", "",
-             f"Measured {datetime.date.today()} by `python -m tools.bench tracking`. "
-             f"Machine: {machine_line()}. The {cfg.model.name} (width {cfg.model.width}) on "
-             f"{cfg.data.name}, batch {cfg.loader.batch_size}, AdamW; {threads} thread(s) "
-             f"({source}), OpenMP wait {wait_policy()}. Each timed call runs the steps the table says; "
-             f"rounds as the table says, after 3 calls of warm-up, the three variants interleaved, "
-             "all training one model on the same batches. "
-             "Overhead: the median per-round ratio of tracked time over bare time, minus 1, with "
-             f"its 95 % interval. Goal: at most {GOAL:.0%}.", "",
-             "| condition | rounds x steps a call | bare step | tracked step "
-             "| tracking's overhead [95 % interval] | goal | A/A: bare against bare |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# What tracking your own loop costs",
+        "",
+        f"Measured {datetime.date.today()} by `python -m tools.bench tracking`. "
+        f"Machine: {machine_line()}. The {cfg.model.name} (width {cfg.model.width}) on "
+        f"{cfg.data.name}, batch {cfg.loader.batch_size}, AdamW; {threads} thread(s) "
+        f"({source}), OpenMP wait {wait_policy()}. Each timed call runs the steps the table says; "
+        f"rounds as the table says, after 3 calls of warm-up, the three variants interleaved, "
+        "all training one model on the same batches. "
+        "Overhead: the median per-round ratio of tracked time over bare time, minus 1, with "
+        f"its 95 % interval. Goal: at most {GOAL:.0%}.",
+        "",
+        "| condition | rounds x steps a call | bare step | tracked step "
+        "| tracking's overhead [95 % interval] | goal | A/A: bare against bare |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for condition, r in rows:
         ratio, aa = r["tracked_ratio"], r["aa_ratio"]
         if ratio.low is None:
             interval, met = "(too few rounds for an interval)", "not decided"
         else:
             interval = f"[{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]"
-            met = ("met" if ratio.high <= 1 + GOAL else "missed" if ratio.low > 1 + GOAL
-                   else "not decided: the interval straddles it")
-        aa_text = (f"{aa.ratio - 1:+.1%} [{aa.low - 1:+.1%}, {aa.high - 1:+.1%}]"
-                   if aa.low is not None else f"{aa.ratio - 1:+.1%}")
-        lines.append(f"| {condition} | {r['rounds']} x {r['n']} | {r['bare']:.3f} ms | "
-                     f"{r['tracked']:.3f} ms | {ratio.ratio - 1:+.1%} {interval} | {met} | {aa_text} |")
+            met = (
+                "met"
+                if ratio.high <= 1 + GOAL
+                else "missed"
+                if ratio.low > 1 + GOAL
+                else "not decided: the interval straddles it"
+            )
+        aa_text = (
+            f"{aa.ratio - 1:+.1%} [{aa.low - 1:+.1%}, {aa.high - 1:+.1%}]"
+            if aa.low is not None
+            else f"{aa.ratio - 1:+.1%}"
+        )
+        lines.append(
+            f"| {condition} | {r['rounds']} x {r['n']} | {r['bare']:.3f} ms | "
+            f"{r['tracked']:.3f} ms | {ratio.ratio - 1:+.1%} {interval} | {met} | {aa_text} |"
+        )
     write_results(lines, args.out)
     return 0
 

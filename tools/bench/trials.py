@@ -14,6 +14,7 @@ Quiet, each training comparison is also measured the way comparisons were made b
 whole runs of each side, one process start each, in alternating rounds (workbench.trials.rounds);
 the engine's ratio should agree with it within their intervals.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,23 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def training_pairs() -> dict[str, tuple[RunConfig, RunConfig]]:
     base = RunConfig.default().replace(**{"run.device": "cpu"})
-    resnet = base.replace(**{"model.name": f"{EXAMPLES / 'resnet.py'}:build",
-                             "data.name": "synthetic_images", "data.image_size": 32,
-                             "loader.batch_size": 32})
-    return {"A/A (default MLP)": (base, base),
-            "bf16 vs fp32 (default MLP)": (base, base.replace(**{"precision.dtype": "bf16"})),
-            "fused vs foreach (default MLP)": (base.replace(**{"optim.impl": "foreach"}),
-                                               base.replace(**{"optim.impl": "fused"})),
-            "channels_last (residual CNN)": (resnet, resnet.replace(
-                **{"precision.channels_last": True}))}
+    resnet = base.replace(
+        **{
+            "model.name": f"{EXAMPLES / 'resnet.py'}:build",
+            "data.name": "synthetic_images",
+            "data.image_size": 32,
+            "loader.batch_size": 32,
+        }
+    )
+    return {
+        "A/A (default MLP)": (base, base),
+        "bf16 vs fp32 (default MLP)": (base, base.replace(**{"precision.dtype": "bf16"})),
+        "fused vs foreach (default MLP)": (
+            base.replace(**{"optim.impl": "foreach"}),
+            base.replace(**{"optim.impl": "fused"}),
+        ),
+        "channels_last (residual CNN)": (resnet, resnet.replace(**{"precision.channels_last": True})),
+    }
 
 
 def one_training(a: RunConfig, b: RunConfig, rounds: int) -> dict:
@@ -52,8 +61,12 @@ def one_training(a: RunConfig, b: RunConfig, rounds: int) -> dict:
         trial = Trial(hosts.of(["a", "b"]), "a").run(rounds)
         done = time.monotonic()
     measured = sum(s.wall_s for v in trial.slices.values() for s in v)
-    return {"comparison": trial.compare("b"), "cost_built": (done - built) / measured,
-            "cost_all": (done - t0) / measured, "seconds": done - t0}
+    return {
+        "comparison": trial.compare("b"),
+        "cost_built": (done - built) / measured,
+        "cost_all": (done - t0) / measured,
+        "seconds": done - t0,
+    }
 
 
 def cross_process(a: RunConfig, b: RunConfig, rounds: int, run_s: float) -> dict:
@@ -65,8 +78,7 @@ def cross_process(a: RunConfig, b: RunConfig, rounds: int, run_s: float) -> dict
     sized = {"run.steps": 1_000_000, "run.time_budget_s": run_s}
     t0 = time.monotonic()
     runs = run_rounds({"a": a.replace(**sized), "b": b.replace(**sized)}, rounds)
-    ratio = paired_speed_ratio([s[SAMPLES_PER_S] for s in runs["a"]],
-                               [s[SAMPLES_PER_S] for s in runs["b"]])
+    ratio = paired_speed_ratio([s[SAMPLES_PER_S] for s in runs["a"]], [s[SAMPLES_PER_S] for s in runs["b"]])
     return {"ratio": ratio, "seconds": time.monotonic() - t0}
 
 
@@ -78,8 +90,9 @@ def one_int8(rounds: int) -> dict:
     from workbench.trials.calls import LocalHost
 
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(*[m for _ in range(3) for m in (torch.nn.Linear(1024, 1024),
-                                                             torch.nn.ReLU())]).eval()
+    mlp = torch.nn.Sequential(
+        *[m for _ in range(3) for m in (torch.nn.Linear(1024, 1024), torch.nn.ReLU())]
+    ).eval()
     q, _ = quantize(mlp, "dynamic_int8")
     x = torch.randn(64, 1024)
     t0 = time.monotonic()
@@ -88,8 +101,12 @@ def one_int8(rounds: int) -> dict:
         trial = Trial({"fp32": calls, "int8": calls}, slice_s=SLICE_S).run(rounds)
     done = time.monotonic()
     measured = sum(s.wall_s for v in trial.slices.values() for s in v)
-    return {"comparison": trial.compare("int8"), "cost_built": (done - t0) / measured,
-            "cost_all": (done - t0) / measured, "seconds": done - t0}
+    return {
+        "comparison": trial.compare("int8"),
+        "cost_built": (done - t0) / measured,
+        "cost_all": (done - t0) / measured,
+        "seconds": done - t0,
+    }
 
 
 def condition(rounds: int, cross: int = 0, run_s: float = 2.0) -> dict:
@@ -110,12 +127,17 @@ def agrees(engine, cross) -> bool:
 
 
 def table(results: dict) -> list[str]:
-    lines = ["| comparison | condition | ratio [95 % interval], pairs, conditions: verdict | "
-             "cost / measured (built) | cost / measured (all) |", "|---|---|---|---|---|"]
+    lines = [
+        "| comparison | condition | ratio [95 % interval], pairs, conditions: verdict | "
+        "cost / measured (built) | cost / measured (all) |",
+        "|---|---|---|---|---|",
+    ]
     for cond, rows in results.items():
         for name, r in rows.items():
-            lines.append(f"| {name} | {cond} | {r['comparison'].text()} | {r['cost_built']:.2f} | "
-                         f"{r['cost_all']:.2f} |")
+            lines.append(
+                f"| {name} | {cond} | {r['comparison'].text()} | {r['cost_built']:.2f} | "
+                f"{r['cost_all']:.2f} |"
+            )
     return lines
 
 
@@ -123,22 +145,34 @@ def cross_table(quiet: dict) -> list[str]:
     rows = {k: r for k, r in quiet.items() if "cross" in r}
     if not rows:
         return []
-    lines = ["| comparison, quiet | trial engine | whole runs, a process each | agree | "
-             "seconds (engine / whole runs) |", "|---|---|---|---|---|"]
+    lines = [
+        "| comparison, quiet | trial engine | whole runs, a process each | agree | "
+        "seconds (engine / whole runs) |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         e, c = r["comparison"].ratio, r["cross"]["ratio"]
-        lines.append(f"| {name} | {r['comparison'].text()} | {c.label()} | "
-                     f"{'yes' if agrees(e, c) else 'no'} | {r['seconds']:.0f} / "
-                     f"{r['cross']['seconds']:.0f} |")
+        lines.append(
+            f"| {name} | {r['comparison'].text()} | {c.label()} | "
+            f"{'yes' if agrees(e, c) else 'no'} | {r['seconds']:.0f} / "
+            f"{r['cross']['seconds']:.0f} |"
+        )
     return lines
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench trials", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench trials",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rounds", type=int, default=12, help="pairs of slices a comparison")
-    p.add_argument("--cross-rounds", type=int, default=6,
-                   help="rounds of whole runs in separate processes, quiet (0: none)")
+    p.add_argument(
+        "--cross-rounds",
+        type=int,
+        default=6,
+        help="rounds of whole runs in separate processes, quiet (0: none)",
+    )
     p.add_argument("--out", default=str(results_file("trials")), help="the results file")
     args = p.parse_args(argv)
     results = {"quiet": condition(args.rounds, args.cross_rounds)}
@@ -148,13 +182,19 @@ def main(argv=None) -> int:
     agree = sum(quiet[k]["comparison"].verdict == busy[k]["comparison"].verdict for k in quiet)
     seconds = sum(r["seconds"] for rows in results.values() for r in rows.values())
     decisions = sum(len(rows) for rows in results.values())
-    lines = [f"# Trial engine: cost and honesty ({datetime.date.today().isoformat()})", "",
-             f"Machine: {machine_line()}; {args.rounds} pairs of slices a comparison.", "",
-             *table(results), "",
-             *cross_table(results["quiet"]), "",
-             f"Verdicts busy that agree with quiet: {agree} of {len(quiet)}.",
-             f"Decisions a minute, process starts and builds included: "
-             f"{decisions / (seconds / 60):.1f} ({decisions} in {seconds:.0f} s)."]
+    lines = [
+        f"# Trial engine: cost and honesty ({datetime.date.today().isoformat()})",
+        "",
+        f"Machine: {machine_line()}; {args.rounds} pairs of slices a comparison.",
+        "",
+        *table(results),
+        "",
+        *cross_table(results["quiet"]),
+        "",
+        f"Verdicts busy that agree with quiet: {agree} of {len(quiet)}.",
+        f"Decisions a minute, process starts and builds included: "
+        f"{decisions / (seconds / 60):.1f} ({decisions} in {seconds:.0f} s).",
+    ]
     write_results(lines, args.out)
     return 0
 

@@ -10,6 +10,7 @@ part that fails, writes DIR/gpucheck.json after every part and prints a table at
 status: 0 when no part failed, 1 when one failed or ran out of time, 2 for bad arguments, 3 when a
 part hung the device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,18 @@ from .report import format_table, skipped_report, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.gpucheck", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.gpucheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="gpucheck-out", help="folder for gpucheck.json and the runs")
-    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                        help=f"the whole check's time budget in seconds (default {DEFAULT_BUDGET_S:.0f})")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"the whole check's time budget in seconds (default {DEFAULT_BUDGET_S:.0f})",
+    )
     parser.add_argument("--parts", default=None, help="comma-separated parts to run (default: all)")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
@@ -48,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     missing = missing_required()
     if missing:
-        rep = skipped_report(f"cannot run: {', '.join(missing)} not installed for {sys.executable}; "
-                             "bring the wheels (docs/gpu-check.md) and pip install them", budget)
+        rep = skipped_report(
+            f"cannot run: {', '.join(missing)} not installed for {sys.executable}; "
+            "bring the wheels (docs/gpu-check.md) and pip install them",
+            budget,
+        )
         rep["status"] = "failed"
-        print(f"gpucheck: {rep['reason']}; report: {write_report(Path(args.out), rep)}",
-              file=sys.stderr)
+        print(f"gpucheck: {rep['reason']}; report: {write_report(Path(args.out), rep)}", file=sys.stderr)
         return 1
     return run_check(Path(args.out), budget, specs)
 

@@ -7,6 +7,7 @@ The part modules are imported only when the check runs, so `--help` and the no-G
 Every run folder (config, events, summary) and the measured ceilings land under DIR, beside the
 report, so DIR alone can be brought back from the GPU machine.
 """
+
 from __future__ import annotations
 
 import gc
@@ -34,19 +35,38 @@ class PartSpec:
 # Training goes last and takes what the others left: its runs skip one by one when time runs short,
 # the parts before it are bounded, and the ceilings (first) size its runs and give MFU its peak.
 PLAN = (
-    PartSpec("report", "ceilings", 50, "hardware report, NVML readings, measured ceilings beside the "
-             "datasheet"),
-    PartSpec("ddp", "ddp", 70, "NCCL with one rank, two ranks on the GPU over gloo, a stop and a "
-             "SIGKILLed rank"),
-    PartSpec("fsdp", "fsdp", 30, "FSDP2 on 1 rank (2 with 2+ GPUs): each rank's memory predicted "
-             "against measured, the allocator's peak beside it"),
-    PartSpec("monitor", "monitor", 35, "NVML memory and utilization: another process's known "
-             "allocation, a run sampled"),
-    PartSpec("compression", "compression", 35, "2:4 sparsity, structured pruning and int8 on the GPU, "
-             "timed interleaved"),
+    PartSpec(
+        "report", "ceilings", 50, "hardware report, NVML readings, measured ceilings beside the datasheet"
+    ),
+    PartSpec(
+        "ddp", "ddp", 70, "NCCL with one rank, two ranks on the GPU over gloo, a stop and a SIGKILLed rank"
+    ),
+    PartSpec(
+        "fsdp",
+        "fsdp",
+        30,
+        "FSDP2 on 1 rank (2 with 2+ GPUs): each rank's memory predicted "
+        "against measured, the allocator's peak beside it",
+    ),
+    PartSpec(
+        "monitor",
+        "monitor",
+        35,
+        "NVML memory and utilization: another process's known allocation, a run sampled",
+    ),
+    PartSpec(
+        "compression",
+        "compression",
+        35,
+        "2:4 sparsity, structured pruning and int8 on the GPU, timed interleaved",
+    ),
     PartSpec("loading", "loading", 30, "pinned and pageable copies, non_blocking, a loader sweep"),
-    PartSpec("training", "training", math.inf, "CNN and transformer through the launcher: fp32, TF32, "
-             "bf16, fp16, channels_last, torch.compile"),
+    PartSpec(
+        "training",
+        "training",
+        math.inf,
+        "CNN and transformer through the launcher: fp32, TF32, bf16, fp16, channels_last, torch.compile",
+    ),
 )
 DEFAULT_BUDGET_S = 450.0  # the whole check inside 8 minutes; training gets at least 200 s of it
 MIN_BUDGET_S = 60.0
@@ -60,8 +80,7 @@ def select(names: str | None) -> list[PartSpec]:
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
-        raise ConfigError(f"--parts must name parts from {', '.join(known)} (comma-separated), "
-                          f"got {names!r}")
+        raise ConfigError(f"--parts must name parts from {', '.join(known)} (comma-separated), got {names!r}")
     return [p for p in PLAN if p.name in wanted]
 
 
@@ -91,10 +110,15 @@ def device_facts(device) -> dict:
     props = torch.cuda.get_device_properties(device)
     major, minor = torch.cuda.get_device_capability(device)
     spec = find_gpu(props.name)
-    return {"name": props.name, "index": device.index, "count": torch.cuda.device_count(),
-            "capability": f"{major}.{minor}", "sms": props.multi_processor_count,
-            "memory_gib": round(props.total_memory / 2**30, 2),
-            "datasheet": spec.as_dict() if spec else None}
+    return {
+        "name": props.name,
+        "index": device.index,
+        "count": torch.cuda.device_count(),
+        "capability": f"{major}.{minor}",
+        "sms": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 2),
+        "datasheet": spec.as_dict() if spec else None,
+    }
 
 
 def free_device_memory() -> None:
@@ -109,6 +133,7 @@ def free_device_memory() -> None:
 def _loader(module: str):
     def run(ctx, rec):
         return importlib.import_module(f"{__package__}.{module}").run(ctx, rec)
+
     return run
 
 
@@ -120,10 +145,20 @@ def run_check(out: Path, budget_s: float, specs: list[PartSpec]) -> int:
     out = Path(out).resolve()
     setup_env(out)
     device = torch.device("cuda", torch.cuda.current_device())
-    ctx = Context(out, deadline=t0 + budget_s, device=device, gpu=device_facts(device),
-                  log=lambda msg: print(msg, flush=True), cleanup=free_device_memory)
-    meta = {"created": time.strftime("%Y-%m-%d %H:%M:%S %z"), "budget_s": budget_s,
-            "versions": versions(), "device": ctx.gpu}
+    ctx = Context(
+        out,
+        deadline=t0 + budget_s,
+        device=device,
+        gpu=device_facts(device),
+        log=lambda msg: print(msg, flush=True),
+        cleanup=free_device_memory,
+    )
+    meta = {
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "budget_s": budget_s,
+        "versions": versions(),
+        "device": ctx.gpu,
+    }
     scale = budget_s / DEFAULT_BUDGET_S
     parts = [Part(s.name, s.limit_s * scale, s.what, _loader(s.module)) for s in specs]
 
@@ -140,8 +175,10 @@ def run_check(out: Path, budget_s: float, specs: list[PartSpec]) -> int:
         print(f"report: {write_report(out, rep)}; ending the check, the device may be wedged", flush=True)
         os._exit(3)
 
-    ctx.log(f"GPU check on {ctx.gpu['name']}: {len(parts)} part(s) in at most {budget_s:.0f} s; "
-            f"report under {out}")
+    ctx.log(
+        f"GPU check on {ctx.gpu['name']}: {len(parts)} part(s) in at most {budget_s:.0f} s; "
+        f"report under {out}"
+    )
     try:
         records = run_parts(parts, ctx, progress, on_hang)
     except KeyboardInterrupt:

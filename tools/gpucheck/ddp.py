@@ -9,6 +9,7 @@ leave behind.
 - A stop and a rank killed with SIGKILL: no process of the run is left, and NVML sees the device
   memory come back to what it was before the run.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,19 @@ import torch
 from workbench.config import DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from workbench.distributed.launch import run as launch_run
 from workbench.distributed.launch import start_run
-from workbench.events import (DONE, EVENT, MEM_PEAK_GIB, MEM_RESERVED_GIB, PID, RANK, SAMPLES_PER_S, START,
-                      STEP, STEP_NUMBER, read_events)
+from workbench.events import (
+    DONE,
+    EVENT,
+    MEM_PEAK_GIB,
+    MEM_RESERVED_GIB,
+    PID,
+    RANK,
+    SAMPLES_PER_S,
+    START,
+    STEP,
+    STEP_NUMBER,
+    read_events,
+)
 from workbench.hardware.allreduce import run_allreduce
 from workbench.machine.capability import unsupported_reason
 from workbench.trials.rounds import speed_config
@@ -37,15 +49,21 @@ ENDED_S = 45.0  # for a stopped run, or one whose rank was killed, to end
 
 
 def small_config(nproc: int = 1, backend: str = "auto", steps: int = STEPS) -> RunConfig:
-    cfg = RunConfig(model=ModelConfig("transformer", width=512, depth=2, heads=8),
-                    data=DataConfig(name="text", seq_len=256, num_samples=512),
-                    loader=LoaderConfig(batch_size=16),
-                    run=RunSection(steps=steps, device="cuda", eval_batches=0, save_weights=False,
-                                   mem_every_s=0.25))
+    cfg = RunConfig(
+        model=ModelConfig("transformer", width=512, depth=2, heads=8),
+        data=DataConfig(name="text", seq_len=256, num_samples=512),
+        loader=LoaderConfig(batch_size=16),
+        run=RunSection(steps=steps, device="cuda", eval_batches=0, save_weights=False, mem_every_s=0.25),
+    )
     bf16 = unsupported_reason(cfg, torch.device("cuda"), "bf16") is None
-    return cfg.replace(**{"distributed.nproc": nproc, "distributed.backend": backend,
-                          "distributed.timeout_s": 20.0,
-                          "precision.dtype": "bf16" if bf16 else "fp32"})
+    return cfg.replace(
+        **{
+            "distributed.nproc": nproc,
+            "distributed.backend": backend,
+            "distributed.timeout_s": 20.0,
+            "precision.dtype": "bf16" if bf16 else "fp32",
+        }
+    )
 
 
 def rank_ends(run_dir) -> dict[int, dict]:
@@ -82,11 +100,13 @@ def run_pids(handle) -> dict[str, list[int]]:
 
 def left_alive(pids: list[int], timeout_s: float = GONE_S) -> list[int]:
     """The pids still running (not zombies) after waiting up to `timeout_s` for them to go."""
+
     def alive(pid):
         try:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
     deadline = time.monotonic() + timeout_s
     while True:
         left = [p for p in pids if alive(p)]
@@ -100,20 +120,32 @@ def nccl(ctx, rec) -> None:
     if gpus >= 2:
         s = launch_run(speed_config(small_config(2, "nccl"), "ddp-nccl-2r"), timeout_s=ctx.left())
         ok = s.get("status") == "completed"
-        rec.item("nccl, 2 ranks", "ok" if ok else "failed", samples_per_s=s.get(SAMPLES_PER_S),
-                 ranks=rank_memory(s["run_dir"]), run_dir=s["run_dir"],
-                 **({} if ok else {"reason": s.get("message", "")}))
+        rec.item(
+            "nccl, 2 ranks",
+            "ok" if ok else "failed",
+            samples_per_s=s.get(SAMPLES_PER_S),
+            ranks=rank_memory(s["run_dir"]),
+            run_dir=s["run_dir"],
+            **({} if ok else {"reason": s.get("message", "")}),
+        )
         return
     c = run_allreduce(1, "cuda", mib=64, timeout_s=min(90.0, ctx.left()))
-    rec.item("nccl, 1 rank", "ok", backend=c.note.rsplit(" ", 1)[-1], median_ms=c.median_ms,
-             mib=64, note="a 1-rank run through the launcher forms no process group, so NCCL is "
-             "started here by the all-reduce program under torchrun with one rank")
+    rec.item(
+        "nccl, 1 rank",
+        "ok",
+        backend=c.note.rsplit(" ", 1)[-1],
+        median_ms=c.median_ms,
+        mib=64,
+        note="a 1-rank run through the launcher forms no process group, so NCCL is "
+        "started here by the all-reduce program under torchrun with one rank",
+    )
 
 
 def rank_memory(run_dir) -> dict:
-    return {str(rank): {k: r.get(k) for k in (MEM_PEAK_GIB, MEM_RESERVED_GIB, "param_sum",
-                                              SAMPLES_PER_S)}
-            for rank, r in rank_ends(run_dir).items()}
+    return {
+        str(rank): {k: r.get(k) for k in (MEM_PEAK_GIB, MEM_RESERVED_GIB, "param_sum", SAMPLES_PER_S)}
+        for rank, r in rank_ends(run_dir).items()
+    }
 
 
 def gloo_two_ranks(ctx, rec) -> None:
@@ -129,9 +161,15 @@ def gloo_two_ranks(ctx, rec) -> None:
         problems.append(f"expected device memory in the events of 2 ranks, found it in {with_memory}")
     if len(sums) == 2 and abs(sums[0] - sums[1]) > 1e-3 * max(1.0, abs(sums[0])):
         problems.append(f"the ranks' weights differ after DDP: parameter sums {sums}")
-    rec.item("gloo, 2 ranks" + (" sharing the GPU" if torch.cuda.device_count() == 1 else ""),
-             "failed" if problems else "ok", nccl_refused=refused, samples_per_s=s.get(SAMPLES_PER_S),
-             ranks=ranks, run_dir=s["run_dir"], **({"reason": "; ".join(problems)} if problems else {}))
+    rec.item(
+        "gloo, 2 ranks" + (" sharing the GPU" if torch.cuda.device_count() == 1 else ""),
+        "failed" if problems else "ok",
+        nccl_refused=refused,
+        samples_per_s=s.get(SAMPLES_PER_S),
+        ranks=ranks,
+        run_dir=s["run_dir"],
+        **({"reason": "; ".join(problems)} if problems else {}),
+    )
 
 
 def ended_clean(ctx, name: str, nproc: int, end) -> dict:
@@ -159,31 +197,48 @@ def ended_clean(ctx, name: str, nproc: int, end) -> dict:
     left = left_alive(pids["tree"])
     freed = mem.back_to(before)
     procs_after = mem.processes()
-    fields = {"run_status": summary.get("status"), "cause": summary.get("cause"),
-              "failed_rank": summary.get("failed_rank"), "message": summary.get("message"),
-              "pids": pids, "left_alive": left, "ended_after_s": end_s, "nvml_during_gib": during,
-              "nvml_processes_before": None if procs_before is None else len(procs_before),
-              "nvml_processes_after": None if procs_after is None else len(procs_after),
-              **freed, "run_dir": str(handle.run_dir)}
+    fields = {
+        "run_status": summary.get("status"),
+        "cause": summary.get("cause"),
+        "failed_rank": summary.get("failed_rank"),
+        "message": summary.get("message"),
+        "pids": pids,
+        "left_alive": left,
+        "ended_after_s": end_s,
+        "nvml_during_gib": during,
+        "nvml_processes_before": None if procs_before is None else len(procs_before),
+        "nvml_processes_after": None if procs_after is None else len(procs_after),
+        **freed,
+        "run_dir": str(handle.run_dir),
+    }
     return fields
 
 
 def stop_check(ctx, rec) -> None:
     fields = ended_clean(ctx, "ddp stop", 1, lambda h, pids: h.stop("stopped by the GPU check"))
     problems = _problems(fields, want_status="stopped")
-    rec.item("stop", "failed" if problems else "ok", **fields,
-             **({"reason": "; ".join(problems)} if problems else {}))
+    rec.item(
+        "stop",
+        "failed" if problems else "ok",
+        **fields,
+        **({"reason": "; ".join(problems)} if problems else {}),
+    )
 
 
 def kill_check(ctx, rec) -> None:
-    fields = ended_clean(ctx, "ddp kill", 2,
-                         lambda h, pids: os.kill(pids["ranks"][1], signal.SIGKILL))
+    fields = ended_clean(ctx, "ddp kill", 2, lambda h, pids: os.kill(pids["ranks"][1], signal.SIGKILL))
     problems = _problems(fields, want_status="failed")
     if fields["cause"] != "killed" or fields["failed_rank"] != 1:
-        problems.append(f"the summary should name rank 1 killed, got cause {fields['cause']!r}, "
-                        f"rank {fields['failed_rank']!r}")
-    rec.item("SIGKILL rank 1", "failed" if problems else "ok", **fields,
-             **({"reason": "; ".join(problems)} if problems else {}))
+        problems.append(
+            f"the summary should name rank 1 killed, got cause {fields['cause']!r}, "
+            f"rank {fields['failed_rank']!r}"
+        )
+    rec.item(
+        "SIGKILL rank 1",
+        "failed" if problems else "ok",
+        **fields,
+        **({"reason": "; ".join(problems)} if problems else {}),
+    )
 
 
 def _problems(fields: dict, want_status: str) -> list[str]:
@@ -193,14 +248,20 @@ def _problems(fields: dict, want_status: str) -> list[str]:
     if fields["left_alive"]:
         out.append(f"processes left running: {fields['left_alive']}")
     if fields.get("freed") is False:
-        out.append(f"device memory did not come back: {fields['nvml_after_gib']} GiB used after, "
-                   f"{fields['nvml_before_gib']} GiB before")
+        out.append(
+            f"device memory did not come back: {fields['nvml_after_gib']} GiB used after, "
+            f"{fields['nvml_before_gib']} GiB before"
+        )
     return out
 
 
 def run(ctx, rec) -> None:
-    checks = (("nccl", nccl), ("gloo, 2 ranks", gloo_two_ranks), ("stop", stop_check),
-              ("SIGKILL rank 1", kill_check))
+    checks = (
+        ("nccl", nccl),
+        ("gloo, 2 ranks", gloo_two_ranks),
+        ("stop", stop_check),
+        ("SIGKILL rank 1", kill_check),
+    )
     for name, check in checks:
         try:
             check(ctx, rec)

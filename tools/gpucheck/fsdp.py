@@ -12,6 +12,7 @@ steps' gradients, optimizer state, activations, gathered block and the reduce-sc
 keeps of the block before) and measured (the allocator's), is reported with their ratio (the
 goal: within 15 %).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -32,10 +33,15 @@ BATCH, STEPS = 4, 6  # a few steps: the memory is what is measured, not the spee
 def fsdp_config(nproc: int):
     cfg = base_config("transformer", BATCH)
     bf16 = unsupported_reason(cfg, torch.device("cuda"), "bf16") is None
-    return cfg.replace(**{"run.steps": STEPS, "distributed.strategy": "fsdp",
-                          "distributed.nproc": nproc,
-                          "distributed.backend": "nccl" if nproc > 1 else "auto",
-                          "precision.dtype": "bf16" if bf16 else "fp32"})
+    return cfg.replace(
+        **{
+            "run.steps": STEPS,
+            "distributed.strategy": "fsdp",
+            "distributed.nproc": nproc,
+            "distributed.backend": "nccl" if nproc > 1 else "auto",
+            "precision.dtype": "bf16" if bf16 else "fp32",
+        }
+    )
 
 
 def rank_rows(per_rank: dict) -> list[dict]:
@@ -44,14 +50,17 @@ def rank_rows(per_rank: dict) -> list[dict]:
     rows = []
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
         peak, predicted = got.get(PEAK), want.get(PEAK)
-        rows.append({RANK: got[RANK], "predicted": {k: want.get(k) for k in MEMORY_PARTS},
-                     "measured": {k: got.get(k) for k in MEMORY_PARTS},
-                     "differs": [k for k in MEMORY_PARTS
-                                 if want.get(k) is None or want.get(k) != got.get(k)],
-                     "predicted_peak_gib": None if predicted is None else round(predicted / GIB, 4),
-                     "peak_gib": None if peak is None else round(peak / GIB, 4),
-                     "peak_over_predicted": round(peak / predicted, 3) if peak and predicted
-                     else None})
+        rows.append(
+            {
+                RANK: got[RANK],
+                "predicted": {k: want.get(k) for k in MEMORY_PARTS},
+                "measured": {k: got.get(k) for k in MEMORY_PARTS},
+                "differs": [k for k in MEMORY_PARTS if want.get(k) is None or want.get(k) != got.get(k)],
+                "predicted_peak_gib": None if predicted is None else round(predicted / GIB, 4),
+                "peak_gib": None if peak is None else round(peak / GIB, 4),
+                "peak_over_predicted": round(peak / predicted, 3) if peak and predicted else None,
+            }
+        )
     return rows
 
 
@@ -64,43 +73,67 @@ def fsdp_run(ctx, rec, nproc: int) -> None:
     gpus = torch.cuda.device_count()
     cfg = fsdp_config(nproc)
     left = ctx.left()
-    reason = (f"{gpus} GPU(s) here: {nproc} FSDP ranks take one GPU each over NCCL"
-              if gpus < nproc else refusal(cfg))
+    reason = (
+        f"{gpus} GPU(s) here: {nproc} FSDP ranks take one GPU each over NCCL"
+        if gpus < nproc
+        else refusal(cfg)
+    )
     if reason is None and left < RUN_S:
         reason = f"not enough time left: {left:.0f} s of the part's limit, {RUN_S:.0f} s budgeted"
     if reason:
         rec.item(name, "skipped", reason=reason)
         return
-    summary = launch_run(speed_config(cfg, name.replace(", ", "-").replace(" ", "-")),
-                         timeout_s=max(left - 2, 5))
-    fields = {"run_dir": summary.get("run_dir"), SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
-              "precision": cfg.precision.dtype}
+    summary = launch_run(
+        speed_config(cfg, name.replace(", ", "-").replace(" ", "-")), timeout_s=max(left - 2, 5)
+    )
+    fields = {
+        "run_dir": summary.get("run_dir"),
+        SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
+        "precision": cfg.precision.dtype,
+    }
     per_rank = summary.get("memory_per_rank")
     if summary.get("status") != "completed" or not per_rank:
-        why = (f"the run ended {summary.get('status')}: {summary.get('message', '')}"
-               if summary.get("status") != "completed" else "the summary has no memory_per_rank")
+        why = (
+            f"the run ended {summary.get('status')}: {summary.get('message', '')}"
+            if summary.get("status") != "completed"
+            else "the summary has no memory_per_rank"
+        )
         rec.item(name, "failed", reason=why[:400], **fields)
         return
     rows = rank_rows(per_rank)
-    wrong = [f"rank {r[RANK]} {k}: predicted {r['predicted'][k]}, measured {r['measured'][k]}"
-             for r in rows for k in r["differs"]]
-    ctx.log(f"[fsdp] {name}: peak " + ", ".join(
-        f"{r['peak_gib']} GiB ({r['peak_over_predicted']}x the predicted {r['predicted_peak_gib']} GiB)"
-        for r in rows))
-    rec.item(name, "failed" if wrong else "ok", strategy=per_rank.get("strategy"), ranks=rows,
-             not_measured=per_rank.get("not_measured"), not_predicted=per_rank.get("not_predicted"),
-             **fields, **({"reason": "; ".join(wrong)[:400]} if wrong else {}))
+    wrong = [
+        f"rank {r[RANK]} {k}: predicted {r['predicted'][k]}, measured {r['measured'][k]}"
+        for r in rows
+        for k in r["differs"]
+    ]
+    ctx.log(
+        f"[fsdp] {name}: peak "
+        + ", ".join(
+            f"{r['peak_gib']} GiB ({r['peak_over_predicted']}x the predicted {r['predicted_peak_gib']} GiB)"
+            for r in rows
+        )
+    )
+    rec.item(
+        name,
+        "failed" if wrong else "ok",
+        strategy=per_rank.get("strategy"),
+        ranks=rows,
+        not_measured=per_rank.get("not_measured"),
+        not_predicted=per_rank.get("not_predicted"),
+        **fields,
+        **({"reason": "; ".join(wrong)[:400]} if wrong else {}),
+    )
 
 
 def run(ctx, rec) -> None:
-    rec.figures.update(model=asdict(base_config("transformer", BATCH).model), batch=BATCH,
-                       steps=STEPS)
+    rec.figures.update(model=asdict(base_config("transformer", BATCH).model), batch=BATCH, steps=STEPS)
     ctx.each(rec, [(item_name(n), lambda c, r, n=n: fsdp_run(c, r, n)) for n in (1, 2)])
     said = []
     for i in rec.items:
         if i["status"] == "ok":
-            said.append(f"{i['name']} peak/predicted " + ", ".join(
-                f"{r['peak_over_predicted']}x" for r in i["ranks"]))
+            said.append(
+                f"{i['name']} peak/predicted " + ", ".join(f"{r['peak_over_predicted']}x" for r in i["ranks"])
+            )
         else:
             said.append(f"{i['name']} {i['status']}")
     rec.summary = "; ".join(said)

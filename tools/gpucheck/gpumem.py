@@ -9,6 +9,7 @@ that records both through a run, and a wait for the memory to come back after pr
 The allocator's own figures (torch.cuda.max_memory_allocated) are the runs' `mem_*_gib` fields; NVML
 sees what the device has lent out, which is what no other process can have.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,11 +69,13 @@ class DeviceMemory:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(self.reader.handles[self.index])
         except Exception:  # noqa: BLE001 - not every driver answers
             return None
-        return [{"pid": p.pid, "used_gib": _r(p.usedGpuMemory / GIB) if p.usedGpuMemory else None}
-                for p in procs]
+        return [
+            {"pid": p.pid, "used_gib": _r(p.usedGpuMemory / GIB) if p.usedGpuMemory else None} for p in procs
+        ]
 
-    def back_to(self, baseline_gib: float | None, timeout_s: float = 15.0,
-                tolerance_gib: float = FREED_TOLERANCE_GIB) -> dict:
+    def back_to(
+        self, baseline_gib: float | None, timeout_s: float = 15.0, tolerance_gib: float = FREED_TOLERANCE_GIB
+    ) -> dict:
         """Wait until the used memory is back within `tolerance_gib` of `baseline_gib`."""
         t0 = time.monotonic()
         used = self.used_gib()
@@ -82,9 +85,13 @@ class DeviceMemory:
             time.sleep(0.25)
             used = self.used_gib()
         freed = used <= baseline_gib + tolerance_gib
-        return {"freed": freed, "nvml_before_gib": _r(baseline_gib), "nvml_after_gib": _r(used),
-                "freed_after_s": round(time.monotonic() - t0, 2) if freed else None,
-                "tolerance_gib": tolerance_gib}
+        return {
+            "freed": freed,
+            "nvml_before_gib": _r(baseline_gib),
+            "nvml_after_gib": _r(used),
+            "freed_after_s": round(time.monotonic() - t0, 2) if freed else None,
+            "tolerance_gib": tolerance_gib,
+        }
 
 
 class Sampler:
@@ -114,7 +121,14 @@ class Sampler:
         """The peak of used memory and of utilization between two wall-clock times."""
         inside = [s for s in self.samples if t0 <= s[0] <= t1]
         if not inside:
-            return {"nvml_peak_gib": None, "util_max_pct": None, "nvml_samples": 0,
-                    "nvml_note": self.mem.note or "no NVML sample fell inside the run"}
-        return {"nvml_peak_gib": _r(max(s[1] for s in inside)),
-                "util_max_pct": max(s[2] for s in inside), "nvml_samples": len(inside)}
+            return {
+                "nvml_peak_gib": None,
+                "util_max_pct": None,
+                "nvml_samples": 0,
+                "nvml_note": self.mem.note or "no NVML sample fell inside the run",
+            }
+        return {
+            "nvml_peak_gib": _r(max(s[1] for s in inside)),
+            "util_max_pct": max(s[2] for s in inside),
+            "nvml_samples": len(inside),
+        }

@@ -3,6 +3,7 @@ JSON line, and holds it until its stdin closes (or its parent dies). Started by 
 
     python -m tools.gpucheck.holder --mib 2048 --device 0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     block = torch.empty(args.mib * 2**20, dtype=torch.uint8, device=device)
     block.fill_(1)  # touched, not only reserved
     torch.cuda.synchronize(device)
-    print(json.dumps({"ready": True, "pid": os.getpid(), "mib": args.mib,
-                      "allocated_mib": torch.cuda.memory_allocated(device) / 2**20,
-                      "reserved_mib": torch.cuda.memory_reserved(device) / 2**20}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ready": True,
+                "pid": os.getpid(),
+                "mib": args.mib,
+                "allocated_mib": torch.cuda.memory_allocated(device) / 2**20,
+                "reserved_mib": torch.cuda.memory_reserved(device) / 2**20,
+            }
+        ),
+        flush=True,
+    )
     sys.stdin.read()  # until the check closes our stdin
     del block
     return 0

@@ -10,6 +10,7 @@
    trains a small CNN. Samples/s and the data-wait share per setting, speedups over 0 workers with
    intervals (SWEEP_ROUNDS interleaved rounds).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,15 +39,29 @@ def copies(ctx, rec) -> None:
     n = COPY_MIB * 2**20 // 4
     pageable, pinned = torch.randn(n), torch.randn(n).pin_memory()
     dev = torch.empty(n, device=ctx.device)
-    t = timed_calls({"pageable": lambda: dev.copy_(pageable), "pinned": lambda: dev.copy_(pinned),
-                     "pinned non_blocking": lambda: dev.copy_(pinned, non_blocking=True)},
-                    device=ctx.device, warmup=2, rounds=ROUNDS)
+    t = timed_calls(
+        {
+            "pageable": lambda: dev.copy_(pageable),
+            "pinned": lambda: dev.copy_(pinned),
+            "pinned non_blocking": lambda: dev.copy_(pinned, non_blocking=True),
+        },
+        device=ctx.device,
+        warmup=2,
+        rounds=ROUNDS,
+    )
     gbs = {k: round(n * 4 / v.median_ms / 1e6, 2) for k, v in t.items()}
     pin = paired_ratio(t["pageable"].samples_ms, t["pinned"].samples_ms)
     nb = paired_ratio(t["pinned"].samples_ms, t["pinned non_blocking"].samples_ms)
-    rec.item("host-to-device copies", "ok", mib=COPY_MIB, gbs=gbs, rounds=ROUNDS,
-             pinned_vs_pageable=pin.label(), **pin.as_dict("pinned_speedup"),
-             non_blocking_vs_pinned=nb.label())
+    rec.item(
+        "host-to-device copies",
+        "ok",
+        mib=COPY_MIB,
+        gbs=gbs,
+        rounds=ROUNDS,
+        pinned_vs_pageable=pin.label(),
+        **pin.as_dict("pinned_speedup"),
+        non_blocking_vs_pinned=nb.label(),
+    )
 
     host_s = t["pinned"].median_ms / 1e3
 
@@ -54,13 +69,23 @@ def copies(ctx, rec) -> None:
         dev.copy_(pinned, non_blocking=non_blocking)
         time.sleep(host_s)  # the host's own work; the timer syncs the device after the step
 
-    s = timed_calls({"blocking": lambda: step(False), "non_blocking": lambda: step(True)},
-                    device=ctx.device, warmup=2, rounds=ROUNDS)
+    s = timed_calls(
+        {"blocking": lambda: step(False), "non_blocking": lambda: step(True)},
+        device=ctx.device,
+        warmup=2,
+        rounds=ROUNDS,
+    )
     r = paired_ratio(s["blocking"].samples_ms, s["non_blocking"].samples_ms)
-    rec.item("non_blocking overlap", "ok", host_work_ms=round(host_s * 1e3, 3),
-             blocking_ms=s["blocking"].median_ms, non_blocking_ms=s["non_blocking"].median_ms,
-             **r.as_dict("speedup"), speedup_label=r.label(),
-             note="copy of a pinned batch, then host work as long as one copy (a sleep)")
+    rec.item(
+        "non_blocking overlap",
+        "ok",
+        host_work_ms=round(host_s * 1e3, 3),
+        blocking_ms=s["blocking"].median_ms,
+        non_blocking_ms=s["non_blocking"].median_ms,
+        **r.as_dict("speedup"),
+        speedup_label=r.label(),
+        note="copy of a pinned batch, then host work as long as one copy (a sleep)",
+    )
 
 
 def gpu_step(device, classes: int):
@@ -87,8 +112,11 @@ def worker_counts(cores: int) -> list[int]:
 
 def sweep(ctx, rec) -> None:
     if importlib.util.find_spec("PIL") is None:
-        rec.item("loader sweep", "skipped", reason="pillow is not installed (the sweep decodes PNG "
-                 "files with it): pip install pillow")
+        rec.item(
+            "loader sweep",
+            "skipped",
+            reason="pillow is not installed (the sweep decodes PNG files with it): pip install pillow",
+        )
         return
     root = tempfile.mkdtemp(prefix="gpucheck-images-")
     try:
@@ -99,8 +127,9 @@ def sweep(ctx, rec) -> None:
         settings = grid(num_workers=counts, batch_size=(BATCH,))
         settings.append(LoaderSetting(counts[-1], BATCH, pin_memory=True))
         step = gpu_step(ctx.device, len(data.classes))
-        records = list(run_sweep(data, settings, rounds=SWEEP_ROUNDS, max_batches=SWEEP_BATCHES,
-                                 epochs=1, step=step))
+        records = list(
+            run_sweep(data, settings, rounds=SWEEP_ROUNDS, max_batches=SWEEP_BATCHES, epochs=1, step=step)
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rates: dict[str, list] = {}
@@ -113,14 +142,29 @@ def sweep(ctx, rec) -> None:
     rows = []
     for s in settings:
         ratio = paired_speed_ratio(rates[base], rates[s.label]) if s.label != base else None
-        rows.append({"setting": s.label, SAMPLES_PER_S: statistics.median(rates[s.label]),
-                     "data_wait_frac": statistics.median(waits[s.label]),
-                     **({"vs_0_workers": ratio.label(), **ratio.as_dict("speedup")} if ratio else {})})
+        rows.append(
+            {
+                "setting": s.label,
+                SAMPLES_PER_S: statistics.median(rates[s.label]),
+                "data_wait_frac": statistics.median(waits[s.label]),
+                **({"vs_0_workers": ratio.label(), **ratio.as_dict("speedup")} if ratio else {}),
+            }
+        )
     left = records[-1].get("leftover_processes", [])
-    rec.item("loader sweep", "failed" if left else "ok", cores=cores, images=IMAGES,
-             image_size=IMAGE_SIZE, batch=BATCH, rounds=SWEEP_ROUNDS, batches=SWEEP_BATCHES,
-             main_threads=1, rows=rows, leftover_processes=left,
-             **({"reason": f"loader workers left running: {left}"} if left else {}))
+    rec.item(
+        "loader sweep",
+        "failed" if left else "ok",
+        cores=cores,
+        images=IMAGES,
+        image_size=IMAGE_SIZE,
+        batch=BATCH,
+        rounds=SWEEP_ROUNDS,
+        batches=SWEEP_BATCHES,
+        main_threads=1,
+        rows=rows,
+        leftover_processes=left,
+        **({"reason": f"loader workers left running: {left}"} if left else {}),
+    )
 
 
 def run(ctx, rec) -> None:

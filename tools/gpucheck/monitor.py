@@ -7,6 +7,7 @@ system monitor shows (workbench.machine.monitor).
 2. A run sampled: a transformer run through the launcher, read by the SystemMonitor four times a
    second for SAMPLE_S seconds of steps; utilization and used memory must rise above the idle reading.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,10 @@ def _ready_line(proc: subprocess.Popen, timeout_s: float) -> dict:
     if not line:
         proc.kill()
         err = proc.stderr.read()[-400:] if proc.stderr else ""
-        raise RuntimeError(f"the holder process did not report its allocation within {timeout_s:.0f} s"
-                           + (f": {err.strip()}" if err.strip() else ""))
+        raise RuntimeError(
+            f"the holder process did not report its allocation within {timeout_s:.0f} s"
+            + (f": {err.strip()}" if err.strip() else "")
+        )
     return json.loads(line)
 
 
@@ -53,9 +56,13 @@ def hold_check(ctx, rec) -> None:
     mem, reading = found
     mib = int(min(HOLD_MIB, reading["mem_total_gib"] * 1024 * 0.1))
     before = reading["mem_used_gib"]
-    proc = subprocess.Popen([sys.executable, "-m", "tools.gpucheck.holder", "--mib", str(mib),
-                             "--device", str(ctx.device.index)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.gpucheck.holder", "--mib", str(mib), "--device", str(ctx.device.index)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         info = _ready_line(proc, min(READY_S, max(ctx.left() - 5, 1.0)))
         seen = []
@@ -73,12 +80,17 @@ def hold_check(ctx, rec) -> None:
     freed = mem.back_to(before)
     pids = None if listed is None else [p["pid"] for p in listed]
     fields = judge_hold(mib / 1024, before, seen, freed, pids, info.get("pid"))
-    rec.item(name, "failed" if fields.get("reason") else "ok",
-             holder_allocated_mib=info.get("allocated_mib"), **fields)
+    rec.item(
+        name,
+        "failed" if fields.get("reason") else "ok",
+        holder_allocated_mib=info.get("allocated_mib"),
+        **fields,
+    )
 
 
-def judge_hold(held_gib: float, before_gib: float, seen_gib: list, freed: dict, pids: list | None,
-               holder_pid: int | None) -> dict:
+def judge_hold(
+    held_gib: float, before_gib: float, seen_gib: list, freed: dict, pids: list | None, holder_pid: int | None
+) -> dict:
     """Did NVML see another process's allocation of `held_gib`, and see it go? Figures and `reason`."""
     added = max(seen_gib) - before_gib
     problems = []
@@ -86,11 +98,17 @@ def judge_hold(held_gib: float, before_gib: float, seen_gib: list, freed: dict, 
         problems.append(f"NVML saw {added:.2f} GiB more in use, the other process holds {held_gib:.2f}")
     if freed.get("freed") is False:
         problems.append("the memory did not come back after the process exited")
-    return {"held_gib": round(held_gib, 3), "nvml_added_gib": round(added, 3),
-            "context_and_cache_gib": round(added - held_gib, 3), "holder_pid": holder_pid,
-            "nvml_pids": pids, "pid_listed": None if pids is None else holder_pid in pids,
-            "pid_note": "NVML lists host pids: inside a container they differ from the process's own",
-            **freed, **({"reason": "; ".join(problems)} if problems else {})}
+    return {
+        "held_gib": round(held_gib, 3),
+        "nvml_added_gib": round(added, 3),
+        "context_and_cache_gib": round(added - held_gib, 3),
+        "holder_pid": holder_pid,
+        "nvml_pids": pids,
+        "pid_listed": None if pids is None else holder_pid in pids,
+        "pid_note": "NVML lists host pids: inside a container they differ from the process's own",
+        **freed,
+        **({"reason": "; ".join(problems)} if problems else {}),
+    }
 
 
 def sampled_run(ctx, rec) -> None:
@@ -109,9 +127,14 @@ def sampled_run(ctx, rec) -> None:
         finally:
             handle.stop("sampled long enough")
     fields = judge_sampled(idle, sampler.window(t0, t1))
-    rec.item(name, "failed" if fields.get("reason") else "ok", sampled_s=round(t1 - t0, 2),
-             samples=[[round(t - t0, 2), round(u, 3), p] for t, u, p in sampler.samples
-                      if t0 <= t <= t1], run_dir=str(handle.run_dir), **fields)
+    rec.item(
+        name,
+        "failed" if fields.get("reason") else "ok",
+        sampled_s=round(t1 - t0, 2),
+        samples=[[round(t - t0, 2), round(u, 3), p] for t, u, p in sampler.samples if t0 <= t <= t1],
+        run_dir=str(handle.run_dir),
+        **fields,
+    )
 
 
 def judge_sampled(idle: dict, window: dict) -> dict:
@@ -121,8 +144,12 @@ def judge_sampled(idle: dict, window: dict) -> dict:
         problems.append("NVML reported 0 % utilization while the run was stepping")
     if window.get("nvml_peak_gib") is None or window["nvml_peak_gib"] <= idle["mem_used_gib"]:
         problems.append("NVML saw no more memory in use while the run went than before it")
-    return {"idle_used_gib": round(idle["mem_used_gib"], 3), "idle_util_pct": idle["util_pct"],
-            **window, **({"reason": "; ".join(problems)} if problems else {})}
+    return {
+        "idle_used_gib": round(idle["mem_used_gib"], 3),
+        "idle_util_pct": idle["util_pct"],
+        **window,
+        **({"reason": "; ".join(problems)} if problems else {}),
+    }
 
 
 def run(ctx, rec) -> None:

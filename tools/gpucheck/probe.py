@@ -3,6 +3,7 @@ is imported (importing torch alone takes seconds), then by torch itself. Stdlib 
 
     reason = no_gpu_reason() or torch_reason()   # None: go ahead
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,8 +23,10 @@ def no_gpu_reason(dev: Path = Path("/dev"), driver: Path = Path("/proc/driver/nv
     gpus = driver / "gpus"
     if gpus.is_dir() and any(gpus.iterdir()):
         return None
-    return (f"no NVIDIA GPU on this machine: no {dev}/nvidia0 device node and no {gpus} "
-            "(the NVIDIA driver is not loaded)")
+    return (
+        f"no NVIDIA GPU on this machine: no {dev}/nvidia0 device node and no {gpus} "
+        "(the NVIDIA driver is not loaded)"
+    )
 
 
 def torch_reason() -> str | None:
@@ -36,10 +39,14 @@ def torch_reason() -> str | None:
     if torch.cuda.is_available():
         return None
     if not torch.version.cuda:
-        return (f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None); "
-                "install a CUDA build of torch to check the GPU")
-    return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: "
-            "torch.cuda.is_available() is False (driver too old for this CUDA, or no device visible)")
+        return (
+            f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None); "
+            "install a CUDA build of torch to check the GPU"
+        )
+    return (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: "
+        "torch.cuda.is_available() is False (driver too old for this CUDA, or no device visible)"
+    )
 
 
 def missing_required() -> list[str]:

@@ -5,6 +5,7 @@ read, so a report brought back from a GPU machine is known to hold what the tabl
     rep = read_report("gpucheck-out")          # the dict; ValueError naming what is missing
     print(format_table(rep))
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,29 @@ from .runner import FAILED, HUNG, INTERRUPTED, OK, SKIPPED, STATUSES, TIMED_OUT
 FILE = "gpucheck.json"
 SCHEMA = 1
 NUM = (int, float)
-TOP = {"schema": int, "status": str, "reason": str, "created": str, "wall_s": NUM, "budget_s": NUM,
-       "versions": dict, "device": dict, "parts": list, "goals": list}
-PART = {"name": str, "status": str, "seconds": NUM, "limit_s": NUM, "what": str, "error": str,
-        "summary": str, "figures": dict, "items": list}
+TOP = {
+    "schema": int,
+    "status": str,
+    "reason": str,
+    "created": str,
+    "wall_s": NUM,
+    "budget_s": NUM,
+    "versions": dict,
+    "device": dict,
+    "parts": list,
+    "goals": list,
+}
+PART = {
+    "name": str,
+    "status": str,
+    "seconds": NUM,
+    "limit_s": NUM,
+    "what": str,
+    "error": str,
+    "summary": str,
+    "figures": dict,
+    "items": list,
+}
 ITEM = {"name": str, "status": str}
 GOAL = {"goal": str, "target": str, "measured": str, "result": str, "note": str}
 VERSIONS = ("python", "torch", "cuda", "driver", "packages")  # present in every report (None: unknown)
@@ -39,8 +59,7 @@ def _typed(where: str, d, spec: dict) -> list[str]:
         if key not in d:
             out.append(f"{where}.{key} is missing")
         elif isinstance(d[key], bool) or not isinstance(d[key], kind):
-            out.append(f"{where}.{key} must be {getattr(kind, '__name__', 'a number')}, "
-                       f"got {d[key]!r:.60}")
+            out.append(f"{where}.{key} must be {getattr(kind, '__name__', 'a number')}, got {d[key]!r:.60}")
     return out
 
 
@@ -108,24 +127,45 @@ def versions() -> dict:
     """Python, torch, CUDA, cuDNN and the driver, and the other packages' versions. torch and NVML are
     asked only when torch is already imported (the skip path never imports it)."""
     packages = package_versions()
-    out = {"python": platform.python_version(), "platform": platform.platform(),
-           "torch": packages.get("torch"), "cuda": None, "cudnn": None, "driver": None,
-           "driver_cuda": None, "packages": packages}
+    out = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": packages.get("torch"),
+        "cuda": None,
+        "cudnn": None,
+        "driver": None,
+        "driver_cuda": None,
+        "packages": packages,
+    }
     torch = sys.modules.get("torch")
     if torch is not None:
         from workbench.machine.cpu import safe
         from workbench.machine.gpu import gpu_info
 
         info = safe(gpu_info, {}) or {}
-        out.update(torch=torch.__version__, cuda=torch.version.cuda,
-                   cudnn=safe(torch.backends.cudnn.version), driver=info.get("driver"),
-                   driver_cuda=info.get("driver_cuda"))
+        out.update(
+            torch=torch.__version__,
+            cuda=torch.version.cuda,
+            cudnn=safe(torch.backends.cudnn.version),
+            driver=info.get("driver"),
+            driver_cuda=info.get("driver_cuda"),
+        )
     return out
 
 
 def skipped_report(reason: str, budget_s: float) -> dict:
-    return {"schema": SCHEMA, "status": "skipped", "reason": reason, "created": _now(), "wall_s": 0.0,
-            "budget_s": budget_s, "versions": versions(), "device": {}, "parts": [], "goals": []}
+    return {
+        "schema": SCHEMA,
+        "status": "skipped",
+        "reason": reason,
+        "created": _now(),
+        "wall_s": 0.0,
+        "budget_s": budget_s,
+        "versions": versions(),
+        "device": {},
+        "parts": [],
+        "goals": [],
+    }
 
 
 def assemble(meta: dict, records: list, wall_s: float, final: bool = True) -> dict:
@@ -141,8 +181,15 @@ def assemble(meta: dict, records: list, wall_s: float, final: bool = True) -> di
         status = INTERRUPTED
     if any(p["status"] == HUNG for p in parts):
         status = HUNG
-    return {"schema": SCHEMA, "status": status, "reason": "", "wall_s": round(wall_s, 2), **meta,
-            "parts": parts, "goals": judge(parts, meta.get("device", {}).get("name", ""))}
+    return {
+        "schema": SCHEMA,
+        "status": status,
+        "reason": "",
+        "wall_s": round(wall_s, 2),
+        **meta,
+        "parts": parts,
+        "goals": judge(parts, meta.get("device", {}).get("name", "")),
+    }
 
 
 def _now() -> str:
@@ -154,17 +201,23 @@ def format_table(rep: dict) -> str:
     v, d = rep["versions"], rep["device"]
     if rep["status"] == "skipped":
         return f"GPU check skipped: {rep['reason']}"
-    lines = [f"GPU check on {d.get('name', '?')} (capability {d.get('capability', '?')}, "
-             f"{d.get('memory_gib', '?')} GiB): torch {v['torch']}, CUDA {v['cuda']}, "
-             f"driver {v['driver']}; {rep['wall_s']:.0f} s of a {rep['budget_s']:.0f} s budget",
-             f"{'part':<12} {'status':<10} {'time':>7} {'limit':>6}  result"]
+    lines = [
+        f"GPU check on {d.get('name', '?')} (capability {d.get('capability', '?')}, "
+        f"{d.get('memory_gib', '?')} GiB): torch {v['torch']}, CUDA {v['cuda']}, "
+        f"driver {v['driver']}; {rep['wall_s']:.0f} s of a {rep['budget_s']:.0f} s budget",
+        f"{'part':<12} {'status':<10} {'time':>7} {'limit':>6}  result",
+    ]
     for p in rep["parts"]:
-        lines.append(f"{p['name']:<12} {p['status']:<10} {p['seconds']:>6.0f}s {p['limit_s']:>5.0f}s  "
-                     f"{p['summary'] or p['error']}")
+        lines.append(
+            f"{p['name']:<12} {p['status']:<10} {p['seconds']:>6.0f}s {p['limit_s']:>5.0f}s  "
+            f"{p['summary'] or p['error']}"
+        )
         if p["summary"] and p["error"]:
             lines.append(f"{'':<39}{p['error']}")
     lines.append("goals (set for an H200):")
     for g in rep["goals"]:
-        lines.append(f"  {g['result']:<13} {g['goal']} {g['target']}: {g['measured']}"
-                     + (f" ({g['note']})" if g["note"] else ""))
+        lines.append(
+            f"  {g['result']:<13} {g['goal']} {g['target']}: {g['measured']}"
+            + (f" ({g['note']})" if g["note"] else "")
+        )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ A part is a function `run(ctx, rec)` that writes into its PartRecord while it wo
 Parts that start processes bound them with the launcher's own timeouts; the watchdog is the limit
 for everything else, and the backstop for those.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-OK, FAILED, TIMED_OUT, SKIPPED, HUNG, INTERRUPTED = ("ok", "failed", "timed out", "skipped", "hung",
-                                                     "interrupted")
+OK, FAILED, TIMED_OUT, SKIPPED, HUNG, INTERRUPTED = (
+    "ok",
+    "failed",
+    "timed out",
+    "skipped",
+    "hung",
+    "interrupted",
+)
 STATUSES = (OK, FAILED, TIMED_OUT, SKIPPED, HUNG, INTERRUPTED)
 HANG_GRACE_S = 30.0  # after its limit, how long a part may take to notice before it counts as hung
 MIN_PART_S = 5.0  # a part is not started with less time than this left in the whole budget
@@ -105,8 +112,9 @@ class Watchdog:
     next Python instruction (a CUDA call in flight finishes first). A part still running `grace_s` later
     is wedged in a call that ignores signals (a hung kernel): `on_hang` runs on the watchdog's thread."""
 
-    def __init__(self, limit_s: float, on_hang: Callable[[], None] | None = None,
-                 grace_s: float = HANG_GRACE_S):
+    def __init__(
+        self, limit_s: float, on_hang: Callable[[], None] | None = None, grace_s: float = HANG_GRACE_S
+    ):
         self.limit_s, self.on_hang, self.grace_s = limit_s, on_hang, grace_s
         self.fired = self.raised = False
         self._done = threading.Event()
@@ -146,14 +154,19 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
 
 
-def run_parts(parts: list[Part], ctx: Context, on_progress: Callable[[list], None] | None = None,
-              on_hang: Callable[[list, PartRecord], None] | None = None,
-              grace_s: float = HANG_GRACE_S) -> list[PartRecord]:
+def run_parts(
+    parts: list[Part],
+    ctx: Context,
+    on_progress: Callable[[list], None] | None = None,
+    on_hang: Callable[[list, PartRecord], None] | None = None,
+    grace_s: float = HANG_GRACE_S,
+) -> list[PartRecord]:
     """Run every part in order, each under its limit (cut to what is left of the whole budget), and
     return their records. A part that raises or times out is recorded and the next one starts;
     `on_progress(records)` runs after each part (write the report so far)."""
-    records = [PartRecord(p.name, p.limit_s if math.isfinite(p.limit_s) else 0.0, p.what)
-               for p in parts]  # an unbounded part's limit is what is left when it starts
+    records = [
+        PartRecord(p.name, p.limit_s if math.isfinite(p.limit_s) else 0.0, p.what) for p in parts
+    ]  # an unbounded part's limit is what is left when it starts
     for part, rec in zip(parts, records):
         left = ctx.deadline - time.monotonic()
         if left < MIN_PART_S:
@@ -188,8 +201,9 @@ def run_parts(parts: list[Part], ctx: Context, on_progress: Callable[[list], Non
                 ctx.cleanup()
             except Exception:  # noqa: BLE001 - freeing memory must not end the check
                 pass
-            ctx.log(f"[{part.name}] {rec.status} in {rec.seconds:.1f} s"
-                    + (f": {rec.error}" if rec.error else ""))
+            ctx.log(
+                f"[{part.name}] {rec.status} in {rec.seconds:.1f} s" + (f": {rec.error}" if rec.error else "")
+            )
             if on_progress is not None:
                 on_progress(records)
     return records

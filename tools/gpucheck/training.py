@@ -9,6 +9,7 @@ fp32, ...), the fewest that carry a 95 % interval, of TRANSFORMER_STEPS steps ea
 setting is one run, compared with its reference run step by step (unpaired, which its note says), so
 that the whole part fits its time limit. A setting the GPU cannot do is skipped with the reason.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -16,8 +17,22 @@ import statistics
 from workbench.config import ConfigError, DataConfig, LoaderConfig, ModelConfig, RunConfig, RunSection
 from workbench.distributed.launch import check_launch
 from workbench.distributed.launch import run as launch_run
-from workbench.events import (EVENT, GRAD_SCALE, MEM_PEAK_GIB, MEM_RESERVED_GIB, MFU, NONFINITE_LOSSES, RANK,
-                      SAMPLES_PER_S, SKIPPED_STEPS, STEP, STEP_TIME_MS, TFLOPS, TIME, read_events)
+from workbench.events import (
+    EVENT,
+    GRAD_SCALE,
+    MEM_PEAK_GIB,
+    MEM_RESERVED_GIB,
+    MFU,
+    NONFINITE_LOSSES,
+    RANK,
+    SAMPLES_PER_S,
+    SKIPPED_STEPS,
+    STEP,
+    STEP_TIME_MS,
+    TFLOPS,
+    TIME,
+    read_events,
+)
 from workbench.measure.compare import min_rounds, paired_speed_ratio, unpaired_ratio
 from workbench.measure.warmup import warmup_steps
 from workbench.trials.rounds import contention_of, run_rounds, speed_config
@@ -33,22 +48,60 @@ RUN_S, COMPILE_S = 20.0, 75.0  # seconds budgeted per run, start-up included; le
 SINGLES = [  # name, model, changes, the reference it is compared with, seconds budgeted
     ("cnn fp32", "cnn", {}, None, RUN_S),
     ("cnn bf16", "cnn", {"precision.dtype": "bf16"}, "cnn fp32", RUN_S),
-    ("cnn bf16 channels_last", "cnn", {"precision.dtype": "bf16", "precision.channels_last": True},
-     "cnn bf16", RUN_S),
-    ("cnn bf16 compile default", "cnn", {"precision.dtype": "bf16", "compile.enabled": True},
-     "cnn bf16", COMPILE_S),
-    ("cnn bf16 compile reduce-overhead", "cnn", {"precision.dtype": "bf16", "compile.enabled": True,
-                                                 "compile.mode": "reduce-overhead"}, "cnn bf16", COMPILE_S),
+    (
+        "cnn bf16 channels_last",
+        "cnn",
+        {"precision.dtype": "bf16", "precision.channels_last": True},
+        "cnn bf16",
+        RUN_S,
+    ),
+    (
+        "cnn bf16 compile default",
+        "cnn",
+        {"precision.dtype": "bf16", "compile.enabled": True},
+        "cnn bf16",
+        COMPILE_S,
+    ),
+    (
+        "cnn bf16 compile reduce-overhead",
+        "cnn",
+        {"precision.dtype": "bf16", "compile.enabled": True, "compile.mode": "reduce-overhead"},
+        "cnn bf16",
+        COMPILE_S,
+    ),
     ("transformer fp16", "transformer", {"precision.dtype": "fp16"}, "transformer fp32", RUN_S),
     ("cnn fp16", "cnn", {"precision.dtype": "fp16"}, "cnn fp32", RUN_S),
     ("transformer tf32", "transformer", {"precision.tf32": True}, "transformer fp32", RUN_S),
     ("cnn tf32", "cnn", {"precision.tf32": True}, "cnn fp32", RUN_S),
 ]
-ROW = (SAMPLES_PER_S, "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "threads",
-       "precision", TFLOPS, "flops_per_step", MFU, "mfu_basis", "mfu_spec", "mfu_measured",
-       "peak_tflops", "spec_tflops", "measured_tflops", "mfu_error", MEM_PEAK_GIB, MEM_RESERVED_GIB,
-       "time_to_first_step_s", "wall_s", "data_wait_frac", "final_loss", SKIPPED_STEPS, GRAD_SCALE,
-       NONFINITE_LOSSES, "contention")
+ROW = (
+    SAMPLES_PER_S,
+    "step_time_ms_median",
+    "step_time_ms_p10",
+    "step_time_ms_p90",
+    "threads",
+    "precision",
+    TFLOPS,
+    "flops_per_step",
+    MFU,
+    "mfu_basis",
+    "mfu_spec",
+    "mfu_measured",
+    "peak_tflops",
+    "spec_tflops",
+    "measured_tflops",
+    "mfu_error",
+    MEM_PEAK_GIB,
+    MEM_RESERVED_GIB,
+    "time_to_first_step_s",
+    "wall_s",
+    "data_wait_frac",
+    "final_loss",
+    SKIPPED_STEPS,
+    GRAD_SCALE,
+    NONFINITE_LOSSES,
+    "contention",
+)
 
 
 def transformer_flops_per_sample() -> float:
@@ -67,13 +120,18 @@ def transformer_batch(fp32_gflops: float | None) -> int:
 def base_config(model: str, batch: int = MAX_BATCH) -> RunConfig:
     run = dict(device="cuda", eval_batches=0, save_weights=False, mem_every_s=0.25)
     if model == "transformer":
-        return RunConfig(model=ModelConfig("transformer", width=WIDTH, depth=DEPTH, heads=HEADS),
-                         data=DataConfig(name="text", seq_len=SEQ, num_samples=256),
-                         loader=LoaderConfig(batch_size=batch),
-                         run=RunSection(steps=TRANSFORMER_STEPS, **run))
-    return RunConfig(model=ModelConfig("cnn", width=256, depth=4),
-                     data=DataConfig(name="synthetic_images", image_size=64, num_samples=2048),
-                     loader=LoaderConfig(batch_size=256), run=RunSection(steps=CNN_STEPS, **run))
+        return RunConfig(
+            model=ModelConfig("transformer", width=WIDTH, depth=DEPTH, heads=HEADS),
+            data=DataConfig(name="text", seq_len=SEQ, num_samples=256),
+            loader=LoaderConfig(batch_size=batch),
+            run=RunSection(steps=TRANSFORMER_STEPS, **run),
+        )
+    return RunConfig(
+        model=ModelConfig("cnn", width=256, depth=4),
+        data=DataConfig(name="synthetic_images", image_size=64, num_samples=2048),
+        loader=LoaderConfig(batch_size=256),
+        run=RunSection(steps=CNN_STEPS, **run),
+    )
 
 
 def refusal(cfg: RunConfig) -> str | None:
@@ -92,7 +150,7 @@ def run_records(run_dir) -> list[dict]:
 def step_times_ms(run_dir) -> list[float]:
     """Rank 0's step times after warm-up, as the summary's figures count them."""
     times = [r[STEP_TIME_MS] for r in run_records(run_dir) if r.get(EVENT) == STEP]
-    return times[warmup_steps(len(times)):]
+    return times[warmup_steps(len(times)) :]
 
 
 def row_of(summary: dict, sampler: Sampler | None = None, baseline_gib: float | None = None) -> dict:
@@ -139,9 +197,11 @@ class Runs:
         if summary.get("status") == "completed":
             self.steps.setdefault(name, []).extend(step_times_ms(summary["run_dir"]))
         mfu = row.get("mfu_spec")
-        self.ctx.log(f"[training] {name}: {row.get(SAMPLES_PER_S) or 0:,.0f} samples/s"
-                     + (f", MFU {mfu:.1%} of the datasheet" if mfu is not None else "")
-                     + f" ({row.get('run_status')})")
+        self.ctx.log(
+            f"[training] {name}: {row.get(SAMPLES_PER_S) or 0:,.0f} samples/s"
+            + (f", MFU {mfu:.1%} of the datasheet" if mfu is not None else "")
+            + f" ({row.get('run_status')})"
+        )
         return row
 
 
@@ -167,15 +227,23 @@ def ab_bf16_fp32(rec, runs: Runs, batch: int) -> None:
     finally:  # also when the time limit cuts the rounds short: what ran is reported
         for label, got in rows.items():
             if got:
-                rec.item(f"transformer {label}", "ok", batch=batch, steps=TRANSFORMER_STEPS,
-                         **median_row(got))
+                rec.item(
+                    f"transformer {label}", "ok", batch=batch, steps=TRANSFORMER_STEPS, **median_row(got)
+                )
         n = min(len(rows["fp32"]), len(rows["bf16"]))
-        ratio = paired_speed_ratio([r[SAMPLES_PER_S] for r in rows["fp32"][:n]],
-                                   [r[SAMPLES_PER_S] for r in rows["bf16"][:n]])
-        rec.item("transformer bf16 vs fp32", outcome[0], **ratio_fields(ratio),
-                 **({"reason": outcome[1]} if outcome[1] else {}), batch=batch,
-                 steps=TRANSFORMER_STEPS, note=f"{n} interleaved rounds of {TRANSFORMER_STEPS} steps "
-                 f"each ({ROUNDS} is the fewest that carry a 95 % interval), to fit the time limit")
+        ratio = paired_speed_ratio(
+            [r[SAMPLES_PER_S] for r in rows["fp32"][:n]], [r[SAMPLES_PER_S] for r in rows["bf16"][:n]]
+        )
+        rec.item(
+            "transformer bf16 vs fp32",
+            outcome[0],
+            **ratio_fields(ratio),
+            **({"reason": outcome[1]} if outcome[1] else {}),
+            batch=batch,
+            steps=TRANSFORMER_STEPS,
+            note=f"{n} interleaved rounds of {TRANSFORMER_STEPS} steps "
+            f"each ({ROUNDS} is the fewest that carry a 95 % interval), to fit the time limit",
+        )
 
 
 def single(rec, runs: Runs, name: str, cfg: RunConfig, reference: str | None, budget_s: float) -> None:
@@ -190,14 +258,24 @@ def single(rec, runs: Runs, name: str, cfg: RunConfig, reference: str | None, bu
     summary = launch_run(speed_config(cfg, name.replace(" ", "-")), timeout_s=max(left - 2, 5))
     row = runs.add(name, summary)
     if summary.get("status") != "completed":
-        rec.item(name, "failed", reason=f"the run ended {summary.get('status')}: "
-                 f"{summary.get('message', '')}"[:400], **row)
+        rec.item(
+            name,
+            "failed",
+            reason=f"the run ended {summary.get('status')}: {summary.get('message', '')}"[:400],
+            **row,
+        )
         return
     compared = {}
     if reference:
         ref = runs.steps.get(reference)
-        compared = {"vs": reference, **(ratio_fields(unpaired_ratio(ref, runs.steps[name])) if ref
-                                        else {"speedup_note": f"{reference} was not measured"})}
+        compared = {
+            "vs": reference,
+            **(
+                ratio_fields(unpaired_ratio(ref, runs.steps[name]))
+                if ref
+                else {"speedup_note": f"{reference} was not measured"}
+            ),
+        }
     rec.item(name, "ok", **row, **compared)
 
 
@@ -206,9 +284,13 @@ def run(ctx, rec) -> None:
     baseline = mem.used_gib()
     fp32_gflops = ctx.shared.get("ceilings", {}).get("matmul fp32")
     batch = transformer_batch(fp32_gflops if fp32_gflops == fp32_gflops else None)
-    rec.figures.update(nvml_baseline_gib=baseline, nvml_note=mem.note, transformer_batch=batch,
-                       rounds=ROUNDS, transformer=dict(width=WIDTH, depth=DEPTH, heads=HEADS,
-                                                       seq_len=SEQ, steps=TRANSFORMER_STEPS))
+    rec.figures.update(
+        nvml_baseline_gib=baseline,
+        nvml_note=mem.note,
+        transformer_batch=batch,
+        rounds=ROUNDS,
+        transformer=dict(width=WIDTH, depth=DEPTH, heads=HEADS, seq_len=SEQ, steps=TRANSFORMER_STEPS),
+    )
     with Sampler(mem) as sampler:
         runs = Runs(ctx, sampler, baseline)
         try:
@@ -217,13 +299,14 @@ def run(ctx, rec) -> None:
             if "transformer fp32" not in runs.steps:  # no rounds ran: the reference runs alone
                 plan.insert(0, ("transformer fp32", "transformer", {}, None, RUN_S))
             for name, model, changes, reference, budget_s in plan:
-                single(rec, runs, name, base_config(model, batch).replace(**changes), reference,
-                       budget_s)
+                single(rec, runs, name, base_config(model, batch).replace(**changes), reference, budget_s)
         finally:
             rec.figures["contention"] = contention_of(runs.rows)
     ab = next((i for i in rec.items if i["name"] == "transformer bf16 vs fp32"), {})
     bf16 = next((i for i in rec.items if i["name"] == "transformer bf16"), {})
     done = sum(i["status"] == "ok" for i in rec.items)
-    rec.summary = (f"bf16 vs fp32 {ab.get('speedup_label') or ab.get('reason', 'not run')}"
-                   + (f"; bf16 MFU {bf16['mfu_spec']:.0%} of datasheet" if bf16.get("mfu_spec") else "")
-                   + f"; {done} of {len(rec.items)} items ok")
+    rec.summary = (
+        f"bf16 vs fp32 {ab.get('speedup_label') or ab.get('reason', 'not run')}"
+        + (f"; bf16 MFU {bf16['mfu_spec']:.0%} of datasheet" if bf16.get("mfu_spec") else "")
+        + f"; {done} of {len(rec.items)} items ok"
+    )

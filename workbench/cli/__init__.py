@@ -3,6 +3,7 @@
 
 Every subcommand module is imported to build the parser, so each imports the labs it runs inside
 its `main`: `workbench runs` never pays for torch, and `--help` answers at once."""
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ what it has, which the command then prints (and writes as JSON marked interrupte
         report = tune(cfg, stop=interrupted)    # stop() is True once Ctrl-C was pressed
     return interrupted.exit_code(0)             # 130 when it was
 """
+
 from __future__ import annotations
 
 import signal
@@ -28,8 +29,12 @@ class Interrupt:
             raise KeyboardInterrupt
         self.asked = signal.Signals(signum).name
         if not self.quiet:
-            print(f"workbench {self.command}: {self.asked}: stopping at the next point and keeping "
-                  "what was measured (Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+            print(
+                f"workbench {self.command}: {self.asked}: stopping at the next point and keeping "
+                "what was measured (Ctrl-C again stops at once)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __enter__(self) -> "Interrupt":
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -47,5 +52,9 @@ class Interrupt:
 
     def said(self) -> str:
         """The line a command ends with when it was interrupted ('' when it was not)."""
-        return f"workbench {self.command}: interrupted ({self.asked}): the result above is what was " \
-               "measured before it" if self.asked else ""
+        return (
+            f"workbench {self.command}: interrupted ({self.asked}): the result above is what was "
+            "measured before it"
+            if self.asked
+            else ""
+        )

@@ -17,6 +17,7 @@ Your own scripts (each calling workbench.track), one fresh run of each a pair:
 The report opens with the settings in which A and B differ; sides that differ in more than one
 say that the ratio measures them together.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,36 +30,75 @@ from .run import add_data_args, base_config, parse_settings
 
 
 def add_parser(sub):
-    p = sub.add_parser("ab", help="A/B test two configs: alternating runs, ratio with interval, verdict",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "ab",
+        help="A/B test two configs: alternating runs, ratio with interval, verdict",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--config", help="a RunConfig JSON file both sides start from")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
-                                               "file.py:factory"]) + " (both sides)")
+    p.add_argument(
+        "--model",
+        help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]) + " (both sides)",
+    )
     add_data_args(p)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of both sides (repeatable), as --set means in every command")
-    p.add_argument("--a", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of side A only (repeatable); none: A is the base config")
-    p.add_argument("--b", "--vs", action="append", default=[], metavar="FIELD=JSON", dest="b",
-                   help="a setting of side B only (repeatable; --vs is the same); none: B is the "
-                        "base config (an A/A test)")
-    p.add_argument("--slice-s", type=float, default=SLICE_S,
-                   help="seconds of steps a slice (default %(default)s)")
-    p.add_argument("--rounds", type=int, help="pairs of slices of A and B (default: the fewest that "
-                                               "carry a 95%% interval)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="a setting of both sides (repeatable), as --set means in every command",
+    )
+    p.add_argument(
+        "--a",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="a setting of side A only (repeatable); none: A is the base config",
+    )
+    p.add_argument(
+        "--b",
+        "--vs",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        dest="b",
+        help="a setting of side B only (repeatable; --vs is the same); none: B is the "
+        "base config (an A/A test)",
+    )
+    p.add_argument(
+        "--slice-s", type=float, default=SLICE_S, help="seconds of steps a slice (default %(default)s)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="pairs of slices of A and B (default: the fewest that carry a 95%% interval)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     mine = p.add_argument_group("your own scripts (instead of configs)")
-    mine.add_argument("--cmd", help="side A: a command that runs your script (tracked by "
-                                    "workbench.track); fresh runs of each side alternate")
+    mine.add_argument(
+        "--cmd",
+        help="side A: a command that runs your script (tracked by "
+        "workbench.track); fresh runs of each side alternate",
+    )
     mine.add_argument("--vs-cmd", help="side B's command (default: --cmd again)")
-    mine.add_argument("--vs-env", action="append", default=[], metavar="KEY=VALUE",
-                      help="an environment variable side B adds (repeatable)")
-    mine.add_argument("--budget-s", type=float, default=None,
-                      help="seconds of steps each run takes before the tracker ends it "
-                           "(default 5; $WORKBENCH_TIME_BUDGET_S in the script)")
-    mine.add_argument("--warmup-runs", type=int, default=1,
-                      help="uncounted runs of each side first (default %(default)s)")
+    mine.add_argument(
+        "--vs-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable side B adds (repeatable)",
+    )
+    mine.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="seconds of steps each run takes before the tracker ends it "
+        "(default 5; $WORKBENCH_TIME_BUDGET_S in the script)",
+    )
+    mine.add_argument(
+        "--warmup-runs", type=int, default=1, help="uncounted runs of each side first (default %(default)s)"
+    )
     return p
 
 
@@ -69,8 +109,10 @@ def main(args) -> int:
     if args.cmd is not None or args.vs_cmd is not None or args.vs_env:
         return _commands(args)
     if args.budget_s is not None:
-        raise ConfigError("--budget-s is for --cmd (runs of your own script); a config's A/B "
-                          "runs slices of --slice-s seconds")
+        raise ConfigError(
+            "--budget-s is for --cmd (runs of your own script); a config's A/B "
+            "runs slices of --slice-s seconds"
+        )
     base = base_config(args)
     shared = parse_settings(args.set, "--set")
     base = base.replace(**shared) if shared else base
@@ -87,14 +129,12 @@ def main(args) -> int:
 
     def progress(s):
         if not args.json and s.round >= 0:
-            print(f"  pair {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr,
-                  flush=True)
+            print(f"  pair {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr, flush=True)
 
     from ..trials.ab import ab_test  # torch: only once the input is checked
 
     with Interrupt("ab", quiet=args.json) as interrupted:  # Ctrl-C: the pairs so far are the result
-        result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress,
-                         stop=interrupted)
+        result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress, stop=interrupted)
     out = {**result.as_dict(), **({"interrupted": interrupted.asked} if interrupted() else {})}
     print(json.dumps(out, indent=2) if args.json else result.text())
     if interrupted() and not args.json:
@@ -114,8 +154,10 @@ def _commands(args) -> int:
         raise ConfigError("--vs-cmd and --vs-env need --cmd, side A's command")
     given = [f"--{k}" for k in CONFIG_FLAGS if getattr(args, k, None)]
     if given:
-        raise ConfigError(f"{given[0]} sets a config, and --cmd runs your own script: give the "
-                          "script's own flags inside --cmd and --vs-cmd instead")
+        raise ConfigError(
+            f"{given[0]} sets a config, and --cmd runs your own script: give the "
+            "script's own flags inside --cmd and --vs-cmd instead"
+        )
     budget = BUDGET_S if args.budget_s is None else args.budget_s
     if not 0.1 <= budget <= 3600:
         raise ConfigError(f"--budget-s must be between 0.1 and 3600 seconds, got {args.budget_s}")
@@ -130,14 +172,18 @@ def _commands(args) -> int:
     def progress(s):
         if not args.json:
             which = "warm-up" if s.round < 0 else f"pair {s.round + 1}"
-            print(f"  {which} {s.label}: {s.rate:,.0f} samples/s over {s.steps} steps", file=sys.stderr,
-                  flush=True)
+            print(
+                f"  {which} {s.label}: {s.rate:,.0f} samples/s over {s.steps} steps",
+                file=sys.stderr,
+                flush=True,
+            )
 
     from ..trials.commands import command_ab  # torch: only once the input is checked
 
     with Interrupt("ab", quiet=args.json) as interrupted:
-        result = command_ab(a, b, args.rounds, budget_s=budget, warmup=args.warmup_runs,
-                            on_slice=progress, stop=interrupted)
+        result = command_ab(
+            a, b, args.rounds, budget_s=budget, warmup=args.warmup_runs, on_slice=progress, stop=interrupted
+        )
     out = {**result.as_dict(), **({"interrupted": interrupted.asked} if interrupted() else {})}
     print(json.dumps(out, indent=2) if args.json else result.text())
     if interrupted() and not args.json:

@@ -4,6 +4,7 @@ final loss, accuracy): the same table as the notebooks' comparison view.
     workbench compare runs/20260101-120000_mlp-fp32 runs/20260101-120200_mlp-bf16
     workbench compare runs/* --json
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,11 @@ from ..runfolder import CONFIG, RunFolder
 
 
 def add_parser(sub):
-    p = sub.add_parser("compare", help="compare runs side by side (the first is the baseline)",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "compare",
+        help="compare runs side by side (the first is the baseline)",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; the first is the baseline")
     p.add_argument("--json", action="store_true", help="print the table as a JSON list of rows")
     return p
@@ -29,8 +33,9 @@ def check_run_dirs(run_dirs) -> list[Path]:
         if not path.exists():
             raise ConfigError(f"RUN_DIR {raw!r} does not exist; `workbench runs` lists the runs")
         if not path.is_dir() or not RunFolder(path).holds_run():
-            raise ConfigError(f"RUN_DIR {raw!r} is not a run folder (no {CONFIG} inside); "
-                              "`workbench runs` lists the runs")
+            raise ConfigError(
+                f"RUN_DIR {raw!r} is not a run folder (no {CONFIG} inside); `workbench runs` lists the runs"
+            )
         paths.append(path)
     return paths
 

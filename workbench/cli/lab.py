@@ -9,6 +9,7 @@ one, so the URL is read back from the server itself (the jpserver-PID.json file 
 private runtime folder), not assumed. Jupyter writes that file before its loop binds the port, so the
 URL is printed only once the port accepts a connection.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,16 +29,27 @@ START_TIMEOUT_S = 120.0
 def add_parser(sub):
     p = sub.add_parser("lab", help="start JupyterLab on the notebooks (127.0.0.1, with a token)")
     p.add_argument("--dir", default="notebooks", help="folder to serve (default: notebooks)")
-    p.add_argument("--port", type=int, default=8888, help="first port to try (the next free one is "
-                   "used when it is busy; the printed URL names the one in use)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8888,
+        help="first port to try (the next free one is "
+        "used when it is busy; the printed URL names the one in use)",
+    )
     return p
 
 
 def lab_command(root: str, port: int) -> list[str]:
     """The server's command line: no token on it (the environment carries it)."""
-    return [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--no-browser",
-            f"--ServerApp.root_dir={root}"] + (
-        ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
+    return [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--no-browser",
+        f"--ServerApp.root_dir={root}",
+    ] + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
 
 
 def server_info(runtime_dir: Path, pid: int) -> dict | None:
@@ -82,8 +94,10 @@ def main(args) -> int:
             port = info["port"]
             moved = "" if port == args.port else f" on port {port} (port {args.port} was busy)"
             # the last lines of the start: the URL alone on its line, to copy or click
-            print(f"JupyterLab is ready{moved}. Open:\n\n    http://127.0.0.1:{port}/lab?token={token}\n",
-                  flush=True)
+            print(
+                f"JupyterLab is ready{moved}. Open:\n\n    http://127.0.0.1:{port}/lab?token={token}\n",
+                flush=True,
+            )
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()

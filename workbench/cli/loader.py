@@ -1,16 +1,20 @@
 """`workbench loader`: make the on-disk image set, and sweep loader settings over a folder of images.
 
-    workbench loader make-images /tmp/digits64 --count 2000 --size 64
-    workbench loader sweep /tmp/digits64 --workers 0 1 2 --batch-size 32 64 --persistent --train
+workbench loader make-images /tmp/digits64 --count 2000 --size 64
+workbench loader sweep /tmp/digits64 --workers 0 1 2 --batch-size 32 64 --persistent --train
 """
+
 from __future__ import annotations
 
 import json
 
 
 def add_parser(sub):
-    p = sub.add_parser("loader", help="data loading lab: make an image set, sweep loader settings",
-                       description=__doc__.split("\n")[0])
+    p = sub.add_parser(
+        "loader",
+        help="data loading lab: make an image set, sweep loader settings",
+        description=__doc__.split("\n")[0],
+    )
     what = p.add_subparsers(dest="loader_command", required=True)
     m = what.add_parser("make-images", help="write PNG files ROOT/<class>/<n>.png")
     m.add_argument("root")
@@ -46,21 +50,30 @@ def main(args) -> int:
     from ..machine.contention import busy_sentence
     from ..loading.sweep import MEASURE, grid, run_sweep, summarize_sweep, train_step
 
-    for flag, value, low in (("--rounds", args.rounds, 1), ("--batches", args.batches, 2),
-                             ("--nproc", args.nproc, 1)):
+    for flag, value, low in (
+        ("--rounds", args.rounds, 1),
+        ("--batches", args.batches, 2),
+        ("--nproc", args.nproc, 1),
+    ):
         if value < low:
             raise ConfigError(f"{flag} must be >= {low}, got {value}")
     data = ImageFolder(args.root)
-    settings = grid(num_workers=args.workers, batch_size=args.batch_size,
-                    prefetch_factor=[None, *args.prefetch], pin_memory=[False, True] if args.pin else [False],
-                    persistent_workers=[False, True] if args.persistent else [False])
+    settings = grid(
+        num_workers=args.workers,
+        batch_size=args.batch_size,
+        prefetch_factor=[None, *args.prefetch],
+        pin_memory=[False, True] if args.pin else [False],
+        persistent_workers=[False, True] if args.persistent else [False],
+    )
     step = train_step(data.sample_shape, len(data.classes)) if args.train else None
     records = []
     for rec in run_sweep(data, settings, rounds=args.rounds, max_batches=args.batches, step=step):
         records.append(rec)
         if rec[EVENT] == MEASURE and not args.json:
-            print(f"[{rec['done']}/{rec['total']}] {rec['setting']:<22} {rec[SAMPLES_PER_S]:>9.0f} samples/s",
-                  flush=True)
+            print(
+                f"[{rec['done']}/{rec['total']}] {rec['setting']:<22} {rec[SAMPLES_PER_S]:>9.0f} samples/s",
+                flush=True,
+            )
     table = summarize_sweep(records)
     advice = recommend(table, nproc=args.nproc)
     if args.json:

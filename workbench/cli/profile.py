@@ -8,6 +8,7 @@ top operators and where the trace is.
     workbench profile --preset transformer --checkpoint-trade blocks.layers.*   # memory vs time
     workbench profile --preset transformer --optimizers     # for-loop / foreach / fused steps
 """
+
 from __future__ import annotations
 
 import json
@@ -15,18 +16,28 @@ import json
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
 from .run import add_data_args, base_config, parse_settings
 
-FLAGS = {"precision": "precision.dtype", "batch_size": "loader.batch_size", "steps": "run.steps",
-         "nproc": "distributed.nproc", "device": "run.device", "threads": "run.threads"}
+FLAGS = {
+    "precision": "precision.dtype",
+    "batch_size": "loader.batch_size",
+    "steps": "run.steps",
+    "nproc": "distributed.nproc",
+    "device": "run.device",
+    "threads": "run.threads",
+}
 
 
 def add_parser(sub):
-    p = sub.add_parser("profile", help="where a config's step time and memory go",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "profile", help="where a config's step time and memory go", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--config", help="a RunConfig JSON file")
-    p.add_argument("--preset", choices=["default", "smoke", "transformer"], default="default",
-                   help="the base config without --config (transformer: the small language model)")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
-                                               "file.py:factory"]))
+    p.add_argument(
+        "--preset",
+        choices=["default", "smoke", "transformer"],
+        default="default",
+        help="the base config without --config (transformer: the small language model)",
+    )
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--batch-size", type=int)
@@ -34,14 +45,26 @@ def add_parser(sub):
     p.add_argument("--nproc", type=int, help="ranks on this machine (torchrun); one profile per rank")
     p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--threads", type=int, help="intra-op threads per process (run.threads)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="any config field, e.g. --set train.checkpoint='[\"blocks.layers.*\"]'")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="any config field, e.g. --set train.checkpoint='[\"blocks.layers.*\"]'",
+    )
     p.add_argument("--profile-steps", type=int, default=5, help="steps under the profiler (5)")
     p.add_argument("--top", type=int, default=10, help="operators to list (10)")
-    p.add_argument("--checkpoint-trade", nargs="*", metavar="MODULE",
-                   help="also measure checkpointing these modules (none given: the model's suggestion)")
-    p.add_argument("--optimizers", action="store_true",
-                   help="also time the optimizer step as for-loop, foreach and fused, interleaved")
+    p.add_argument(
+        "--checkpoint-trade",
+        nargs="*",
+        metavar="MODULE",
+        help="also measure checkpointing these modules (none given: the model's suggestion)",
+    )
+    p.add_argument(
+        "--optimizers",
+        action="store_true",
+        help="also time the optimizer step as for-loop, foreach and fused, interleaved",
+    )
     p.add_argument("--rounds", type=int, help="rounds of the A/B and optimizer timings")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
@@ -55,8 +78,7 @@ def build_config(args) -> RunConfig:
     else:
         cfg = default_transformer() if args.preset == "transformer" else getattr(RunConfig, args.preset)()
     cfg = base_config(args, cfg)
-    changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
-               if getattr(args, flag) is not None}
+    changes = {field: getattr(args, flag) for flag, field in FLAGS.items() if getattr(args, flag) is not None}
     changes.update(parse_settings(args.set, "--set"))
     return cfg.replace(**changes) if changes else cfg
 
@@ -76,8 +98,7 @@ def main(args) -> int:
     out = b.as_dict()
     texts = [b.text(args.top)]
     if modules is not None:
-        trade = checkpoint_trade(cfg, modules, rounds=args.rounds,
-                                 profile_steps=min(3, args.profile_steps))
+        trade = checkpoint_trade(cfg, modules, rounds=args.rounds, profile_steps=min(3, args.profile_steps))
         out["checkpoint_trade"] = trade.as_dict()
         texts.append(trade.text())
     if args.optimizers:

@@ -7,6 +7,7 @@ from the paired speedup's interval.
     workbench quant --method weight_only_int8 --backend torchao --run-dir runs/..._mlp-fp32
     workbench quant --model examples/gpt2.py:build --data text --method dynamic_int8
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,12 @@ CHOICES = ("all", "dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 
 
 def add_parser(sub):
-    p = sub.add_parser("quant", help="int8 quantization: latency, size, accuracy, verdict",
-                       description="Quantize a model's Linear layers; each method is timed side "
-                                   "by side with the float model. Converting nothing is an error.")
+    p = sub.add_parser(
+        "quant",
+        help="int8 quantization: latency, size, accuracy, verdict",
+        description="Quantize a model's Linear layers; each method is timed side "
+        "by side with the float model. Converting nothing is an error.",
+    )
     add_subject_args(p)
     p.add_argument("--method", default="all", help=" | ".join(CHOICES))
     p.add_argument("--backend", default="auto", help="auto | torchao | torch.ao")
@@ -30,8 +34,7 @@ def add_parser(sub):
     return p
 
 
-def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int,
-                    stop=None) -> dict:
+def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int, stop=None) -> dict:
     """Each method's row against the float model. `stop()` True (Ctrl-C) ends the timing after its
     round under way: every row keeps what was measured, a batch size not reached reads 'not
     measured', and a method not yet quantized is not in the report."""
@@ -54,18 +57,29 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
     times = latencies(models, subject, batch_sizes, rounds, stop=stop)
     x = subject.example(max(batch_sizes), seed=1).to(device)
     float_size = state_size_bytes(dense)
-    out = {"float": {"accuracy": subject.evaluate(dense), "size_bytes": float_size,
-                     **times["float"]}, "results": [], "skipped": skipped}
+    out = {
+        "float": {"accuracy": subject.evaluate(dense), "size_bytes": float_size, **times["float"]},
+        "results": [],
+        "skipped": skipped,
+    }
     for method, info in rows.items():
         size = state_size_bytes(models[method])
         cov = info["coverage"]
         fields = {k: v for k, v in info.items() if k != "coverage"}
         accuracy = subject.evaluate(models[method])
-        out["results"].append({**fields, **columns(cov), "details": cov, "accuracy": accuracy,
-                               "output_error": output_error(dense, models[method], x),
-                               "size_bytes": size, "size_ratio": round(float_size / size, 3),
-                               **times[method], **judge(method, times[method], coverage=cov,
-                                                        accuracy=(out["float"]["accuracy"], accuracy))})
+        out["results"].append(
+            {
+                **fields,
+                **columns(cov),
+                "details": cov,
+                "accuracy": accuracy,
+                "output_error": output_error(dense, models[method], x),
+                "size_bytes": size,
+                "size_ratio": round(float_size / size, 3),
+                **times[method],
+                **judge(method, times[method], coverage=cov, accuracy=(out["float"]["accuracy"], accuracy)),
+            }
+        )
     return out
 
 
@@ -77,8 +91,10 @@ def main(args) -> int:
     if args.device not in ("cpu", "cuda"):
         raise ConfigError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device must be cpu on this machine, got 'cuda': torch sees no CUDA GPU "
-                          "(torch.cuda.is_available() is False)")
+        raise ConfigError(
+            "--device must be cpu on this machine, got 'cuda': torch sees no CUDA GPU "
+            "(torch.cuda.is_available() is False)"
+        )
     methods = list(CHOICES[1:]) if args.method == "all" else [args.method]
     batch_sizes = parse_list(args.batch_sizes, int, "--batch-sizes")
     if not batch_sizes or min(batch_sizes) < 1:
@@ -88,11 +104,17 @@ def main(args) -> int:
     if note and not args.json:  # before the minutes of timing, not after
         print(f"workbench quant: note: {note}", file=sys.stderr, flush=True)
     with Interrupt("quant", quiet=args.json) as interrupted:  # Ctrl-C: the rows measured so far
-        report = quantize_report(subject, methods, args.backend, args.device, batch_sizes, args.rounds,
-                                 stop=interrupted)
-    report.update(model=subject.name, torch=torch.__version__,
-                  timing_threads=report["float"]["timing_threads"], trained=subject.trained,
-                  accuracy_note=note or None, **({"interrupted": interrupted.asked} if interrupted() else {}))
+        report = quantize_report(
+            subject, methods, args.backend, args.device, batch_sizes, args.rounds, stop=interrupted
+        )
+    report.update(
+        model=subject.name,
+        torch=torch.__version__,
+        timing_threads=report["float"]["timing_threads"],
+        trained=subject.trained,
+        accuracy_note=note or None,
+        **({"interrupted": interrupted.asked} if interrupted() else {}),
+    )
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return interrupted.exit_code(0)
@@ -103,8 +125,10 @@ def main(args) -> int:
     print(timing_header(report["results"]))
     for r in report["results"]:
         speed = "; ".join(f"b{b} {speedup_label(r, b, conditions=False)}" for b in batch_sizes)
-        print(f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']}x "
-              f"smaller; {speed}\n  {r['verdict']}: {r['why']}")
+        print(
+            f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']}x "
+            f"smaller; {speed}\n  {r['verdict']}: {r['why']}"
+        )
         for n in r["notes"]:
             print(f"  note: {n}")
     for s in report["skipped"]:

@@ -6,6 +6,7 @@
 Ctrl-C stops every rank (the run is marked stopped, its events kept) and exits 130. A failed run
 exits 1; a diverged one (every step ran, the loss ended NaN or infinite) exits 3.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,55 +19,87 @@ from ..runstore import usable_run_dir
 EXIT_DIVERGED = 3
 
 FLAGS = {  # flag -> dotted config field (--model and --data: base_config)
-    "precision": "precision.dtype", "steps": "run.steps",
+    "precision": "precision.dtype",
+    "steps": "run.steps",
     "budget_s": "run.time_budget_s",
-    "batch_size": "loader.batch_size", "nproc": "distributed.nproc", "lr": "optim.lr",
-    "device": "run.device", "seed": "run.seed", "label": "run.label",
-    "nnodes": "distributed.nnodes", "node_rank": "distributed.node_rank",
-    "rdzv_endpoint": "distributed.rdzv_endpoint", "backend": "distributed.backend",
-    "max_restarts": "distributed.max_restarts", "oversubscribe": "run.oversubscribe",
+    "batch_size": "loader.batch_size",
+    "nproc": "distributed.nproc",
+    "lr": "optim.lr",
+    "device": "run.device",
+    "seed": "run.seed",
+    "label": "run.label",
+    "nnodes": "distributed.nnodes",
+    "node_rank": "distributed.node_rank",
+    "rdzv_endpoint": "distributed.rdzv_endpoint",
+    "backend": "distributed.backend",
+    "max_restarts": "distributed.max_restarts",
+    "oversubscribe": "run.oversubscribe",
     "strategy": "distributed.strategy",
 }
 
 
 def add_parser(sub):
-    p = sub.add_parser("run", help="train a config and print its summary",
-                       description="Train one config; exits non-zero with a one-line reason on failure.")
+    p = sub.add_parser(
+        "run",
+        help="train a config and print its summary",
+        description="Train one config; exits non-zero with a one-line reason on failure.",
+    )
     p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
-                                               "file.py:factory"]))
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
     p.add_argument("--steps", type=int, help="the most steps (run.steps)")
-    p.add_argument("--budget-s", type=float, help="end the run after this many seconds of steps "
-                                                  "(run.time_budget_s), or after --steps if sooner")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        help="end the run after this many seconds of steps (run.time_budget_s), or after --steps if sooner",
+    )
     p.add_argument("--batch-size", type=int)
     p.add_argument("--nproc", type=int, help="processes (ranks) on this node, launched with torchrun")
     p.add_argument("--nnodes", type=int, help="machines in a multi-node run (needs --rdzv-endpoint)")
     p.add_argument("--node-rank", type=int, help="this machine's index, 0..nnodes-1")
     p.add_argument("--rdzv-endpoint", help="host:port of node 0, the same on every node")
-    p.add_argument("--backend", help=" | ".join(choices("distributed.backend")) +
-                   " (auto: nccl on GPUs, gloo on CPUs)")
+    p.add_argument(
+        "--backend", help=" | ".join(choices("distributed.backend")) + " (auto: nccl on GPUs, gloo on CPUs)"
+    )
     p.add_argument("--max-restarts", type=int, help="restart every rank this many times on a failure")
-    p.add_argument("--strategy", help=" | ".join(choices("distributed.strategy")) +
-                   " (fsdp: FSDP2, each rank holds a shard of the model)")
+    p.add_argument(
+        "--strategy",
+        help=" | ".join(choices("distributed.strategy"))
+        + " (fsdp: FSDP2, each rank holds a shard of the model)",
+    )
     p.add_argument("--lr", type=float)
     p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--seed", type=int)
     p.add_argument("--label")
-    p.add_argument("--oversubscribe", action="store_true", default=None,
-                   help="run even when ranks x threads or loader workers outnumber this machine's "
-                        "cores (run.oversubscribe; slow, but allowed)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="any config field, e.g. --set loader.num_workers=2 (repeatable)")
+    p.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        default=None,
+        help="run even when ranks x threads or loader workers outnumber this machine's "
+        "cores (run.oversubscribe; slow, but allowed)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="any config field, e.g. --set loader.num_workers=2 (repeatable)",
+    )
     p.add_argument("--run-dir", help="folder for this run (default: a new one under runs/)")
-    p.add_argument("--resume", metavar="RUN_DIR",
-                   help="go on from RUN_DIR's last saved state (it ran with run.save_every), with "
-                        "its config, in a new run folder; --steps can take it further")
-    p.add_argument("--trust-code", action="store_true",
-                   help="with --resume: run the model/data factory RUN_DIR names even though this "
-                        "workbench did not create that folder here (read its code first)")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="go on from RUN_DIR's last saved state (it ran with run.save_every), with "
+        "its config, in a new run folder; --steps can take it further",
+    )
+    p.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="with --resume: run the model/data factory RUN_DIR names even though this "
+        "workbench did not create that folder here (read its code first)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
@@ -84,8 +117,7 @@ def base_config(args, base: RunConfig | None = None) -> RunConfig:
         base = RunConfig.from_file(args.config) if args.config else getattr(RunConfig, args.preset)()
     data = {k: v for k, v in (("data.name", args.data), ("data.factory", args.data_factory)) if v}
     if args.model is not None:
-        return base.with_model(args.model) if not data else base.replace(
-            **{"model.name": args.model, **data})
+        return base.with_model(args.model) if not data else base.replace(**{"model.name": args.model, **data})
     return base.replace(**data) if data else base
 
 
@@ -98,12 +130,11 @@ def refuse_beside(args, what: str, unset: dict) -> None:
     its unset one; None: any value) is refused in one line."""
     for flag, default in unset.items():
         value = getattr(args, flag, default)
-        if (value if default is None else value != default):
+        if value if default is None else value != default:
             raise ConfigError(f"{what}; drop --{flag.replace('_', '-')}")
 
 
-def say_trust(prog: str, doing: str, run_dir, cfg: RunConfig, trust_code: bool,
-              quiet: bool = False) -> None:
+def say_trust(prog: str, doing: str, run_dir, cfg: RunConfig, trust_code: bool, quiet: bool = False) -> None:
     """Refuse a run folder whose code the user has not trusted (workbench.train.trust), before
     anything of it is imported; else say on stderr what of it will run."""
     from ..train.trust import check_trust
@@ -120,8 +151,10 @@ def resumed_config(args) -> RunConfig:
 
     folder = RunFolder(args.resume)
     if not folder.holds_run():
-        raise ConfigError(f"--resume {args.resume!r} is not a run folder (no "
-                          f"{folder.config_file.name}); pick one from `workbench runs`")
+        raise ConfigError(
+            f"--resume {args.resume!r} is not a run folder (no "
+            f"{folder.config_file.name}); pick one from `workbench runs`"
+        )
     cfg = folder.config()
     say_trust("workbench run", "resuming", folder.path, cfg, args.trust_code)
     return cfg.replace(**{"run.resume_from": str(folder.path.resolve())})
@@ -129,8 +162,7 @@ def resumed_config(args) -> RunConfig:
 
 def build_config(args) -> RunConfig:
     cfg = resumed_config(args) if getattr(args, "resume", None) else base_config(args)
-    changes = {field: getattr(args, flag) for flag, field in FLAGS.items()
-               if getattr(args, flag) is not None}
+    changes = {field: getattr(args, flag) for flag, field in FLAGS.items() if getattr(args, flag) is not None}
     changes.update(parse_settings(args.set, "--set"))
     return cfg.replace(**changes) if changes else cfg
 
@@ -174,8 +206,7 @@ def main(args) -> int:
     if result.get("traceback"):
         print(result["traceback"].rstrip(), file=sys.stderr)
     if status == "diverged":  # every step ran, but the loss is NaN or infinite
-        print(f"workbench run: diverged: {result.get('message')} (see {result['run_dir']})",
-              file=sys.stderr)
+        print(f"workbench run: diverged: {result.get('message')} (see {result['run_dir']})", file=sys.stderr)
         return EXIT_DIVERGED
     if status != "completed":
         reason = result.get("message") or f"the run exited with code {result.get('returncode')}"
@@ -188,10 +219,29 @@ def main(args) -> int:
 def format_summary(result: dict) -> str:
     from ..machine.contention import busy_sentence
 
-    keys = ["status", "run_dir", "device", "precision", WORLD_SIZE, "threads", "wait_policy",
-            "threads_why", "steps", "ended_note", "restarted", "final_loss",
-            "eval_loss", "eval_accuracy", "step_time_ms_median", SAMPLES_PER_S, "data_wait_frac",
-            MFU, RSS_GIB, MEM_PEAK_GIB, "wall_s"]
+    keys = [
+        "status",
+        "run_dir",
+        "device",
+        "precision",
+        WORLD_SIZE,
+        "threads",
+        "wait_policy",
+        "threads_why",
+        "steps",
+        "ended_note",
+        "restarted",
+        "final_loss",
+        "eval_loss",
+        "eval_accuracy",
+        "step_time_ms_median",
+        SAMPLES_PER_S,
+        "data_wait_frac",
+        MFU,
+        RSS_GIB,
+        MEM_PEAK_GIB,
+        "wall_s",
+    ]
     width = max(map(len, keys))
     lines = []
     for k in keys:

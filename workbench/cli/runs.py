@@ -5,26 +5,45 @@ runs to TensorBoard or MLflow.
     workbench runs export runs/20261205-101500_train --to tensorboard tb/
     workbench runs export runs/* --to mlflow sqlite:///mlflow.db      (or a folder: a file store)
 """
+
 from __future__ import annotations
 
 import json
 
 from ..events import SAMPLES_PER_S
 
-COLUMNS = ["run", "status", "model", "precision", "ranks", "steps", "final_loss", "eval_accuracy",
-           SAMPLES_PER_S, "step_time_ms_median"]
+COLUMNS = [
+    "run",
+    "status",
+    "model",
+    "precision",
+    "ranks",
+    "steps",
+    "final_loss",
+    "eval_accuracy",
+    SAMPLES_PER_S,
+    "step_time_ms_median",
+]
 
 
 def add_parser(sub):
-    p = sub.add_parser("runs", help="list runs in the run store; `runs export` sends them to "
-                                    "TensorBoard or MLflow", description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "runs",
+        help="list runs in the run store; `runs export` sends them to TensorBoard or MLflow",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--dir", help="the run store (default: $WORKBENCH_RUNS or ./runs)")
     p.add_argument("--json", action="store_true")
     actions = p.add_subparsers(dest="action", metavar="export")
     e = actions.add_parser("export", help="send runs to TensorBoard or MLflow")
     e.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    e.add_argument("--to", nargs=2, required=True, metavar=("KIND", "TARGET"),
-                   help="tensorboard LOG_DIR | mlflow URI (sqlite:///mlflow.db, or a folder)")
+    e.add_argument(
+        "--to",
+        nargs=2,
+        required=True,
+        metavar=("KIND", "TARGET"),
+        help="tensorboard LOG_DIR | mlflow URI (sqlite:///mlflow.db, or a folder)",
+    )
     return p
 
 

@@ -7,6 +7,7 @@ its interval, the verdict, the pairs used and dropped, and every skipped step wi
     workbench stack --preset smoke --changes bf16,workers,ddp --rounds 8 --json
     workbench stack --inference RUN_DIR          # the inference end: + structured pruning, + int8
 """
+
 from __future__ import annotations
 
 import json
@@ -20,42 +21,67 @@ from ..trials.changes import CHANGES
 from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
 from ._interrupt import Interrupt
-from .run import (OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside,
-                  say_trust)
+from .run import OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside, say_trust
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
 
 
 def add_parser(sub):
-    p = sub.add_parser("stack", help="add changes one at a time on your model, each step measured "
-                                     "in rounds: the waterfall as a table",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "stack",
+        help="add changes one at a time on your model, each step measured "
+        "in rounds: the waterfall as a table",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--config", help="a RunConfig JSON file: the baseline")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory",
-                                               "file.py:factory"]))
+    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="a setting of the baseline (repeatable)")
-    p.add_argument("--changes", default=DEFAULT_CHANGES,
-                   help=f"comma-separated, stacked in this order: {' | '.join(CHANGES)} "
-                        f"(default {DEFAULT_CHANGES})")
-    p.add_argument("--slice-s", type=float, default=SLICE_S,
-                   help="seconds of steps a slice, the same for every step (default %(default)s)")
-    p.add_argument("--rounds", type=int, help="rounds of slices of every step (default: the fewest "
-                                               "that carry a 95%% interval)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="a setting of the baseline (repeatable)",
+    )
+    p.add_argument(
+        "--changes",
+        default=DEFAULT_CHANGES,
+        help=f"comma-separated, stacked in this order: {' | '.join(CHANGES)} (default {DEFAULT_CHANGES})",
+    )
+    p.add_argument(
+        "--slice-s",
+        type=float,
+        default=SLICE_S,
+        help="seconds of steps a slice, the same for every step (default %(default)s)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds of slices of every step (default: the fewest that carry a 95%% interval)",
+    )
     p.add_argument("--json", action="store_true", help="print the study as JSON")
-    inference = p.add_argument_group("the inference study: a trained run's model, + structured "
-                                     "pruning, + int8, inference samples/s timed interleaved")
-    inference.add_argument("--inference", metavar="RUN_DIR",
-                           help="stack pruning and int8 on this run's trained weights instead")
-    inference.add_argument("--amount", type=float, default=0.5,
-                           help="share of channels/neurons structured pruning removes (default 0.5)")
+    inference = p.add_argument_group(
+        "the inference study: a trained run's model, + structured "
+        "pruning, + int8, inference samples/s timed interleaved"
+    )
+    inference.add_argument(
+        "--inference", metavar="RUN_DIR", help="stack pruning and int8 on this run's trained weights instead"
+    )
+    inference.add_argument(
+        "--amount",
+        type=float,
+        default=0.5,
+        help="share of channels/neurons structured pruning removes (default 0.5)",
+    )
     inference.add_argument("--method", choices=QUANT_CHOICES[1:], default="dynamic_int8")
     inference.add_argument("--batch", type=int, default=64, help="inference batch (default 64)")
-    inference.add_argument("--trust-code", action="store_true",
-                           help="run the model/data factory RUN_DIR names even though this "
-                                "workbench did not create that folder here (read its code first)")
+    inference.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="run the model/data factory RUN_DIR names even though this "
+        "workbench did not create that folder here (read its code first)",
+    )
     return p
 
 
@@ -66,16 +92,17 @@ def parse_changes(text: str) -> list[str]:
         raise ConfigError(f"--changes must name at least one of {allowed}, got {text!r}")
     for item in items:
         if item not in CHANGES:
-            raise ConfigError(f"--changes: {item!r} is not a change the study knows; "
-                              f"allowed: {allowed}")
+            raise ConfigError(f"--changes: {item!r} is not a change the study knows; allowed: {allowed}")
     return items
 
 
 def inference(args) -> int:
     """The inference end of the study on a run's trained weights."""
-    refuse_beside(args, "--inference uses the run's own model, data and weights",
-                  {**OWN_CONFIG, "set": [], "changes": DEFAULT_CHANGES,
-                   "preset": "default", "slice_s": SLICE_S})
+    refuse_beside(
+        args,
+        "--inference uses the run's own model, data and weights",
+        {**OWN_CONFIG, "set": [], "changes": DEFAULT_CHANGES, "preset": "default", "slice_s": SLICE_S},
+    )
     if not 0 < args.amount < 1:
         raise ConfigError(f"--amount must be between 0 and 1 (a share to prune), got {args.amount}")
     if args.batch < 1:
@@ -83,24 +110,43 @@ def inference(args) -> int:
     from ..runstore import load_config
     from ..stacking.inference import inference_study
 
-    say_trust("workbench", "loading", args.inference, load_config(args.inference), args.trust_code,
-              quiet=args.json)
-    df = inference_study(args.inference, amount=args.amount, method=args.method, batch=args.batch,
-                         rounds=args.rounds or 15, trust_code=args.trust_code)
+    say_trust(
+        "workbench", "loading", args.inference, load_config(args.inference), args.trust_code, quiet=args.json
+    )
+    df = inference_study(
+        args.inference,
+        amount=args.amount,
+        method=args.method,
+        batch=args.batch,
+        rounds=args.rounds or 15,
+        trust_code=args.trust_code,
+    )
     records = json.loads(df.to_json(orient="records"))
     note = df.attrs.get("accuracy_note", "")
     if args.json:
-        print(json.dumps({"run_dir": str(args.inference), "amount": args.amount,
-                          "method": args.method, "batch": args.batch,
-                          "accuracy_note": note or None, "study": records}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(args.inference),
+                    "amount": args.amount,
+                    "method": args.method,
+                    "batch": args.batch,
+                    "accuracy_note": note or None,
+                    "study": records,
+                },
+                indent=2,
+            )
+        )
         return 0
     from ..stacking.report import study_text
 
     print(study_text(records))
     for rec in records:
         if rec.get("size_mib") is not None:
-            print(f"{rec[STACK_STEP]}: accuracy {rec['accuracy']:.3f}, {rec['size_mib']:.3f} MiB, "
-                  f"{rec['latency_ms']:.3f} ms a batch of {args.batch}")
+            print(
+                f"{rec[STACK_STEP]}: accuracy {rec['accuracy']:.3f}, {rec['size_mib']:.3f} MiB, "
+                f"{rec['latency_ms']:.3f} ms a batch of {args.batch}"
+            )
     if note:
         print(f"note: {note}")
     return 0
@@ -125,33 +171,47 @@ def main(args) -> int:
     rounds = args.rounds or min_rounds()
     planned = plan(base, changes)
     if not args.json:
-        print(f"stacking {len(changes)} change(s): {rounds} round(s) of {args.slice_s:g} s slices "
-              "of every step", file=sys.stderr, flush=True)
+        print(
+            f"stacking {len(changes)} change(s): {rounds} round(s) of {args.slice_s:g} s slices "
+            "of every step",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def heard(s):
         if not args.json and s.round >= 0:
-            print(f"  round {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr,
-                  flush=True)
+            print(f"  round {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr, flush=True)
 
     with Interrupt("stack", quiet=args.json) as interrupted:  # Ctrl-C: the rounds so far are the table
-        df = run_study(base, changes, rounds=rounds, slice_s=args.slice_s, on_slice=heard,
-                       stop=interrupted)
+        df = run_study(base, changes, rounds=rounds, slice_s=args.slice_s, on_slice=heard, stop=interrupted)
     records = json.loads(df.to_json(orient="records"))
     adds = {s.change.label: s.change.settings for s in planned}
     for rec in records:
         rec["adds"] = adds.get(rec[STACK_STEP], {})
     if args.json:
-        print(json.dumps({"baseline": base.to_dict(), "changes": changes, "rounds": rounds,
-                          "slice_s": args.slice_s, "study": records,
-                          **({"interrupted": interrupted.asked} if interrupted() else {})}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "baseline": base.to_dict(),
+                    "changes": changes,
+                    "rounds": rounds,
+                    "slice_s": args.slice_s,
+                    "study": records,
+                    **({"interrupted": interrupted.asked} if interrupted() else {}),
+                },
+                indent=2,
+            )
+        )
     else:
         from ..stacking.report import study_text
 
         print(study_text(records))
         last = [r for r in records if r.get("run_dir") and r.get(SAMPLES_PER_S)]
         if last and RunFolder(last[-1]["run_dir"]).weights_file.is_file():
-            print(f"next, the inference end on the last step's model: workbench stack --inference "
-                  f"{last[-1]['run_dir']}")
+            print(
+                f"next, the inference end on the last step's model: workbench stack --inference "
+                f"{last[-1]['run_dir']}"
+            )
         if interrupted():
             print(interrupted.said(), file=sys.stderr)
     return interrupted.exit_code(0)

@@ -9,6 +9,7 @@ config, the batch file (job.slurm, from the one SLURM template) and the job id; 
 local run's, so `workbench runs`, `compare` and the notebook's dashboard read it as one. sbatch,
 scontrol and scancel are the ones on PATH, with SLURM_CONF as set.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ EXIT_FAILED = 1
 
 
 def add_parser(sub):
-    p = sub.add_parser("submit", help="run a config as a SLURM job and follow it",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "submit", help="run a config as a SLURM job and follow it", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("run_dir", nargs="?", help="a run folder submitted before: follow its job")
     p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
@@ -32,13 +34,18 @@ def add_parser(sub):
     add_data_args(p)
     for flag in ("steps", "batch_size", "nproc"):
         p.add_argument(f"--{flag.replace('_', '-')}", type=int, dest=flag)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                   help="any config field (repeatable)")
-    p.add_argument("--nodes", type=int, help="nodes to ask SLURM for (default: the config's "
-                   "distributed.nnodes, 1 unless set)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=JSON", help="any config field (repeatable)"
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        help="nodes to ask SLURM for (default: the config's distributed.nnodes, 1 unless set)",
+    )
     p.add_argument("--time", default="00:30:00", help="the job's time limit (SLURM --time)")
-    p.add_argument("--cpus-per-task", type=int,
-                   help="CPUs per node (default: ranks per node x threads per rank)")
+    p.add_argument(
+        "--cpus-per-task", type=int, help="CPUs per node (default: ranks per node x threads per rank)"
+    )
     p.add_argument("--into", help="folder for this run (default: a new one under runs/)")
     p.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with it")
     p.add_argument("--cancel", action="store_true", help="cancel the job of RUN_DIR (scancel)")
@@ -74,25 +81,27 @@ def main(args) -> int:
             raise ConfigError("--cancel needs RUN_DIR, the folder of a submitted run")
         _fill(args)
         cfg = build_config(args)
-        job = submit(cfg, args.into, nodes=args.nodes, time_limit=args.time,
-                     cpus_per_task=args.cpus_per_task)
-        print(f"workbench submit: SLURM job {job.job_id}, run folder {job.run_dir}",
-              file=sys.stderr, flush=True)
+        job = submit(cfg, args.into, nodes=args.nodes, time_limit=args.time, cpus_per_task=args.cpus_per_task)
+        print(
+            f"workbench submit: SLURM job {job.job_id}, run folder {job.run_dir}", file=sys.stderr, flush=True
+        )
     if not args.wait:
         print(job.job_id)
         return 0
     try:
-        result = job.wait(on_state=lambda s: print(f"workbench submit: job {job.job_id} {s}",
-                                                   file=sys.stderr, flush=True))
+        result = job.wait(
+            on_state=lambda s: print(f"workbench submit: job {job.job_id} {s}", file=sys.stderr, flush=True)
+        )
     except KeyboardInterrupt:
         job.cancel("cancelled by Ctrl-C")
-        print(f"workbench submit: cancelled SLURM job {job.job_id} (Ctrl-C); events kept",
-              file=sys.stderr)
+        print(f"workbench submit: cancelled SLURM job {job.job_id} (Ctrl-C); events kept", file=sys.stderr)
         return 130
     result = {"run_dir": str(job.run_dir), **result}
     print(json.dumps(result, indent=2, sort_keys=True) if args.json else format_summary(result))
     if result.get("status") != "completed":
-        print(f"workbench submit: {result.get('status')}: {result.get('message')} "
-              f"(see {job.run_dir})", file=sys.stderr)
+        print(
+            f"workbench submit: {result.get('status')}: {result.get('message')} (see {job.run_dir})",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return 0

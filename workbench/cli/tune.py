@@ -5,6 +5,7 @@ exported script and a reason for every setting kept or dropped.
     workbench tune --model mynet.py:build --budget-min 10 [--memory-budget 4]
     workbench tune --preset smoke --budget-min 2 --json --out tuned/   # also train.py, torchrun, SLURM
 """
+
 from __future__ import annotations
 
 import json
@@ -18,19 +19,29 @@ from .run import add_data_args, base_config
 
 
 def add_parser(sub):
-    p = sub.add_parser("tune", help="find the settings that make your model train faster here, "
-                                    "each kept only when measured faster",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "tune",
+        help="find the settings that make your model train faster here, each kept only when measured faster",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--config", help="a RunConfig JSON file: the baseline")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
-    p.add_argument("--slice-s", type=float, default=SLICE_S,
-                   help="seconds of steps a slice, both sides alike (default %(default)s)")
-    p.add_argument("--memory-budget", type=float, metavar="GIB",
-                   help="GiB a rank may hold: the largest batch that fits it is tried (default: what "
-                        "the pre-launch check says is available)")
+    p.add_argument(
+        "--slice-s",
+        type=float,
+        default=SLICE_S,
+        help="seconds of steps a slice, both sides alike (default %(default)s)",
+    )
+    p.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="GIB",
+        help="GiB a rank may hold: the largest batch that fits it is tried (default: what "
+        "the pre-launch check says is available)",
+    )
     p.add_argument("--bound-by", choices=sorted(FIRST), help="what bounds the step, instead of profiling it")
     p.add_argument("--out", help="a folder for the recommended config's train.py, torchrun and SLURM files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -57,9 +68,15 @@ def main(args) -> int:
 
     with Interrupt("tune", quiet=args.json) as interrupted:
         try:
-            report = tune(base, budget_s=60 * args.budget_min, slice_s=args.slice_s,
-                          bound_by=args.bound_by, memory_budget_gib=args.memory_budget,
-                          on_decision=heard, stop=interrupted)
+            report = tune(
+                base,
+                budget_s=60 * args.budget_min,
+                slice_s=args.slice_s,
+                bound_by=args.bound_by,
+                memory_budget_gib=args.memory_budget,
+                on_decision=heard,
+                stop=interrupted,
+            )
         except KeyboardInterrupt:  # the second Ctrl-C: no report, but what it decided
             interrupted.asked = interrupted.asked or "SIGINT"
             return _decided_so_far(base, decided, args.json, interrupted)
@@ -68,8 +85,11 @@ def main(args) -> int:
         from ..export.bundle import export
 
         written = export(report.config, args.out, overwrite=True)
-        out["export"] = {"dir": str(written.dir), "files": [p.name for p in written.files],
-                         "commands": written.single_node}
+        out["export"] = {
+            "dir": str(written.dir),
+            "files": [p.name for p in written.files],
+            "commands": written.single_node,
+        }
     if interrupted():
         out["interrupted"] = interrupted.asked
     print(json.dumps(out, indent=2) if args.json else report.text())
@@ -82,9 +102,17 @@ def _decided_so_far(base, decided: list, as_json: bool, interrupted: Interrupt) 
     """What an interrupted tune decided before it stopped, printed (or valid JSON marked so)."""
     settings = {k: v for d in decided if d.kept for k, v in d.settings.items()}
     if as_json:
-        print(json.dumps({"interrupted": interrupted.asked, "settings": settings,
-                          "config": base.replace(**settings).to_dict(),
-                          "decisions": [d.as_dict() for d in decided]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "interrupted": interrupted.asked,
+                    "settings": settings,
+                    "config": base.replace(**settings).to_dict(),
+                    "decisions": [d.as_dict() for d in decided],
+                },
+                indent=2,
+            )
+        )
     else:
         for d in decided:
             print(f"  {d.status:<12} {d.setting:<14} {d.outcome}")

@@ -9,6 +9,7 @@ Every result in the lab carries one of these, so no figure hides how much of the
 Weights are parameter elements, a tied tensor counted once. A result that touched under half of
 them is `partial`, and its verdict says so.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,8 +32,9 @@ def default_reason(module: nn.Module, own: list[str]) -> str:
     return "left as it was"
 
 
-def coverage(model: nn.Module, touched: dict[str, int], reasons: dict[str, str] | None = None,
-             total: int | None = None) -> dict:
+def coverage(
+    model: nn.Module, touched: dict[str, int], reasons: dict[str, str] | None = None, total: int | None = None
+) -> dict:
     """`touched`: layer name -> weights it touched (each shared tensor under one name only).
     `reasons`: why a layer was left, by name (others get the reason of their kind). `total`: the
     model's weights when `model` is not the one they were counted on (a pruned copy)."""
@@ -43,12 +45,24 @@ def coverage(model: nn.Module, touched: dict[str, int], reasons: dict[str, str] 
         if name in touched:
             continue
         weights = sum(m._parameters.get(p, m._parameters.get(f"{p}_orig")).numel() for p in own)
-        left.append({"layer": name or type(model).__name__, "type": type(m).__name__,
-                     "weights": weights, "why": reasons.get(name) or default_reason(m, own)})
+        left.append(
+            {
+                "layer": name or type(model).__name__,
+                "type": type(m).__name__,
+                "weights": weights,
+                "why": reasons.get(name) or default_reason(m, own),
+            }
+        )
     done = sum(touched.values())
     frac = done / total if total else 0.0
-    return {"coverage": round(frac, 4), "touched_weights": done, "model_weights": total,
-            "layers_touched": sorted(touched), "layers_left": left, "partial": frac < PARTIAL}
+    return {
+        "coverage": round(frac, 4),
+        "touched_weights": done,
+        "model_weights": total,
+        "layers_touched": sorted(touched),
+        "layers_left": left,
+        "partial": frac < PARTIAL,
+    }
 
 
 def left_summary(cov: dict, limit: int = 3) -> str:
@@ -63,8 +77,10 @@ def left_summary(cov: dict, limit: int = 3) -> str:
 def coverage_note(cov: dict, action: str) -> str:
     """One sentence for a table's `why` or a CLI line: what share was touched, what was left."""
     n = len(cov["layers_touched"])
-    text = (f"{action} {n} layer{'s' if n != 1 else ''} holding {cov['coverage']:.1%} of the "
-            f"model's weights ({cov['touched_weights']:,} of {cov['model_weights']:,})")
+    text = (
+        f"{action} {n} layer{'s' if n != 1 else ''} holding {cov['coverage']:.1%} of the "
+        f"model's weights ({cov['touched_weights']:,} of {cov['model_weights']:,})"
+    )
     if cov["layers_left"]:
         text += f"; left as they were: {left_summary(cov)}"
     if cov["partial"]:
@@ -74,5 +90,9 @@ def coverage_note(cov: dict, action: str) -> str:
 
 def columns(cov: dict) -> dict:
     """The flat fields a table row carries; the whole report (layer lists) goes in `details`."""
-    return {"coverage": cov["coverage"], "layers_touched": len(cov["layers_touched"]),
-            "layers_left": len(cov["layers_left"]), "partial": cov["partial"]}
+    return {
+        "coverage": cov["coverage"],
+        "layers_touched": len(cov["layers_touched"]),
+        "layers_left": len(cov["layers_left"]),
+        "partial": cov["partial"],
+    }

@@ -18,6 +18,7 @@ limit; a longer one says what it is doing (`long_search`). The pruned copy is ru
 sizes and must give the model's output shape, else it is refused with the reason. Hugging Face's
 Conv1D layers are swapped for the nn.Linear they are first (torch-pruning knows Linear).
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,16 +41,16 @@ ROOTS = (nn.Linear, nn.modules.conv._ConvNd)
 REASONS = {
     "head": "the output layer: it keeps the model's output size",
     "embedding": "an embedding: its width is the residual stream of a transformer, which the "
-                 "model's own attributes (n_embd, split sizes) record",
+    "model's own attributes (n_embd, split sizes) record",
     "heads": "its outputs are split into attention heads inside the model's forward: pruning "
-             "them needs the head layout, which a trace does not give",
+    "them needs the head layout, which a trace does not give",
     "parameter": "a bare parameter coupled to the residual stream",
     "coupled": "its channels are coupled to a layer kept whole (the residual stream, the output "
-               "or an attention head split)",
+    "or an attention head split)",
     "gqa": "grouped-query attention: its query heads share KV groups, a layout a trace does not "
-           "give; kept whole",
+    "give; kept whole",
     "rotary": "attention that splits its projections into heads and rotates them inside forward, "
-              "a layout a trace does not give; kept whole",
+    "a layout a trace does not give; kept whole",
 }
 
 
@@ -62,8 +63,11 @@ def logits_of(out):
 def output_layer(model: nn.Module, example: torch.Tensor) -> str | None:
     """The last Linear/Conv run in a forward whose outputs have the logits' width: the head."""
     calls: list[tuple[str, tuple]] = []
-    hooks = [m.register_forward_hook(lambda mod, a, out, n=n: calls.append((n, tuple(out.shape))))
-             for n, m in model.named_modules() if isinstance(m, ROOTS)]
+    hooks = [
+        m.register_forward_hook(lambda mod, a, out, n=n: calls.append((n, tuple(out.shape))))
+        for n, m in model.named_modules()
+        if isinstance(m, ROOTS)
+    ]
     try:
         width = logits_of(model(example)).shape
     finally:
@@ -103,8 +107,9 @@ def attention_blocks(model: nn.Module) -> dict[str, nn.Module]:
     attention). Their forward splits the projections into heads, rotates halves of each head and
     repeats the KV heads for their query groups: torch-pruning's search of the layers coupled to
     v_proj never ends on that (a 2-layer Llama, with 2 KV heads for 4 query heads and with 4)."""
-    return {n: m for n, m in model.named_modules()
-            if isinstance(getattr(m, "num_key_value_groups", None), int)}
+    return {
+        n: m for n, m in model.named_modules() if isinstance(getattr(m, "num_key_value_groups", None), int)
+    }
 
 
 def attention_reason(block: nn.Module) -> str:
@@ -118,6 +123,7 @@ def out_of_trace(blocks):
     """The blocks' outputs detached while torch-pruning traces the model: the graph it builds
     follows autograd, so their inner ops (and their projections) are left out of it, and the
     residual stream they add to is still there, coupled to the embeddings that keep it whole."""
+
     def cut(module, args, out):
         return (out[0].detach(), *out[1:]) if isinstance(out, tuple) else out.detach()
 
@@ -129,8 +135,14 @@ def out_of_trace(blocks):
             h.remove()
 
 
-def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
-                round_to: int | None = None, time_limit_s: float | None = None) -> nn.Module:
+def graph_prune(
+    model: nn.Module,
+    amount: float,
+    example: torch.Tensor,
+    *,
+    round_to: int | None = None,
+    time_limit_s: float | None = None,
+) -> nn.Module:
     """A copy of `model` with `amount` (a fraction) of the channels of every prunable group
     removed. The copy records what it left alone and why in `workbench_structure`."""
     import torch_pruning as tp
@@ -138,8 +150,10 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
     if amount == 0 and not isinstance(amount, bool):
         amount = 0.0
     if isinstance(amount, bool) or not isinstance(amount, float) or not 0.0 <= amount < 1.0:
-        raise ConfigError(f"amount must be a fraction in [0, 1) for structured pruning of "
-                          f"{type(model).__name__} with torch-pruning, got {amount!r}")
+        raise ConfigError(
+            f"amount must be a fraction in [0, 1) for structured pruning of "
+            f"{type(model).__name__} with torch-pruning, got {amount!r}"
+        )
     time_limit_s = GRAPH_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     small = copy.deepcopy(model).eval()
     as_linear = conv1d_to_linear(small)
@@ -171,8 +185,9 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
         with warnings.catch_warnings(), out_of_trace(blocks.values()), search.bounded():
             warnings.simplefilter("ignore")  # its notes on unwrapped parameters: handled above
             search.at("tracing its forward")
-            graph = tp.DependencyGraph().build_dependency(small, example_inputs=example,
-                                                          output_transform=logits_of)
+            graph = tp.DependencyGraph().build_dependency(
+                small, example_inputs=example, output_transform=logits_of
+            )
             group_of = graph.get_pruning_group
 
             def named(module, *args):  # the group search names the layer it starts from
@@ -189,28 +204,42 @@ def graph_prune(model: nn.Module, amount: float, example: torch.Tensor, *,
                     reasons[names[root]] = REASONS["heads"]
             search.at("pruning the groups (torch-pruning traces and groups the model again)")
             pruner = tp.pruner.BasePruner(
-                small, example, importance=tp.importance.MagnitudeImportance(p=2),
-                pruning_ratio=amount, ignored_layers=ignored, num_heads=heads, round_to=round_to,
-                output_transform=logits_of)
+                small,
+                example,
+                importance=tp.importance.MagnitudeImportance(p=2),
+                pruning_ratio=amount,
+                ignored_layers=ignored,
+                num_heads=heads,
+                round_to=round_to,
+                output_transform=logits_of,
+            )
             pruner.step()
         _check_runs(model, small, example)
     except ConfigError:
         raise
     except SearchTimeout as stuck:
-        raise ConfigError(f"structured pruning of {type(model).__name__}: torch-pruning's search "
-                          f"of its dependency graph did not end within {time_limit_s:g} s, "
-                          f"stopped while {stuck}; unstructured pruning (masks) and int8 still "
-                          "apply to this model") from None
+        raise ConfigError(
+            f"structured pruning of {type(model).__name__}: torch-pruning's search "
+            f"of its dependency graph did not end within {time_limit_s:g} s, "
+            f"stopped while {stuck}; unstructured pruning (masks) and int8 still "
+            "apply to this model"
+        ) from None
     except Exception as e:
-        raise ConfigError(f"structured pruning of {type(model).__name__} with torch-pruning "
-                          f"failed: {type(e).__name__}: {e}; unstructured pruning (masks) and int8 "
-                          "still apply to this model") from e
+        raise ConfigError(
+            f"structured pruning of {type(model).__name__} with torch-pruning "
+            f"failed: {type(e).__name__}: {e}; unstructured pruning (masks) and int8 "
+            "still apply to this model"
+        ) from e
     for name, m in small.named_modules():  # kept whole because a group it belongs to was
-        if kind_of(m) in ("linear", "conv", "attention") and name not in reasons and \
-                sum(p.numel() for p in m.parameters()) == sizes.get(name):
+        if (
+            kind_of(m) in ("linear", "conv", "attention")
+            and name not in reasons
+            and sum(p.numel() for p in m.parameters()) == sizes.get(name)
+        ):
             reasons[name] = REASONS["coupled"]
-    notes = [f"{len(as_linear)} Hugging Face Conv1D layers run as the nn.Linear they are"] \
-        if as_linear else []
+    notes = (
+        [f"{len(as_linear)} Hugging Face Conv1D layers run as the nn.Linear they are"] if as_linear else []
+    )
     small.workbench_structure = {"tool": "torch-pruning", "left": reasons, "notes": notes}
     return small
 
@@ -223,9 +252,13 @@ def _check_runs(model: nn.Module, small: nn.Module, example: torch.Tensor) -> No
         try:
             got = tuple(logits_of(small(x)).shape)
         except Exception as e:
-            raise ConfigError(f"structured pruning of {type(model).__name__}: the pruned model no "
-                              f"longer runs ({type(e).__name__}: {e}); refused. The model's "
-                              "forward relies on sizes a trace cannot see") from e
+            raise ConfigError(
+                f"structured pruning of {type(model).__name__}: the pruned model no "
+                f"longer runs ({type(e).__name__}: {e}); refused. The model's "
+                "forward relies on sizes a trace cannot see"
+            ) from e
         if got != want:
-            raise ConfigError(f"structured pruning of {type(model).__name__}: the pruned model "
-                              f"returns {got} instead of {want}; refused")
+            raise ConfigError(
+                f"structured pruning of {type(model).__name__}: the pruned model "
+                f"returns {got} instead of {want}; refused"
+            )

@@ -11,6 +11,7 @@ transposed, (in, out): it is recognised without importing transformers (a model 
 has imported it already), pruned elementwise as it is, and swapped for the equal `nn.Linear`
 where a tool only knows Linear (int8 kernels, dependency-graph pruning).
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,7 @@ import torch
 from torch import nn
 
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm,
-         nn.modules.instancenorm._InstanceNorm)
+NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 PRUNE_PARAMS = ("weight", "in_proj_weight")  # what a pruning target's tensor is called
 
 LEFT_REASONS = {
@@ -86,8 +86,12 @@ def shared_groups(targets) -> list[list[tuple[str, nn.Module, str]]]:
 def holders(model: nn.Module, tensor: torch.Tensor) -> list[tuple[str, nn.Module, str]]:
     """(name, module, parameter name) of every module holding `tensor`: a tied embedding and
     head both hold one."""
-    return [(n, m, p.removesuffix("_orig")) for n, m in model.named_modules()
-            for p, v in m._parameters.items() if v is tensor]
+    return [
+        (n, m, p.removesuffix("_orig"))
+        for n, m in model.named_modules()
+        for p, v in m._parameters.items()
+        if v is tensor
+    ]
 
 
 def unique_params(model: nn.Module) -> dict[int, tuple[str, torch.Tensor]]:
@@ -123,8 +127,9 @@ def conv1d_to_linear(model: nn.Module) -> list[str]:
             if not is_hf_conv1d(child):
                 continue
             n_in, n_out = child.weight.shape
-            linear = nn.Linear(n_in, n_out, bias=child.bias is not None,
-                               device=child.weight.device, dtype=child.weight.dtype)
+            linear = nn.Linear(
+                n_in, n_out, bias=child.bias is not None, device=child.weight.device, dtype=child.weight.dtype
+            )
             with torch.no_grad():
                 linear.weight.copy_(child.weight.t())
                 if child.bias is not None:

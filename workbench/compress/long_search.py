@@ -9,6 +9,7 @@ moves and a stuck one says where it stuck.
             search.at("tracing its forward")       # what it does now: said and kept for a refusal
             ...                                    # raises SearchTimeout once the limit passes
 """
+
 from __future__ import annotations
 
 import sys
@@ -56,8 +57,7 @@ class Search:
         if self.listener is None or now - self.start < QUIET_S or now - self.said < EVERY_S:
             return
         self.said = now
-        self.listener(f"{self.what}: {self.where} ({now - self.start:.0f} s of at most "
-                      f"{self.limit_s:g} s)")
+        self.listener(f"{self.what}: {self.where} ({now - self.start:.0f} s of at most {self.limit_s:g} s)")
 
     @contextmanager
     def bounded(self):

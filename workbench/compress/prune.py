@@ -10,6 +10,7 @@ and stays tied. Masks alone never make a model faster: the weight is still a den
 zeros) and a forward pre-hook recomputes `weight = weight_orig * mask` on every call. `make_real` drops the
 hooks; `to_sparse` stores Linear weights as CSR, which pays off only at high sparsity.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,15 @@ from torch.nn.utils import prune as tprune
 from ..config import ConfigError
 from . import quiet
 from .coverage import coverage
-from .layers import (conv1d_to_linear, holders, model_weights, parameterized_layers, shared_groups,
-                     tensor_of, weight_targets)
+from .layers import (
+    conv1d_to_linear,
+    holders,
+    model_weights,
+    parameterized_layers,
+    shared_groups,
+    tensor_of,
+    weight_targets,
+)
 
 METHODS = ("magnitude", "random")
 SCOPES = ("layer", "global")
@@ -47,27 +55,30 @@ def is_quantized(model: nn.Module) -> bool:
 
 def check_not_quantized(model: nn.Module, action: str) -> None:
     if is_quantized(model):
-        raise ConfigError(f"cannot {action} a quantized model: its weights are int8 and no longer "
-                          f"trainable or maskable; {action} the float model first, then quantize")
+        raise ConfigError(
+            f"cannot {action} a quantized model: its weights are int8 and no longer "
+            f"trainable or maskable; {action} the float model first, then quantize"
+        )
 
 
 def check_amount(amount, n_units: int, field: str = "amount", unit: str = "parameters") -> float:
     """An amount is a fraction in [0, 1] or a whole count <= n_units. Returns the fraction."""
     if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-        raise ConfigError(f"{field} must be a fraction in [0, 1] or a whole number of {unit}, "
-                          f"got {amount!r}")
+        raise ConfigError(f"{field} must be a fraction in [0, 1] or a whole number of {unit}, got {amount!r}")
     if isinstance(amount, float):
         if not math.isfinite(amount) or not 0.0 <= amount <= 1.0:
             raise ConfigError(f"{field} must be a fraction in [0, 1], got {amount!r}")
         return float(amount)
     if not 0 <= amount <= n_units:
-        raise ConfigError(f"{field} must be a count between 0 and {n_units} {unit} (the prunable "
-                          f"total), got {amount}")
+        raise ConfigError(
+            f"{field} must be a count between 0 and {n_units} {unit} (the prunable total), got {amount}"
+        )
     return amount / n_units if n_units else 0.0
 
 
-def prunable_layers(model: nn.Module, names: Iterable[str] | None = None, param: str = "weight"
-                    ) -> list[tuple[str, nn.Module, str]]:
+def prunable_layers(
+    model: nn.Module, names: Iterable[str] | None = None, param: str = "weight"
+) -> list[tuple[str, nn.Module, str]]:
     """(name, module, parameter name) of the weights to prune: every matmul weight (Linear,
     convolutions, Hugging Face's Conv1D, attention's fused in_proj_weight), or those of the
     layers named. Unknown names and a model without any are errors that list what exists."""
@@ -75,8 +86,10 @@ def prunable_layers(model: nn.Module, names: Iterable[str] | None = None, param:
     if names is None:
         found = weight_targets(model)
         if not found:
-            raise ConfigError(f"model {type(model).__name__} has no prunable layer (Linear, Conv or "
-                              "Hugging Face Conv1D); nothing to prune")
+            raise ConfigError(
+                f"model {type(model).__name__} has no prunable layer (Linear, Conv or "
+                "Hugging Face Conv1D); nothing to prune"
+            )
         return found
     names = [names] if isinstance(names, str) else list(names)
     if not names:
@@ -85,19 +98,30 @@ def prunable_layers(model: nn.Module, names: Iterable[str] | None = None, param:
     for n in names:
         if n not in modules:
             have = [k for k, _, _ in weight_targets(model)]
-            raise ConfigError(f"layers: no module named {n!r} in {type(model).__name__}; "
-                              f"prunable modules: {', '.join(have) or 'none'}")
+            raise ConfigError(
+                f"layers: no module named {n!r} in {type(model).__name__}; "
+                f"prunable modules: {', '.join(have) or 'none'}"
+            )
         m = modules[n]
         if tensor_of(m, param) is None:
-            raise ConfigError(f"param: module {n!r} ({type(m).__name__}) has no parameter "
-                              f"{param!r}; it has: {', '.join(m._parameters) or 'none'}")
+            raise ConfigError(
+                f"param: module {n!r} ({type(m).__name__}) has no parameter "
+                f"{param!r}; it has: {', '.join(m._parameters) or 'none'}"
+            )
         found.append((n, m, param))
     return found
 
 
-def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: str = "magnitude",
-                    layers: Iterable[str] | None = None, param: str = "weight",
-                    seed: int = 0) -> nn.Module:
+def magnitude_prune(
+    model: nn.Module,
+    amount,
+    *,
+    scope: str = "layer",
+    method: str = "magnitude",
+    layers: Iterable[str] | None = None,
+    param: str = "weight",
+    seed: int = 0,
+) -> nn.Module:
     """Mask the smallest-|w| (or random, a control) weights, per layer or globally, in place.
 
     `amount`: fraction in [0, 1] or a whole count of weights (per layer for scope="layer", over
@@ -132,8 +156,7 @@ def magnitude_prune(model: nn.Module, amount, *, scope: str = "layer", method: s
     return model
 
 
-def pruning_coverage(model: nn.Module, layers: Iterable[str] | None = None,
-                     param: str = "weight") -> dict:
+def pruning_coverage(model: nn.Module, layers: Iterable[str] | None = None, param: str = "weight") -> dict:
     """What `magnitude_prune(model, ..., layers=layers)` touches: the weights it masks, a shared
     weight once (a tied embedding is pruned with its head), and every layer it leaves, with why."""
     touched = {}
@@ -195,8 +218,9 @@ def sparsity(model: nn.Module) -> dict:
     those weights (`sparsity`) and over every parameter of the model (`model_sparsity`)."""
     nonzero = total = 0
     seen: set[int] = set()
-    for _, m, p in weight_targets(model) + [(n, m, "weight") for n, m in model.named_modules()
-                                            if isinstance(m, SparseLinear)]:
+    for _, m, p in weight_targets(model) + [
+        (n, m, "weight") for n, m in model.named_modules() if isinstance(m, SparseLinear)
+    ]:
         key = id(tensor_of(m, p))
         if key in seen:
             continue
@@ -206,9 +230,13 @@ def sparsity(model: nn.Module) -> dict:
         nonzero += int((w != 0).sum())
         total += w.numel()
     all_params = model_weights(model)
-    return {"nonzero_weights": nonzero, "total_weights": total, "params": all_params,
-            "sparsity": round(1 - nonzero / total, 4) if total else 0.0,
-            "model_sparsity": round((total - nonzero) / all_params, 4) if all_params else 0.0}
+    return {
+        "nonzero_weights": nonzero,
+        "total_weights": total,
+        "params": all_params,
+        "sparsity": round(1 - nonzero / total, 4) if total else 0.0,
+        "model_sparsity": round((total - nonzero) / all_params, 4) if all_params else 0.0,
+    }
 
 
 class SparseLinear(nn.Module):
@@ -219,8 +247,7 @@ class SparseLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         with quiet.sparse_csr():  # said by to_sparse_csr and again by nn.Parameter
             self.weight = nn.Parameter(linear.weight.detach().to_sparse_csr(), requires_grad=False)
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(),
-                                                                  requires_grad=False)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
     def forward(self, x):
         flat = x.reshape(-1, self.in_features)

@@ -15,6 +15,7 @@ measures); on a GPU torchao. Weight-only int8 needs
 torchao and is refused with that reason without it. `torch.ao.quantization` is deprecated: its
 warnings are filtered (`quiet.py`) and the record's notes say it once instead.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,9 +33,11 @@ from .prune import check_not_quantized, has_masks
 
 METHODS = ("dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 BACKENDS = ("auto", "torchao", "torch.ao")
-DEPRECATION_NOTE = ("torch.ao.quantization is deprecated (its warnings are filtered, this note "
-                    "says it); it is used here because its CPU int8 kernels are the fast ones on "
-                    "this torch")
+DEPRECATION_NOTE = (
+    "torch.ao.quantization is deprecated (its warnings are filtered, this note "
+    "says it); it is used here because its CPU int8 kernels are the fast ones on "
+    "this torch"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,14 +53,15 @@ def torchao_available() -> bool:
     return True
 
 
-def unsupported_reason(method: str, device: torch.device | str = "cpu", backend: str = "auto"
-                       ) -> str | None:
+def unsupported_reason(method: str, device: torch.device | str = "cpu", backend: str = "auto") -> str | None:
     """Why `method` cannot run on `device` with `backend`, or None. Widgets grey out on this."""
     device = torch.device(device)
     if method == "semi_structured_2_4":
         if device.type != "cuda":
-            return ("2:4 semi-structured sparsity runs on sparse tensor cores of NVIDIA GPUs "
-                    "(compute capability 8.0+); this is a CPU")
+            return (
+                "2:4 semi-structured sparsity runs on sparse tensor cores of NVIDIA GPUs "
+                "(compute capability 8.0+); this is a CPU"
+            )
         major, minor = torch.cuda.get_device_capability(device)
         if major < 8:
             return f"2:4 sparsity needs compute capability 8.0+, this GPU is {major}.{minor}"
@@ -92,20 +96,28 @@ def _left_reasons(model: nn.Module, backend: str, converted: list[str]) -> dict[
         kind = kind_of(m)
         tied = held.get(id(m._parameters.get("weight")))
         if tied and tied != name:
-            reasons[name] = (f"shares its weight with {tied}, which is int8 now: "
-                             "this layer keeps the float copy")
+            reasons[name] = (
+                f"shares its weight with {tied}, which is int8 now: this layer keeps the float copy"
+            )
         elif kind == "conv":
-            reasons[name] = ("a convolution: dynamic and weight-only int8 convert Linear layers; "
-                             "int8 convolutions need static quantization with calibration data, "
-                             "which this lab does not do")
+            reasons[name] = (
+                "a convolution: dynamic and weight-only int8 convert Linear layers; "
+                "int8 convolutions need static quantization with calibration data, "
+                "which this lab does not do"
+            )
         elif kind == "attention":
-            reasons[name] = ("q, k and v fused in one bare parameter of nn.MultiheadAttention: "
-                             "int8 kernels take Linear layers")
+            reasons[name] = (
+                "q, k and v fused in one bare parameter of nn.MultiheadAttention: "
+                "int8 kernels take Linear layers"
+            )
         elif kind in ("linear", "hf_conv1d") and name not in converted:
             special = type(m).__name__ == "NonDynamicallyQuantizableLinear"
-            reasons[name] = ("attention's output projection (NonDynamicallyQuantizableLinear): "
-                             f"{backend} keeps it in float" if special
-                             else f"{backend} left this layer in float")
+            reasons[name] = (
+                "attention's output projection (NonDynamicallyQuantizableLinear): "
+                f"{backend} keeps it in float"
+                if special
+                else f"{backend} left this layer in float"
+            )
     return reasons
 
 
@@ -119,8 +131,13 @@ def _converted(model: nn.Module) -> list[str]:
     return out
 
 
-def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "auto",
-             device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
+def quantize(
+    model: nn.Module,
+    method: str = "dynamic_int8",
+    *,
+    backend: str = "auto",
+    device: torch.device | str = "cpu",
+) -> tuple[nn.Module, dict]:
     """A quantized copy of `model` (the input is untouched) and a record of what was done."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -135,32 +152,41 @@ def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "
         raise ConfigError(f"method {method!r} cannot run here: {reason}")
     before = _linears(model)
     if not before:
-        raise ConfigError(f"model {type(model).__name__} has no nn.Linear layer; nothing to "
-                          "quantize (these methods convert Linear and Hugging Face Conv1D layers)")
+        raise ConfigError(
+            f"model {type(model).__name__} has no nn.Linear layer; nothing to "
+            "quantize (these methods convert Linear and Hugging Face Conv1D layers)"
+        )
     chosen = pick_backend(method, device, backend)
     q = copy.deepcopy(model).eval().to(device)
     notes: list[str] = []
     as_linear = conv1d_to_linear(q)
     if as_linear:
-        notes.append(f"{len(as_linear)} Hugging Face Conv1D layers converted as the nn.Linear they "
-                     "are (weight transposed)")
+        notes.append(
+            f"{len(as_linear)} Hugging Face Conv1D layers converted as the nn.Linear they "
+            "are (weight transposed)"
+        )
     if any(isinstance(m, nn.MultiheadAttention) for m in q.modules()):
         # The quantized encoder crashes on attention's fused fast path; this flag is global.
         torch.backends.mha.set_fastpath_enabled(False)
-        notes.append("attention fast path disabled (torch.backends.mha) so the quantized "
-                     "encoder runs")
+        notes.append("attention fast path disabled (torch.backends.mha) so the quantized encoder runs")
     if chosen == "torch.ao":
         notes.append(DEPRECATION_NOTE)
         with quiet.torch_ao_quantization():
             q = torch.ao.quantization.quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8)
     elif chosen == "torchao":
-        from torchao.quantization import (Int8DynamicActivationInt8WeightConfig,
-                                          Int8WeightOnlyConfig, quantize_)
-        config = (Int8DynamicActivationInt8WeightConfig() if method == "dynamic_int8"
-                  else Int8WeightOnlyConfig())
+        from torchao.quantization import (
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            quantize_,
+        )
+
+        config = (
+            Int8DynamicActivationInt8WeightConfig() if method == "dynamic_int8" else Int8WeightOnlyConfig()
+        )
         quantize_(q, config)
     else:  # 2:4 semi-structured, GPU only (checked above)
         from torch.sparse import to_sparse_semi_structured
+
         q = q.half()
         for m in q.modules():
             if type(m) is nn.Linear:
@@ -171,19 +197,27 @@ def quantize(model: nn.Module, method: str = "dynamic_int8", *, backend: str = "
                 m.weight = nn.Parameter(to_sparse_semi_structured(w * mask), requires_grad=False)
     converted = _converted(q)
     if not converted:
-        raise ConfigError(f"quantize: {method} with backend {chosen} converted 0 of {len(before)} "
-                          f"Linear layers ({', '.join(before[:5])}); nothing was quantized")
+        raise ConfigError(
+            f"quantize: {method} with backend {chosen} converted 0 of {len(before)} "
+            f"Linear layers ({', '.join(before[:5])}); nothing was quantized"
+        )
     skipped = [n for n in before if n not in converted]
     if skipped:
-        notes.append(f"left in float: {', '.join(skipped[:6])}" + (" ..." if len(skipped) > 6
-                                                                    else ""))
+        notes.append(f"left in float: {', '.join(skipped[:6])}" + (" ..." if len(skipped) > 6 else ""))
     q._workbench_quantized = True
     modules = dict(model.named_modules())
     touched = {}
     for group in shared_groups([(n, modules[n], "weight") for n in converted]):
         touched[group[0][0]] = tensor_of(modules[group[0][0]], "weight").numel()
     cov = coverage(model, touched, _left_reasons(model, chosen, converted))
-    info = {"method": method, "backend": chosen, "converted": len(converted),
-            "linear_layers": len(before), "conv1d_as_linear": len(as_linear), "skipped": skipped,
-            "notes": notes, "coverage": cov}
+    info = {
+        "method": method,
+        "backend": chosen,
+        "converted": len(converted),
+        "linear_layers": len(before),
+        "conv1d_as_linear": len(as_linear),
+        "skipped": skipped,
+        "notes": notes,
+        "coverage": cov,
+    }
     return q, info

@@ -6,6 +6,7 @@ the torch.ao deprecation is said once in `quantize`'s notes (`DEPRECATION_NOTE`)
     with quiet.torchao_import():
         import torchao.quantization
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,16 +17,22 @@ import warnings
 import torch
 
 # "torchao" logger: CUDA-only kernels (mxfp8, sm90a) can't load without CUDA; our int8 needs none.
-TORCHAO_CUDA_LIBS = re.compile(r"Failed to load \S*torchao[/\\]_C_(mxfp8|cutlass_90a)"
-                               r"[^/\\\s]*\.so: ")
+TORCHAO_CUDA_LIBS = re.compile(
+    r"Failed to load \S*torchao[/\\]_C_(mxfp8|cutlass_90a)"
+    r"[^/\\\s]*\.so: "
+)
 # "torch.utils._pytree" logger: torchao registers its enum the old way, a note to torchao.
-PYTREE_ENUM = re.compile(r"<enum '\w+'> is an Enum subclass and is now natively supported by "
-                         r"torch\.compile")
+PYTREE_ENUM = re.compile(
+    r"<enum '\w+'> is an Enum subclass and is now natively supported by "
+    r"torch\.compile"
+)
 # DeprecationWarning of quantize_dynamic and its helpers: said once in the notes instead.
 TORCH_AO_DEPRECATED = r"torch\.ao\.quantization is deprecated"
 # UserWarning when quantize_dynamic makes qint8 weights: the same deprecation, the same note.
-QTENSOR_DEPRECATED = (r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other "
-                      r"quantized tensor creation functions")
+QTENSOR_DEPRECATED = (
+    r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other "
+    r"quantized tensor creation functions"
+)
 # UserWarning on making a CSR tensor: SparseLinear needs only to_sparse_csr, sparse.mm, to_dense.
 CSR_BETA = r"Sparse CSR tensor support is in beta state"
 
@@ -66,14 +73,15 @@ def drop_warnings(*rules: tuple[str, type[Warning]]):
 
 def torchao_import():
     """Around `import torchao`: its CUDA-only libraries on a torch without CUDA, its enum note."""
-    return drop_logs(("torchao", DropLog(TORCHAO_CUDA_LIBS, when=torch.version.cuda is None)),
-                     ("torch.utils._pytree", DropLog(PYTREE_ENUM)))
+    return drop_logs(
+        ("torchao", DropLog(TORCHAO_CUDA_LIBS, when=torch.version.cuda is None)),
+        ("torch.utils._pytree", DropLog(PYTREE_ENUM)),
+    )
 
 
 def torch_ao_quantization():
     """Around `torch.ao.quantization.quantize_dynamic`: its deprecation, said in the notes."""
-    return drop_warnings((TORCH_AO_DEPRECATED, DeprecationWarning),
-                         (QTENSOR_DEPRECATED, UserWarning))
+    return drop_warnings((TORCH_AO_DEPRECATED, DeprecationWarning), (QTENSOR_DEPRECATED, UserWarning))
 
 
 def sparse_csr():

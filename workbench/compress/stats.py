@@ -13,6 +13,7 @@ load), and a pair whose load changed inside it is dropped and counted. Every rec
 thread count it was timed with, the pairs used and dropped, and the conditions (`conditions_bN`:
 quiet, or what other programs held).
 """
+
 from __future__ import annotations
 
 import io
@@ -45,9 +46,15 @@ def output_error(reference: nn.Module, model: nn.Module, x: torch.Tensor) -> flo
     return float((out - ref).abs().max() / ref.abs().max().clamp(min=1e-12))
 
 
-def latencies(models: dict[str, nn.Module], subject: Subject, batch_sizes=(1, 64), rounds: int = 15,
-              warmup: int = 3, threads: int | None = 1,
-              stop: Callable[[], bool] | None = None) -> dict[str, dict]:
+def latencies(
+    models: dict[str, nn.Module],
+    subject: Subject,
+    batch_sizes=(1, 64),
+    rounds: int = 15,
+    warmup: int = 3,
+    threads: int | None = 1,
+    stop: Callable[[], bool] | None = None,
+) -> dict[str, dict]:
     """Per model and batch size: median/p10/p90 ms a call, the per-round samples (`_rounds_ms`,
     paired round by round across models) and, against the first model (the reference), the paired
     speedup with its interval, pairs, dropped pairs, conditions and verdict; plus `timing_threads`,
@@ -108,8 +115,9 @@ def busy_note(rec: dict) -> str:
     c = rec.get("contention")
     if not c or not c.get("busy"):
         return ""
-    return busy_sentence(c).replace(": the comparison is unreliable",
-                                    ": each pair's two sides met that load alike")
+    return busy_sentence(c).replace(
+        ": the comparison is unreliable", ": each pair's two sides met that load alike"
+    )
 
 
 def conditions_line(records) -> str:
@@ -119,8 +127,10 @@ def conditions_line(records) -> str:
     if not cores:
         return ""
     held = f"{min(cores):.1f}-{max(cores):.1f}" if max(cores) - min(cores) >= 0.05 else f"{max(cores):.1f}"
-    return (f"timed beside other programs holding {held} cores in {len(cores)} of {len(records)} "
-            "rows: each pair's two sides met that load alike, so the verdicts stand")
+    return (
+        f"timed beside other programs holding {held} cores in {len(cores)} of {len(records)} "
+        "rows: each pair's two sides met that load alike, so the verdicts stand"
+    )
 
 
 @contextmanager
@@ -144,22 +154,35 @@ def _time_all(models, subject, batch_sizes, rounds, warmup, out, stop=None) -> N
                 return
             x = subject.example(batch)
             calls = LocalHost({name: (lambda m=m: m(x)) for name, m in models.items()}, work=batch)
-            trial = Trial({name: calls for name in models}, next(iter(models)), slice_s=SLICE_S,
-                          warmup=max(1, warmup // 3)).run(rounds, stop)
+            trial = Trial(
+                {name: calls for name in models},
+                next(iter(models)),
+                slice_s=SLICE_S,
+                warmup=max(1, warmup // 3),
+            ).run(rounds, stop)
             if not all(trial.slices[name] for name in models):  # stopped before a whole round
                 return
             for i, name in enumerate(models):
                 per_call = [s.wall_s / s.steps * 1e3 for s in trial.slices[name]]
                 t = summarize(per_call)
-                out[name].update({f"latency_b{batch}_ms": t.median_ms,
-                                  f"latency_b{batch}_p10_ms": t.p10_ms,
-                                  f"latency_b{batch}_p90_ms": t.p90_ms,
-                                  f"latency_b{batch}_rounds_ms": [round(v, 5) for v in per_call]})
+                out[name].update(
+                    {
+                        f"latency_b{batch}_ms": t.median_ms,
+                        f"latency_b{batch}_p10_ms": t.p10_ms,
+                        f"latency_b{batch}_p90_ms": t.p90_ms,
+                        f"latency_b{batch}_rounds_ms": [round(v, 5) for v in per_call],
+                    }
+                )
                 if i == 0:
                     out[name][f"speedup_b{batch}"] = 1.0
                     continue
                 c = trial.compare(name)  # pair by pair against the reference: both met one load
                 out[name].update(c.ratio.as_dict(f"speedup_b{batch}"))
-                out[name].update({f"pairs_b{batch}": c.pairs, f"dropped_b{batch}": c.dropped,
-                                  f"conditions_b{batch}": c.conditions,
-                                  f"busy_b{batch}": bool(c.busy_pairs)})
+                out[name].update(
+                    {
+                        f"pairs_b{batch}": c.pairs,
+                        f"dropped_b{batch}": c.dropped,
+                        f"conditions_b{batch}": c.conditions,
+                        f"busy_b{batch}": bool(c.busy_pairs),
+                    }
+                )

@@ -13,6 +13,7 @@ layer) and the output layer keeps its size. Every other model (residual blocks, 
 Hugging Face layers) goes through torch-pruning's dependency graph (`graph_prune`), which needs
 example inputs to trace and refuses, with the reason, a model it cannot prune so that it still runs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,9 +28,23 @@ from .graph_prune import graph_prune
 from .layers import model_weights, parameterized_layers
 from .prune import check_amount, check_not_quantized, has_masks
 
-PASS_THROUGH = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.Dropout,
-                nn.Identity, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d,
-                nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.Flatten)
+PASS_THROUGH = (
+    nn.ReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.LeakyReLU,
+    nn.Dropout,
+    nn.Identity,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.Flatten,
+)
 PRODUCERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 
@@ -47,7 +62,8 @@ def _chain(model: nn.Module) -> list[tuple[nn.Sequential, int, nn.Module]]:
             f"the chain pruner rebuilds nn.Sequential chains and the built-in MLP and SmallCNN; "
             f"{type(model).__name__} has its own forward, whose layer dependencies (residuals, "
             "concatenation, reuse) it cannot read: give example inputs, and torch-pruning's "
-            "dependency graph prunes it")
+            "dependency graph prunes it"
+        )
     out: list = []
 
     def walk(seq: nn.Sequential):
@@ -56,13 +72,16 @@ def _chain(model: nn.Module) -> list[tuple[nn.Sequential, int, nn.Module]]:
                 walk(m)
             else:
                 out.append((seq, i, m))
+
     for r in roots:
         walk(r)
     for _, _, m in out:
         if not isinstance(m, PRODUCERS + NORMS + PASS_THROUGH):
-            raise ConfigError(f"structured pruning cannot follow a {type(m).__name__} layer; "
-                              f"supported: Linear, Conv1d/2d, BatchNorm, activations, pooling, "
-                              "Flatten, Dropout")
+            raise ConfigError(
+                f"structured pruning cannot follow a {type(m).__name__} layer; "
+                f"supported: Linear, Conv1d/2d, BatchNorm, activations, pooling, "
+                "Flatten, Dropout"
+            )
         if isinstance(m, (nn.Conv1d, nn.Conv2d)) and m.groups != 1:
             raise ConfigError(f"structured pruning needs groups=1 convolutions, got {m}")
     return out
@@ -79,8 +98,16 @@ def _slice_out(m: nn.Module, keep: torch.Tensor) -> nn.Module:
         new = nn.Linear(m.in_features, len(keep), bias=m.bias is not None)
     else:
         cls = type(m)
-        new = cls(m.in_channels, len(keep), m.kernel_size, m.stride, m.padding, m.dilation,
-                  bias=m.bias is not None, padding_mode=m.padding_mode)
+        new = cls(
+            m.in_channels,
+            len(keep),
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.dilation,
+            bias=m.bias is not None,
+            padding_mode=m.padding_mode,
+        )
     new.weight.data = m.weight.data[keep].clone()
     if m.bias is not None:
         new.bias.data = m.bias.data[keep].clone()
@@ -90,15 +117,25 @@ def _slice_out(m: nn.Module, keep: torch.Tensor) -> nn.Module:
 def _slice_in(m: nn.Module, keep: torch.Tensor, old_units: int) -> nn.Module:
     if isinstance(m, nn.Linear):
         if m.in_features % old_units:
-            raise ConfigError(f"structured pruning: {m} takes {m.in_features} inputs, not a "
-                              f"multiple of the {old_units} units before it")
+            raise ConfigError(
+                f"structured pruning: {m} takes {m.in_features} inputs, not a "
+                f"multiple of the {old_units} units before it"
+            )
         per = m.in_features // old_units  # a Flatten of C x H x W feeds H*W inputs per channel
         cols = (keep[:, None] * per + torch.arange(per)).flatten()
         new = nn.Linear(len(cols), m.out_features, bias=m.bias is not None)
         new.weight.data = m.weight.data[:, cols].clone()
     else:
-        new = type(m)(len(keep), m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation,
-                      bias=m.bias is not None, padding_mode=m.padding_mode)
+        new = type(m)(
+            len(keep),
+            m.out_channels,
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.dilation,
+            bias=m.bias is not None,
+            padding_mode=m.padding_mode,
+        )
         new.weight.data = m.weight.data[:, keep].clone()
     if m.bias is not None:
         new.bias.data = m.bias.data.clone()
@@ -106,8 +143,9 @@ def _slice_in(m: nn.Module, keep: torch.Tensor, old_units: int) -> nn.Module:
 
 
 def _slice_norm(m: nn.Module, keep: torch.Tensor) -> nn.Module:
-    new = type(m)(len(keep), eps=m.eps, momentum=m.momentum, affine=m.affine,
-                  track_running_stats=m.track_running_stats)
+    new = type(m)(
+        len(keep), eps=m.eps, momentum=m.momentum, affine=m.affine, track_running_stats=m.track_running_stats
+    )
     if m.affine:
         new.weight.data = m.weight.data[keep].clone()
         new.bias.data = m.bias.data[keep].clone()
@@ -128,8 +166,9 @@ def is_chain(model: nn.Module) -> bool:
     return sum(isinstance(m, PRODUCERS) for _, _, m in chain) >= 2
 
 
-def structured_prune(model: nn.Module, amount, example: torch.Tensor | None = None,
-                     tool: str = "auto") -> nn.Module:
+def structured_prune(
+    model: nn.Module, amount, example: torch.Tensor | None = None, tool: str = "auto"
+) -> nn.Module:
     """A copy of `model` with `amount` of its neurons/channels removed. `tool`: "chain" (this
     module's rebuild of a plain chain), "torch-pruning" (the dependency graph; needs `example`),
     or "auto": the chain pruner for a chain, torch-pruning for every other model."""
@@ -150,8 +189,10 @@ def chain_prune(model: nn.Module, amount) -> nn.Module:
     chain = _chain(model)
     producers = [k for k, (_, _, m) in enumerate(chain) if isinstance(m, PRODUCERS)]
     if len(producers) < 2:
-        raise ConfigError(f"model {type(model).__name__} has {len(producers)} Linear/Conv layer(s); "
-                          "structured pruning needs a hidden layer followed by another layer")
+        raise ConfigError(
+            f"model {type(model).__name__} has {len(producers)} Linear/Conv layer(s); "
+            "structured pruning needs a hidden layer followed by another layer"
+        )
     widths = [chain[k][2].weight.shape[0] for k in producers[:-1]]
     frac = check_amount(amount, min(widths), unit="units (neurons or channels) per layer")
     for a, b in zip(producers, producers[1:]):
@@ -167,17 +208,24 @@ def chain_prune(model: nn.Module, amount) -> nn.Module:
         nparent[nidx] = _slice_in(nxt, keep, units)
         chain[b] = (nparent, nidx, nparent[nidx])  # the next step slices this one's outputs
     head = {m: n for n, m in model.named_modules()}[chain[producers[-1]][2]]
-    model.workbench_structure = {"tool": "chain", "notes": [],
-                                 "left": {head: "the output layer: it keeps the model's output size"}}
+    model.workbench_structure = {
+        "tool": "chain",
+        "notes": [],
+        "left": {head: "the output layer: it keeps the model's output size"},
+    }
     return model
 
 
 def structured_coverage(dense: nn.Module, small: nn.Module) -> dict:
     """Which layers structured pruning shrank (their weights counted at the dense size), which it
     left as they were and why, and the share of the dense model's weights in the shrunk layers."""
+
     def sizes(model):  # element counts: a Conv1D run as Linear holds its weight transposed
-        return {n: sum(m._parameters[p].numel() for p in own if p in m._parameters)
-                for n, m, own in parameterized_layers(model)}
+        return {
+            n: sum(m._parameters[p].numel() for p in own if p in m._parameters)
+            for n, m, own in parameterized_layers(model)
+        }
+
     before, after = sizes(dense), sizes(small)
     touched = {n: before[n] for n in after if n in before and after[n] != before[n]}
     info = getattr(small, "workbench_structure", {})

@@ -8,6 +8,7 @@ Any data a run can train on works here, a user's Dataset too: the held-out split
 batch (`workbench.train.data.iter_batches`). The model's output goes through the contract's
 adapter (a tuple's first element, a Hugging Face output's .logits), fitted on one example batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,8 +49,9 @@ class Subject:
         fit_output(self.model, self.example(2))  # the model returns its logits from now on
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, model: nn.Module | None = None,
-                    eval_fn: Callable | str | None = None) -> "Subject":
+    def from_config(
+        cls, cfg: RunConfig, model: nn.Module | None = None, eval_fn: Callable | str | None = None
+    ) -> "Subject":
         """The config's model (built fresh, or `model`) and data; `eval_fn` may be an import path
         'package.module:fn' or 'file.py:fn' of a function model -> score."""
         data = build_data(cfg)
@@ -58,12 +60,21 @@ class Subject:
         if isinstance(eval_fn, str):
             eval_fn = load_factory(eval_fn, field="--eval")
         x, _ = sample_batch(data.train, 1)
-        return cls(model.eval(), tuple(data.input_shape), data.task, data.num_classes, data, eval_fn,
-                   cfg.model.name.rsplit(":", 1)[-1], x.dtype)
+        return cls(
+            model.eval(),
+            tuple(data.input_shape),
+            data.task,
+            data.num_classes,
+            data,
+            eval_fn,
+            cfg.model.name.rsplit(":", 1)[-1],
+            x.dtype,
+        )
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, eval_fn: Callable | str | None = None,
-                 trust_code: bool = False) -> "Subject":
+    def from_run(
+        cls, run_dir: str | Path, eval_fn: Callable | str | None = None, trust_code: bool = False
+    ) -> "Subject":
         """The trained weights saved in a run folder (its own factories run only when the folder
         is trusted or `trust_code`: workbench.train.trust)."""
         return cls.from_config(load_config(run_dir), load_model(run_dir, trust_code), eval_fn)
@@ -72,8 +83,13 @@ class Subject:
         """Random inputs (never zeros: some kernels skip work on zeros)."""
         g = torch.Generator().manual_seed(seed)
         if self.task == "lm" or not self.input_dtype.is_floating_point:
-            return torch.randint(0, max(self.vocab, 2), (batch, *self.input_shape), generator=g,
-                                 dtype=self.input_dtype if self.task != "lm" else torch.long)
+            return torch.randint(
+                0,
+                max(self.vocab, 2),
+                (batch, *self.input_shape),
+                generator=g,
+                dtype=self.input_dtype if self.task != "lm" else torch.long,
+            )
         return torch.rand(batch, *self.input_shape, generator=g, dtype=self.input_dtype)
 
     def not_learned(self) -> str:
@@ -85,8 +101,10 @@ class Subject:
         acc, chance = self.evaluate(self.model), 1 / self.vocab
         if acc > CHANCE_FACTOR * chance:
             return ""
-        return (f"this model has not learned: accuracy {acc:.2f} with {self.vocab} classes (chance is "
-                f"{chance:.2f}), so what compression does to its accuracy means nothing; train it first")
+        return (
+            f"this model has not learned: accuracy {acc:.2f} with {self.vocab} classes (chance is "
+            f"{chance:.2f}), so what compression does to its accuracy means nothing; train it first"
+        )
 
     def accuracy_note(self) -> str:
         """What its accuracy figures are worth, in one line ('' when they mean something): a model
@@ -96,8 +114,10 @@ class Subject:
             return self.not_learned()
         if self.trained or self.eval_fn is not None:
             return ""
-        return ("accuracy is not meaningful: the model is untrained (--train-epochs 0); "
-                "use --run-dir or --train-epochs N")
+        return (
+            "accuracy is not meaningful: the model is untrained (--train-epochs 0); "
+            "use --run-dir or --train-epochs N"
+        )
 
     def evaluate(self, model: nn.Module) -> float | None:
         if self.eval_fn is not None:

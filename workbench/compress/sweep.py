@@ -8,6 +8,7 @@ amount-0 row is the same model timed against itself: the noise floor of the swee
     from workbench.compress.sweep import SweepConfig, run_sweep
     df = run_sweep(subject, SweepConfig(amounts=[0, 0.5, 0.9], finetune_epochs=2))
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,17 @@ from ..measure.verdict import FASTER, SLOWER
 from ..train.models import loss_fn
 from ..train.data import iter_batches
 from .coverage import columns
-from .prune import (METHODS, SCOPES, check_amount, check_not_quantized, magnitude_prune, make_real,
-                    copy_model, pruning_coverage, refresh_masks)
+from .prune import (
+    METHODS,
+    SCOPES,
+    check_amount,
+    check_not_quantized,
+    magnitude_prune,
+    make_real,
+    copy_model,
+    pruning_coverage,
+    refresh_masks,
+)
 from .prune import sparsity as sparsity_of
 from .reasons import judge
 from .stats import latencies, num_threads, speedup_short, state_size_bytes
@@ -57,8 +67,7 @@ class SweepConfig:
             if not (math.isfinite(a) and 0 <= a <= 1) or (isinstance(a, int) and a not in (0, 1)):
                 raise ConfigError(f"sweep.amounts entries must be fractions in [0, 1], got {a!r}")
         if self.method not in SWEEP_METHODS:
-            raise ConfigError(f"sweep.method must be one of {', '.join(SWEEP_METHODS)}, "
-                              f"got {self.method!r}")
+            raise ConfigError(f"sweep.method must be one of {', '.join(SWEEP_METHODS)}, got {self.method!r}")
         if self.scope not in SCOPES:
             raise ConfigError(f"sweep.scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
         for name, low in (("finetune_epochs", 0), ("rounds", 3)):
@@ -67,21 +76,31 @@ class SweepConfig:
                 raise ConfigError(f"sweep.{name} must be an integer >= {low}, got {v!r}")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
             raise ConfigError(f"sweep.lr must be > 0, got {self.lr!r}")
-        if not self.batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
-                                       for b in self.batch_sizes):
+        if not self.batch_sizes or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_sizes
+        ):
             raise ConfigError(f"sweep.batch_sizes must be integers >= 1, got {self.batch_sizes!r}")
 
 
-def finetune(model: nn.Module, subject: Subject, epochs: int, lr: float = 1e-3, batch: int = 64,
-             seed: int = 0, threads: int | None = 1) -> nn.Module:
+def finetune(
+    model: nn.Module,
+    subject: Subject,
+    epochs: int,
+    lr: float = 1e-3,
+    batch: int = 64,
+    seed: int = 0,
+    threads: int | None = 1,
+) -> nn.Module:
     """A short in-process fine-tune on the training split (pruning masks stay applied), reading
     any data a run trains on, a user's Dataset too.
 
     One thread by default: on a busy 2-core machine, two threads were measured 3x slower."""
     check_not_quantized(model, "train")
     if subject.data is None:
-        raise ConfigError("fine-tuning needs training data: build the subject from a RunConfig "
-                          "(Subject.from_config or Subject.from_run)")
+        raise ConfigError(
+            "fine-tuning needs training data: build the subject from a RunConfig "
+            "(Subject.from_config or Subject.from_run)"
+        )
     lossf = loss_fn(subject.task)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     train = subject.data.train
@@ -102,12 +121,10 @@ def prune_once(model: nn.Module, amount, scfg: SweepConfig, example=None) -> nn.
     """A pruned copy: masks for magnitude/random, a physically smaller model for structured."""
     if scfg.method == "structured":
         return structured_prune(model, amount, example=example)
-    return magnitude_prune(copy_model(model), amount, scope=scfg.scope, method=scfg.method,
-                           seed=scfg.seed)
+    return magnitude_prune(copy_model(model), amount, scope=scfg.scope, method=scfg.method, seed=scfg.seed)
 
 
-def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None = None
-               ) -> Iterator[dict]:
+def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None = None) -> Iterator[dict]:
     """Yield one record per amount as soon as it is measured (the UI redraws between them)."""
     base = subject.model.eval()
     check_not_quantized(base, "prune")
@@ -126,8 +143,12 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
             return
         pruned = prune_once(base, amount, scfg, example)
         cov = masked_cov or structured_coverage(base, pruned)
-        rec = {"amount": amount, "method": scfg.method, "scope": scfg.scope,
-               "accuracy": subject.evaluate(pruned)}
+        rec = {
+            "amount": amount,
+            "method": scfg.method,
+            "scope": scfg.scope,
+            "accuracy": subject.evaluate(pruned),
+        }
         if scfg.finetune_epochs:
             finetune(pruned, subject, scfg.finetune_epochs, scfg.lr, seed=scfg.seed)
             rec["accuracy_finetuned"] = subject.evaluate(pruned)
@@ -135,27 +156,40 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
             make_real(pruned)
         stats = sparsity_of(pruned)
         removed = 1 - stats["params"] / dense_stats["params"]
-        rec.update(stats, size_bytes=state_size_bytes(pruned), dense_size_bytes=dense_size,
-                   params_removed=round(removed, 4), **columns(cov))
+        rec.update(
+            stats,
+            size_bytes=state_size_bytes(pruned),
+            dense_size_bytes=dense_size,
+            params_removed=round(removed, 4),
+            **columns(cov),
+        )
         times = latencies({"dense": base, "pruned": pruned}, subject, scfg.batch_sizes, scfg.rounds)
         rec.update(times["pruned"])
         rec.update({f"dense_{k}": v for k, v in times["dense"].items() if k.startswith("latency")})
-        judged = judge(kind, times["pruned"], stats["sparsity"], cov,
-                       accuracy=(dense_accuracy, rec.get("accuracy_finetuned", rec["accuracy"])))
+        judged = judge(
+            kind,
+            times["pruned"],
+            stats["sparsity"],
+            cov,
+            accuracy=(dense_accuracy, rec.get("accuracy_finetuned", rec["accuracy"])),
+        )
         if amount == 0:  # the same model twice: an A/A, whose ratios are a noise floor, no verdict
-            differed = [b for b in scfg.batch_sizes
-                        if rec.get(f"speedup_b{b}_verdict") in (FASTER, SLOWER)]
+            differed = [b for b in scfg.batch_sizes if rec.get(f"speedup_b{b}_verdict") in (FASTER, SLOWER)]
             if differed:
-                unreliable = (f"the dense model timed against itself read "
-                              f"{rec[f'speedup_b{differed[0]}_verdict']} at batch {differed[0]}, so "
-                              "this sweep's timing is unreliable: rerun it on a quieter machine")
+                unreliable = (
+                    f"the dense model timed against itself read "
+                    f"{rec[f'speedup_b{differed[0]}_verdict']} at batch {differed[0]}, so "
+                    "this sweep's timing is unreliable: rerun it on a quieter machine"
+                )
             for b in scfg.batch_sizes:
                 rec[f"speedup_b{b}_verdict"] = "reference"
-            floor = "; ".join(f"{speedup_short(times['pruned'], b)} at batch {b}"
-                              for b in scfg.batch_sizes)
-            judged = {"verdict": "reference", "why": f"nothing pruned: the dense model timed against "
-                      f"itself, so these ratios are the sweep's timing noise floor, not a speedup: "
-                      f"{floor}"}
+            floor = "; ".join(f"{speedup_short(times['pruned'], b)} at batch {b}" for b in scfg.batch_sizes)
+            judged = {
+                "verdict": "reference",
+                "why": f"nothing pruned: the dense model timed against "
+                f"itself, so these ratios are the sweep's timing noise floor, not a speedup: "
+                f"{floor}",
+            }
         if unreliable:
             judged = {**judged, "why": f"{unreliable}; {judged['why']}"}
         rec.update(judged, unreliable=unreliable, not_learned=not_learned, details=cov)
@@ -169,8 +203,12 @@ class _Asked:
         self.is_set = stop
 
 
-def run_sweep(subject: Subject, scfg: SweepConfig, progress: Callable[[int, int, dict], None]
-              | None = None, stop: Callable[[], bool] | None = None):
+def run_sweep(
+    subject: Subject,
+    scfg: SweepConfig,
+    progress: Callable[[int, int, dict], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+):
     """The whole sweep as a pandas DataFrame; `progress(done, total, record)` after each point;
     `stop()` True ends it before the next point, with the points measured so far."""
     import pandas as pd

@@ -6,14 +6,23 @@ speedups are fair, and each gets a verdict.
     from workbench.compress.variants import compare_variants
     df = compare_variants(subject, amount=0.5, finetune_epochs=2)
 """
+
 from __future__ import annotations
 
 from torch import nn
 
 from ..config import ConfigError
 from .coverage import columns, coverage
-from .prune import (SparseLinear, check_amount, copy_model, magnitude_prune, make_real,
-                    pruning_coverage, sparsity, to_sparse)
+from .prune import (
+    SparseLinear,
+    check_amount,
+    copy_model,
+    magnitude_prune,
+    make_real,
+    pruning_coverage,
+    sparsity,
+    to_sparse,
+)
 from .quantize import quantize, torchao_available, unsupported_reason
 from .reasons import judge
 from .stats import latencies, output_error, state_size_bytes
@@ -22,9 +31,14 @@ from .subject import Subject
 from .sweep import finetune
 
 
-def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
-                   sparse_amount: float = 0.9, device: str = "cpu",
-                   structured: bool = True) -> tuple[dict, dict, list]:
+def build_variants(
+    subject: Subject,
+    amount: float = 0.5,
+    finetune_epochs: int = 0,
+    sparse_amount: float = 0.9,
+    device: str = "cpu",
+    structured: bool = True,
+) -> tuple[dict, dict, list]:
     """name -> model, name -> row fields (kind, amount, coverage...), and the skipped variants
     (name, reason)."""
     check_amount(amount, 1, "amount")
@@ -38,9 +52,10 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
     masked = magnitude_prune(copy_model(dense), amount, scope="global")
     if finetune_epochs:
         finetune(masked, subject, finetune_epochs)
-    for name, kind, model in ((f"masked {amount:.0%} (hooks on)", "masked", masked),
-                              (f"unstructured {amount:.0%}", "unstructured",
-                               make_real(copy_model(masked)))):
+    for name, kind, model in (
+        (f"masked {amount:.0%} (hooks on)", "masked", masked),
+        (f"unstructured {amount:.0%}", "unstructured", make_real(copy_model(masked))),
+    ):
         models[name] = model
         rows[name] = {"kind": kind, "amount": amount, "_coverage": masked_cov}
 
@@ -50,8 +65,11 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
     name = f"sparse CSR {sparse_amount:.0%}"
     try:
         models[name] = to_sparse(make_real(csr))
-        rows[name] = {"kind": "sparse_csr", "amount": sparse_amount,
-                      "_coverage": _csr_coverage(dense, models[name], masked_cov)}
+        rows[name] = {
+            "kind": "sparse_csr",
+            "amount": sparse_amount,
+            "_coverage": _csr_coverage(dense, models[name], masked_cov),
+        }
     except ConfigError as e:
         skipped.append((name, str(e)))
 
@@ -63,8 +81,7 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
                 finetune(small, subject, finetune_epochs)
             models[key] = small
             cov = structured_coverage(dense, small)
-            rows[key] = {"kind": "structured", "amount": amount, "tool": cov["tool"],
-                         "_coverage": cov}
+            rows[key] = {"kind": "structured", "amount": amount, "tool": cov["tool"], "_coverage": cov}
         except ConfigError as e:
             skipped.append((key, str(e)))
 
@@ -95,24 +112,39 @@ def build_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int =
 
 
 def _quant_row(method: str, amount: float, info: dict) -> dict:
-    return {"kind": method, "amount": amount, "backend": info["backend"],
-            "converted": f"{info['converted']}/{info['linear_layers']}",
-            "notes": "; ".join(info["notes"]), "_coverage": info["coverage"]}
+    return {
+        "kind": method,
+        "amount": amount,
+        "backend": info["backend"],
+        "converted": f"{info['converted']}/{info['linear_layers']}",
+        "notes": "; ".join(info["notes"]),
+        "_coverage": info["coverage"],
+    }
 
 
 def _csr_coverage(dense: nn.Module, sparse: nn.Module, masked_cov: dict) -> dict:
     """CSR storage reaches the Linear layers only: the pruned weights it did not convert stay
     dense tensors with zeros."""
-    converted = {n: m.weight.to_dense().numel() for n, m in sparse.named_modules()
-                 if isinstance(m, SparseLinear)}
-    left = {n: "pruned, but CSR storage converts Linear layers only: kept as a dense tensor with "
-               "zeros" for n in masked_cov["layers_touched"] if n not in converted}
+    converted = {
+        n: m.weight.to_dense().numel() for n, m in sparse.named_modules() if isinstance(m, SparseLinear)
+    }
+    left = {
+        n: "pruned, but CSR storage converts Linear layers only: kept as a dense tensor with zeros"
+        for n in masked_cov["layers_touched"]
+        if n not in converted
+    }
     return coverage(dense, converted, left)
 
 
-def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int = 0,
-                     sparse_amount: float = 0.9, batch_sizes=(1, 64), rounds: int = 15,
-                     device: str = "cpu"):
+def compare_variants(
+    subject: Subject,
+    amount: float = 0.5,
+    finetune_epochs: int = 0,
+    sparse_amount: float = 0.9,
+    batch_sizes=(1, 64),
+    rounds: int = 15,
+    device: str = "cpu",
+):
     """One row per variant (pandas DataFrame): accuracy, output error vs dense, parameters, size,
     coverage (share of the weights it touched, layers touched and left), latency at each batch
     size with the paired speedup vs dense and its interval, verdict and why. Skipped variants
@@ -132,16 +164,27 @@ def compare_variants(subject: Subject, amount: float = 0.5, finetune_epochs: int
         row = {"variant": name, **fields}
         counts = sparsity(model) if not getattr(model, "_workbench_quantized", False) else {}
         size = state_size_bytes(model)
-        row.update(accuracy=accuracy[name], output_error=round(output_error(dense, model, x), 5),
-                   params=counts.get("params", sparsity(dense)["params"]),
-                   nonzero_weights=counts.get("nonzero_weights"),
-                   model_sparsity=counts.get("model_sparsity"), size_bytes=size,
-                   size_ratio=round(dense_size / size, 3))
+        row.update(
+            accuracy=accuracy[name],
+            output_error=round(output_error(dense, model, x), 5),
+            params=counts.get("params", sparsity(dense)["params"]),
+            nonzero_weights=counts.get("nonzero_weights"),
+            model_sparsity=counts.get("model_sparsity"),
+            size_bytes=size,
+            size_ratio=round(dense_size / size, 3),
+        )
         if cov:
             row.update(columns(cov), details=cov)
         row.update(times[name])
-        row.update(judge(rows[name]["kind"], times[name], counts.get("sparsity", 0.0), cov,
-                         accuracy=(accuracy["dense"], accuracy[name])))
+        row.update(
+            judge(
+                rows[name]["kind"],
+                times[name],
+                counts.get("sparsity", 0.0),
+                cov,
+                accuracy=(accuracy["dense"], accuracy[name]),
+            )
+        )
         table.append(row)
     for name, reason in skipped:
         table.append({"variant": name, "verdict": "skipped", "why": reason})

@@ -20,6 +20,7 @@ holds the endpoint's address and so serves the rendezvous (--rdzv-conf=is_host=1
 nodes all run one command, so only they can know this. Flags and settings already given are kept.
 Everything else is `torch.distributed.run` unchanged, with the same arguments.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,11 @@ from .torchrun import toward
 def rendezvous_endpoint(argv: list[str]) -> tuple[str, int] | None:
     """(host, port) of --rdzv-endpoint in a torchrun argument list, or None."""
     for i, arg in enumerate(argv):
-        value = arg.split("=", 1)[1] if arg.startswith("--rdzv-endpoint=") else (
-            argv[i + 1] if arg == "--rdzv-endpoint" and i + 1 < len(argv) else None)
+        value = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--rdzv-endpoint=")
+            else (argv[i + 1] if arg == "--rdzv-endpoint" and i + 1 < len(argv) else None)
+        )
         if value:
             host, _, port = value.rpartition(":")
             return host.strip("[]"), int(port)
@@ -75,8 +79,15 @@ def run_torchrun(argv: list[str]) -> int:
         except OSError:  # another node on this machine hosts it: torchrun connects as a client
             fd = None
         if fd is not None:
-            store = dist.TCPStore(host, port, is_master=True, multi_tenant=True, master_listen_fd=fd,
-                                  wait_for_workers=False, timeout=timedelta(seconds=60))
+            store = dist.TCPStore(
+                host,
+                port,
+                is_master=True,
+                multi_tenant=True,
+                master_listen_fd=fd,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=60),
+            )
     try:
         torchrun_main(argv)
     finally:

@@ -5,6 +5,7 @@ one this machine's SLURM configuration (or $SLURM_CONF) names; the first that an
     access, why = find_cluster()   # (Access, where) or (None, how to start one)
     subprocess.run([*access.prefix, "sbatch", "job.slurm"], env=access.env)
 """
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ DEFAULT_DIR = "slurm-cluster"  # where `make slurm-up` starts one (SLURM_DIR), f
 class Access:
     """How this process reaches a SLURM cluster: the words before each command and its environment
     (what `workbench.distributed.jobs.submit` and `Job` take)."""
+
     prefix: list[str]
     env: dict[str, str] | None
     where: str
@@ -53,12 +55,18 @@ def find_cluster(folder: str | Path | None = None) -> tuple[Access | None, str]:
         candidates.append(Access([], None, "the cluster this machine's SLURM configuration names"))
     for access in candidates:
         try:
-            answered = subprocess.run([*access.prefix, "sinfo", "-h"], env=access.env,
-                                      capture_output=True, timeout=10).returncode == 0
+            answered = (
+                subprocess.run(
+                    [*access.prefix, "sinfo", "-h"], env=access.env, capture_output=True, timeout=10
+                ).returncode
+                == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             answered = False
         if answered:
             return access, access.where
     why = "no SLURM cluster answers `sinfo` here" if candidates else "SLURM is not installed here"
-    return None, (f"{why}; `make slurm-up` starts a cluster of this machine in {folders[0]} (root, "
-                  "Debian's slurmctld slurmd slurm-client munge)")
+    return None, (
+        f"{why}; `make slurm-up` starts a cluster of this machine in {folders[0]} (root, "
+        "Debian's slurmctld slurmd slurm-client munge)"
+    )

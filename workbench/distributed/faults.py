@@ -19,6 +19,7 @@ A SLURM job adds SLURM's word (workbench.distributed.jobs): slurm_timeout, unsch
 slurm_cancelled. `diagnose` asks a table of rules (RULES) in order; the first that recognises the
 evidence names the cause.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,19 +32,49 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..disk import DISK_FULL, Reserve, disk_message
-from ..events import (ATTEMPT, CREATED_T, ENDS, ERROR, EVENT, HEARTBEAT, MESSAGE, NODE, PID, RANK,
-                      START, STATUS, STEP, STEP_NUMBER, TIME, WORLD_SIZE, read_events)
+from ..events import (
+    ATTEMPT,
+    CREATED_T,
+    ENDS,
+    ERROR,
+    EVENT,
+    HEARTBEAT,
+    MESSAGE,
+    NODE,
+    PID,
+    RANK,
+    START,
+    STATUS,
+    STEP,
+    STEP_NUMBER,
+    TIME,
+    WORLD_SIZE,
+    read_events,
+)
 from ..procs import same_process
 from ..runfolder import FINAL_KEY, RunFolder, Summary, error_type_of
 from ..runstore import processes_alive, read_summary
 
 # Errors a rank raises because another rank died or hung, not because of its own code.
-KNOCK_ON = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
-            "distbackenderror", "communicator was aborted", "socket", "recv", "peer")
+KNOCK_ON = (
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "distbackenderror",
+    "communicator was aborted",
+    "socket",
+    "recv",
+    "peer",
+)
 _AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 # srun's word for a task (one node's torchrun agent) that died by a signal, not by exiting.
-_SRUN_LOST = re.compile(r"^srun: error: (\S+): tasks? (\d+)[-\d,]*: (Killed|Terminated|Aborted|"
-                        r"Segmentation fault|Hangup)", re.M)
+_SRUN_LOST = re.compile(
+    r"^srun: error: (\S+): tasks? (\d+)[-\d,]*: (Killed|Terminated|Aborted|"
+    r"Segmentation fault|Hangup)",
+    re.M,
+)
 # srun's word for a node that slurmctld set DOWN under the job (it stopped answering: SlurmdTimeout).
 _SRUN_NODE_FAILED = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -130,14 +161,18 @@ class Evidence:
     failed: list[dict]  # the ranks' failure records, earliest first
 
     @classmethod
-    def read(cls, run_dir: Path, returncode: int | None, log_text: str, attempt: int | None,
-             agent_pid: int | None) -> "Evidence":
+    def read(
+        cls, run_dir: Path, returncode: int | None, log_text: str, attempt: int | None, agent_pid: int | None
+    ) -> "Evidence":
         records = [r for r in read_events(run_dir) if r.get(EVENT) != HEARTBEAT]
         attempt, by_rank = _latest(records, attempt)
-        ends = {rank: next((r for r in reversed(recs) if r.get(EVENT) in ENDS), None)
-                for rank, recs in by_rank.items()}
-        failed = sorted((r for r in ends.values() if r and r.get(STATUS) == "failed"),
-                        key=lambda r: r.get(TIME, 0))
+        ends = {
+            rank: next((r for r in reversed(recs) if r.get(EVENT) in ENDS), None)
+            for rank, recs in by_rank.items()
+        }
+        failed = sorted(
+            (r for r in ends.values() if r and r.get(STATUS) == "failed"), key=lambda r: r.get(TIME, 0)
+        )
         return cls(run_dir, returncode, log_text, attempt, agent_pid, by_rank, ends, failed)
 
     @property
@@ -177,8 +212,9 @@ class Diagnosis:
         return fields if attempt is None else {**fields, ATTEMPT: attempt}
 
 
-def stall_message(rank: int, step: int, *, where: str = "", quiet_s: float | None = None,
-                  how: str = "") -> str:
+def stall_message(
+    rank: int, step: int, *, where: str = "", quiet_s: float | None = None, how: str = ""
+) -> str:
     """The one wording of a stalled rank, for the watchdog while the run goes and for the
     diagnosis after it: 'rank 1 stalled after step 2: no progress for 31 s, still alive, last
     seen in forward (model.py:12)'. `how`: what its process was seen doing (frozen, alive)."""
@@ -194,8 +230,11 @@ def _disk_full(e: Evidence) -> Diagnosis | None:
     if e.own and e.own[0].get("error_type") == "DiskFull":
         r = e.own[0]
         rank = int(r[RANK])
-        return Diagnosis("disk_full", f"rank {rank} stopped after step "
-                         f"{_last_step(e.by_rank[rank])}: {r.get(MESSAGE)}", failed_rank=rank)
+        return Diagnosis(
+            "disk_full",
+            f"rank {rank} stopped after step {_last_step(e.by_rank[rank])}: {r.get(MESSAGE)}",
+            failed_rank=rank,
+        )
     return None
 
 
@@ -207,21 +246,26 @@ def _raised(e: Evidence) -> Diagnosis | None:
     rank = int(r[RANK])
     # a refusal (ConfigError) is its one line; its traceback stays in the rank's file in the folder
     refused = r.get("error_type") == ConfigError.__name__
-    return Diagnosis("raised", f"rank {rank} raised {r.get('error_type')} "
-                     f"{_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}", r.get("error_type"), failed_rank=rank,
-                     traceback=None if refused else traceback_of(e.run_dir, rank, r))
+    return Diagnosis(
+        "raised",
+        f"rank {rank} raised {r.get('error_type')} {_when(r, e.by_rank[rank])}: {r.get(MESSAGE)}",
+        r.get("error_type"),
+        failed_rank=rank,
+        traceback=None if refused else traceback_of(e.run_dir, rank, r),
+    )
 
 
 def _agent_killed(e: Evidence) -> Diagnosis | None:
     if e.agent_pid is None or e.returncode is None or e.returncode >= 0:
         return None
     how = signal_name(e.returncode)
-    oom = " (SIGKILL: the kernel's OOM killer, or another program)" \
-        if e.returncode == -signal.SIGKILL else ""
-    return Diagnosis("agent_killed",
-                     f"the torchrun agent (pid {e.agent_pid}) was killed by {how} after step "
-                     f"{e.last_step}, and its ranks ended with it; no rank failed by itself{oom}",
-                     signal=how)
+    oom = " (SIGKILL: the kernel's OOM killer, or another program)" if e.returncode == -signal.SIGKILL else ""
+    return Diagnosis(
+        "agent_killed",
+        f"the torchrun agent (pid {e.agent_pid}) was killed by {how} after step "
+        f"{e.last_step}, and its ranks ended with it; no rank failed by itself{oom}",
+        signal=how,
+    )
 
 
 def _node_lost(e: Evidence) -> Diagnosis | None:
@@ -234,18 +278,28 @@ def _node_lost(e: Evidence) -> Diagnosis | None:
         return None
     first = min((m for m in (found, failed) if m), key=lambda m: m.start())
     node = first.group(1)
-    ranks = sorted(rank for rank, recs in e.by_rank.items()
-                   if any(r.get(EVENT) == START and r.get(NODE) == node for r in recs))
+    ranks = sorted(
+        rank
+        for rank, recs in e.by_rank.items()
+        if any(r.get(EVENT) == START and r.get(NODE) == node for r in recs)
+    )
     theirs = f"its rank(s) {', '.join(map(str, ranks))}" if ranks else "its ranks"
     if first is failed:
-        how = (f"SLURM found it not answering and set it DOWN after step {e.last_step}, and "
-               f"{theirs} with it (its link cut or the machine gone)")
+        how = (
+            f"SLURM found it not answering and set it DOWN after step {e.last_step}, and "
+            f"{theirs} with it (its link cut or the machine gone)"
+        )
     else:
         task, killed = found.group(2, 3)
-        how = (f"srun's task {task} there (its torchrun agent) was {killed.lower()} after step "
-               f"{e.last_step}, and {theirs} with it")
-    return Diagnosis("node_lost", f"lost node {node}: {how}; no rank failed by itself",
-                     failed_rank=ranks[0] if ranks else None)
+        how = (
+            f"srun's task {task} there (its torchrun agent) was {killed.lower()} after step "
+            f"{e.last_step}, and {theirs} with it"
+        )
+    return Diagnosis(
+        "node_lost",
+        f"lost node {node}: {how}; no rank failed by itself",
+        failed_rank=ranks[0] if ranks else None,
+    )
 
 
 def _agent_signalled(e: Evidence) -> Diagnosis | None:
@@ -254,17 +308,20 @@ def _agent_signalled(e: Evidence) -> Diagnosis | None:
     if e.agent_pid is None or e.agent_pid not in signalled:
         return None
     how = signal_name(-signalled[e.agent_pid])
-    return Diagnosis("agent_signalled",
-                     f"the torchrun agent (pid {e.agent_pid}) got {how} from another program and "
-                     f"stopped every rank after step {e.last_step}", signal=how, status="stopped")
+    return Diagnosis(
+        "agent_signalled",
+        f"the torchrun agent (pid {e.agent_pid}) got {how} from another program and "
+        f"stopped every rank after step {e.last_step}",
+        signal=how,
+        status="stopped",
+    )
 
 
 def _rank_signalled(e: Evidence) -> Diagnosis | None:
     """The first rank to end stopped on a signal nobody in the workbench sent (a Stop or a
     watchdog's stop is recorded before the diagnosis is asked): another program signalled it.
     A rank that hung is stopped only after the others have failed, so it is not first."""
-    ended = sorted((r for r in e.ends.values() if r and r.get(EVENT) == ERROR),
-                   key=lambda r: r.get(TIME, 0))
+    ended = sorted((r for r in e.ends.values() if r and r.get(EVENT) == ERROR), key=lambda r: r.get(TIME, 0))
     if not ended or ended[0].get(STATUS) != "stopped":
         return None
     r = ended[0]
@@ -272,10 +329,14 @@ def _rank_signalled(e: Evidence) -> Diagnosis | None:
     found = re.search(r"signal (SIG[A-Z0-9]+)", str(r.get(MESSAGE, "")))
     how = found.group(1) if found else "a signal"
     others = " (the other ranks ended after it)" if len(e.by_rank) > 1 else ""
-    return Diagnosis("rank_signalled",
-                     f"rank {rank} got {how} from another program after step "
-                     f"{_last_step(e.by_rank[rank])} and stopped{others}", failed_rank=rank,
-                     signal=how, status="stopped")
+    return Diagnosis(
+        "rank_signalled",
+        f"rank {rank} got {how} from another program after step "
+        f"{_last_step(e.by_rank[rank])} and stopped{others}",
+        failed_rank=rank,
+        signal=how,
+        status="stopped",
+    )
 
 
 def _killed(e: Evidence) -> Diagnosis | None:
@@ -290,20 +351,32 @@ def _killed(e: Evidence) -> Diagnosis | None:
     rank = min(killed)
     step = _last_step(e.by_rank.get(rank, []))
     if rank not in codes and e.returncode is None:  # no exit code known (a tracked script's rank)
-        return Diagnosis("killed", f"rank {rank} ended without a record after step {step}: "
-                         "killed by a signal it cannot catch (SIGKILL: the kernel's OOM killer, or "
-                         "another program), or the process crashed", failed_rank=rank)
+        return Diagnosis(
+            "killed",
+            f"rank {rank} ended without a record after step {step}: "
+            "killed by a signal it cannot catch (SIGKILL: the kernel's OOM killer, or "
+            "another program), or the process crashed",
+            failed_rank=rank,
+        )
     code = codes.get(rank, -signal.SIGKILL)
     if code >= 0:  # no signal: exit() or os._exit() in the code the rank ran, or a native library
-        return Diagnosis("exited", f"rank {rank} exited with code {code} after step "
-                         f"{step} without reporting an error: the "
-                         f"code it ran called exit() or os._exit(), or a library ended the process",
-                         failed_rank=rank)
+        return Diagnosis(
+            "exited",
+            f"rank {rank} exited with code {code} after step "
+            f"{step} without reporting an error: the "
+            f"code it ran called exit() or os._exit(), or a library ended the process",
+            failed_rank=rank,
+        )
     how = signal_name(code)
-    oom = " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the " \
-          "batch size or the model size, or check `dmesg`" if code == -signal.SIGKILL else ""
-    return Diagnosis("killed", f"rank {rank} was killed by {how} after step "
-                     f"{step}{oom}", failed_rank=rank, signal=how)
+    oom = (
+        " - most likely out of memory (the kernel's OOM killer sends SIGKILL); lower the "
+        "batch size or the model size, or check `dmesg`"
+        if code == -signal.SIGKILL
+        else ""
+    )
+    return Diagnosis(
+        "killed", f"rank {rank} was killed by {how} after step {step}{oom}", failed_rank=rank, signal=how
+    )
 
 
 def _stalled(e: Evidence) -> Diagnosis | None:
@@ -312,11 +385,18 @@ def _stalled(e: Evidence) -> Diagnosis | None:
     if not (e.failed and stalled):
         return None
     rank = stalled[0]
-    beats = [r for r in read_events(e.run_dir) if r.get(EVENT) == HEARTBEAT
-             and r.get(RANK) == rank and int(r.get(ATTEMPT, 0)) == e.attempt]
+    beats = [
+        r
+        for r in read_events(e.run_dir)
+        if r.get(EVENT) == HEARTBEAT and r.get(RANK) == rank and int(r.get(ATTEMPT, 0)) == e.attempt
+    ]
     where = beats[-1].get("where", "") if beats else ""
-    return Diagnosis("stalled", f"{stall_message(rank, _last_step(e.by_rank[rank]), where=where)}; "
-                     f"the others timed out waiting for it: {e.failed[0].get(MESSAGE)}", failed_rank=rank)
+    return Diagnosis(
+        "stalled",
+        f"{stall_message(rank, _last_step(e.by_rank[rank]), where=where)}; "
+        f"the others timed out waiting for it: {e.failed[0].get(MESSAGE)}",
+        failed_rank=rank,
+    )
 
 
 def _first_failure(e: Evidence) -> Diagnosis | None:
@@ -325,8 +405,13 @@ def _first_failure(e: Evidence) -> Diagnosis | None:
         return None
     r = e.failed[0]
     rank = int(r[RANK])
-    return Diagnosis("raised", f"rank {rank}: {r.get('error_type')}: {r.get(MESSAGE)}", r.get("error_type"),
-                     failed_rank=rank, traceback=traceback_of(e.run_dir, rank, r))
+    return Diagnosis(
+        "raised",
+        f"rank {rank}: {r.get('error_type')}: {r.get(MESSAGE)}",
+        r.get("error_type"),
+        failed_rank=rank,
+        traceback=traceback_of(e.run_dir, rank, r),
+    )
 
 
 def _rendezvous(e: Evidence) -> Diagnosis | None:
@@ -335,24 +420,45 @@ def _rendezvous(e: Evidence) -> Diagnosis | None:
         return None
     errors = [ln.strip() for ln in e.log_text.splitlines() if "Error" in ln and ":" in ln]
     why = f": {errors[-1][-400:]}" if errors else ""
-    return Diagnosis("rendezvous",
-                     f"torchrun exited with code {e.returncode} before any rank started, so the "
-                     f"rendezvous failed; check that the endpoint is reachable and every node uses "
-                     f"the same one{why}")
+    return Diagnosis(
+        "rendezvous",
+        f"torchrun exited with code {e.returncode} before any rank started, so the "
+        f"rendezvous failed; check that the endpoint is reachable and every node uses "
+        f"the same one{why}",
+    )
 
 
 def _exited(e: Evidence) -> Diagnosis:
-    return Diagnosis("exited", f"the launcher exited with code {e.returncode} before any "
-                     f"rank reported an error; see {RunFolder(e.run_dir).log_file.name}")
+    return Diagnosis(
+        "exited",
+        f"the launcher exited with code {e.returncode} before any "
+        f"rank reported an error; see {RunFolder(e.run_dir).log_file.name}",
+    )
 
 
 # The rules in the order they are asked; the first that recognises the evidence names the cause.
-RULES = (_disk_full, _raised, _agent_killed, _node_lost, _agent_signalled, _killed, _rank_signalled, _stalled,
-         _first_failure, _rendezvous, _exited)
+RULES = (
+    _disk_full,
+    _raised,
+    _agent_killed,
+    _node_lost,
+    _agent_signalled,
+    _killed,
+    _rank_signalled,
+    _stalled,
+    _first_failure,
+    _rendezvous,
+    _exited,
+)
 
 
-def diagnose(run_dir: Path, returncode: int | None, log_text: str = "", attempt: int | None = None,
-             agent_pid: int | None = None) -> dict:
+def diagnose(
+    run_dir: Path,
+    returncode: int | None,
+    log_text: str = "",
+    attempt: int | None = None,
+    agent_pid: int | None = None,
+) -> dict:
     """Name the rank at fault in a failed run (or in one failed attempt) and say what happened to
     it. `agent_pid`: the torchrun agent the supervisor started, whose exit is `returncode`."""
     evidence = Evidence.read(run_dir, returncode, log_text, attempt, agent_pid)
@@ -389,8 +495,14 @@ def restarts(run_dir: Path, log_text: str) -> list[dict]:
     return out
 
 
-def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop: dict | None = None,
-                   failure: Diagnosis | None = None, agent_pid: int | None = None) -> Summary:
+def finish_summary(
+    run_dir: Path,
+    world_size: int,
+    returncode: int | None,
+    stop: dict | None = None,
+    failure: Diagnosis | None = None,
+    agent_pid: int | None = None,
+) -> Summary:
     """Write the final summary.json: rank 0's own summary when the run completed, otherwise what
     happened and which rank was at fault. `stop`: {cause, message} when the run was ended on
     purpose; `failure`: the watchdog's diagnosis, which wins over what the processes did after.
@@ -411,15 +523,22 @@ def finish_summary(run_dir: Path, world_size: int, returncode: int | None, stop:
         for err in folder.torchrun_logs.glob("**/error.json"):
             if err.stat().st_size == 0:  # a rank's knock-on error, cut to nothing by the full disk
                 err.unlink()
-        info = {"status": "failed", "cause": "disk_full", "error_type": error_type_of("disk_full"),
-                "message": f"{disk} (the run stopped after step {last_step(run_dir)})"}
+        info = {
+            "status": "failed",
+            "cause": "disk_full",
+            "error_type": error_type_of("disk_full"),
+            "message": f"{disk} (the run stopped after step {last_step(run_dir)})",
+        }
     else:
         info = {"status": "failed", **diagnose(run_dir, returncode, log_text, agent_pid=agent_pid)}
     summary = {k: v for k, v in summary.items() if k not in ("traceback", RANK)}
     summary.update(info, **{WORLD_SIZE: world_size, FINAL_KEY: returncode})
     if again:
-        summary.update(restarts=again, attempts=len(again) + 1,
-                       restarted=restart_sentence(again, summary.get("resumed_from_step")))
+        summary.update(
+            restarts=again,
+            attempts=len(again) + 1,
+            restarted=restart_sentence(again, summary.get("resumed_from_step")),
+        )
     folder.write_summary(summary)
     return summary
 
@@ -447,8 +566,11 @@ def restart_sentence(again: list[dict], resumed: int | None) -> str:
     """'restarted once, resumed after step 4; attempt 0: rank 1 raised ValueError ...' for a run that
     torchrun restarted (distributed.max_restarts)."""
     times = "once" if len(again) == 1 else f"{len(again)} times"
-    where = (f"resumed after step {resumed}" if resumed else
-             "each attempt from step 0 (nothing saved to resume from: run.save_every)")
+    where = (
+        f"resumed after step {resumed}"
+        if resumed
+        else "each attempt from step 0 (nothing saved to resume from: run.save_every)"
+    )
     return f"restarted {times}, {where}; attempt {again[0][ATTEMPT]}: {again[0]['message']}"
 
 
@@ -457,13 +579,11 @@ def ended_by_supervisor(run_dir: Path) -> bool:
     return RunFolder(run_dir).final()
 
 
-def record_supervisor_death(run_dir: Path, pid: int, returncode: int,
-                            wait_s: float = 10.0) -> Summary:
+def record_supervisor_death(run_dir: Path, pid: int, returncode: int, wait_s: float = 10.0) -> Summary:
     """The supervisor itself died by a signal, so no one wrote how the run ended: end what is left of
     it (its ranks die with their parents; wait for that, then kill stragglers) and write the summary.
     Called by the launching process."""
-    ranks = [(r[PID], r.get(CREATED_T)) for r in read_events(run_dir)
-             if r.get(EVENT) == START and r.get(PID)]
+    ranks = [(r[PID], r.get(CREATED_T)) for r in read_events(run_dir) if r.get(EVENT) == START and r.get(PID)]
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(same_process(*p) for p in ranks):
         time.sleep(0.1)
@@ -478,15 +598,21 @@ def record_supervisor_death(run_dir: Path, pid: int, returncode: int,
     reason = folder.stop_reason()
     how = signal_name(returncode)
     if reason is not None:
-        info = {"status": "stopped", "cause": "stopped", "error_type": error_type_of("stopped"),
-                "message": f"{reason} (the supervisor did not stop in time and was "
-                           f"killed by {how})"}
+        info = {
+            "status": "stopped",
+            "cause": "stopped",
+            "error_type": error_type_of("stopped"),
+            "message": f"{reason} (the supervisor did not stop in time and was killed by {how})",
+        }
     else:
-        info = {"status": "failed", "cause": "supervisor_killed",
-                "error_type": error_type_of("supervisor_killed"),
-                "signal": how,
-                "message": f"the supervisor (pid {pid}) was killed by {how} after step {step}, so its "
-                           "ranks were ended with it; nothing in the run itself failed"}
+        info = {
+            "status": "failed",
+            "cause": "supervisor_killed",
+            "error_type": error_type_of("supervisor_killed"),
+            "signal": how,
+            "message": f"the supervisor (pid {pid}) was killed by {how} after step {step}, so its "
+            "ranks were ended with it; nothing in the run itself failed",
+        }
     summary = {k: v for k, v in read_summary(run_dir).items() if k in ("steps", "final_loss")}
     summary.update(info, **{FINAL_KEY: returncode})
     Reserve(run_dir).release()

@@ -19,6 +19,7 @@ the model and data built once in a child process); the run folder is then claime
 launch.json records the supervisor's pid and start time so readers can tell a live run from a
 dead one.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,9 @@ def resolve_backend(cfg: RunConfig) -> str:
 def worker_command(cfg: RunConfig, run_dir: Path) -> list[str]:
     """The exact command that runs this config cold: copy it to a terminal or a cluster job."""
     folder = RunFolder(run_dir)
-    return rank_command(cfg.distributed, [*WORKER, "--config", str(folder.config_file)],
-                        str(folder.torchrun_logs))
+    return rank_command(
+        cfg.distributed, [*WORKER, "--config", str(folder.config_file)], str(folder.torchrun_logs)
+    )
 
 
 @dataclass
@@ -85,10 +87,18 @@ class RunHandle:
     `command` is what ran (a spare's, when a spare took the run); `notes` says what the pre-launch
     check could not measure or was told to override."""
 
-    def __init__(self, run_dir: Path, config: RunConfig, proc: subprocess.Popen, command: list[str],
-                 notes: list[str] | None = None, threads: ThreadChoice | None = None,
-                 env: dict[str, str] | None = None, launcher: "Launcher | None" = None,
-                 warm: bool = False):
+    def __init__(
+        self,
+        run_dir: Path,
+        config: RunConfig,
+        proc: subprocess.Popen,
+        command: list[str],
+        notes: list[str] | None = None,
+        threads: ThreadChoice | None = None,
+        env: dict[str, str] | None = None,
+        launcher: "Launcher | None" = None,
+        warm: bool = False,
+    ):
         self.run_dir, self.config, self.proc, self.command = run_dir, config, proc, command
         self.notes = notes or []
         self.threads = threads  # the threads and wait policy chosen for it, with the reason
@@ -161,8 +171,10 @@ def check_resume_from(cfg: RunConfig) -> None:
     if not source:
         return
     if not RunFolder(source).holds_resumable_state():
-        raise ConfigError(f"run.resume_from {source!r} holds no resumable state (resume.pt, or a "
-                          "whole step in resume_sharded/): resume a run that had run.save_every > 0")
+        raise ConfigError(
+            f"run.resume_from {source!r} holds no resumable state (resume.pt, or a "
+            "whole step in resume_sharded/): resume a run that had run.save_every > 0"
+        )
     from ..train.resume import check_saved_state  # torch's checkpoint reader: only to resume
 
     check_saved_state(source, cfg.distributed.strategy == "fsdp")
@@ -172,11 +184,13 @@ def check_saves_are_shared(cfg: RunConfig) -> None:
     """A restart resumes only where every rank reads the saved state: a node started here writes
     a run folder of its own, and only global rank 0 saves, so the other nodes would start over."""
     if cfg.run.save_every and cfg.distributed.nnodes > 1:
-        raise ConfigError(f"run.save_every={cfg.run.save_every} with distributed.nnodes="
-                          f"{cfg.distributed.nnodes} is not allowed here: each node started this way "
-                          "keeps its own run folder and only global rank 0 saves, so a restart would "
-                          "resume one node and start the others over; submit it as one SLURM job "
-                          "(workbench submit: every node shares its run folder), or set run.save_every=0")
+        raise ConfigError(
+            f"run.save_every={cfg.run.save_every} with distributed.nnodes="
+            f"{cfg.distributed.nnodes} is not allowed here: each node started this way "
+            "keeps its own run folder and only global rank 0 saves, so a restart would "
+            "resume one node and start the others over; submit it as one SLURM job "
+            "(workbench submit: every node shares its run folder), or set run.save_every=0"
+        )
 
 
 class Launcher:
@@ -224,8 +238,15 @@ class Launcher:
         folder = Path(folder) if folder is not None else runs_root(cfg)
         return check_limits(cfg, device.type, folder, need), need
 
-    def plan(self, cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
-             *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> LaunchPlan:
+    def plan(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path | None = None,
+        root: str | Path | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        threads: ThreadChoice | None = None,
+    ) -> LaunchPlan:
         """Every check, once, and the ranks' threads and wait policy chosen from what other programs
         use now (workbench.machine.threads), unless `threads` brings a choice made already (every
         run of a comparison's round shares one). `env` adds environment variables for the ranks.
@@ -238,8 +259,7 @@ class Launcher:
         threads = threads or choose_threads(cfg, other_cores_now(meter))
         env = {**threads.env(), **(env or {})}
         spare = self.spares.would_take(cfg, supervisor_env(env))
-        return LaunchPlan(cfg, notes, need, threads, env, run_dir, root,
-                          spare.command if spare else None)
+        return LaunchPlan(cfg, notes, need, threads, env, run_dir, root, spare.command if spare else None)
 
     def start(self, plan: LaunchPlan) -> RunHandle:
         """Claim the run folder and start the plan's run under a supervisor, or hand it to a spare
@@ -259,20 +279,28 @@ class Launcher:
                 proc, command, how = self._hand_to(spare, run_dir, env) if spare else (None, None, {})
                 if proc is None:
                     command = worker_command(cfg, run_dir)  # cold: built only now, on a free port
-                    proc = self.lifelines.start_supervisor(["--run-dir", str(run_dir)], command, log,
-                                                           ranks_env)
+                    proc = self.lifelines.start_supervisor(
+                        ["--run-dir", str(run_dir)], command, log, ranks_env
+                    )
         except BaseException:
             self.spares.ended(cfg, env)
             raise
-        handle = RunHandle(run_dir, cfg, proc, command, plan.notes, plan.threads, env, self,
-                           warm=bool(how))
+        handle = RunHandle(run_dir, cfg, proc, command, plan.notes, plan.threads, env, self, warm=bool(how))
         try:  # who to look for: a reader tells a dead run from a live one by these pids
-            folder.write_launch({
-                "t": round(time.time(), 4), "command": command, "supervisor_pid": proc.pid,
-                "supervisor_created": created_time(proc.pid), "launcher_pid": os.getpid(),
-                "launcher_created": created_time(), "notes": plan.notes, "precheck": plan.precheck,
-                "threads": plan.threads.as_dict(),
-                **(how or {"cold_because": cold_because or "the spare exited as it was handed the run"})})
+            folder.write_launch(
+                {
+                    "t": round(time.time(), 4),
+                    "command": command,
+                    "supervisor_pid": proc.pid,
+                    "supervisor_created": created_time(proc.pid),
+                    "launcher_pid": os.getpid(),
+                    "launcher_created": created_time(),
+                    "notes": plan.notes,
+                    "precheck": plan.precheck,
+                    "threads": plan.threads.as_dict(),
+                    **(how or {"cold_because": cold_because or "the spare exited as it was handed the run"}),
+                }
+            )
         except OSError as e:
             handle.stop("the run folder could not be written")
             raise ConfigError(disk_message(folder.launch_file, e, "writing")) from None
@@ -286,13 +314,26 @@ class Launcher:
             return spare.proc, spare.command, {"warm": spare.record()}
         return None, None, {}
 
-    def start_run(self, cfg: RunConfig, run_dir: str | Path | None = None,
-                  root: str | Path | None = None, *, env: dict[str, str] | None = None,
-                  threads: ThreadChoice | None = None) -> RunHandle:
+    def start_run(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path | None = None,
+        root: str | Path | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        threads: ThreadChoice | None = None,
+    ) -> RunHandle:
         return self.start(self.plan(cfg, run_dir, root, env=env, threads=threads))
 
-    def run(self, cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
-            *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> dict:
+    def run(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path | None = None,
+        timeout_s: float | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        threads: ThreadChoice | None = None,
+    ) -> dict:
         """Start a run, wait for it, and return its summary (status says how it ended)."""
         handle = self.start_run(cfg, run_dir, env=env, threads=threads)
         try:
@@ -330,13 +371,25 @@ def check_launch(cfg: RunConfig, folder: str | Path | None = None) -> list[str]:
     return launcher().check(cfg, folder)[0]
 
 
-def start_run(cfg: RunConfig, run_dir: str | Path | None = None, root: str | Path | None = None,
-              *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> RunHandle:
+def start_run(
+    cfg: RunConfig,
+    run_dir: str | Path | None = None,
+    root: str | Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    threads: ThreadChoice | None = None,
+) -> RunHandle:
     """Plan and start a run with this process's launcher (Launcher.plan, Launcher.start)."""
     return launcher().start_run(cfg, run_dir, root, env=env, threads=threads)
 
 
-def run(cfg: RunConfig, run_dir: str | Path | None = None, timeout_s: float | None = None,
-        *, env: dict[str, str] | None = None, threads: ThreadChoice | None = None) -> dict:
+def run(
+    cfg: RunConfig,
+    run_dir: str | Path | None = None,
+    timeout_s: float | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    threads: ThreadChoice | None = None,
+) -> dict:
     """Start a run with this process's launcher, wait for it, and return its summary."""
     return launcher().run(cfg, run_dir, timeout_s, env=env, threads=threads)

@@ -15,6 +15,7 @@ spares: workbench.distributed.warm), and is kept (by the launcher's Prechecks an
 cache, prechecks/) for configs that name no code or name a file that has not changed since; what it is
 compared with (free memory, free disk, cores) is read anew at every launch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,10 @@ def _cache_key(cfg: RunConfig) -> str | None:
     (a package module: looking at its file would mean importing its package here)."""
     d = cfg.to_dict()
     files = []
-    for spec in (cfg.model.name if ":" in cfg.model.name else "",
-                 cfg.data.factory if cfg.data.name == "dataset" else ""):
+    for spec in (
+        cfg.model.name if ":" in cfg.model.name else "",
+        cfg.data.factory if cfg.data.name == "dataset" else "",
+    ):
         target = spec.rpartition(":")[0]
         if not target:
             continue
@@ -62,10 +65,17 @@ def _cache_key(cfg: RunConfig) -> str | None:
             return None
         files.append([str(Path(target).resolve()), st.st_mtime_ns, st.st_size])
     key = {k: d[k] for k in ("model", "data", "precision")}
-    key.update(batch=d["loader"]["batch_size"], optim=d["optim"]["name"], cwd=os.getcwd(), files=files,
-               checkpoint=d["train"]["checkpoint"],
-               fsdp=d["distributed"]["fsdp_blocks"] if d["distributed"]["strategy"] == "fsdp" else None,
-               python=sys.executable, torch=torch.__version__, host=socket.gethostname())
+    key.update(
+        batch=d["loader"]["batch_size"],
+        optim=d["optim"]["name"],
+        cwd=os.getcwd(),
+        files=files,
+        checkpoint=d["train"]["checkpoint"],
+        fsdp=d["distributed"]["fsdp_blocks"] if d["distributed"]["strategy"] == "fsdp" else None,
+        python=sys.executable,
+        torch=torch.__version__,
+        host=socket.gethostname(),
+    )
     return json.dumps(key, sort_keys=True)
 
 
@@ -81,8 +91,12 @@ class Prechecks:
     def __init__(self) -> None:
         self._answers: dict[str, dict] = {}
 
-    def measure(self, cfg: RunConfig, new_process: Callable[[], subprocess.Popen],
-                timeout_s: float = PRECHECK_TIMEOUT_S) -> dict:
+    def measure(
+        self,
+        cfg: RunConfig,
+        new_process: Callable[[], subprocess.Popen],
+        timeout_s: float = PRECHECK_TIMEOUT_S,
+    ) -> dict:
         """Build the config's data and model in a child process (`new_process`: a spare one, past
         its imports, or a new one) and return what it measured; a config whose model or data
         cannot be built is a ConfigError with the child's one line."""
@@ -116,14 +130,20 @@ def _measure(cfg: RunConfig, proc: subprocess.Popen, timeout_s: float) -> dict:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return {"ok": True, "timed_out": True,
-                "note": f"the pre-launch check of the model and data took over {timeout_s:g} s and was "
-                        "stopped; memory was not checked"}
+        return {
+            "ok": True,
+            "timed_out": True,
+            "note": f"the pre-launch check of the model and data took over {timeout_s:g} s and was "
+            "stopped; memory was not checked",
+        }
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if proc.returncode < 0:
         how = signal.Signals(-proc.returncode).name
-        oom = (" (most likely out of memory); make data.num_samples, data.image_size or the model "
-               "smaller") if how == "SIGKILL" else ""
+        oom = (
+            (" (most likely out of memory); make data.num_samples, data.image_size or the model smaller")
+            if how == "SIGKILL"
+            else ""
+        )
         raise ConfigError(f"building the data and the model before launch was killed by {how}{oom}")
     if not lines:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
@@ -140,9 +160,11 @@ def per_rank_batch(cfg: RunConfig, train_samples: int) -> int:
     ranks = cfg.distributed.world_size
     share = train_samples // ranks
     if cfg.loader.batch_size > share:
-        raise ConfigError(f"loader.batch_size must be <= {share}, the training samples each of the "
-                          f"{ranks} rank(s) gets from data.name {cfg.data.name!r} ({train_samples} in "
-                          f"all), got {shown(cfg.loader.batch_size)}; use a smaller batch or more data")
+        raise ConfigError(
+            f"loader.batch_size must be <= {share}, the training samples each of the "
+            f"{ranks} rank(s) gets from data.name {cfg.data.name!r} ({train_samples} in "
+            f"all), got {shown(cfg.loader.batch_size)}; use a smaller batch or more data"
+        )
     return cfg.loader.batch_size
 
 
@@ -150,9 +172,16 @@ def memory_need(cfg: RunConfig, need: dict, device_type: str) -> dict:
     """GiB one rank holds: on the host (torch itself, the data, and on a CPU the training state)
     and on its GPU (the training state and the CUDA context)."""
     batch = per_rank_batch(cfg, need["train_samples"])
-    cost = StepCost(flops=0, ops=0, params=need["params"], param_bytes=need["param_bytes"],
-                    activation_bytes=int(need.get("activation_bytes_per_sample", 0) * batch),
-                    batch_size=batch, optimizer=cfg.optim.name, accum=cfg.optim.grad_accum_steps)
+    cost = StepCost(
+        flops=0,
+        ops=0,
+        params=need["params"],
+        param_bytes=need["param_bytes"],
+        activation_bytes=int(need.get("activation_bytes_per_sample", 0) * batch),
+        batch_size=batch,
+        optimizer=cfg.optim.name,
+        accum=cfg.optim.grad_accum_steps,
+    )
     on_gpu = device_type == "cuda"
     state = memory_need_gib(cost, context_gib=CUDA_CONTEXT_GIB if on_gpu else 0.0)
     ddp = need["params"] * 4 / GIB if cfg.distributed.world_size > 1 else 0.0  # gradient buckets
@@ -199,24 +228,30 @@ def available_per_rank(cfg: RunConfig, device_type: str) -> tuple[float | None, 
 def check_memory(cfg: RunConfig, need: dict, device_type: str) -> list[str]:
     m = memory_need(cfg, need, device_type)
     nproc = cfg.distributed.nproc
-    parts = (f"torch {need['base_rss_gib']:.2f} + data {need['data_rss_gib']:.2f}"
-             + ("" if device_type == "cuda" else
-                " + weights, gradients and optimizer state "
-                f"{m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
-                f" + activations {m['activations_gib']:.3g}"))
+    parts = f"torch {need['base_rss_gib']:.2f} + data {need['data_rss_gib']:.2f}" + (
+        ""
+        if device_type == "cuda"
+        else " + weights, gradients and optimizer state "
+        f"{m['weights_gib'] + m['grads_gib'] + m['optimizer_gib']:.3g}"
+        f" + activations {m['activations_gib']:.3g}"
+    )
     worst, per_gpu, available = _available(cfg, device_type)
     if available is not None and nproc * m["host_gib"] > available:
-        raise ConfigError(f"this run needs about {nproc * m['host_gib']:.3g} GiB of RAM ({nproc} rank(s) x "
-                          f"({parts}) GiB) and this machine has {available:.3g} GiB available; use "
-                          "fewer ranks (distributed.nproc), a smaller model or a smaller batch")
+        raise ConfigError(
+            f"this run needs about {nproc * m['host_gib']:.3g} GiB of RAM ({nproc} rank(s) x "
+            f"({parts}) GiB) and this machine has {available:.3g} GiB available; use "
+            "fewer ranks (distributed.nproc), a smaller model or a smaller batch"
+        )
     notes = []
     if device_type == "cuda":
         if worst is not None:
             if per_gpu * m["gpu_gib"] > worst:
-                raise ConfigError(f"each rank needs about {m['gpu_gib']:.3g} GiB of GPU memory (weights, "
-                                  f"gradients, optimizer state, activations and {CUDA_CONTEXT_GIB:g} GiB of "
-                                  f"CUDA context) x {per_gpu} rank(s) per GPU, and the fullest GPU has "
-                                  f"{worst:.3g} GiB free; use a smaller model or batch, or more GPUs")
+                raise ConfigError(
+                    f"each rank needs about {m['gpu_gib']:.3g} GiB of GPU memory (weights, "
+                    f"gradients, optimizer state, activations and {CUDA_CONTEXT_GIB:g} GiB of "
+                    f"CUDA context) x {per_gpu} rank(s) per GPU, and the fullest GPU has "
+                    f"{worst:.3g} GiB free; use a smaller model or batch, or more GPUs"
+                )
     if "activations_note" in need:
         notes.append(need["activations_note"])
     return notes
@@ -231,18 +266,22 @@ def check_disk(cfg: RunConfig, need: dict, folder: Path) -> None:
     weights = need.get("param_bytes", 0) if cfg.run.save_weights else 0
     total = events + weights + Reserve.SIZE + 64 * 1024
     if total > free:
-        raise ConfigError(f"the run folder {str(folder)!r} has {mib(free)} free and this run writes about "
-                          f"{mib(total)} (events of {cfg.run.steps} steps x {cfg.distributed.nproc} rank(s) "
-                          f"{mib(events)}, weights {mib(weights)}, a {mib(Reserve.SIZE)} reserve): No space "
-                          "left on device; free some space or choose another folder "
-                          "(run.runs_dir, --run-dir)")
+        raise ConfigError(
+            f"the run folder {str(folder)!r} has {mib(free)} free and this run writes about "
+            f"{mib(total)} (events of {cfg.run.steps} steps x {cfg.distributed.nproc} rank(s) "
+            f"{mib(events)}, weights {mib(weights)}, a {mib(Reserve.SIZE)} reserve): No space "
+            "left on device; free some space or choose another folder "
+            "(run.runs_dir, --run-dir)"
+        )
 
 
 def fsdp_note(blocks: list[str], shown: int = 4) -> str:
     """Which modules FSDP shards, in one line: the first few, and how many."""
     named = ", ".join(blocks[:shown]) + (f" ... {blocks[-1]}" if len(blocks) > shown else "")
-    return (f"FSDP shards {len(blocks)} block(s), then the root: {named or 'none (the root alone)'} "
-            "(distributed.fsdp_blocks, else the block rule)")
+    return (
+        f"FSDP shards {len(blocks)} block(s), then the root: {named or 'none (the root alone)'} "
+        "(distributed.fsdp_blocks, else the block rule)"
+    )
 
 
 def check_limits(cfg: RunConfig, device_type: str, folder: Path, need: dict) -> list[str]:

@@ -9,6 +9,7 @@ lifeline. A Launcher (workbench.distributed.launcher) holds one Lifelines.
 The lifeline is a pipe whose write end only this process holds: its end-of-file tells the
 supervisor that the kernel (or CLI) died, so the supervisor sweeps everything it started.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,16 +27,22 @@ class Lifelines:
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def start_supervisor(self, mode: list[str], command: list[str], log,
-                         env: dict[str, str]) -> subprocess.Popen:
+    def start_supervisor(
+        self, mode: list[str], command: list[str], log, env: dict[str, str]
+    ) -> subprocess.Popen:
         """`python -m workbench.distributed.supervisor MODE --parent-fd FD -- COMMAND`, in its own
         session (Ctrl-C in a terminal reaches this process only), its output in `log`."""
         read_fd, write_fd = os.pipe()
         try:
-            proc = subprocess.Popen([sys.executable, *SUPERVISOR, *mode, "--parent-fd", str(read_fd),
-                                     "--", *command], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, *SUPERVISOR, *mode, "--parent-fd", str(read_fd), "--", *command],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                pass_fds=(read_fd,),
+                start_new_session=True,
+            )
         except BaseException:
             os.close(write_fd)
             raise

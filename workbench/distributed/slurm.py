@@ -4,6 +4,7 @@ train.py) both fill in this template with a torchrun line from workbench.distrib
 
     slurm_job(line, name="my-run", nodes=2, nproc=8, gpus=True, port=29500)
 """
+
 from __future__ import annotations
 
 import shlex
@@ -25,10 +26,22 @@ def per_node(args: list[str]) -> str:
     return "bash -c " + shlex.quote(" ".join(args))
 
 
-def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port: int,
-              cpus_per_task: int | None = None, time_limit: str = "01:00:00", setup: str = "",
-              submit: str = "Submit with: sbatch job.slurm", output: str = "%x-%j.out",
-              requeue: bool | None = None, ended: str = "") -> str:
+def slurm_job(
+    line: str,
+    *,
+    name: str,
+    nodes: int,
+    nproc: int,
+    gpus: bool,
+    port: int,
+    cpus_per_task: int | None = None,
+    time_limit: str = "01:00:00",
+    setup: str = "",
+    submit: str = "Submit with: sbatch job.slurm",
+    output: str = "%x-%j.out",
+    requeue: bool | None = None,
+    ended: str = "",
+) -> str:
     """The batch file. `line` is what srun starts on every node (it may use $head_node, the first
     node's name, or $head_addr, its address); `setup` is shell run once before it (writing a
     config file, say). `requeue`: True for a job that saves resumable state (SLURM runs it again
@@ -36,11 +49,16 @@ def slurm_job(line: str, *, name: str, nodes: int, nproc: int, gpus: bool, port:
     that would start over; None leaves it to the cluster's default. `ended`: a command the job runs
     as it ends, with srun's exit code or TERM (SLURM cancelled it or its time ran out: the steps
     are let end first, within SLURM's KillWait), so the job records its own end."""
-    gpu = (f"#SBATCH --gpus-per-node={nproc}" if gpus
-           else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)")
-    again = {True: "#SBATCH --requeue\n# (requeued, the run resumes from its last saved step)\n",
-             False: "#SBATCH --no-requeue\n# (it saves no resumable state: requeued, it would start "
-                    "over)\n", None: ""}[requeue]
+    gpu = (
+        f"#SBATCH --gpus-per-node={nproc}"
+        if gpus
+        else "# (CPU run: no GPUs requested; torchrun uses the gloo backend)"
+    )
+    again = {
+        True: "#SBATCH --requeue\n# (requeued, the run resumes from its last saved step)\n",
+        False: "#SBATCH --no-requeue\n# (it saves no resumable state: requeued, it would start over)\n",
+        None: "",
+    }[requeue]
     env = "\n".join(f"export {k}={v}" for k, v in RESTART_ENV.items())
     return f"""#!/bin/bash
 #SBATCH --job-name={name}

@@ -20,6 +20,7 @@ at RUN_DIR/launcher.log (the workers' output passes through it), writes SPARE_DI
 waiting ranks, and supervises the run like any other; torchrun's logs move into the run folder at
 the end and the spare folder goes. A lifeline that closes before a job sweeps the spare.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -125,8 +126,9 @@ def _start(command: list[str], relay: bool = False) -> subprocess.Popen:
     become_subreaper()
     env = dict(os.environ, WORKBENCH_TREE_PID=str(os.getpid()))  # the run's tree, for its noise guard
     out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if relay else {}
-    child = subprocess.Popen(command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env,
-                             stdin=subprocess.DEVNULL, **out)
+    child = subprocess.Popen(
+        command, preexec_fn=lambda: set_pdeathsig(signal.SIGTERM), env=env, stdin=subprocess.DEVNULL, **out
+    )
     if relay:
         threading.Thread(target=_copy_out, args=(child.stdout.fileno(),), daemon=True).start()
     _log(f"pid {os.getpid()} started pid {child.pid}: {' '.join(command)}")
@@ -180,9 +182,11 @@ class Supervisor:
             if returncode is not None:
                 break
             if self.stop is None and _parent_gone(self.parent_fd):
-                self.stop = {"cause": "launcher_exited",
-                             "message": f"the process that started this run (the kernel or CLI) exited, "
-                                        f"so every rank was stopped after step {last_step(self.run_dir)}"}
+                self.stop = {
+                    "cause": "launcher_exited",
+                    "message": f"the process that started this run (the kernel or CLI) exited, "
+                    f"so every rank was stopped after step {last_step(self.run_dir)}",
+                }
             if self.stop is None and not self.run_dir.is_dir():  # nothing left to write into
                 self.stop = removed_folder(self.run_dir)
             if self.stop is None:
@@ -210,12 +214,20 @@ class Supervisor:
                 _log(f"torchrun's logs stay in {self.torchrun_logs}: {e}")
         agent = child.pid if self.cfg.distributed.world_size > 1 else None
         try:
-            summary = finish_summary(self.run_dir, self.cfg.distributed.world_size, returncode,
-                                     stop=self.stop, failure=self.failure, agent_pid=agent)
+            summary = finish_summary(
+                self.run_dir,
+                self.cfg.distributed.world_size,
+                returncode,
+                stop=self.stop,
+                failure=self.failure,
+                agent_pid=agent,
+            )
             _log(f"run ended: {summary.get('status')}: {summary.get('message', '')}".rstrip(": "))
         except OSError as e:  # even the reserve did not make room: say it where it can be seen
-            _log(f"run ended, but its summary could not be written: "
-                 f"{disk_message(RunFolder(self.run_dir).summary_file, e, 'writing')}")
+            _log(
+                f"run ended, but its summary could not be written: "
+                f"{disk_message(RunFolder(self.run_dir).summary_file, e, 'writing')}"
+            )
         return returncode if returncode >= 0 else 128 - returncode
 
 
@@ -224,10 +236,12 @@ def _stop_reason(run_dir: Path, signum: int) -> dict:
     reason = RunFolder(run_dir).stop_reason()
     if reason is not None:
         return {"cause": "stopped", "message": reason}
-    return {"cause": "supervisor_signalled",
-            "message": f"the supervisor (pid {os.getpid()}) got {signal.Signals(signum).name} from "
-                       f"another program, not from the workbench's Stop, so every rank was stopped "
-                       f"after step {last_step(run_dir)}"}
+    return {
+        "cause": "supervisor_signalled",
+        "message": f"the supervisor (pid {os.getpid()}) got {signal.Signals(signum).name} from "
+        f"another program, not from the workbench's Stop, so every rank was stopped "
+        f"after step {last_step(run_dir)}",
+    }
 
 
 def _wait_for_job(parent_fd: int, child: subprocess.Popen, signalled: list) -> dict | None:
@@ -272,8 +286,10 @@ def serve_spare(spare_dir: Path, command: list[str], parent_fd: int) -> int:
     supervisor = Supervisor(run_dir, command, parent_fd)
     supervisor.torchrun_logs = RunFolder(spare_dir).torchrun_logs
     _handle_signals(supervisor._on_term)
-    write_json_atomic(spare_dir / JOB, {"config": str(RunFolder(run_dir).config_file), "t": time.time(),
-                                        "env": job.get("env", {})})
+    write_json_atomic(
+        spare_dir / JOB,
+        {"config": str(RunFolder(run_dir).config_file), "t": time.time(), "env": job.get("env", {})},
+    )
     _log(f"spare {spare_dir.name} took the run {run_dir.name}")
     try:
         return supervisor.watch(child)

@@ -12,6 +12,7 @@ address hosts the rendezvous (`--rdzv-conf=is_host=1`): where the host name reso
 (common in containers), torchrun would not know the endpoint for its own, and torchrun and gloo
 would tell the other machines to reach this one on loopback.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,11 +46,20 @@ def toward(host: str) -> tuple[str | None, str | None, bool]:
     return route[0], route[1], route[0] == ipv4_of(host)
 
 
-def torchrun_args(program: list[str], *, nproc: int, endpoint: str, nnodes: int | str = 1,
-                  node_rank: int | str | None = None, rdzv_id: str | None = None,
-                  max_restarts: int | None = None, log_dir: str | None = None,
-                  runner: list[str] = TORCHRUN, local_addr: str | None = None,
-                  hosts_rendezvous: bool = False) -> list[str]:
+def torchrun_args(
+    program: list[str],
+    *,
+    nproc: int,
+    endpoint: str,
+    nnodes: int | str = 1,
+    node_rank: int | str | None = None,
+    rdzv_id: str | None = None,
+    max_restarts: int | None = None,
+    log_dir: str | None = None,
+    runner: list[str] = TORCHRUN,
+    local_addr: str | None = None,
+    hosts_rendezvous: bool = False,
+) -> list[str]:
     """`runner` + torchrun flags + `program` (a script, or -m module and its arguments).
 
     Values may be shell variables ("$SLURM_NODEID") where a batch file fills them in. Flags left
@@ -85,11 +95,22 @@ def rank_command(d, program: list[str], log_dir: str) -> list[str]:
     address, interface, holds = (None, None, False) if local else toward(endpoint.rpartition(":")[0])
     if interface is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
         env["GLOO_SOCKET_IFNAME"] = interface  # the user's own setting wins
-    return ["env", *(f"{k}={v}" for k, v in env.items()),
-            *torchrun_args(program, nproc=d.nproc, nnodes=d.nnodes, node_rank=d.node_rank,
-                           endpoint=endpoint, max_restarts=d.max_restarts, log_dir=log_dir,
-                           runner=loopback_runner(), local_addr=address,
-                           hosts_rendezvous=holds and d.node_rank in (0, None))]
+    return [
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        *torchrun_args(
+            program,
+            nproc=d.nproc,
+            nnodes=d.nnodes,
+            node_rank=d.node_rank,
+            endpoint=endpoint,
+            max_restarts=d.max_restarts,
+            log_dir=log_dir,
+            runner=loopback_runner(),
+            local_addr=address,
+            hosts_rendezvous=holds and d.node_rank in (0, None),
+        ),
+    ]
 
 
 def loopback_env() -> dict[str, str]:

@@ -28,6 +28,7 @@ Every spare is owned like a run: its supervisor holds a lifeline from this proce
 this process dies: the spare sweeps its processes and removes its folder), and the spare check
 reads its config on stdin (end-of-file when this process dies: it exits).
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,15 @@ def precheck_env() -> dict[str, str]:
 
 def new_check_process() -> subprocess.Popen:
     """A pre-launch check process waiting for its config on stdin."""
-    return subprocess.Popen([sys.executable, *PRECHECK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=precheck_env(), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, *PRECHECK],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=precheck_env(),
+        start_new_session=True,
+    )
 
 
 def _fit(cfg: RunConfig, env: dict[str, str]) -> tuple | None:
@@ -89,14 +97,12 @@ def cold_reason(cfg: RunConfig, key: tuple | None, spare: Spare | None) -> str:
         return "no spare was kept: a launcher keeps one for a shown run panel, started between runs"
     if not spare.alive():
         return "the spare had exited"
-    names = ["distributed.nproc", "distributed.max_restarts", "the Python interpreter",
-             "the working folder"]
+    names = ["distributed.nproc", "distributed.max_restarts", "the Python interpreter", "the working folder"]
     differ = [n for n, a, b in zip(names, key, spare.key) if a != b]
     env, spare_env = dict(key[-1]), dict(spare.key[-1])
     changed = sorted(k for k in env.keys() | spare_env.keys() if env.get(k) != spare_env.get(k))
     if changed:
-        differ.append("the environment (" + ", ".join(changed[:3]) + (", ..." if changed[3:] else "")
-                      + ")")
+        differ.append("the environment (" + ", ".join(changed[:3]) + (", ..." if changed[3:] else "") + ")")
     return "the spare was shaped for another run: " + ", ".join(differ)
 
 
@@ -146,9 +152,13 @@ class Spare:
         self.lifelines.release(self.proc.pid)  # its supervisor sweeps its processes and its folder
 
     def record(self) -> dict:
-        return {"spare_pid": self.proc.pid, "spare_started_t": round(self.started_t, 4),
-                "ready_when_taken": self.ready(), "spare_command": self.command,
-                "spare_wait_policy": self.wait_policy}
+        return {
+            "spare_pid": self.proc.pid,
+            "spare_started_t": round(self.started_t, 4),
+            "ready_when_taken": self.ready(),
+            "spare_command": self.command,
+            "spare_wait_policy": self.wait_policy,
+        }
 
 
 @dataclass
@@ -183,19 +193,19 @@ class Spares:
         """The spare check process kept now, if any."""
         return self._check.proc if self._check else None
 
-    def _start_spare(self, cfg: RunConfig, extra: dict[str, str], env: dict[str, str],
-                     key: tuple) -> Spare:
+    def _start_spare(self, cfg: RunConfig, extra: dict[str, str], env: dict[str, str], key: tuple) -> Spare:
         folder = Path(tempfile.mkdtemp(prefix="workbench-spare-"))
-        command = rank_command(cfg.distributed, [*WORKER, "--warm", str(folder)],
-                               str(RunFolder(folder).torchrun_logs))  # moved into the run it takes
+        command = rank_command(
+            cfg.distributed, [*WORKER, "--warm", str(folder)], str(RunFolder(folder).torchrun_logs)
+        )  # moved into the run it takes
         with open_log(folder / SPARE_LOG) as log:
             proc = self.lifelines.start_supervisor(["--warm", str(folder)], command, log, env)
         policy = "passive" if env.get(WAIT_ENV, "").upper() == "PASSIVE" else "default"
-        return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines, cfg, extra,
-                     policy)
+        return Spare(key, folder, proc, command, cfg.distributed.nproc, self.lifelines, cfg, extra, policy)
 
-    def _prepare(self, cfg: RunConfig, extra: dict[str, str] | None = None,
-                 threads: dict[str, str] | None = None) -> None:
+    def _prepare(
+        self, cfg: RunConfig, extra: dict[str, str] | None = None, threads: dict[str, str] | None = None
+    ) -> None:
         """Have a spare run shaped like `cfg` and a spare check ready (called between runs only).
         The spare's environment: the last run's additions `extra`, with the threads' part a launch
         would choose now (`threads`, when it has just been read)."""
@@ -228,8 +238,7 @@ class Spares:
         if cfg is not None:
             self._prepare(cfg)
         if self._watcher is None or not self._watcher.is_alive():
-            self._watcher = threading.Thread(target=self._watch, name="workbench-spare-watch",
-                                             daemon=True)
+            self._watcher = threading.Thread(target=self._watch, name="workbench-spare-watch", daemon=True)
             self._watcher.start()
 
     def _watch(self) -> None:

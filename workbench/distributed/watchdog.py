@@ -15,6 +15,7 @@ accepted or refused, from each rank's address gathered at start): a node that do
 cut or the machine down, is named at once. torchrun could neither restart nor close its rendezvous
 without it, and on a node cut off from the head it would wait in store calls (60 s each).
 """
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,25 @@ from pathlib import Path
 import psutil
 
 from ..config import RunConfig
-from ..events import (ADDRESSES, ATTEMPT, CREATED_T, DONE, ERROR, EVENT, HEARTBEAT, LAST, PID,
-                      RANK, READY, START, STATUS, STEP, STEP_NUMBER, TIME, RunTail)
+from ..events import (
+    ADDRESSES,
+    ATTEMPT,
+    CREATED_T,
+    DONE,
+    ERROR,
+    EVENT,
+    HEARTBEAT,
+    LAST,
+    PID,
+    RANK,
+    READY,
+    START,
+    STATUS,
+    STEP,
+    STEP_NUMBER,
+    TIME,
+    RunTail,
+)
 from ..net import answers
 from ..procs import same_process
 from .faults import Diagnosis, is_knock_on, stall_message
@@ -126,8 +144,11 @@ class Watchdog:
         if len(ready) < d.nproc:
             if now - window_start <= d.start_timeout_s:
                 return None
-            return Diagnosis("start_timeout", self._start_message(ranks, ready),
-                             failed_ranks=sorted(set(ranks) - set(ready)))
+            return Diagnosis(
+                "start_timeout",
+                self._start_message(ranks, ready),
+                failed_ranks=sorted(set(ranks) - set(ready)),
+            )
         stall_s = stall_after_s(d.timeout_s)
         stalled = []
         for rank, s in ranks.items():
@@ -144,9 +165,14 @@ class Watchdog:
         """Ranks ended with knock-on errors (a collective timed out): the rank they waited for is
         one still running whose last progress came well before, or whose process is stopped."""
         half = 0.5 * self.cfg.distributed.timeout_s
-        behind = [r for r, s in ranks.items() if not s.ended and s.pid
-                  and same_process(s.pid, s.created_t)
-                  and (s.frozen_since is not None or (s.progress_t or s.started_t or now) <= end_t - half)]
+        behind = [
+            r
+            for r, s in ranks.items()
+            if not s.ended
+            and s.pid
+            and same_process(s.pid, s.created_t)
+            and (s.frozen_since is not None or (s.progress_t or s.started_t or now) <= end_t - half)
+        ]
         return self._stalled(ranks, behind, now)
 
     def frozen(self, now: float | None = None) -> Diagnosis | None:
@@ -180,15 +206,19 @@ class Watchdog:
         if not lost:
             return None
         nproc = self.cfg.distributed.nproc  # torchrun numbers ranks node by node
-        where = "; ".join(f"node {ranks_there[0] // nproc} ({address}, rank(s) "
-                          f"{', '.join(map(str, ranks_there))})" for address, ranks_there in lost.items())
+        where = "; ".join(
+            f"node {ranks_there[0] // nproc} ({address}, rank(s) {', '.join(map(str, ranks_there))})"
+            for address, ranks_there in lost.items()
+        )
         step = max(s.step for s in ranks.values())
-        return Diagnosis("node_unreachable",
-                         f"lost contact with {where}: it does not answer on the network (its link "
-                         f"or the machine is down); this node's rank(s) "
-                         f"{', '.join(map(str, sorted(ranks)))} ended waiting for it after step {step} "
-                         f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})",
-                         failed_ranks=sorted(r for rs in lost.values() for r in rs))
+        return Diagnosis(
+            "node_unreachable",
+            f"lost contact with {where}: it does not answer on the network (its link "
+            f"or the machine is down); this node's rank(s) "
+            f"{', '.join(map(str, sorted(ranks)))} ended waiting for it after step {step} "
+            f"(distributed.timeout_s={self.cfg.distributed.timeout_s:g})",
+            failed_ranks=sorted(r for rs in lost.values() for r in rs),
+        )
 
     def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> Diagnosis | None:
         if not stalled:
@@ -202,20 +232,26 @@ class Watchdog:
         where = d.rdzv_endpoint or "127.0.0.1 (single node)"
         starting = self._rank_processes() if not ranks else []
         if starting:
-            return (f"{len(starting)} rank process(es) (pid {', '.join(map(str, starting))}) did not "
-                    f"start within distributed.start_timeout_s={d.start_timeout_s:g} s: still "
-                    "starting Python and importing, not waiting in rendezvous (a busy machine or a "
-                    "slow file system); raise distributed.start_timeout_s")
+            return (
+                f"{len(starting)} rank process(es) (pid {', '.join(map(str, starting))}) did not "
+                f"start within distributed.start_timeout_s={d.start_timeout_s:g} s: still "
+                "starting Python and importing, not waiting in rendezvous (a busy machine or a "
+                "slow file system); raise distributed.start_timeout_s"
+            )
         if not ranks:
-            return (f"no rank started within distributed.start_timeout_s={d.start_timeout_s:g} s: "
-                    f"torchrun started no rank process: it is still starting up (a busy machine) "
-                    f"or waiting in rendezvous at {where}. Check that the endpoint "
-                    f"is reachable, not held by another server, and that all {d.nnodes} node(s) "
-                    "were started with the same endpoint")
+            return (
+                f"no rank started within distributed.start_timeout_s={d.start_timeout_s:g} s: "
+                f"torchrun started no rank process: it is still starting up (a busy machine) "
+                f"or waiting in rendezvous at {where}. Check that the endpoint "
+                f"is reachable, not held by another server, and that all {d.nnodes} node(s) "
+                "were started with the same endpoint"
+            )
         missing = sorted(set(ranks) - set(ready))
-        return (f"rank(s) {missing} started but did not report ready within "
-                f"distributed.start_timeout_s={d.start_timeout_s:g} s ({len(ready)} of {d.nproc} "
-                "ready): stuck joining the process group or building the model")
+        return (
+            f"rank(s) {missing} started but did not report ready within "
+            f"distributed.start_timeout_s={d.start_timeout_s:g} s ({len(ready)} of {d.nproc} "
+            "ready): stuck joining the process group or building the model"
+        )
 
     def _rank_processes(self) -> list[int]:
         """The pids of rank processes in the run's tree that have not written a record yet."""
@@ -231,7 +267,7 @@ class Watchdog:
             except psutil.Error:
                 continue
             # python's own "-m" names what the process runs (torchrun's arguments name it too)
-            if "-m" in words and words[words.index("-m"):][:2] == WORKER:
+            if "-m" in words and words[words.index("-m") :][:2] == WORKER:
                 out.append(proc.pid)
         return sorted(out)
 

@@ -5,6 +5,7 @@ model and Dataset factories travel with it, with the local modules they import.
     from workbench.export import export
     export(run_dir_or_config, "exported/")        # or: workbench export --run RUN_DIR --to exported/
 """
+
 from __future__ import annotations
 
 import os
@@ -37,11 +38,16 @@ class Export:
 
     def __str__(self) -> str:
         names = ", ".join(str(p.relative_to(self.dir)) for p in self.files)
-        needs = f"\n  your code also imports: {', '.join(self.needs)} (install them where it runs)" \
-            if self.needs else ""
+        needs = (
+            f"\n  your code also imports: {', '.join(self.needs)} (install them where it runs)"
+            if self.needs
+            else ""
+        )
         notes = "".join(f"\n  warning: {w}" for w in self.warnings)
-        return (f"exported to {self.dir}: {names}\n  one node:   {shlex.join(self.single_node)}\n"
-                f"  multi-node: {shlex.join(self.multi_node)}{needs}{notes}")
+        return (
+            f"exported to {self.dir}: {names}\n  one node:   {shlex.join(self.single_node)}\n"
+            f"  multi-node: {shlex.join(self.multi_node)}{needs}{notes}"
+        )
 
 
 def resolve_config(source) -> RunConfig:
@@ -52,8 +58,10 @@ def resolve_config(source) -> RunConfig:
     if path.is_dir():
         folder = RunFolder(path)
         if not folder.holds_run():
-            raise ConfigError(f"run folder {str(path)!r} has no {CONFIG}; give a run folder "
-                              "(one from `workbench runs`) or a config file")
+            raise ConfigError(
+                f"run folder {str(path)!r} has no {CONFIG}; give a run folder "
+                "(one from `workbench runs`) or a config file"
+            )
         return folder.config()
     if path.is_file():
         return RunConfig.from_file(path)
@@ -62,8 +70,7 @@ def resolve_config(source) -> RunConfig:
 
 def _run_sh(cfg: RunConfig, nodes: int, port: int) -> str:
     one = shlex.join(commands.single_node(cfg, port=port))
-    many = " ".join(shell_word(a) for a in commands.multi_node(cfg, nodes, head="$HEAD_NODE",
-                                                                        port=port))
+    many = " ".join(shell_word(a) for a in commands.multi_node(cfg, nodes, head="$HEAD_NODE", port=port))
     return f"""#!/bin/bash
 # Run the exported training script.
 #   ./run.sh                     this machine, as the run was
@@ -86,12 +93,15 @@ def run_warnings(source) -> list[str]:
     if s.get("status") == "completed":
         return []
     why = f": {s['message']}" if s.get("message") else ""
-    return [f"run {str(source)!r} has status {s.get('status')!r}, not completed{why}; the export "
-            "holds its config, not a finished run"]
+    return [
+        f"run {str(source)!r} has status {s.get('status')!r}, not completed{why}; the export "
+        "holds its config, not a finished run"
+    ]
 
 
-def export(source, to_dir, *, nodes: int | None = None, port: int = commands.DEFAULT_PORT,
-           overwrite: bool = False) -> Export:
+def export(
+    source, to_dir, *, nodes: int | None = None, port: int = commands.DEFAULT_PORT, overwrite: bool = False
+) -> Export:
     """Write the export files for `source` (RunConfig, run folder or config file) into `to_dir`."""
     try:
         return _export(source, Path(to_dir), nodes, port, overwrite)
@@ -112,12 +122,18 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
         raise ConfigError(f"--to {str(to_dir)!r} is a file; give a folder")
     clash = [n for n in FILES if (to_dir / n).exists()]
     if clash and not overwrite:
-        raise ConfigError(f"{str(to_dir)!r} already holds an export ({', '.join(clash)}); "
-                          "choose a new folder or pass overwrite=True (--force)")
+        raise ConfigError(
+            f"{str(to_dir)!r} already holds an export ({', '.join(clash)}); "
+            "choose a new folder or pass overwrite=True (--force)"
+        )
     to_dir.mkdir(parents=True, exist_ok=True)
 
-    result = Export(to_dir, single_node=commands.single_node(cfg, port=port),
-                    multi_node=commands.multi_node(cfg, nodes, port=port), warnings=run_warnings(source))
+    result = Export(
+        to_dir,
+        single_node=commands.single_node(cfg, port=port),
+        multi_node=commands.multi_node(cfg, nodes, port=port),
+        warnings=run_warnings(source),
+    )
     specs, carried, result.needs = copy_user_code(cfg, to_dir)  # your code and its local modules
     result.files += carried
     if cfg.data.name == "digits":
@@ -126,13 +142,16 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     # An export holds its config under a run folder's name, naming the copies beside it (paths
     # relative to the export folder, where its commands run), never the originals.
     cfg.replace(**specs).save(to_dir / CONFIG)
-    launched = (RunFolder(source).launch() if isinstance(source, (str, Path)) and Path(source).is_dir()
-                else None)
+    launched = (
+        RunFolder(source).launch() if isinstance(source, (str, Path)) and Path(source).is_dir() else None
+    )
     recorded = (launched or {}).get("threads")  # the run's own choice, where it came from a run
-    texts = {"train.py": script_source(cfg, specs, recorded),
-             "commands.md": commands.commands_markdown(cfg, nodes, port),
-             "run.sh": _run_sh(cfg, nodes, port),
-             JOB_FILE: commands.slurm_job(cfg, nodes, port)}
+    texts = {
+        "train.py": script_source(cfg, specs, recorded),
+        "commands.md": commands.commands_markdown(cfg, nodes, port),
+        "run.sh": _run_sh(cfg, nodes, port),
+        JOB_FILE: commands.slurm_job(cfg, nodes, port),
+    }
     for name, text in texts.items():
         (to_dir / name).write_text(text)
     for name in ("run.sh", "train.py", JOB_FILE):

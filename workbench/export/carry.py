@@ -11,6 +11,7 @@ it is installed when Python finds it elsewhere (torch, transformers: the cluster
 and the export says so); anything else is an error naming the module and the file importing it.
 Imports inside `try:` blocks are optional and never an error.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,8 +34,9 @@ class Carried:
 def _imports(path: Path) -> list[tuple[str, int, bool]]:
     """(dotted module, relative level, optional) for every import in a file."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    optional = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
-                for stmt in t.body for n in ast.walk(stmt)}
+    optional = {
+        id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) for stmt in t.body for n in ast.walk(stmt)
+    }
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -93,7 +95,8 @@ def local_modules(starts: list[Path], root: Path, field_name: str) -> tuple[list
                 raise ConfigError(
                     f"{field_name}: {path.name} imports {dotted!r}, which is neither next to it "
                     f"(in {root}) nor installed, so the exported script could not import it; put "
-                    f"it in {root} or install it, then export again")
+                    f"it in {root} or install it, then export again"
+                )
     return sorted(seen), sorted(installed - set(sys.stdlib_module_names))
 
 
@@ -104,8 +107,10 @@ def carry(spec: str, field_name: str, to_dir: Path) -> Carried:
     if target.endswith(".py"):
         start = Path(target).resolve()
         if not start.is_file():
-            raise ConfigError(f"{field_name} {spec!r}: file {str(start)!r} does not exist, so it "
-                              "cannot be exported with the script")
+            raise ConfigError(
+                f"{field_name} {spec!r}: file {str(start)!r} does not exist, so it "
+                "cannot be exported with the script"
+            )
         root, starts, new_spec = start.parent, [start], f"{start.name}:{attr}"
     else:
         root = Path.cwd()
@@ -113,16 +118,20 @@ def carry(spec: str, field_name: str, to_dir: Path) -> Carried:
         if not files:
             if _is_installed(target.split(".")[0]):
                 return Carried(spec, installed=[target.split(".")[0]])
-            raise ConfigError(f"{field_name} {spec!r}: module {target!r} is not under the current "
-                              f"folder ({root}) nor installed, so it cannot be exported")
+            raise ConfigError(
+                f"{field_name} {spec!r}: module {target!r} is not under the current "
+                f"folder ({root}) nor installed, so it cannot be exported"
+            )
         starts, new_spec = files, spec
     files, installed = local_modules(starts, root, field_name)
     copies = []
     for f in files:
         dest = to_dir / f.relative_to(root)
         if dest.exists() and dest.read_bytes() != f.read_bytes():
-            raise ConfigError(f"{field_name} {spec!r}: {dest.relative_to(to_dir)} would overwrite "
-                              "another file of the export with a different one of the same name")
+            raise ConfigError(
+                f"{field_name} {spec!r}: {dest.relative_to(to_dir)} would overwrite "
+                "another file of the export with a different one of the same name"
+            )
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest)
         copies.append(dest)

@@ -3,6 +3,7 @@ several nodes, and a SLURM batch file that starts the multi-node command with sr
 
 Every function returns plain text or a list of arguments, so tests can run the very same command.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -15,25 +16,47 @@ from ..net import LOOPBACK
 DEFAULT_PORT = 29500
 
 
-def single_node(cfg: RunConfig, script: str = "train.py", port: int = DEFAULT_PORT,
-                launcher: list[str] | None = None) -> list[str]:
+def single_node(
+    cfg: RunConfig, script: str = "train.py", port: int = DEFAULT_PORT, launcher: list[str] | None = None
+) -> list[str]:
     """One node: plain python for one rank, else torchrun with its rendezvous on loopback only."""
     nproc = cfg.distributed.nproc
     if nproc == 1:
         return ["python", script]
-    return restartable(cfg, torchrun_args([script], nproc=nproc, endpoint=f"{LOOPBACK}:{port}",
-                                          max_restarts=cfg.distributed.max_restarts or None,
-                                          runner=launcher or TORCHRUN))
+    return restartable(
+        cfg,
+        torchrun_args(
+            [script],
+            nproc=nproc,
+            endpoint=f"{LOOPBACK}:{port}",
+            max_restarts=cfg.distributed.max_restarts or None,
+            runner=launcher or TORCHRUN,
+        ),
+    )
 
 
-def multi_node(cfg: RunConfig, nodes: int, head: str = "HEAD_NODE", port: int = DEFAULT_PORT,
-               script: str = "train.py", job_id: str = "workbench",
-               launcher: list[str] | None = None) -> list[str]:
+def multi_node(
+    cfg: RunConfig,
+    nodes: int,
+    head: str = "HEAD_NODE",
+    port: int = DEFAULT_PORT,
+    script: str = "train.py",
+    job_id: str = "workbench",
+    launcher: list[str] | None = None,
+) -> list[str]:
     """The command to start on every node; c10d rendezvous on the head node assigns node ranks."""
-    return restartable(cfg, torchrun_args([script], nproc=cfg.distributed.nproc, nnodes=nodes,
-                                          rdzv_id=job_id, endpoint=f"{head}:{port}",
-                                          max_restarts=cfg.distributed.max_restarts or None,
-                                          runner=launcher or TORCHRUN))
+    return restartable(
+        cfg,
+        torchrun_args(
+            [script],
+            nproc=cfg.distributed.nproc,
+            nnodes=nodes,
+            rdzv_id=job_id,
+            endpoint=f"{head}:{port}",
+            max_restarts=cfg.distributed.max_restarts or None,
+            runner=launcher or TORCHRUN,
+        ),
+    )
 
 
 def restartable(cfg: RunConfig, command: list[str]) -> list[str]:
@@ -75,22 +98,35 @@ ON_NODE = r"""on_node() {{
 export -f on_node"""
 
 
-def slurm_job(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT, script: str = "train.py",
-              time_limit: str = "00:30:00", job_name: str | None = None) -> str:
+def slurm_job(
+    cfg: RunConfig,
+    nodes: int,
+    port: int = DEFAULT_PORT,
+    script: str = "train.py",
+    time_limit: str = "00:30:00",
+    job_name: str | None = None,
+) -> str:
     """job.slurm: one task per node, each running torchrun on the script, with the rendezvous on
     the head node's address (its NodeAddr: a node's name need not resolve on the others). Options
     after `sbatch job.slurm` go to the script."""
     name = job_name or f"workbench-{cfg.run.label or cfg.model.name.rpartition(':')[2]}"
-    torchrun = multi_node(cfg, "$SLURM_NNODES", head="$head_addr", port=port, script=script,
-                          job_id="$SLURM_JOB_ID")[:-1]
-    on_node = ON_NODE.format(torchrun=" ".join(shell_word(a) for a in torchrun),
-                             script=shlex.quote(script))
-    return slurm_template("bash -c 'on_node \"$@\"' on_node \"$@\"", name=name, nodes=nodes,
-                          nproc=cfg.distributed.nproc, gpus=uses_gpu(cfg), port=port,
-                          time_limit=time_limit, setup=on_node,
-                          submit="Submit from the export folder: sbatch job.slurm [train.py options]",
-                          # the script resumes a requeued job from its state, but not under FSDP
-                          requeue=cfg.run.save_every > 0 and cfg.distributed.strategy != "fsdp")
+    torchrun = multi_node(
+        cfg, "$SLURM_NNODES", head="$head_addr", port=port, script=script, job_id="$SLURM_JOB_ID"
+    )[:-1]
+    on_node = ON_NODE.format(torchrun=" ".join(shell_word(a) for a in torchrun), script=shlex.quote(script))
+    return slurm_template(
+        "bash -c 'on_node \"$@\"' on_node \"$@\"",
+        name=name,
+        nodes=nodes,
+        nproc=cfg.distributed.nproc,
+        gpus=uses_gpu(cfg),
+        port=port,
+        time_limit=time_limit,
+        setup=on_node,
+        submit="Submit from the export folder: sbatch job.slurm [train.py options]",
+        # the script resumes a requeued job from its state, but not under FSDP
+        requeue=cfg.run.save_every > 0 and cfg.distributed.strategy != "fsdp",
+    )
 
 
 def commands_markdown(cfg: RunConfig, nodes: int, port: int = DEFAULT_PORT) -> str:

@@ -4,6 +4,7 @@ The model classes, the data builders and the loader/precision helpers are copied
 as source (inspect.getsource), so the exported script cannot drift from what the workbench runs;
 the digits data (which needs scikit-learn) is saved next to the script as plain tensors instead.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -96,13 +97,17 @@ HERE = Path(__file__).resolve().parent
 BUILD_MODEL = {
     "mlp": "return MLP(math.prod(data.input_shape), data.num_classes, m.width, m.depth)",
     "cnn": "c, h, _ = data.input_shape\n    return SmallCNN(c, data.num_classes, m.width, m.depth, "
-           "image_size=h)",
+    "image_size=h)",
     "transformer": "return TinyTransformerLM(data.num_classes, data.input_shape[0], m.width, m.depth, "
-                   "m.heads)",
+    "m.heads)",
     "user": BUILD_USER_MODEL,
 }
-MODEL_CLASSES = {"mlp": [wb_models.MLP], "cnn": [wb_models.SmallCNN],
-                 "transformer": [wb_models.TinyTransformerLM], "user": []}
+MODEL_CLASSES = {
+    "mlp": [wb_models.MLP],
+    "cnn": [wb_models.SmallCNN],
+    "transformer": [wb_models.TinyTransformerLM],
+    "user": [],
+}
 
 BUILDER_NAMES = {"dataset": "user_dataset"}
 
@@ -128,16 +133,18 @@ def _data_code(cfg: RunConfig) -> str:
     elif name == "synthetic_images":
         parts.append(_source(wb_data._split, wb_data.synthetic_images))
     elif name == "text":  # a corpus from a small grammar, made with the stdlib's random
-        consts = "\n".join(f"{n} = {getattr(wb_data, n)!r}" for n in
-                           ("_SUBJECTS", "_VERBS", "_OBJECTS", "_ENDS"))
+        consts = "\n".join(
+            f"{n} = {getattr(wb_data, n)!r}" for n in ("_SUBJECTS", "_VERBS", "_OBJECTS", "_ENDS")
+        )
         parts.append(consts + "\n\n\n" + _source(wb_data.synthetic_corpus, wb_data._split, wb_data.text))
     elif name == "dataset":
         parts.append(dataset_code())
     else:
         raise ConfigError(f"data.name {name!r} cannot be exported")
     builder = BUILDER_NAMES.get(name, name)
-    parts.append(f"def build_data(cfg):\n    bundle = {builder}(cfg)\n    bundle.name = {name!r}\n"
-                 "    return bundle")
+    parts.append(
+        f"def build_data(cfg):\n    bundle = {builder}(cfg)\n    bundle.name = {name!r}\n    return bundle"
+    )
     return "\n\n\n".join(parts)
 
 
@@ -156,13 +163,24 @@ def _model_code(cfg: RunConfig) -> str:
 
 def _helpers_code() -> str:
     dtypes = "DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}"
-    return "\n\n\n".join([
-        dtypes, _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
-        _source(wb_data.make_loader, wb_rank.backend_for, wb_rank.unwrap, wb_trainer.evaluate,
-                wb_trainer.full_state, wb_budget.TimeBudget, wb_warmup.warmup_steps),
-        f"MIN_TIMED = {wb_thread_trial.MIN_TIMED!r}\n\n\n" + _source(wb_thread_trial.ThreadTrial),
-        "_NEVER_FREED: list = []  # what leave_group keeps alive",
-        _source(wb_rank.leave_group, wb_procs.leave)])
+    return "\n\n\n".join(
+        [
+            dtypes,
+            _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
+            _source(
+                wb_data.make_loader,
+                wb_rank.backend_for,
+                wb_rank.unwrap,
+                wb_trainer.evaluate,
+                wb_trainer.full_state,
+                wb_budget.TimeBudget,
+                wb_warmup.warmup_steps,
+            ),
+            f"MIN_TIMED = {wb_thread_trial.MIN_TIMED!r}\n\n\n" + _source(wb_thread_trial.ThreadTrial),
+            "_NEVER_FREED: list = []  # what leave_group keeps alive",
+            _source(wb_rank.leave_group, wb_procs.leave),
+        ]
+    )
 
 
 THREADS = '''
@@ -241,12 +259,28 @@ CHOSEN = threads_now(settings(CONFIG)) if __name__ == "__main__" else None
 def _threads_code(recorded: dict | None) -> str:
     """machine.threads' rule and what it reads, copied, for the script's header."""
     t, c = wb_threads, wb_contention
-    constants = "\n".join(f"{name} = {value!r}" for name, value in (
-        ("THREADS_ENV", t.THREADS_ENV), ("WAIT_ENV", t.WAIT_ENV), ("TRIAL_ENV", t.TRIAL_ENV),
-        ("TRIAL_WHY", t.TRIAL_WHY), ("READ_S", t.READ_S), ("BUSY_CORES", c.BUSY_CORES)))
+    constants = "\n".join(
+        f"{name} = {value!r}"
+        for name, value in (
+            ("THREADS_ENV", t.THREADS_ENV),
+            ("WAIT_ENV", t.WAIT_ENV),
+            ("TRIAL_ENV", t.TRIAL_ENV),
+            ("TRIAL_WHY", t.TRIAL_WHY),
+            ("READ_S", t.READ_S),
+            ("BUSY_CORES", c.BUSY_CORES),
+        )
+    )
     constants += '\n_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100'
-    rule = _source(c.system_cpu, wb_cpu.usable_cores, t.thread_count, t.auto_source, t.ThreadChoice,
-                   t.wait_policy, t.waits_passively, t.choose_threads)
+    rule = _source(
+        c.system_cpu,
+        wb_cpu.usable_cores,
+        t.thread_count,
+        t.auto_source,
+        t.ThreadChoice,
+        t.wait_policy,
+        t.waits_passively,
+        t.choose_threads,
+    )
     return THREADS.format(constants=constants, rule=rule, recorded=pprint.pformat(recorded))
 
 
@@ -265,30 +299,47 @@ SHOWN = {shown}'''
 def _checkpoint_code() -> str:
     """train.checkpoint's own code, copied: the same modules are recomputed in the script."""
     c = wb_checkpointing
-    return "\n\n\n".join([CHECKPOINTING.format(shown=c.SHOWN), _source(
-        c._matches, c.module_names, c._listing, c.resolve, c._checkpointed, c.apply_checkpointing)])
+    return "\n\n\n".join(
+        [
+            CHECKPOINTING.format(shown=c.SHOWN),
+            _source(
+                c._matches, c.module_names, c._listing, c.resolve, c._checkpointed, c.apply_checkpointing
+            ),
+        ]
+    )
 
 
 def _sharding_code() -> str:
     """distributed.strategy 'fsdp': the trainer's own FSDP2 wrapping, copied."""
-    return _source(wb_sharding.layer_blocks, wb_sharding.block_names, wb_sharding.check_shardable,
-                   wb_sharding.apply_fsdp)
+    return _source(
+        wb_sharding.layer_blocks, wb_sharding.block_names, wb_sharding.check_shardable, wb_sharding.apply_fsdp
+    )
 
 
 def _step_code() -> str:
     """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
     impls = f"OPTIMIZER_IMPLS = {wb_step.OPTIMIZER_IMPLS!r}"
-    return "\n\n\n".join([impls, _source(wb_step.make_optimizer, wb_step.cycle_batches,
-                                          wb_step.no_phase, wb_step.StepParts,
-                                          wb_step.train_step)])
+    return "\n\n\n".join(
+        [
+            impls,
+            _source(
+                wb_step.make_optimizer,
+                wb_step.cycle_batches,
+                wb_step.no_phase,
+                wb_step.StepParts,
+                wb_step.train_step,
+            ),
+        ]
+    )
 
 
 def _resume_code() -> str:
     """run.save_every's resumable state, the trainer's own file: a script and a workbench run each
     go on from the other's `resume.pt` (one process or DDP)."""
     names = f"STEP_NUMBER = {STEP_NUMBER!r}\nRESUME = {RESUME!r}"
-    return "\n\n\n".join([names, _source(wb_resume.whole_state, wb_resume.load_whole_state,
-                                           wb_disk.write_atomic)])
+    return "\n\n\n".join(
+        [names, _source(wb_resume.whole_state, wb_resume.load_whole_state, wb_disk.write_atomic)]
+    )
 
 
 def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
@@ -303,20 +354,24 @@ def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:
 def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | None = None) -> str:
     """The whole train.py for this config, as text; `recorded`: the threads the run chose."""
     extra = "" if not uses_user_code(cfg) else " and your code (copied next to it)"
-    header = HEADER.format(label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
-                           extra_dep=extra,
-                           config=pprint.pformat(script_config(cfg, specs), indent=1, width=100),
-                           threads=_threads_code(recorded))
-    sections = [("model", _model_code(cfg)), ("data", _data_code(cfg)),
-                ("precision, loss and loading", _helpers_code()),
-                ("one training step (the workbench's own)", _step_code()),
-                ("resumable state (run.save_every)", _resume_code())]
+    header = HEADER.format(
+        label=cfg.run.label or f"{cfg.model.name}, {cfg.data.name}",
+        extra_dep=extra,
+        config=pprint.pformat(script_config(cfg, specs), indent=1, width=100),
+        threads=_threads_code(recorded),
+    )
+    sections = [
+        ("model", _model_code(cfg)),
+        ("data", _data_code(cfg)),
+        ("precision, loss and loading", _helpers_code()),
+        ("one training step (the workbench's own)", _step_code()),
+        ("resumable state (run.save_every)", _resume_code()),
+    ]
     fsdp = cfg.distributed.strategy == "fsdp"
     if cfg.train.checkpoint or fsdp:  # FSDP's block names are matched as checkpointing's are
         sections.append(("activation checkpointing (train.checkpoint)", _checkpoint_code()))
     if fsdp:
-        sections.append(("sharding: FSDP2 per block, then the root (distributed.strategy)",
-                         _sharding_code()))
+        sections.append(("sharding: FSDP2 per block, then the root (distributed.strategy)", _sharding_code()))
     body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
     return header + body + MAIN
 
@@ -324,7 +379,12 @@ def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | No
 def save_digits(cfg: RunConfig, path: Path) -> None:
     """The digits split exactly as the workbench makes it, as plain tensors (no scikit-learn needed)."""
     bundle = wb_data.build_data(cfg)
-    torch.save({"train_x": bundle.train.x.contiguous(), "train_y": bundle.train.y.contiguous(),
-                "test_x": bundle.test.x.contiguous(), "test_y": bundle.test.y.contiguous()}, path)
-
-
+    torch.save(
+        {
+            "train_x": bundle.train.x.contiguous(),
+            "train_y": bundle.train.y.contiguous(),
+            "test_x": bundle.test.x.contiguous(),
+            "test_y": bundle.test.y.contiguous(),
+        },
+        path,
+    )

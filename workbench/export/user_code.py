@@ -5,6 +5,7 @@ asks for, the output adapter), so the script builds the model exactly as the wor
 
     specs, files, installed = copy_user_code(cfg, to_dir)   # {'model.name': 'resnet.py:build'}
 """
+
 from __future__ import annotations
 
 import inspect
@@ -56,9 +57,23 @@ def uses_user_code(cfg: RunConfig) -> bool:
 def user_code(cfg: RunConfig) -> str:
     """The loader and the contract's functions, as the script's source."""
     c = wb_contract
-    return "\n\n\n".join([LOAD_FACTORY.strip(), f"FACTS = {c.FACTS!r}", _source(
-        wb_data.SampleBatches, wb_data.sample_batch, c.data_facts, c.factory_kwargs,
-        c.output_adapter, c.TakeLogits, c.attach_adapter, c._forward_once, c.fit_output)])
+    return "\n\n\n".join(
+        [
+            LOAD_FACTORY.strip(),
+            f"FACTS = {c.FACTS!r}",
+            _source(
+                wb_data.SampleBatches,
+                wb_data.sample_batch,
+                c.data_facts,
+                c.factory_kwargs,
+                c.output_adapter,
+                c.TakeLogits,
+                c.attach_adapter,
+                c._forward_once,
+                c.fit_output,
+            ),
+        ]
+    )
 
 
 def dataset_code() -> str:
@@ -70,12 +85,16 @@ def copy_user_code(cfg: RunConfig, to_dir: Path) -> tuple[dict, list[Path], list
     """Copy the code behind model.name and data.factory into `to_dir`: the new specs by field,
     the files copied, and the outside packages that code imports (the cluster needs them)."""
     if cfg.data.name == "image_folder":
-        raise ConfigError("data.name 'image_folder' is not exported: the script carries the "
-                          "built-in data sets and your own Dataset (data.name 'dataset'); wrap the "
-                          "folder in a Dataset factory and export that")
+        raise ConfigError(
+            "data.name 'image_folder' is not exported: the script carries the "
+            "built-in data sets and your own Dataset (data.name 'dataset'); wrap the "
+            "folder in a Dataset factory and export that"
+        )
     specs, files, installed = {}, [], set()
-    wanted = {"model.name": cfg.model.name if ":" in cfg.model.name else None,
-              "data.factory": cfg.data.factory if cfg.data.name == "dataset" else None}
+    wanted = {
+        "model.name": cfg.model.name if ":" in cfg.model.name else None,
+        "data.factory": cfg.data.factory if cfg.data.name == "dataset" else None,
+    }
     for field, spec in wanted.items():
         if spec:
             carried = carry(spec, field, to_dir)

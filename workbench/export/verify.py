@@ -6,6 +6,7 @@
 The script is started with the export's own single-node command (plain python, or torchrun with its
 rendezvous on 127.0.0.1 and a free port), in its own process group so a timeout stops every rank.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,14 @@ def run_script(export_dir, steps: int | None = None, timeout_s: float = 600) -> 
     metrics = export_dir / METRICS
     shutil.rmtree(metrics, ignore_errors=True)
     args = ["--metrics", METRICS, "--out", ""] + (["--steps", str(steps)] if steps else [])
-    proc = subprocess.Popen(script_command(cfg, free_port()) + args, cwd=export_dir,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        script_command(cfg, free_port()) + args,
+        cwd=export_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -56,18 +62,21 @@ def run_script(export_dir, steps: int | None = None, timeout_s: float = 600) -> 
     return metrics
 
 
-def reproduce(export_dir, run_dir=None, steps: int | None = None, rank: int = 0,
-              timeout_s: float = 600):
+def reproduce(export_dir, run_dir=None, steps: int | None = None, rank: int = 0, timeout_s: float = 600):
     """A DataFrame per step: the script's loss, and the run's loss and their difference when given."""
     import pandas as pd
 
     metrics = run_script(export_dir, steps, timeout_s)
     lines = RunFolder(metrics).events_file(rank).read_text().splitlines()  # named as a run's
     df = pd.DataFrame([json.loads(line) for line in lines])[[STEP_NUMBER, LOSS]].rename(
-        columns={LOSS: "script_loss"})
+        columns={LOSS: "script_loss"}
+    )
     if run_dir is not None:
-        ours = {r[STEP_NUMBER]: r[LOSS] for r in read_events(run_dir)
-                if r.get(EVENT) == STEP and r.get(RANK) == rank}
+        ours = {
+            r[STEP_NUMBER]: r[LOSS]
+            for r in read_events(run_dir)
+            if r.get(EVENT) == STEP and r.get(RANK) == rank
+        }
         df["workbench_loss"] = df[STEP_NUMBER].map(ours)
         df["abs_diff"] = (df["script_loss"] - df["workbench_loss"]).abs()
     return df

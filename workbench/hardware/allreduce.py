@@ -9,6 +9,7 @@ the run listens on 127.0.0.1 only. Bus bandwidth = bytes / time x 2(n-1)/n, the 
 across rank counts (each byte crosses the links 2(n-1)/n times in a ring all-reduce). Rank 0
 writes the result as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,9 @@ def main(argv=None) -> int:
     store = process_group_store(env.rank, env.world_size, timeout_s=120)
     backend = "nccl" if args.device == "cuda" else "gloo"
     if store:  # torch's own arguments, not a record's fields
-        dist.init_process_group(backend, timeout=timedelta(seconds=120), store=store,
-                                rank=env.rank, world_size=env.world_size)
+        dist.init_process_group(
+            backend, timeout=timedelta(seconds=120), store=store, rank=env.rank, world_size=env.world_size
+        )
     else:
         dist.init_process_group(backend, timeout=timedelta(seconds=120))
     try:
@@ -60,10 +62,18 @@ def main(argv=None) -> int:
         t = measure(lambda: dist.all_reduce(x), device=device, warmup=2, repeats=args.repeats)
         if env.rank == 0:
             nbytes = x.numel() * 4
-            Path(args.out).write_text(json.dumps({
-                "ranks": env.world_size, "mib": args.mib, "median_ms": t.median_ms,
-                "spread": t.spread, "busbw_gbs": busbw_gbs(nbytes, t.median_ms, env.world_size),
-                "backend": dist.get_backend()}))
+            Path(args.out).write_text(
+                json.dumps(
+                    {
+                        "ranks": env.world_size,
+                        "mib": args.mib,
+                        "median_ms": t.median_ms,
+                        "spread": t.spread,
+                        "busbw_gbs": busbw_gbs(nbytes, t.median_ms, env.world_size),
+                        "backend": dist.get_backend(),
+                    }
+                )
+            )
     finally:
         dist.destroy_process_group()
     return 0
@@ -73,19 +83,42 @@ def run_allreduce(ranks: int, device: str = "cpu", mib: int = 64, timeout_s: flo
     """Launch the measurement under torchrun on 127.0.0.1 and return it as a Ceiling."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "allreduce.json"
-        program = ["-m", "workbench.hardware.allreduce", "--device", device, "--mib", str(mib),
-                   "--out", str(out)]
-        cmd = torchrun_args(program, nproc=ranks, endpoint=f"{LOOPBACK}:{free_port()}",
-                            runner=loopback_runner())
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(os.environ, OMP_NUM_THREADS="1", **loopback_env()))
+        program = [
+            "-m",
+            "workbench.hardware.allreduce",
+            "--device",
+            device,
+            "--mib",
+            str(mib),
+            "--out",
+            str(out),
+        ]
+        cmd = torchrun_args(
+            program, nproc=ranks, endpoint=f"{LOOPBACK}:{free_port()}", runner=loopback_runner()
+        )
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(os.environ, OMP_NUM_THREADS="1", **loopback_env()),
+        )
         if proc.returncode != 0 or not out.is_file():
-            raise RuntimeError(f"all-reduce benchmark failed (exit {proc.returncode}): "
-                               f"{(proc.stderr or proc.stdout)[-300:]}")
+            raise RuntimeError(
+                f"all-reduce benchmark failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-300:]}"
+            )
         r = json.loads(out.read_text())
-    return Ceiling("all-reduce", "bandwidth", round(r["busbw_gbs"], 3), "GB/s", r["median_ms"],
-                   round(r["spread"], 3), f"{mib} MiB x {ranks} ranks", device,
-                   note=f"bus bandwidth, {r['backend']}")
+    return Ceiling(
+        "all-reduce",
+        "bandwidth",
+        round(r["busbw_gbs"], 3),
+        "GB/s",
+        r["median_ms"],
+        round(r["spread"], 3),
+        f"{mib} MiB x {ranks} ranks",
+        device,
+        note=f"bus bandwidth, {r['backend']}",
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """One measured ceiling of a device: compute in GFLOP/s (GOP/s for int8) or bandwidth in GB/s, with
 its spread and the same figure from torch.utils.benchmark as a check on the workbench's timer."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

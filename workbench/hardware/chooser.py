@@ -15,6 +15,7 @@ workbench.train.sharding does, which a run measures as `memory_per_rank`), each 
 config's batch, and whether that fits the GPU: "fits on 8 x 24 GiB with FSDP, not with DDP". Not
 counted under FSDP: the one block whose parameters a rank gathers while it computes it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,14 @@ from ..train.flops import memory_need_gib as training_memory_gib
 
 GIB = 2**30
 # What a run would use instead when a GPU lacks the dtype (bf16 on a V100: fp16 with a scaler).
-FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "fp32"), "bf16": ("bf16", "fp16", "fp32"),
-            "fp16": ("fp16", "fp32"), "tf32": ("tf32", "fp32"), "fp32": ("fp32",), "int8": ("int8", "fp32")}
+FALLBACK = {
+    "fp8": ("fp8", "bf16", "fp16", "fp32"),
+    "bf16": ("bf16", "fp16", "fp32"),
+    "fp16": ("fp16", "fp32"),
+    "tf32": ("tf32", "fp32"),
+    "fp32": ("fp32",),
+    "int8": ("int8", "fp32"),
+}
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,10 @@ class Assumptions:
             if not 0 < v <= 1:
                 raise ConfigError(f"chooser.{name} must be in (0, 1], got {v!r}")
         if self.launch_us < 0 or self.context_gib < 0:
-            raise ConfigError(f"chooser.launch_us and chooser.context_gib must be >= 0, "
-                              f"got {self.launch_us!r} and {self.context_gib!r}")
+            raise ConfigError(
+                f"chooser.launch_us and chooser.context_gib must be >= 0, "
+                f"got {self.launch_us!r} and {self.context_gib!r}"
+            )
 
 
 def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, a: Assumptions = Assumptions()) -> dict:
@@ -67,8 +76,13 @@ def per_rank(mem: dict, memory_gib: float, ranks: int | None) -> dict:
     if not ranks:
         return {}
     ddp, fsdp = (per_rank_need_gib(mem, ranks, s) for s in ("ddp", "fsdp"))
-    return {"ranks": ranks, "rank_gib_ddp": ddp, "rank_gib_fsdp": fsdp,
-            "fits_ddp": ddp <= memory_gib, "fits_fsdp": fsdp <= memory_gib}
+    return {
+        "ranks": ranks,
+        "rank_gib_ddp": ddp,
+        "rank_gib_fsdp": fsdp,
+        "fits_ddp": ddp <= memory_gib,
+        "fits_fsdp": fsdp <= memory_gib,
+    }
 
 
 def fit_sentence(row: dict) -> str:
@@ -82,8 +96,14 @@ def fit_sentence(row: dict) -> str:
     return f"does not fit on {where}, with DDP or FSDP ({row['rank_gib_fsdp']:.1f} GiB a rank)"
 
 
-def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: float = 1.0,
-             a: Assumptions = Assumptions(), ranks: int | None = None) -> dict:
+def estimate(
+    cost: StepCost,
+    gpu: GPUSpec,
+    dtype: str = "bf16",
+    batch_scale: float = 1.0,
+    a: Assumptions = Assumptions(),
+    ranks: int | None = None,
+) -> dict:
     """One GPU's row: estimated step time, what bounds it, and whether the state fits."""
     if dtype not in FALLBACK:
         raise ConfigError(f"dtype must be one of {', '.join(FALLBACK)}, got {dtype!r}")
@@ -97,20 +117,38 @@ def estimate(cost: StepCost, gpu: GPUSpec, dtype: str = "bf16", batch_scale: flo
     memory_ms = moved / (gpu.bandwidth_gbs * 1e9 * a.memory_eff) * 1e3
     launch_ms = cost.ops * a.launch_us / 1e3
     step_ms = max(compute_ms, memory_ms) + launch_ms
-    bound = "launch" if launch_ms > max(compute_ms, memory_ms) else (
-        "compute" if compute_ms >= memory_ms else "memory")
+    bound = (
+        "launch"
+        if launch_ms > max(compute_ms, memory_ms)
+        else ("compute" if compute_ms >= memory_ms else "memory")
+    )
     mem = memory_need_gib(cost, batch_scale, a)
-    return {**per_rank(mem, gpu.memory_gib, ranks), "gpu": gpu.name, "dtype": used,
-            "peak_tflops": peak, "step_ms": step_ms, "compute_ms": compute_ms,
-            "memory_ms": memory_ms, "launch_ms": launch_ms, "bound": bound,
-            SAMPLES_PER_S: cost.batch_size * batch_scale / (step_ms / 1e3),
-            "need_gib": mem["total_gib"], "memory_gib": gpu.memory_gib,
-            "fits": mem["total_gib"] <= gpu.memory_gib, "note": note}
+    return {
+        **per_rank(mem, gpu.memory_gib, ranks),
+        "gpu": gpu.name,
+        "dtype": used,
+        "peak_tflops": peak,
+        "step_ms": step_ms,
+        "compute_ms": compute_ms,
+        "memory_ms": memory_ms,
+        "launch_ms": launch_ms,
+        "bound": bound,
+        SAMPLES_PER_S: cost.batch_size * batch_scale / (step_ms / 1e3),
+        "need_gib": mem["total_gib"],
+        "memory_gib": gpu.memory_gib,
+        "fits": mem["total_gib"] <= gpu.memory_gib,
+        "note": note,
+    }
 
 
-def choose(cost: StepCost, dtype: str = "bf16", batch_scale: float = 1.0,
-           assumptions: Assumptions = Assumptions(), gpus: list[GPUSpec] | None = None,
-           ranks: int | None = None):
+def choose(
+    cost: StepCost,
+    dtype: str = "bf16",
+    batch_scale: float = 1.0,
+    assumptions: Assumptions = Assumptions(),
+    gpus: list[GPUSpec] | None = None,
+    ranks: int | None = None,
+):
     """Every GPU's estimate as a DataFrame: those where it fits first, fastest first; with `ranks`,
     what each rank holds under DDP and FSDP and whether it fits."""
     import pandas as pd
@@ -122,4 +160,3 @@ def choose(cost: StepCost, dtype: str = "bf16", batch_scale: float = 1.0,
     rows = [estimate(cost, g, dtype, batch_scale, assumptions, ranks) for g in (gpus or GPUS)]
     df = pd.DataFrame(rows)
     return df.sort_values(["fits", "step_ms"], ascending=[False, True]).reset_index(drop=True)
-

@@ -13,6 +13,7 @@ other's) and reused only where the conditions match, a busy machine's figure onl
 `refresh=True` measures again. Every notebook, the run panel and the profiler's advice take the
 precision to try first from here (`precision_lesson`), so they say the same thing on one machine.
 """
+
 from __future__ import annotations
 
 import time
@@ -57,12 +58,18 @@ class Lesson:
         elif ratio.verdict == SLOWER and recommend == dtype:
             recommend = "fp32"
         agrees = "agrees with" if recommend == self.recommend else "overrides"
-        claims.record("precision lesson after the A/B", "lesson", f"{recommend} to try first for this model",
-                      (ratio.verdict != FASTER or recommend == dtype)
-                      and (ratio.verdict != SLOWER or recommend != dtype),
-                      f"the A/B measured {dtype} {ratio.verdict} than fp32")
-        trained = (f"an A/B of this model's training steps measured {dtype} against fp32 at "
-                   f"{ratio.label()}, which {agrees} the matmul")
+        claims.record(
+            "precision lesson after the A/B",
+            "lesson",
+            f"{recommend} to try first for this model",
+            (ratio.verdict != FASTER or recommend == dtype)
+            and (ratio.verdict != SLOWER or recommend != dtype),
+            f"the A/B measured {dtype} {ratio.verdict} than fp32",
+        )
+        trained = (
+            f"an A/B of this model's training steps measured {dtype} against fp32 at "
+            f"{ratio.label()}, which {agrees} the matmul"
+        )
         return Lesson(recommend, self.ratios, self.flags, self.source, trained)
 
     @property
@@ -73,13 +80,22 @@ class Lesson:
             if r is None:
                 continue
             units = [f for f in UNITS[dtype] if f in self.flags]
-            why = (f"{flags_owner()} has {', '.join(u.upper().replace('_', '-') for u in units)}" if units
-                   else f"{flags_owner()} lists no instructions for it") if self.flags is not None else ""
+            why = (
+                (
+                    f"{flags_owner()} has {', '.join(u.upper().replace('_', '-') for u in units)}"
+                    if units
+                    else f"{flags_owner()} lists no instructions for it"
+                )
+                if self.flags is not None
+                else ""
+            )
             out.append(f"{dtype} matmul against fp32: {r.label()}" + (f"; {why}" if why else ""))
         if self.trained:
             out.append(self.trained)
-            out.append(f"so {self.recommend} is the precision to try first for this model "
-                       f"(the matmul: {self.source})")
+            out.append(
+                f"so {self.recommend} is the precision to try first for this model "
+                f"(the matmul: {self.source})"
+            )
             return out
         out.append(f"so {self.recommend} is the precision to try first here ({self.source})")
         return out
@@ -94,10 +110,12 @@ def measure_precisions(device="cpu", n: int | None = None, rounds: int = ROUNDS)
     device = torch.device(device)
     n = n or (4096 if device.type == "cuda" else 512)
     g = torch.Generator().manual_seed(0)
-    mats = {k: [torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2)]
-            for k, dtype in DTYPES.items()}
-    times = timed_calls({k: (lambda a=a, b=b: a @ b) for k, (a, b) in mats.items()},
-                        device=device, warmup=1, rounds=rounds)
+    mats = {
+        k: [torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2)] for k, dtype in DTYPES.items()
+    }
+    times = timed_calls(
+        {k: (lambda a=a, b=b: a @ b) for k, (a, b) in mats.items()}, device=device, warmup=1, rounds=rounds
+    )
     base = times["fp32"].samples_ms
     return {k: paired_ratio(base, times[k].samples_ms) for k in ("bf16", "fp16")}
 
@@ -119,16 +137,25 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
         other = meter.read()["other_cpu_cores"]
         when = "measured just now"
         measured = kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
-        write_json(cache_name(LESSON, measured), {  # best effort: unwritable means measured again next time
-            "conditions": measured, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-            "other_cpu_cores": round(other, 3), "ratios": {k: r.__dict__ for k, r in ratios.items()}})
-    source = (f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} "
-              f"thread(s)" + (f", beside other programs holding {other:.1f} cores: both sides of "
-                              "each round met them" if is_busy(other) else ", quiet"))
+        write_json(
+            cache_name(LESSON, measured),
+            {  # best effort: unwritable means measured again next time
+                "conditions": measured,
+                "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                "other_cpu_cores": round(other, 3),
+                "ratios": {k: r.__dict__ for k, r in ratios.items()},
+            },
+        )
+    source = f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} thread(s)" + (
+        f", beside other programs holding {other:.1f} cores: both sides of each round met them"
+        if is_busy(other)
+        else ", quiet"
+    )
     lesson = Lesson(pick(ratios, device), ratios, flags, source)
     # one answer per set of conditions, whichever panel asks: notebooks 01, 04 and 07 agree
-    claims.same("precision lesson", "the precision to try first", cache_name(LESSON, kept_under),
-                lesson.recommend)
+    claims.same(
+        "precision lesson", "the precision to try first", cache_name(LESSON, kept_under), lesson.recommend
+    )
     return lesson
 
 
@@ -148,14 +175,20 @@ def ceilings_lesson(ceilings, flags: list[str] | None = None, device_type: str =
     fp32 = compute.get("fp32")
     if fp32 is None:
         return "No fp32 matmul ceiling was measured, so there is nothing to compare with."
-    parts = [f"{d} {c.value / fp32.value:.2f}x ({c.value:,.4g} {c.unit} at {c.size})"
-             for d, c in compute.items() if d != "fp32"]
+    parts = [
+        f"{d} {c.value / fp32.value:.2f}x ({c.value:,.4g} {c.unit} at {c.size})"
+        for d, c in compute.items()
+        if d != "fp32"
+    ]
     text = f"Measured here against fp32's {fp32.value:,.4g} {fp32.unit} ({fp32.size}): " + ", ".join(parts)
     if device_type == "cpu":
         flags = sorted(cpu_flags()) if flags is None else flags
         listed = [f.upper().replace("_", "-") for f in flags if f.startswith(("amx", "avx512"))]
-        text += (f"; {flags_owner()} lists {', '.join(listed)}" if listed
-                 else f"; {flags_owner()} lists no AVX-512 or AMX instructions")
+        text += (
+            f"; {flags_owner()} lists {', '.join(listed)}"
+            if listed
+            else f"; {flags_owner()} lists no AVX-512 or AMX instructions"
+        )
     return text + "."
 
 
@@ -165,11 +198,15 @@ def int8_ceiling_line(device) -> str:
     entry = load_ceilings(device)
     gflops = (entry or {}).get("compute_gflops", {})
     if "int8" not in gflops or "fp32" not in gflops:
-        return ("no int8 ceiling is measured on this device yet: notebook 04 (or `workbench hw "
-                "--bench`) measures and caches it")
+        return (
+            "no int8 ceiling is measured on this device yet: notebook 04 (or `workbench hw "
+            "--bench`) measures and caches it"
+        )
     ratio = gflops["int8"] / gflops["fp32"]
-    return (f"notebook 04's ceilings on this device ({measured_when(entry)}): a bare int8 "
-            f"matmul {gflops['int8']:,.0f} GOP/s against fp32's {gflops['fp32']:,.0f} GFLOP/s, "
-            f"{ratio:.2f}x. A dynamically quantized Linear also quantizes its input and dequantizes "
-            "its output at every call, at its own (smaller) size: its speedup is the one this "
-            "notebook measures, and the two need not agree")
+    return (
+        f"notebook 04's ceilings on this device ({measured_when(entry)}): a bare int8 "
+        f"matmul {gflops['int8']:,.0f} GOP/s against fp32's {gflops['fp32']:,.0f} GFLOP/s, "
+        f"{ratio:.2f}x. A dynamically quantized Linear also quantizes its input and dequantizes "
+        "its output at every call, at its own (smaller) size: its speedup is the one this "
+        "notebook measures, and the two need not agree"
+    )

@@ -10,6 +10,7 @@ program held the cores) the measurement is repeated, up to ATTEMPTS times, keepi
 spread and the attempts are reported. Matmul and copy are also timed by torch.utils.benchmark.Timer
 in the same run, sample by sample in alternation, as a check on our own timer.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,9 @@ def _matmul_fn(dtype: str) -> Callable:
     return torch._int_mm if dtype == "int8" else torch.matmul
 
 
-def pick_size(fn: Callable, make: Callable[[int], tuple], device, cap_ms: float, max_n: int,
-              probe_n: int = 256) -> int:
+def pick_size(
+    fn: Callable, make: Callable[[int], tuple], device, cap_ms: float, max_n: int, probe_n: int = 256
+) -> int:
     """The largest n (a multiple of 128, at most max_n) whose call should take under cap_ms, from the
     best of three calls at probe_n. Slow paths (fp16 matmul on most CPUs runs at well under
     1 GFLOP/s) get a small problem, fast ones a large one. A slow path can also slow down with size
@@ -91,8 +93,15 @@ def _fit(n: int, ms: float, cap_ms: float, max_n: int) -> int:
     return int(max(128, min(max_n, n * (cap_ms / ms) ** (1 / 3) // 128 * 128)))
 
 
-def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float = CPU_CAP_MS,
-           repeats: int = 10, check: bool = True) -> Ceiling:
+def matmul(
+    dtype: str,
+    device="cpu",
+    *,
+    max_n: int | None = None,
+    cap_ms: float = CPU_CAP_MS,
+    repeats: int = 10,
+    check: bool = True,
+) -> Ceiling:
     """Throughput of an n x n x n matrix multiply, 2n^3 operations per call."""
     device = torch.device(device)
     if dtype not in MATMUL_DTYPES:
@@ -104,19 +113,34 @@ def matmul(dtype: str, device="cpu", *, max_n: int | None = None, cap_ms: float 
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
-        n = pick_size(fn, lambda k: (_rand(k, dtype, device), _rand(k, dtype, device)), device,
-                      cap_ms, max_n, probe_n=1024 if device.type == "cuda" else 256)
+        n = pick_size(
+            fn,
+            lambda k: (_rand(k, dtype, device), _rand(k, dtype, device)),
+            device,
+            cap_ms,
+            max_n,
+            probe_n=1024 if device.type == "cuda" else 256,
+        )
         a, b = _rand(n, dtype, device), _rand(n, dtype, device)
         ops = 2 * n**3
-        t, theirs, attempts = _robust(lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b},
-                                      device, repeats, check)
+        t, theirs, attempts = _robust(
+            lambda: fn(a, b), "fn(a, b)", {"fn": fn, "a": a, "b": b}, device, repeats, check
+        )
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    return Ceiling(f"matmul {dtype}", "compute", round(ops / t.best_ms / 1e6, 2),
-                   "GOP/s" if dtype == "int8" else "GFLOP/s", t.best_ms, round(t.spread, 3),
-                   f"{n}x{n}", str(device), dtype,
-                   round(ops / theirs.best_ms / 1e6, 2) if theirs else None,
-                   note=_attempts_note(attempts))
+    return Ceiling(
+        f"matmul {dtype}",
+        "compute",
+        round(ops / t.best_ms / 1e6, 2),
+        "GOP/s" if dtype == "int8" else "GFLOP/s",
+        t.best_ms,
+        round(t.spread, 3),
+        f"{n}x{n}",
+        str(device),
+        dtype,
+        round(ops / theirs.best_ms / 1e6, 2) if theirs else None,
+        note=_attempts_note(attempts),
+    )
 
 
 def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bool = True) -> Ceiling:
@@ -125,12 +149,20 @@ def copy_bandwidth(device="cpu", *, mib: int = 256, repeats: int = 10, check: bo
     x = torch.randn(mib * MIB // 4, device=device)
     y = torch.empty_like(x)
     moved = 2 * x.numel() * 4
-    t, theirs, attempts = _robust(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device,
-                                  repeats, check)
+    t, theirs, attempts = _robust(lambda: y.copy_(x), "y.copy_(x)", {"x": x, "y": y}, device, repeats, check)
     note = "; ".join(n for n in ("read + write bytes", _attempts_note(attempts)) if n)
-    return Ceiling("copy", "bandwidth", round(moved / t.best_ms / 1e6, 2), "GB/s", t.best_ms,
-                   round(t.spread, 3), f"{mib} MiB", str(device),
-                   check=round(moved / theirs.best_ms / 1e6, 2) if theirs else None, note=note)
+    return Ceiling(
+        "copy",
+        "bandwidth",
+        round(moved / t.best_ms / 1e6, 2),
+        "GB/s",
+        t.best_ms,
+        round(t.spread, 3),
+        f"{mib} MiB",
+        str(device),
+        check=round(moved / theirs.best_ms / 1e6, 2) if theirs else None,
+        note=note,
+    )
 
 
 def _robust(fn: Callable, stmt: str, env: dict, device, repeats: int, check: bool):
@@ -150,12 +182,12 @@ def _robust(fn: Callable, stmt: str, env: dict, device, repeats: int, check: boo
 
 
 def _attempts_note(attempts: int) -> str:
-    return (f"spread above {WIDE:.0%}: measured {attempts} times, the best kept"
-            if attempts > 1 else "")
+    return f"spread above {WIDE:.0%}: measured {attempts} times, the best kept" if attempts > 1 else ""
 
 
-def host_transfer(direction: str, pinned: bool, device="cuda", *, mib: int = 256,
-                  repeats: int = 10) -> Ceiling:
+def host_transfer(
+    direction: str, pinned: bool, device="cuda", *, mib: int = 256, repeats: int = 10
+) -> Ceiling:
     """Host-to-device ('h2d') or device-to-host ('d2h') bandwidth from pinned or pageable memory."""
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
@@ -167,9 +199,16 @@ def host_transfer(direction: str, pinned: bool, device="cuda", *, mib: int = 256
     else:
         fn = lambda: host.copy_(dev, non_blocking=pinned)  # noqa: E731
     t = measure(fn, device=device, warmup=2, repeats=repeats)
-    return Ceiling(f"{direction} {'pinned' if pinned else 'pageable'}", "bandwidth",
-                   round(host.numel() * 4 / t.median_ms / 1e6, 2), "GB/s", t.median_ms,
-                   round(t.spread, 3), f"{mib} MiB", str(device))
+    return Ceiling(
+        f"{direction} {'pinned' if pinned else 'pageable'}",
+        "bandwidth",
+        round(host.numel() * 4 / t.median_ms / 1e6, 2),
+        "GB/s",
+        t.median_ms,
+        round(t.spread, 3),
+        f"{mib} MiB",
+        str(device),
+    )
 
 
 def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tuple[str, Callable]]:
@@ -184,24 +223,33 @@ def plan(device="cpu", quick: bool = False, allreduce_ranks: int = 0) -> list[tu
     for dtype in MATMUL_DTYPES:
         if dtype == "tf32" and not gpu:
             continue
-        steps.append((f"matmul {dtype}", lambda d=dtype: matmul(d, device, max_n=max_n,
-                                                                 cap_ms=cap, repeats=reps)))
+        steps.append(
+            (f"matmul {dtype}", lambda d=dtype: matmul(d, device, max_n=max_n, cap_ms=cap, repeats=reps))
+        )
     steps.append(("copy", lambda: copy_bandwidth(device, mib=mib, repeats=reps)))
     if gpu:
         for direction in ("h2d", "d2h"):
             for pinned in (True, False):
-                steps.append((f"{direction} {'pinned' if pinned else 'pageable'}",
-                              lambda d=direction, p=pinned: host_transfer(d, p, device, mib=mib,
-                                                                          repeats=reps)))
+                steps.append(
+                    (
+                        f"{direction} {'pinned' if pinned else 'pageable'}",
+                        lambda d=direction, p=pinned: host_transfer(d, p, device, mib=mib, repeats=reps),
+                    )
+                )
     ranks = allreduce_ranks or (torch.cuda.device_count() if gpu else 0)
     if ranks > 1:
-        steps.append(("all-reduce", lambda: run_allreduce(ranks, "cuda" if gpu else "cpu",
-                                                          mib=64 if quick else 256)))
+        steps.append(
+            ("all-reduce", lambda: run_allreduce(ranks, "cuda" if gpu else "cpu", mib=64 if quick else 256))
+        )
     return steps
 
 
-def run_benchmarks(device="cpu", quick: bool = False, allreduce_ranks: int = 0,
-                   progress: Callable[[int, int, str], None] | None = None) -> list[Ceiling]:
+def run_benchmarks(
+    device="cpu",
+    quick: bool = False,
+    allreduce_ranks: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[Ceiling]:
     """Run every benchmark in `plan`; `progress(done, total, label)` is called before each and at
     the end. A benchmark the backend cannot run becomes a Ceiling with value nan and a note. Each
     ceiling carries the cores other programs held while it was measured."""
@@ -216,9 +264,20 @@ def run_benchmarks(device="cpu", quick: bool = False, allreduce_ranks: int = 0,
             out[-1].other_cores = meter.read()["other_cpu_cores"]
         except (RuntimeError, NotImplementedError) as e:
             kind = "compute" if label.startswith("matmul") else "bandwidth"
-            out.append(Ceiling(label, kind, math.nan, "GFLOP/s" if kind == "compute" else "GB/s",
-                               math.nan, math.nan, "", str(device), label.split()[-1] if kind == "compute"
-                               else None, note=f"not available here: {str(e).splitlines()[0][:120]}"))
+            out.append(
+                Ceiling(
+                    label,
+                    kind,
+                    math.nan,
+                    "GFLOP/s" if kind == "compute" else "GB/s",
+                    math.nan,
+                    math.nan,
+                    "",
+                    str(device),
+                    label.split()[-1] if kind == "compute" else None,
+                    note=f"not available here: {str(e).splitlines()[0][:120]}",
+                )
+            )
         device_sync(device)
     if progress:
         progress(len(steps), len(steps), "done")

@@ -4,6 +4,7 @@ intensity (FLOPs per byte moved) and the FLOP/s it reaches, under the measured c
 A few training steps run in-process (inference-sized work, seconds), timed with
 workbench.measure.timer.measure; FLOPs come from workbench.train.flops.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,12 +24,31 @@ def builtin_configs(dtype: str = "fp32", batch_size: int = 64) -> dict[str, RunC
     1x8x8 images, the digits' shape, so timing it needs no dataset import."""
     base = RunConfig.default().replace(**{"precision.dtype": dtype, "loader.batch_size": batch_size})
     return {
-        "mlp": base.replace(**{"data.name": "synthetic_images", "data.image_size": 8, "data.channels": 1,
-                               "data.num_samples": 256}),
-        "cnn": base.replace(**{"model.name": "cnn", "model.width": 32, "data.name": "synthetic_images",
-                               "data.num_samples": 256}),
-        "transformer": base.replace(**{"model.name": "transformer", "model.width": 128, "model.depth": 2,
-                                       "data.name": "text", "data.num_samples": 256}),
+        "mlp": base.replace(
+            **{
+                "data.name": "synthetic_images",
+                "data.image_size": 8,
+                "data.channels": 1,
+                "data.num_samples": 256,
+            }
+        ),
+        "cnn": base.replace(
+            **{
+                "model.name": "cnn",
+                "model.width": 32,
+                "data.name": "synthetic_images",
+                "data.num_samples": 256,
+            }
+        ),
+        "transformer": base.replace(
+            **{
+                "model.name": "transformer",
+                "model.width": 128,
+                "model.depth": 2,
+                "data.name": "text",
+                "data.num_samples": 256,
+            }
+        ),
     }
 
 
@@ -51,14 +71,27 @@ def model_point(cfg: RunConfig, device="cpu", repeats: int = 5) -> dict:
         opt.zero_grad(set_to_none=True)
 
     t = measure(step, device=device, warmup=2, repeats=repeats)
-    return {"model": cfg.model.name, "dtype": cfg.precision.dtype, "batch_size": cost.batch_size,
-            "flops": cost.flops, "bytes": cost.bytes_moved, "intensity": cost.intensity,
-            "step_ms": t.median_ms, "spread": t.spread,
-            "gflops": cost.flops / t.median_ms / 1e6, "params": cost.params}
+    return {
+        "model": cfg.model.name,
+        "dtype": cfg.precision.dtype,
+        "batch_size": cost.batch_size,
+        "flops": cost.flops,
+        "bytes": cost.bytes_moved,
+        "intensity": cost.intensity,
+        "step_ms": t.median_ms,
+        "spread": t.spread,
+        "gflops": cost.flops / t.median_ms / 1e6,
+        "params": cost.params,
+    }
 
 
-def roofline_points(device="cpu", dtype: str = "fp32", repeats: int = 5, batch_size: int = 64,
-                    progress: Callable[[int, int, str], None] | None = None) -> list[dict]:
+def roofline_points(
+    device="cpu",
+    dtype: str = "fp32",
+    repeats: int = 5,
+    batch_size: int = 64,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[dict]:
     configs = builtin_configs(dtype, batch_size)
     out = []
     for i, (name, cfg) in enumerate(configs.items()):

@@ -7,6 +7,7 @@ every step's), the TrainingArguments as the run's settings, and the time budget 
     from workbench.integrations.hf import WorkbenchCallback
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[WorkbenchCallback()])
 """
+
 from __future__ import annotations
 
 import time
@@ -35,10 +36,12 @@ class WorkbenchCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self.run is None:
             settings = {k: v for k, v in args.to_dict().items() if not k.startswith("_")}
-            self.run = track(config=self.config if self.config is not None else settings,
-                             run_dir=self.run_dir, exit_at_budget=False,
-                             **{"precision": precision_of(args),
-                                "steps": state.max_steps or None, **self.track_kwargs})
+            self.run = track(
+                config=self.config if self.config is not None else settings,
+                run_dir=self.run_dir,
+                exit_at_budget=False,
+                **{"precision": precision_of(args), "steps": state.max_steps or None, **self.track_kwargs},
+            )
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._flush()
@@ -47,8 +50,7 @@ class WorkbenchCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.run.sync()
         samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        self._pending = {"seconds": time.perf_counter() - self._t0, "samples": samples,
-                         "wait_s": self._wait}
+        self._pending = {"seconds": time.perf_counter() - self._t0, "samples": samples, "wait_s": self._wait}
         if self.run.should_stop:
             control.should_training_stop = True
 

@@ -7,6 +7,7 @@ honoured by stopping the Trainer.
     from workbench.integrations.lightning import WorkbenchCallback
     trainer = L.Trainer(max_epochs=3, callbacks=[WorkbenchCallback()])
 """
+
 from __future__ import annotations
 
 import time
@@ -51,17 +52,24 @@ class WorkbenchCallback(Callback):
         if self.run is None:
             settings = self.config if self.config is not None else dict(pl_module.hparams)
             steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-            self.run = track(config=settings, run_dir=self.run_dir, exit_at_budget=False,
-                             **{"precision": str(trainer.precision), "steps": steps,
-                                **self.track_kwargs})
+            self.run = track(
+                config=settings,
+                run_dir=self.run_dir,
+                exit_at_budget=False,
+                **{"precision": str(trainer.precision), "steps": steps, **self.track_kwargs},
+            )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._t0, self._wait = self.run.begin_step()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.run.sync()
-        self.run.add_step(time.perf_counter() - self._t0, samples=samples_in(batch),
-                          loss=loss_in(outputs), wait_s=self._wait)
+        self.run.add_step(
+            time.perf_counter() - self._t0,
+            samples=samples_in(batch),
+            loss=loss_in(outputs),
+            wait_s=self._wait,
+        )
         if self.run.should_stop:
             trainer.should_stop = True
 

@@ -10,6 +10,7 @@ costs its size once, not once per worker. The disk cache is a memory-mapped file
 process and is reused by the next run over the same files. A dataset without decode/finish is
 cached whole (its augmentation, if any, is then frozen at the first epoch).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,12 +48,18 @@ def available_ram_bytes() -> int:
 def check_fits(need: int, available: int, what: str) -> None:
     """Raise CacheTooLarge above FIT_LIMIT of `available`, warn above WARN_LIMIT."""
     if need > FIT_LIMIT * available:
-        raise CacheTooLarge(f"{what} needs {need / GIB:.2f} GiB but only {available / GIB:.2f} GiB is "
-                            f"available (limit {FIT_LIMIT:.0%}); use mode='disk', fewer samples or a "
-                            "smaller data.image_size")
+        raise CacheTooLarge(
+            f"{what} needs {need / GIB:.2f} GiB but only {available / GIB:.2f} GiB is "
+            f"available (limit {FIT_LIMIT:.0%}); use mode='disk', fewer samples or a "
+            "smaller data.image_size"
+        )
     if need > WARN_LIMIT * available:
-        warnings.warn(f"{what} takes {need / GIB:.2f} GiB, over {WARN_LIMIT:.0%} of the "
-                      f"{available / GIB:.2f} GiB of RAM available", ResourceWarning, stacklevel=3)
+        warnings.warn(
+            f"{what} takes {need / GIB:.2f} GiB, over {WARN_LIMIT:.0%} of the "
+            f"{available / GIB:.2f} GiB of RAM available",
+            ResourceWarning,
+            stacklevel=3,
+        )
 
 
 class DecodedCache(Dataset):
@@ -101,8 +108,9 @@ class DecodedCache(Dataset):
         np.lib.format.open_memmap(self.dir / "pixels.npy", "w+", np_dtype, (n, *self.shape)).flush()
         np.lib.format.open_memmap(self.dir / "labels.npy", "w+", np.int64, (n,)).flush()
         np.lib.format.open_memmap(self.dir / "filled.npy", "w+", np.bool_, (n,)).flush()
-        (self.dir / "meta.json").write_text(json.dumps({"n": n, "shape": self.shape,
-                                                         "dtype": str(self.dtype)}))
+        (self.dir / "meta.json").write_text(
+            json.dumps({"n": n, "shape": self.shape, "dtype": str(self.dtype)})
+        )
 
     def _disk_arrays(self):
         if self._arrays is None:
@@ -152,9 +160,16 @@ def cache_payoff(dataset: Dataset, cfg, rounds: int = 3) -> dict:
     t0 = time.perf_counter()
     epoch(cached_loader)  # decodes every sample once and fills the cache
     fill_ms = (time.perf_counter() - t0) * 1e3
-    res = timed_calls({"uncached": lambda: epoch(uncached_loader),
-                       "cached": lambda: epoch(cached_loader)}, warmup=0, rounds=rounds)
-    return {"fill_epoch_ms": fill_ms, "uncached_epoch_ms": res["uncached"].median_ms,
-            "cached_epoch_ms": res["cached"].median_ms,
-            "speedup": res["uncached"].median_ms / res["cached"].median_ms,
-            "cache_mib": cached.nbytes / 2**20, "rss_growth_mib": (rss_gib() - rss_before) * 1024}
+    res = timed_calls(
+        {"uncached": lambda: epoch(uncached_loader), "cached": lambda: epoch(cached_loader)},
+        warmup=0,
+        rounds=rounds,
+    )
+    return {
+        "fill_epoch_ms": fill_ms,
+        "uncached_epoch_ms": res["uncached"].median_ms,
+        "cached_epoch_ms": res["cached"].median_ms,
+        "speedup": res["uncached"].median_ms / res["cached"].median_ms,
+        "cache_mib": cached.nbytes / 2**20,
+        "rss_growth_mib": (rss_gib() - rss_before) * 1024,
+    }

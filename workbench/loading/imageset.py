@@ -5,6 +5,7 @@
 
 The images are noisy and tinted so that decoding costs what it costs for photos of that size.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,14 @@ def _synthetic_images(count: int, size: int, seed: int, classes: int = 4):
         yield palette[c] + rng.normal(0, 0.15, (size, size, 3)), f"class_{c}"
 
 
-def generate_image_set(root: str | Path, count: int = 2000, size: int = 64, source: str = "digits",
-                       seed: int = 0, overwrite: bool = False) -> Path:
+def generate_image_set(
+    root: str | Path,
+    count: int = 2000,
+    size: int = 64,
+    source: str = "digits",
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
     """Write `count` RGB PNG files (about 0.5 ms each) of `size` x `size` under `root/<class>/`;
     returns `root`.
 
@@ -66,8 +73,10 @@ def generate_image_set(root: str | Path, count: int = 2000, size: int = 64, sour
     if mpath.is_file() and not overwrite:
         if json.loads(mpath.read_text()) == manifest:
             return root
-        raise ConfigError(f"{str(root)!r} already holds a different image set "
-                          f"({mpath.read_text().strip()}); choose another folder or pass overwrite=True")
+        raise ConfigError(
+            f"{str(root)!r} already holds a different image set "
+            f"({mpath.read_text().strip()}); choose another folder or pass overwrite=True"
+        )
     try:
         root.mkdir(parents=True, exist_ok=True)
         for i, (rgb, cls) in enumerate(makers[source](count, size, seed)):

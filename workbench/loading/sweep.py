@@ -8,6 +8,7 @@ the share of each step spent blocked on the next batch. Settings run in rounds (
 drift on a shared machine hits them alike; a setting's figure is the median of its rounds. Each
 loader's workers are shut down explicitly after use, and the sweep reports any process it left.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -55,16 +56,22 @@ class LoaderSetting:
         return {f"loader.{k}": v for k, v in asdict(self).items()}
 
 
-def grid(num_workers=(0, 1, 2), batch_size=(64,), pin_memory=(False,), prefetch_factor=(None,),
-         persistent_workers=(False,)) -> list[LoaderSetting]:
+def grid(
+    num_workers=(0, 1, 2),
+    batch_size=(64,),
+    pin_memory=(False,),
+    prefetch_factor=(None,),
+    persistent_workers=(False,),
+) -> list[LoaderSetting]:
     """Every valid combination. Prefetching and persistence need workers, so the 0-worker setting
     appears once, without them; pinning is left out without a GPU (it would change nothing)."""
     for name, values in [("num_workers", num_workers), ("batch_size", batch_size)]:
         if not values:
             raise ConfigError(f"sweep {name} needs at least one value")
     settings = []
-    for w, b, pin, pf, keep in itertools.product(num_workers, batch_size, pin_memory, prefetch_factor,
-                                                 persistent_workers):
+    for w, b, pin, pf, keep in itertools.product(
+        num_workers, batch_size, pin_memory, prefetch_factor, persistent_workers
+    ):
         if pin and not torch.cuda.is_available():
             continue
         if w == 0:
@@ -86,8 +93,13 @@ def shutdown_workers(loader: DataLoader, iterators: list) -> None:
     loader._iterator = None
 
 
-def measure_setting(dataset: Dataset, setting: LoaderSetting, max_batches: int = 20, epochs: int = 2,
-                    step: Callable | None = None) -> dict:
+def measure_setting(
+    dataset: Dataset,
+    setting: LoaderSetting,
+    max_batches: int = 20,
+    epochs: int = 2,
+    step: Callable | None = None,
+) -> dict:
     """One measurement of one setting: `epochs` passes of up to `max_batches` batches each."""
     cfg = RunConfig.smoke().replace(**setting.config_changes())
     loader = make_loader(dataset, cfg, train=True)
@@ -119,8 +131,10 @@ def measure_setting(dataset: Dataset, setting: LoaderSetting, max_batches: int =
     finally:
         shutdown_workers(loader, iterators)
     if not samples:
-        raise ConfigError(f"the data set ({len(dataset)} samples) gives fewer than 2 batches of "
-                          f"{setting.batch_size}; lower loader.batch_size or use more samples")
+        raise ConfigError(
+            f"the data set ({len(dataset)} samples) gives fewer than 2 batches of "
+            f"{setting.batch_size}; lower loader.batch_size or use more samples"
+        )
     out[SAMPLES_PER_S] = round(samples / steady_s, 2)
     if step is not None:  # without a step the loop only waits, and the share says nothing
         out["data_wait_frac"] = round(sum(waits) / sum(steps), 4)
@@ -128,8 +142,15 @@ def measure_setting(dataset: Dataset, setting: LoaderSetting, max_batches: int =
     return out
 
 
-def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, max_batches: int = 20,
-              epochs: int = 2, step: Callable | None = None, threads: int | None = 1) -> Iterator[dict]:
+def run_sweep(
+    dataset: Dataset,
+    settings: list[LoaderSetting],
+    rounds: int = 3,
+    max_batches: int = 20,
+    epochs: int = 2,
+    step: Callable | None = None,
+    threads: int | None = 1,
+) -> Iterator[dict]:
     """Yield one record per (round, setting), interleaved; end with a record {"event": "done"}
     naming any child process still alive (it should be none).
 
@@ -163,13 +184,21 @@ def run_sweep(dataset: Dataset, settings: list[LoaderSetting], rounds: int = 3, 
     deadline = time.time() + 5  # workers exit asynchronously after the shutdown request
     left = []
     while time.time() < deadline:
-        left = [p.pid for p in me.children(recursive=True) if p.pid not in before and p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+        left = [
+            p.pid
+            for p in me.children(recursive=True)
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
         if not left:
             break
         time.sleep(0.1)
-    yield {EVENT: SWEPT, "leftover_processes": left, "cores": usable_cores(),
-           "threads": used_threads, "contention": meter.read()}
+    yield {
+        EVENT: SWEPT,
+        "leftover_processes": left,
+        "cores": usable_cores(),
+        "threads": used_threads,
+        "contention": meter.read(),
+    }
 
 
 def summarize_sweep(records: list[dict]):
@@ -187,8 +216,12 @@ def summarize_sweep(records: list[dict]):
     for label, recs in rows.items():
         row = {k: recs[0][k] for k in ("setting", *LoaderSetting.__dataclass_fields__)}
         rate = summarize([r[SAMPLES_PER_S] for r in recs])
-        row.update({SAMPLES_PER_S: rate.median_ms}, samples_per_s_spread=round(rate.spread, 3),
-                   rounds=len(recs), rates=[r[SAMPLES_PER_S] for r in recs])
+        row.update(
+            {SAMPLES_PER_S: rate.median_ms},
+            samples_per_s_spread=round(rate.spread, 3),
+            rounds=len(recs),
+            rates=[r[SAMPLES_PER_S] for r in recs],
+        )
         for key in ("first_batch_ms_epoch1", "first_batch_ms_epoch2", "data_wait_frac"):
             vals = [r[key] for r in recs if key in r]
             if vals:
@@ -211,13 +244,13 @@ def vs_zero_workers(base_rates: list | None, rates: list) -> Ratio | None:
     return paired_speed_ratio(base_rates[:n], rates[:n])
 
 
-def train_step(input_shape: tuple, num_classes: int, model: str = "cnn", width: int = 32,
-               depth: int = 3, seed: int = 0) -> Callable:
+def train_step(
+    input_shape: tuple, num_classes: int, model: str = "cnn", width: int = 32, depth: int = 3, seed: int = 0
+) -> Callable:
     """A real training step (forward, backward, AdamW) in this process, for measuring how much of
     each step waits for the loader. The model is the workbench's own (`model.name`, width, depth)."""
     torch.manual_seed(seed)
-    cfg = RunConfig.smoke().replace(**{"model.name": model, "model.width": width,
-                                       "model.depth": depth})
+    cfg = RunConfig.smoke().replace(**{"model.name": model, "model.width": width, "model.depth": depth})
     net = build_model(cfg, DataBundle(None, None, "classify", tuple(input_shape), num_classes))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     lossf = loss_fn("classify")

@@ -5,6 +5,7 @@ silently runs fp32; the workbench refuses instead.
 
     resolve_device("auto"); unsupported_reason(cfg, device, "bf16"); recommend_precision(device)
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,10 @@ def resolve_device(requested: str) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if requested == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device must be 'cpu' or 'auto' on this machine, got 'cuda': "
-                          "torch sees no CUDA GPU (torch.cuda.is_available() is False)")
+        raise ConfigError(
+            "run.device must be 'cpu' or 'auto' on this machine, got 'cuda': "
+            "torch sees no CUDA GPU (torch.cuda.is_available() is False)"
+        )
     return torch.device(requested)
 
 
@@ -65,8 +68,10 @@ def fused_optimizer_reason(optimizer: str, device: torch.device) -> str | None:
     except ImportError:  # a torch without the list: let the optimizer itself refuse at setup
         return None
     if device.type not in devices:
-        return (f"torch {torch.__version__} has fused {optimizer} kernels only on "
-                f"{', '.join(devices)}, not on {device.type}; use optim.impl 'foreach' or 'for-loop'")
+        return (
+            f"torch {torch.__version__} has fused {optimizer} kernels only on "
+            f"{', '.join(devices)}, not on {device.type}; use optim.impl 'foreach' or 'for-loop'"
+        )
     return None
 
 
@@ -78,16 +83,27 @@ def recommend_precision(device: torch.device, flags: set[str] | None = None) -> 
         major, minor = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
         if gpu_has("bf16", device):
-            return "bf16", (f"{name} (compute capability {major}.{minor}) runs bf16 on its tensor "
-                            "cores: fp16's speed with fp32's range, so no loss scaling is needed")
-        return "fp16", (f"{name} (compute capability {major}.{minor}) has no bf16; fp16 tensor cores "
-                        "with a gradient scaler are the fast path")
+            return "bf16", (
+                f"{name} (compute capability {major}.{minor}) runs bf16 on its tensor "
+                "cores: fp16's speed with fp32's range, so no loss scaling is needed"
+            )
+        return "fp16", (
+            f"{name} (compute capability {major}.{minor}) has no bf16; fp16 tensor cores "
+            "with a gradient scaler are the fast path"
+        )
     flags = cpu_flags() if flags is None else flags
-    listed = [f.upper().replace("_", "-") for f in ("amx_bf16", "avx512_bf16", "amx_fp16",
-                                                     "avx512_fp16") if f in flags]
+    listed = [
+        f.upper().replace("_", "-")
+        for f in ("amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16")
+        if f in flags
+    ]
     if "amx_bf16" in flags or "avx512_bf16" in flags:
-        return "bf16", (f"{flags_owner()} lists {', '.join(listed)} (instructions for 16-bit matrix "
-                        "work), so bf16 is the one to try first; measure it against fp32")
-    return "fp32", (f"{flags_owner()} lists no bf16 matrix instructions"
-                    + (f" ({', '.join(listed)} only)" if listed else "")
-                    + ", so fp32 is the one to try first; measure bf16 and fp16 against it")
+        return "bf16", (
+            f"{flags_owner()} lists {', '.join(listed)} (instructions for 16-bit matrix "
+            "work), so bf16 is the one to try first; measure it against fp32"
+        )
+    return "fp32", (
+        f"{flags_owner()} lists no bf16 matrix instructions"
+        + (f" ({', '.join(listed)} only)" if listed else "")
+        + ", so fp32 is the one to try first; measure bf16 and fp16 against it"
+    )

@@ -6,6 +6,7 @@ cores, torch's version, and whether other programs held the cores. Each set of c
 cache file of its own, so two kernels and a CLI measuring under different conditions never
 overwrite each other, and a reader finds only a figure that applies to it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,14 @@ def device_key(device) -> str:
 def conditions(device, busy: bool) -> dict:
     """What a measurement on `device` depends on; `busy`: other programs held the cores."""
     device = torch.device(device)
-    return {"device": device_key(device), "torch": torch.__version__,
-            "flags": sorted(cpu_flags()) if device.type == "cpu" else [],
-            "isa_cap": (isa_cap() or ("",))[0], "usable_cores": usable_cores(), "busy": busy}
+    return {
+        "device": device_key(device),
+        "torch": torch.__version__,
+        "flags": sorted(cpu_flags()) if device.type == "cpu" else [],
+        "isa_cap": (isa_cap() or ("",))[0],
+        "usable_cores": usable_cores(),
+        "busy": busy,
+    }
 
 
 def cache_name(kind: str, conds: dict) -> str:

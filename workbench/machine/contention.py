@@ -10,6 +10,7 @@ other programs held. `steal_frac` is the share of time the hypervisor gave to ot
 A result taken while another process held a quarter of a core or more, or with steal above 5 %,
 is flagged busy: on a machine this small that changes timings by more than effects of interest.
 """
+
 from __future__ import annotations
 
 import os
@@ -94,10 +95,15 @@ class ContentionMeter:
         other = max(0.0, (d_busy - own) / wall)
         steal_frac = d_steal / d_total if d_total > 0 else 0.0
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        return {"other_cpu_cores": round(other, 3), "steal_frac": round(steal_frac, 4),
-                "load_avg_1m": round(load, 2) if load is not None else None,
-                "own_cpu_cores": round(own / wall, 3), "cores": usable_cores(),
-                "wall_s": round(wall, 3), "busy": is_busy(other, steal_frac)}
+        return {
+            "other_cpu_cores": round(other, 3),
+            "steal_frac": round(steal_frac, 4),
+            "load_avg_1m": round(load, 2) if load is not None else None,
+            "own_cpu_cores": round(own / wall, 3),
+            "cores": usable_cores(),
+            "wall_s": round(wall, 3),
+            "busy": is_busy(other, steal_frac),
+        }
 
 
 def is_busy(other_cpu_cores: float | None, steal_frac: float | None = 0.0) -> bool:
@@ -113,6 +119,10 @@ def busy_sentence(c: dict | None) -> str:
     """The warning a table, a chart or the CLI shows for a busy reading ('' when quiet)."""
     if not c or not c.get("busy"):
         return ""
-    parts = [f"another process used {c['other_cpu_cores']:.1f} cores"
-             if c.get("other_cpu_cores", 0) >= BUSY_CORES else "", steal_text(c.get("steal_frac"))]
+    parts = [
+        f"another process used {c['other_cpu_cores']:.1f} cores"
+        if c.get("other_cpu_cores", 0) >= BUSY_CORES
+        else "",
+        steal_text(c.get("steal_frac")),
+    ]
     return " and ".join(p for p in parts if p) + " during this measurement: the comparison is unreliable"

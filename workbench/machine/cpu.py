@@ -5,6 +5,7 @@ reported as what torch's matmuls run on, and the cap is named.
 
 Every probe is a plain function returning a dict, so tests give it a fake /proc/cpuinfo.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,19 +14,41 @@ from pathlib import Path
 
 GIB = 2**30
 # Instruction sets that decide matmul speed on x86 CPUs (names as in /proc/cpuinfo).
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
-             "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
 
 
 # ONEDNN_MAX_CPU_ISA's values, lowest first, each with the flags of CPU_FLAGS it adds (oneDNN's
 # documented names; the AVX10_1 ones are the newer names of the AVX512_CORE_FP16 and AMX levels).
-ISA_LEVELS = (("SSE41", ()), ("AVX", ()), ("AVX2", ("avx2", "fma")), ("AVX2_VNNI", ("avx_vnni",)),
-              ("AVX2_VNNI_2", ()), ("AVX512_CORE", ("avx512f",)), ("AVX512_CORE_VNNI", ("avx512_vnni",)),
-              ("AVX512_CORE_BF16", ("avx512_bf16",)), ("AVX512_CORE_FP16", ("avx512_fp16",)),
-              ("AVX512_CORE_AMX", ("amx_tile", "amx_bf16", "amx_int8")),
-              ("AVX512_CORE_AMX_FP16", ("amx_fp16",)))
-ISA_ALIASES = {"AVX10_1_512": "AVX512_CORE_FP16", "AVX10_1_512_AMX": "AVX512_CORE_AMX",
-               "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16"}
+ISA_LEVELS = (
+    ("SSE41", ()),
+    ("AVX", ()),
+    ("AVX2", ("avx2", "fma")),
+    ("AVX2_VNNI", ("avx_vnni",)),
+    ("AVX2_VNNI_2", ()),
+    ("AVX512_CORE", ("avx512f",)),
+    ("AVX512_CORE_VNNI", ("avx512_vnni",)),
+    ("AVX512_CORE_BF16", ("avx512_bf16",)),
+    ("AVX512_CORE_FP16", ("avx512_fp16",)),
+    ("AVX512_CORE_AMX", ("amx_tile", "amx_bf16", "amx_int8")),
+    ("AVX512_CORE_AMX_FP16", ("amx_fp16",)),
+)
+ISA_ALIASES = {
+    "AVX10_1_512": "AVX512_CORE_FP16",
+    "AVX10_1_512_AMX": "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
+}
 
 
 def isa_cap(environ=os.environ) -> tuple[str, set[str]] | None:
@@ -36,7 +59,7 @@ def isa_cap(environ=os.environ) -> tuple[str, set[str]] | None:
     names = [name for name, _ in ISA_LEVELS]
     if level not in names:
         return None
-    allowed = {f for _, added in ISA_LEVELS[:names.index(level) + 1] for f in added}
+    allowed = {f for _, added in ISA_LEVELS[: names.index(level) + 1] for f in added}
     return f"ONEDNN_MAX_CPU_ISA={value}", allowed
 
 
@@ -45,8 +68,12 @@ def cap_flags(info: dict, environ=os.environ) -> dict:
     `cap` the setting that turned them off ('' when it turned none off)."""
     cap = isa_cap(environ)
     off = [f for f, has in info["flags"].items() if has and f not in cap[1]] if cap else []
-    return {**info, "flags": {f: has and f not in off for f, has in info["flags"].items()},
-            "capped": off, "cap": cap[0] if off else ""}
+    return {
+        **info,
+        "flags": {f: has and f not in off for f, has in info["flags"].items()},
+        "capped": off,
+        "cap": cap[0] if off else "",
+    }
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -63,11 +90,13 @@ def parse_cpuinfo(text: str) -> dict:
         fields.setdefault(key, value)  # the first processor speaks for all
     flags = set(fields.get("flags", fields.get("Features", "")).split())
     mhz = fields.get("cpu MHz")
-    return {"model": fields.get("model name") or fields.get("Model") or platform.processor() or "unknown",
-            "vendor": fields.get("vendor_id", ""),
-            "logical_cpus": processors or None,
-            "mhz": round(float(mhz), 1) if mhz else None,
-            "flags": {f: f in flags for f in CPU_FLAGS}}
+    return {
+        "model": fields.get("model name") or fields.get("Model") or platform.processor() or "unknown",
+        "vendor": fields.get("vendor_id", ""),
+        "logical_cpus": processors or None,
+        "mhz": round(float(mhz), 1) if mhz else None,
+        "flags": {f: f in flags for f in CPU_FLAGS},
+    }
 
 
 def usable_cores() -> int:
@@ -118,7 +147,8 @@ def memory_info(meminfo_path: str | Path = "/proc/meminfo") -> dict:
             key, _, rest = line.partition(":")
             if key in ("MemTotal", "MemAvailable"):
                 out[f"{'total' if key == 'MemTotal' else 'available'}_gib"] = round(
-                    int(rest.split()[0]) * 1024 / GIB, 2)
+                    int(rest.split()[0]) * 1024 / GIB, 2
+                )
     return out
 
 

@@ -9,6 +9,7 @@ study shows for a skipped step is the one the launch would have raised.
 Too many threads or workers for the cores only makes a run slow: the launch refuses it unless
 run.oversubscribe=true, and so does this rule.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,10 +23,12 @@ from .threads import threads_for
 
 def device_refusal(cfg, device: torch.device) -> str | None:
     """Why the device cannot do what the config asks (precision, TF32, channels_last, fused)."""
-    checks = [("precision.dtype", cfg.precision.dtype, cfg.precision.dtype != "fp32"),
-              ("precision.tf32", "tf32", cfg.precision.tf32),
-              ("precision.channels_last", "channels_last", cfg.precision.channels_last),
-              ("optim.impl", "fused_optimizer", cfg.optim.impl == "fused")]
+    checks = [
+        ("precision.dtype", cfg.precision.dtype, cfg.precision.dtype != "fp32"),
+        ("precision.tf32", "tf32", cfg.precision.tf32),
+        ("precision.channels_last", "channels_last", cfg.precision.channels_last),
+        ("optim.impl", "fused_optimizer", cfg.optim.impl == "fused"),
+    ]
     for field, option, asked in checks:
         reason = unsupported_reason(cfg, device, option) if asked else None
         if reason:
@@ -40,15 +43,19 @@ def core_limits(cfg) -> list[str]:
     out = []
     threads = threads_for(cfg)
     if d.nproc * threads > cores:
-        out.append(f"distributed.nproc={d.nproc} rank(s) x {threads} thread(s) (run.threads) = "
-                   f"{d.nproc * threads} busy threads on {cores} usable core(s) of this machine: they "
-                   f"would take turns and run slower than {cores} would; use distributed.nproc x "
-                   f"run.threads <= {cores}")
+        out.append(
+            f"distributed.nproc={d.nproc} rank(s) x {threads} thread(s) (run.threads) = "
+            f"{d.nproc * threads} busy threads on {cores} usable core(s) of this machine: they "
+            f"would take turns and run slower than {cores} would; use distributed.nproc x "
+            f"run.threads <= {cores}"
+        )
     if d.nproc * cfg.loader.num_workers > cores:
-        out.append(f"loader.num_workers={cfg.loader.num_workers} x {d.nproc} rank(s) = "
-                   f"{d.nproc * cfg.loader.num_workers} loader processes on {cores} usable core(s): "
-                   f"more workers than cores only take turns; use loader.num_workers <= "
-                   f"{max(1, cores // d.nproc)}")
+        out.append(
+            f"loader.num_workers={cfg.loader.num_workers} x {d.nproc} rank(s) = "
+            f"{d.nproc * cfg.loader.num_workers} loader processes on {cores} usable core(s): "
+            f"more workers than cores only take turns; use loader.num_workers <= "
+            f"{max(1, cores // d.nproc)}"
+        )
     return out
 
 
@@ -85,8 +92,10 @@ def cannot_run(cfg, device: torch.device) -> str | None:
         if gpus == 0:
             return "distributed.backend 'nccl' needs CUDA GPUs, found none; use 'gloo' (or 'auto') on a CPU"
         if cfg.distributed.nproc > gpus:
-            return (f"distributed.nproc must be <= {gpus} (the GPUs on this node) with backend nccl, "
-                    f"got {cfg.distributed.nproc}; use fewer processes or backend 'gloo'")
+            return (
+                f"distributed.nproc must be <= {gpus} (the GPUs on this node) with backend nccl, "
+                f"got {cfg.distributed.nproc}; use fewer processes or backend 'gloo'"
+            )
     limits = core_limits(cfg)
     if limits and not cfg.run.oversubscribe:
         return oversubscribed(limits[0])

@@ -3,6 +3,7 @@ between devices; NVML, started in one place (`nvml()`).
 
 Tests fake torch.cuda.* and a `pynvml` module and check the report built from them.
 """
+
 from __future__ import annotations
 
 import torch
@@ -10,8 +11,14 @@ import torch
 from .cpu import safe
 
 GIB = 2**30
-_TOPOLOGY = {0: "same board", 10: "PCIe switch (single)", 20: "PCIe switches (multiple)",
-             30: "PCIe host bridge", 40: "same NUMA node (CPU)", 50: "across CPUs (system)"}
+_TOPOLOGY = {
+    0: "same board",
+    10: "PCIe switch (single)",
+    20: "PCIe switches (multiple)",
+    30: "PCIe host bridge",
+    40: "same NUMA node (CPU)",
+    50: "across CPUs (system)",
+}
 
 
 def open_nvml() -> tuple[object | None, str]:
@@ -35,8 +42,13 @@ def gpu_dtypes(major: int, minor: int) -> dict:
     """Which dtypes have tensor-core support at this compute capability: the one rule everyone
     asks (precision checks, the report, the recommendation, the controls)."""
     cc = (major, minor)
-    return {"fp16": cc >= (7, 0), "bf16": cc >= (8, 0), "tf32": cc >= (8, 0),
-            "int8": cc >= (7, 2), "fp8": cc >= (8, 9)}
+    return {
+        "fp16": cc >= (7, 0),
+        "bf16": cc >= (8, 0),
+        "tf32": cc >= (8, 0),
+        "int8": cc >= (7, 2),
+        "fp8": cc >= (8, 9),
+    }
 
 
 def _text(value):
@@ -57,9 +69,14 @@ def gpu_info() -> dict:
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
         major, minor = torch.cuda.get_device_capability(i)
-        g = {"index": i, "name": props.name, "capability": f"{major}.{minor}",
-             "sms": props.multi_processor_count, "memory_gib": round(props.total_memory / GIB, 2),
-             "dtypes": gpu_dtypes(major, minor)}
+        g = {
+            "index": i,
+            "name": props.name,
+            "capability": f"{major}.{minor}",
+            "sms": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / GIB, 2),
+            "dtypes": gpu_dtypes(major, minor),
+        }
         h = safe(lambda: nv.nvmlDeviceGetHandleByIndex(i)) if nv else None
         handles.append(h)
         if h is not None:
@@ -68,10 +85,14 @@ def gpu_info() -> dict:
             g["pcie_width"] = safe(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h))
             g["power_limit_w"] = safe(lambda: nv.nvmlDeviceGetPowerManagementLimit(h) / 1000)
         gpus.append(g)
-    return {"count": count, "gpus": gpus, "cuda_runtime": torch.version.cuda,
-            "driver": safe(lambda: _text(nv.nvmlSystemGetDriverVersion())) if nv else None,
-            "driver_cuda": safe(lambda: _cuda_version(nv.nvmlSystemGetCudaDriverVersion())) if nv else None,
-            "links": [link(i, j, nv, handles) for i in range(count) for j in range(i + 1, count)]}
+    return {
+        "count": count,
+        "gpus": gpus,
+        "cuda_runtime": torch.version.cuda,
+        "driver": safe(lambda: _text(nv.nvmlSystemGetDriverVersion())) if nv else None,
+        "driver_cuda": safe(lambda: _cuda_version(nv.nvmlSystemGetCudaDriverVersion())) if nv else None,
+        "links": [link(i, j, nv, handles) for i in range(count) for j in range(i + 1, count)],
+    }
 
 
 def gpu_free_gib() -> list[float] | None:
@@ -82,16 +103,22 @@ def gpu_free_gib() -> list[float] | None:
     if nv is None:
         return None
     try:
-        return [nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).free / GIB
-                for i in range(torch.cuda.device_count())]
+        return [
+            nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).free / GIB
+            for i in range(torch.cuda.device_count())
+        ]
     except Exception:  # noqa: BLE001 - a driver that does not answer: not checked
         return None
 
 
 def link(i: int, j: int, nv, handles) -> dict:
     """How GPUs i and j talk: NVLink or the PCIe path between them, and whether peer access works."""
-    out = {"a": i, "b": j, "peer_access": bool(safe(lambda: torch.cuda.can_device_access_peer(i, j), False)),
-           "kind": "unknown"}
+    out = {
+        "a": i,
+        "b": j,
+        "peer_access": bool(safe(lambda: torch.cuda.can_device_access_peer(i, j), False)),
+        "kind": "unknown",
+    }
     hi, hj = handles[i], handles[j]
     if nv is None or hi is None or hj is None:
         return out

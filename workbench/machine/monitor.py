@@ -5,6 +5,7 @@ psutil. Without a GPU or NVML it says so and keeps the CPU figures.
     reader = NvmlReader(); sample_system(pids=[handle.proc.pid], nvml=reader)  # a plain dict
     SystemMonitor(callback).start(pids=...)  # the same on a thread, once a second
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,8 +28,9 @@ class NvmlReader:
             self.note = f"no GPU monitoring ({why})"
             return
         try:
-            self.handles = [self._nvml.nvmlDeviceGetHandleByIndex(i)
-                            for i in range(self._nvml.nvmlDeviceGetCount())]
+            self.handles = [
+                self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self._nvml.nvmlDeviceGetCount())
+            ]
         except Exception as e:  # noqa: BLE001 - a driver that answers init but not queries
             self.note = f"no GPU monitoring ({type(e).__name__}: {e})"
         if not self.handles and not self.note:
@@ -45,9 +47,15 @@ class NvmlReader:
                     procs = len(n.nvmlDeviceGetComputeRunningProcesses(h))
                 except Exception:  # not supported on every driver
                     procs = None
-                out.append({"index": i, "mem_used_gib": mem.used / GIB,
-                            "mem_total_gib": mem.total / GIB, "util_pct": float(util.gpu),
-                            "processes": procs})
+                out.append(
+                    {
+                        "index": i,
+                        "mem_used_gib": mem.used / GIB,
+                        "mem_total_gib": mem.total / GIB,
+                        "util_pct": float(util.gpu),
+                        "processes": procs,
+                    }
+                )
             except Exception as e:
                 self.note = f"NVML read failed ({type(e).__name__}: {e})"
         return out
@@ -73,10 +81,15 @@ def tree_rss_gib(pids: Iterable[int]) -> float | None:
 def sample_system(pids: Iterable[int] = (), nvml: NvmlReader | None = None) -> dict:
     """One reading: CPU %, host memory, the RSS of the run's process tree, and each GPU."""
     vm = psutil.virtual_memory()
-    return {"t": time.time(), "cpu_pct": psutil.cpu_percent(interval=None),
-            "host_used_gib": (vm.total - vm.available) / GIB, "host_total_gib": vm.total / GIB,
-            "run_rss_gib": tree_rss_gib(pids), "gpus": nvml.sample() if nvml else [],
-            "gpu_note": nvml.note if nvml else "GPU monitoring off"}
+    return {
+        "t": time.time(),
+        "cpu_pct": psutil.cpu_percent(interval=None),
+        "host_used_gib": (vm.total - vm.available) / GIB,
+        "host_total_gib": vm.total / GIB,
+        "run_rss_gib": tree_rss_gib(pids),
+        "gpus": nvml.sample() if nvml else [],
+        "gpu_note": nvml.note if nvml else "GPU monitoring off",
+    }
 
 
 class SystemMonitor:

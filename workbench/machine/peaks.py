@@ -7,6 +7,7 @@
 - "estimate": a CPU's peak from its instruction sets, clock and threads (vendors publish no
   per-dtype CPU peaks; the estimate assumes two vector FMA units per core, one AMX unit).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,15 +52,19 @@ def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
     conds = conditions(device, busy)
     path = path or cache_file(conds)
     old = _read(path) or {}
-    entry = {"conditions": conds, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-             "torch": torch.__version__, "busy": busy, "other_cpu_cores": round(other, 2),
-             "compute_gflops": dict(old.get("compute_gflops", {})),
-             "bandwidth_gbs": dict(old.get("bandwidth_gbs", {}))}
+    entry = {
+        "conditions": conds,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "torch": torch.__version__,
+        "busy": busy,
+        "other_cpu_cores": round(other, 2),
+        "compute_gflops": dict(old.get("compute_gflops", {})),
+        "bandwidth_gbs": dict(old.get("bandwidth_gbs", {})),
+    }
     for c in ceilings:
         if c.value != c.value:  # nan: not available here
             continue
-        table, name = (("compute_gflops", c.dtype) if c.kind == "compute"
-                       else ("bandwidth_gbs", c.name))
+        table, name = ("compute_gflops", c.dtype) if c.kind == "compute" else ("bandwidth_gbs", c.name)
         entry[table][name] = max(c.value, entry[table].get(name, 0.0))
     try:
         make_dirs(path.parent, PRIVATE)
@@ -91,8 +96,12 @@ def load_ceilings(device) -> dict | None:
 
 def measured_when(entry: dict) -> str:
     """When and how a cached ceiling was measured, for whoever shows it."""
-    busy = (f", beside other programs holding {entry.get('other_cpu_cores', 0):.1f} cores (a busy "
-            "figure, below what the device can do)" if entry.get("busy") else "")
+    busy = (
+        f", beside other programs holding {entry.get('other_cpu_cores', 0):.1f} cores (a busy "
+        "figure, below what the device can do)"
+        if entry.get("busy")
+        else ""
+    )
     return f"measured {entry['measured_at']}{busy}"
 
 
@@ -136,6 +145,11 @@ def peak_for(device, dtype: str) -> dict:
         measured = g / 1e3 if g else None
     # a ceiling measured beside other programs is below the device's: said wherever MFU names it
     use = ("measured busy" if cached.get("busy") else "measured", measured) if measured else (basis, spec)
-    return {"peak_tflops": use[1], "basis": use[0] if use[1] else None,
-            "spec_tflops": spec, "spec_basis": basis, "spec_source": source,
-            "measured_tflops": measured}
+    return {
+        "peak_tflops": use[1],
+        "basis": use[0] if use[1] else None,
+        "spec_tflops": spec,
+        "spec_basis": basis,
+        "spec_source": source,
+        "measured_tflops": measured,
+    }

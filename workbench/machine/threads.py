@@ -16,6 +16,7 @@ guard's threshold); then a lone rank's warm-up also tries 1 thread and keeps whi
 steps faster (workbench.train.thread_trial). `run.threads`, $WORKBENCH_THREADS and an
 OMP_WAIT_POLICY already in the environment are the user's choice and are kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -102,9 +103,11 @@ def wait_advice(threads: int, other_cpu_cores: float) -> str | None:
     something to measure, or None when it would change nothing."""
     if wait_policy() != "default" or not waits_passively(threads, other_cpu_cores):
         return None
-    return (f"other programs held {other_cpu_cores:.1f} cores while {threads} threads waited by "
-            f"spinning (OpenMP's default); the workbench's own runs wait passively here. Measure it: "
-            f"workbench ab --cmd \"...\" --vs-env {WAIT_ENV}=PASSIVE")
+    return (
+        f"other programs held {other_cpu_cores:.1f} cores while {threads} threads waited by "
+        f"spinning (OpenMP's default); the workbench's own runs wait passively here. Measure it: "
+        f"workbench ab --cmd \"...\" --vs-env {WAIT_ENV}=PASSIVE"
+    )
 
 
 def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
@@ -122,7 +125,13 @@ def choose_threads(cfg, other_cpu_cores: float) -> ThreadChoice:
     why = f"{held}: {threads} thread(s) per rank ({source}), {wait}"
     # which count runs faster under load depends on the model: a lone rank times both in its warm-up
     # (a compiled step would recompile for each count; ranks of one run would have to agree)
-    trial = (policy == "passive" and not os.environ.get(WAIT_ENV) and source == auto_source(cfg)
-             and cfg.distributed.nproc * cfg.distributed.nnodes == 1 and not cfg.compile.enabled)
-    return ThreadChoice(threads, policy, why + (TRIAL_WHY if trial else ""), round(other, 3),
-                        (threads, 1) if trial else ())
+    trial = (
+        policy == "passive"
+        and not os.environ.get(WAIT_ENV)
+        and source == auto_source(cfg)
+        and cfg.distributed.nproc * cfg.distributed.nnodes == 1
+        and not cfg.compile.enabled
+    )
+    return ThreadChoice(
+        threads, policy, why + (TRIAL_WHY if trial else ""), round(other, 3), (threads, 1) if trial else ()
+    )

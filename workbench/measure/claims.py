@@ -14,6 +14,7 @@ naming every claim that does not. The notebooks' test runs every notebook, so a 
 disagrees with the numbers beside it fails the suite. Claims live in the process that made them
 (a kernel, a CLI): a later notebook run starts with none.
 """
+
 from __future__ import annotations
 
 import html
@@ -61,14 +62,24 @@ def clear() -> None:
         _CLAIMS.clear()
 
 
-def verdict(where: str, said: str | None, ratio: float | None,
-            interval: tuple[float, float] | None = None, min_effect: float = MIN_EFFECT) -> Claim:
+def verdict(
+    where: str,
+    said: str | None,
+    ratio: float | None,
+    interval: tuple[float, float] | None = None,
+    min_effect: float = MIN_EFFECT,
+) -> Claim:
     """A shown verdict ("faster", "within noise, but accuracy ...") against the one verdict rule
     applied to its ratio and interval; without an interval nothing may be called faster or slower.
     Showing no verdict (None: withheld) claims nothing and always holds."""
     measured = ratio is not None and ratio == ratio
-    rule = (verdict_of(ratio, interval, min_effect) if interval and measured
-            else WITHIN_NOISE if measured else None)
+    rule = (
+        verdict_of(ratio, interval, min_effect)
+        if interval and measured
+        else WITHIN_NOISE
+        if measured
+        else None
+    )
     span = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
     holds = said is None or said.split(",")[0] == rule
     shown = "nothing measured" if ratio is None or ratio != ratio else f"{ratio:.2f}x{span}"
@@ -81,21 +92,34 @@ def ratio(where: str, r) -> Claim:
     return verdict(where, r.verdict, r.ratio, interval, r.min_effect)
 
 
-def weighed(where: str, what: str, said: str | None, before: float, after: float,
-            tolerance: float = ACCURACY_TOLERANCE) -> Claim:
+def weighed(
+    where: str,
+    what: str,
+    said: str | None,
+    before: float,
+    after: float,
+    tolerance: float = ACCURACY_TOLERANCE,
+) -> Claim:
     """A verdict shown for a variant that may have cost accuracy: one that lost more than
     `tolerance` must not read as a clean gain."""
     if before != before or after != after:  # nan: no accuracy measured, nothing to weigh
         return record(where, "verdict", f"{what}: {said}", True, "no accuracy measured")
-    return record(where, "verdict", f"{what}: {said}",
-                  before - after <= tolerance or not is_clean_gain(said),
-                  f"accuracy {before:.3f} -> {after:.3f}, tolerance {tolerance}")
+    return record(
+        where,
+        "verdict",
+        f"{what}: {said}",
+        before - after <= tolerance or not is_clean_gain(said),
+        f"accuracy {before:.3f} -> {after:.3f}, tolerance {tolerance}",
+    )
 
 
 def plan(where: str, planned: dict[str, bool], ran: dict[str, bool]) -> Claim:
     """What a plan said would run (True) or not, against what then ran."""
-    wrong = [f"{k}: planned to {'run' if v else 'skip'}, {'ran' if ran.get(k) else 'did not run'}"
-             for k, v in planned.items() if k in ran and bool(ran[k]) != bool(v)]
+    wrong = [
+        f"{k}: planned to {'run' if v else 'skip'}, {'ran' if ran.get(k) else 'did not run'}"
+        for k, v in planned.items()
+        if k in ran and bool(ran[k]) != bool(v)
+    ]
     missing = [k for k in planned if k not in ran]
     says = ", ".join(f"{k} {'will run' if v else 'will not'}" for k, v in planned.items())
     checked = "; ".join(wrong) if wrong else f"{len(planned) - len(missing)} of {len(planned)} as planned"
@@ -104,16 +128,26 @@ def plan(where: str, planned: dict[str, bool], ran: dict[str, bool]) -> Claim:
     return record(where, "plan", says, not wrong, checked)
 
 
-def prediction(where: str, what: str, predicted: float, measured: float, tolerance: float,
-               reason: str = "", unit: str = "") -> Claim:
+def prediction(
+    where: str,
+    what: str,
+    predicted: float,
+    measured: float,
+    tolerance: float,
+    reason: str = "",
+    unit: str = "",
+) -> Claim:
     """A prediction holds within `tolerance` (a fraction of the measured value), or outside it
     with a stated reason the page shows beside it."""
     gap = abs(predicted - measured) / abs(measured) if measured else float("inf")
     within = gap <= tolerance
     says = f"{what} predicted {predicted:,.4g}{unit}, measured {measured:,.4g}{unit}"
-    checked = (f"off by {gap:.0%}, within its {tolerance:.0%}" if within else
-               f"off by {gap:.0%}, outside its {tolerance:.0%}" + (f": {reason}" if reason else
-                                                                   ", and no reason is given"))
+    checked = (
+        f"off by {gap:.0%}, within its {tolerance:.0%}"
+        if within
+        else f"off by {gap:.0%}, outside its {tolerance:.0%}"
+        + (f": {reason}" if reason else ", and no reason is given")
+    )
     return record(where, "prediction", says, within or bool(reason), checked)
 
 
@@ -123,8 +157,13 @@ def same(where: str, what: str, key: str, value) -> Claim:
     earlier = [c for c in made() if c.kind == "same" and c.says.startswith(f"{what} [{key}]: ")]
     others = {c.says.split("]: ", 1)[1] for c in earlier}
     holds = not others or others == {str(value)}
-    checked = (f"the same as {len(earlier)} earlier answer(s)" if earlier and holds else
-               f"earlier answers: {', '.join(sorted(others))}" if earlier else "the first answer")
+    checked = (
+        f"the same as {len(earlier)} earlier answer(s)"
+        if earlier and holds
+        else f"earlier answers: {', '.join(sorted(others))}"
+        if earlier
+        else "the first answer"
+    )
     return record(where, "same", f"{what} [{key}]: {value}", holds, checked)
 
 
@@ -136,10 +175,21 @@ def filled(where: str, rows: list[dict], verdicts: tuple[str, ...] = ()) -> Clai
     cell as shown, and `verdicts` names the columns whose verdict was lost when the value behind
     the cell was a number that is not one (a verdict column of a DataFrame filled with NaN). A
     blank cell is a value not measured yet, which a live table shows."""
-    bad = sorted({k for r in rows for k, v in r.items()
-                  if MISSING.search(str(v)) or (k in verdicts and isinstance(v, float) and v != v)})
-    return record(where, "filled", f"a table of {len(rows)} row(s)", not bad,
-                  f"'nan' or 'None' shown in: {', '.join(bad)}" if bad else "every cell a value or blank")
+    bad = sorted(
+        {
+            k
+            for r in rows
+            for k, v in r.items()
+            if MISSING.search(str(v)) or (k in verdicts and isinstance(v, float) and v != v)
+        }
+    )
+    return record(
+        where,
+        "filled",
+        f"a table of {len(rows)} row(s)",
+        not bad,
+        f"'nan' or 'None' shown in: {', '.join(bad)}" if bad else "every cell a value or blank",
+    )
 
 
 class Checked:
@@ -150,18 +200,29 @@ class Checked:
 
     def summary(self) -> str:
         n = len(self.claims)
-        return (f"{n} claim(s) on this page, each checked against the numbers beside it: all hold."
-                if n else "This page made no claims to check.")
+        return (
+            f"{n} claim(s) on this page, each checked against the numbers beside it: all hold."
+            if n
+            else "This page made no claims to check."
+        )
 
     def __str__(self) -> str:
-        return "\n".join([self.summary()] + [f"- [{c.kind}] {c.where}: {c.says} ({c.checked})"
-                                             for c in self.claims])
+        return "\n".join(
+            [self.summary()] + [f"- [{c.kind}] {c.where}: {c.says} ({c.checked})" for c in self.claims]
+        )
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{html.escape(c.where)}</td><td>{html.escape(c.says)}</td>"
-                       f"<td>{html.escape(c.checked)}</td></tr>" for c in self.claims)
-        table = (f"<details><summary>the claims</summary><table><tr><th>where</th><th>says</th>"
-                 f"<th>checked</th></tr>{rows}</table></details>" if rows else "")
+        rows = "".join(
+            f"<tr><td>{html.escape(c.where)}</td><td>{html.escape(c.says)}</td>"
+            f"<td>{html.escape(c.checked)}</td></tr>"
+            for c in self.claims
+        )
+        table = (
+            f"<details><summary>the claims</summary><table><tr><th>where</th><th>says</th>"
+            f"<th>checked</th></tr>{rows}</table></details>"
+            if rows
+            else ""
+        )
         return f"<p>{html.escape(self.summary())}</p>{table}"
 
 
@@ -171,6 +232,8 @@ def check() -> Checked:
     claims = made()
     wrong = [c for c in claims if not c.holds]
     if wrong:
-        raise ClaimsDisagree(f"{len(wrong)} of {len(claims)} claim(s) disagree with their numbers: " +
-                             "; ".join(f"{c.where}: '{c.says}' ({c.checked})" for c in wrong))
+        raise ClaimsDisagree(
+            f"{len(wrong)} of {len(claims)} claim(s) disagree with their numbers: "
+            + "; ".join(f"{c.where}: '{c.says}' ({c.checked})" for c in wrong)
+        )
     return Checked(claims)

@@ -12,6 +12,7 @@ A ratio above 1 means B is faster than A. Two kinds of evidence:
 - unpaired samples (the steps of two separate runs): a bootstrap of the ratio of medians. Runs
   that were not interleaved can still differ by drift; `paired=False` says so.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,13 @@ class Ratio:
 
     def as_dict(self, prefix: str = "speedup") -> dict:
         r = lambda v: None if v is None else round(v, 4)  # noqa: E731
-        out = {prefix: r(self.ratio), f"{prefix}_low": r(self.low), f"{prefix}_high": r(self.high),
-               f"{prefix}_rounds": self.rounds, f"{prefix}_verdict": self.verdict}
+        out = {
+            prefix: r(self.ratio),
+            f"{prefix}_low": r(self.low),
+            f"{prefix}_high": r(self.high),
+            f"{prefix}_rounds": self.rounds,
+            f"{prefix}_verdict": self.verdict,
+        }
         if self.note:
             out[f"{prefix}_note"] = self.note
         return out
@@ -92,11 +98,18 @@ def ratio_of(ratios: list[float], min_effect: float = MIN_EFFECT, paired: bool =
     med = statistics.median(ratios)
     interval = median_interval(ratios)
     if interval is None:
-        return Ratio(med, None, None, len(ratios), WITHIN_NOISE, paired,
-                     f"{len(ratios)} rounds are too few for a {CONFIDENCE:.0%} interval; "
-                     f"use at least {min_rounds()}")
-    return Ratio(med, *interval, len(ratios), verdict(med, interval, min_effect), paired,
-                 min_effect=min_effect)
+        return Ratio(
+            med,
+            None,
+            None,
+            len(ratios),
+            WITHIN_NOISE,
+            paired,
+            f"{len(ratios)} rounds are too few for a {CONFIDENCE:.0%} interval; use at least {min_rounds()}",
+        )
+    return Ratio(
+        med, *interval, len(ratios), verdict(med, interval, min_effect), paired, min_effect=min_effect
+    )
 
 
 def paired_ratio(a_times: list[float], b_times: list[float], min_effect: float = MIN_EFFECT) -> Ratio:
@@ -106,16 +119,20 @@ def paired_ratio(a_times: list[float], b_times: list[float], min_effect: float =
     return ratio_of([a / b if b else None for a, b in zip(a_times, b_times)], min_effect)
 
 
-def paired_speed_ratio(a_rates: list[float], b_rates: list[float],
-                       min_effect: float = MIN_EFFECT) -> Ratio:
+def paired_speed_ratio(a_rates: list[float], b_rates: list[float], min_effect: float = MIN_EFFECT) -> Ratio:
     """Rates (samples/s, higher is better) of A and B measured in the same rounds."""
     if len(a_rates) != len(b_rates):
         raise ValueError(f"paired samples need equal lengths, got {len(a_rates)} and {len(b_rates)}")
     return ratio_of([b / a if a else None for a, b in zip(a_rates, b_rates)], min_effect)
 
 
-def unpaired_ratio(a_times: list[float], b_times: list[float], min_effect: float = MIN_EFFECT,
-                   resamples: int = RESAMPLES, seed: int = 0) -> Ratio:
+def unpaired_ratio(
+    a_times: list[float],
+    b_times: list[float],
+    min_effect: float = MIN_EFFECT,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Ratio:
     """Times of A and B from separate runs (per-step times after warm-up): the ratio of medians
     with a percentile bootstrap interval. Drift between the runs is not in the interval."""
     a = [x for x in a_times if x and math.isfinite(x)]
@@ -125,12 +142,22 @@ def unpaired_ratio(a_times: list[float], b_times: list[float], min_effect: float
     med = statistics.median(a) / statistics.median(b)
     n = min(len(a), len(b))
     if n < 10:
-        return Ratio(med, None, None, n, WITHIN_NOISE, False,
-                     f"{n} steps are too few for an interval; run longer")
+        return Ratio(
+            med, None, None, n, WITHIN_NOISE, False, f"{n} steps are too few for an interval; run longer"
+        )
     rng = random.Random(seed)
-    boots = sorted(statistics.median(rng.choices(a, k=len(a))) /
-                   statistics.median(rng.choices(b, k=len(b))) for _ in range(resamples))
+    boots = sorted(
+        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+        for _ in range(resamples)
+    )
     tail = (1 - CONFIDENCE) / 2
     interval = (boots[int(tail * resamples)], boots[int((1 - tail) * resamples) - 1])
-    return Ratio(med, *interval, n, verdict(med, interval, min_effect), False,
-                 "separate runs, not interleaved: drift between them is not in the interval", min_effect)
+    return Ratio(
+        med,
+        *interval,
+        n,
+        verdict(med, interval, min_effect),
+        False,
+        "separate runs, not interleaved: drift between them is not in the interval",
+        min_effect,
+    )

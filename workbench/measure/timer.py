@@ -3,6 +3,7 @@
 Warm up, synchronize the device before reading the clock, repeat, and report the median and the
 spread (10th-90th percentile). Feed it random data, never zeros: some kernels skip work on zeros.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -41,13 +42,25 @@ class Timing:
         return min(self.samples_ms) if self.samples_ms else self.median_ms
 
     def as_dict(self, prefix: str = "") -> dict:
-        d = {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
-             "repeats": self.repeats, "spread": round(self.spread, 4)}
+        d = {
+            "median_ms": self.median_ms,
+            "p10_ms": self.p10_ms,
+            "p90_ms": self.p90_ms,
+            "repeats": self.repeats,
+            "spread": round(self.spread, 4),
+        }
         return {f"{prefix}{k}": v for k, v in d.items()}
 
 
-def measure(fn: Callable[[], object], *, device=None, warmup: int = 3, repeats: int = 20,
-            min_time_s: float = 0.0, inner: int = 1) -> Timing:
+def measure(
+    fn: Callable[[], object],
+    *,
+    device=None,
+    warmup: int = 3,
+    repeats: int = 20,
+    min_time_s: float = 0.0,
+    inner: int = 1,
+) -> Timing:
     """Time `fn` `repeats` times after `warmup` calls; each sample is `inner` calls averaged.
 
     With `min_time_s`, keeps sampling past `repeats` until that much time has been measured.

@@ -14,14 +14,16 @@ whether it may paint the row as a gain.
 
     weighed("faster", 0.995, 0.273)    # 'faster, but accuracy 0.995 -> 0.273'
 """
+
 from __future__ import annotations
 
 FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
 MIN_EFFECT = 0.05  # smaller gains are not worth a setting, whatever the interval says
 
 
-def verdict(ratio: float | None, interval: tuple[float, float] | None = None,
-            min_effect: float = MIN_EFFECT) -> str | None:
+def verdict(
+    ratio: float | None, interval: tuple[float, float] | None = None, min_effect: float = MIN_EFFECT
+) -> str | None:
     """'faster', 'slower' or 'within noise' for a speed ratio; None when nothing was measured."""
     if ratio is None or ratio != ratio:
         return None
@@ -37,8 +39,9 @@ ACCURACY_TOLERANCE = 0.01  # accuracy (a fraction) a variant may lose before its
 BUT = ", but "
 
 
-def weighed(verdict: str | None, before: float | None, after: float | None,
-            tolerance: float = ACCURACY_TOLERANCE) -> str | None:
+def weighed(
+    verdict: str | None, before: float | None, after: float | None, tolerance: float = ACCURACY_TOLERANCE
+) -> str | None:
     """`verdict` with the accuracy it cost when that fell by more than `tolerance` (absolute)."""
     if verdict is None or before is None or after is None or before != before or after != after:
         return verdict

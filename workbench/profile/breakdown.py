@@ -6,6 +6,7 @@ verdict. Reading a folder imports nothing it names.
     b.step_ms, b.phases_ms, b.verdict.bound_by, b.memory.rows
     print(b.text()); b.as_dict()     # what `workbench profile` prints and its --json
 """
+
 from __future__ import annotations
 
 import statistics
@@ -13,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError
-from ..events import (EVENT, PROFILED, RANK, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE,
-                      read_events)
+from ..events import EVENT, PROFILED, RANK, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE, read_events
 from ..runfolder import RunFolder, read_json
 from ..runstore import read_summary
 from ..train.profiling import PHASES
@@ -46,8 +46,7 @@ class RankProfile:
 
     def step_gaps(self) -> list[float]:
         """Per profiled step, the gap between its phases and its measured time, as a fraction."""
-        return [abs(sum(s["phases_ms"].values()) - s[STEP_TIME_MS]) / s[STEP_TIME_MS]
-                for s in self.steps]
+        return [abs(sum(s["phases_ms"].values()) - s[STEP_TIME_MS]) / s[STEP_TIME_MS] for s in self.steps]
 
     def sum_error(self) -> float:
         """The largest gap between a step's phases and its measured time, as a fraction."""
@@ -86,18 +85,29 @@ class Breakdown:
         return max(r.sum_error() for r in self.ranks)
 
     def as_dict(self) -> dict:
-        return {"run_dir": str(self.run_dir), "step_ms": round(self.step_ms, 4),
-                "phases_ms": {p: round(v, 4) for p, v in self.phases_ms.items()},
-                "phases_per_rank_ms": {r.rank: {p: round(v, 4) for p, v in r.phases_ms.items()}
-                                       for r in self.ranks},
-                "unprofiled_step_ms": self.unprofiled_step_ms, "sum_error": round(self.sum_error(), 4),
-                "bound_by": self.verdict.bound_by, "verdict": self.verdict.as_dict(),
-                "params": self.summary.get("params"), "memory_bytes": self.memory.bytes,
-                "memory": self.memory.as_dict(), "top_ops": self.ranks[0].top_ops,
-                "profiled_steps": [s[STEP_NUMBER] for s in self.ranks[0].steps],
-                "threads": self.ranks[0].threads, "device": self.ranks[0].device,
-                WORLD_SIZE: len(self.ranks), "traces": [str(r.trace) for r in self.ranks],
-                "memory_per_rank": self.summary.get("memory_per_rank"), "notes": self.notes}
+        return {
+            "run_dir": str(self.run_dir),
+            "step_ms": round(self.step_ms, 4),
+            "phases_ms": {p: round(v, 4) for p, v in self.phases_ms.items()},
+            "phases_per_rank_ms": {
+                r.rank: {p: round(v, 4) for p, v in r.phases_ms.items()} for r in self.ranks
+            },
+            "unprofiled_step_ms": self.unprofiled_step_ms,
+            "sum_error": round(self.sum_error(), 4),
+            "bound_by": self.verdict.bound_by,
+            "verdict": self.verdict.as_dict(),
+            "params": self.summary.get("params"),
+            "memory_bytes": self.memory.bytes,
+            "memory": self.memory.as_dict(),
+            "top_ops": self.ranks[0].top_ops,
+            "profiled_steps": [s[STEP_NUMBER] for s in self.ranks[0].steps],
+            "threads": self.ranks[0].threads,
+            "device": self.ranks[0].device,
+            WORLD_SIZE: len(self.ranks),
+            "traces": [str(r.trace) for r in self.ranks],
+            "memory_per_rank": self.summary.get("memory_per_rank"),
+            "notes": self.notes,
+        }
 
     def text(self, top: int = 10) -> str:
         return breakdown_text(self, top)
@@ -107,8 +117,18 @@ class Breakdown:
         import pandas as pd
 
         df = pd.DataFrame(self.ranks[rank].top_ops[:top])
-        first = [c for c in ("name", "phase", "device_ms_per_step", "self_ms_per_step",
-                             "calls_per_step", "input_shapes") if c in df.columns]
+        first = [
+            c
+            for c in (
+                "name",
+                "phase",
+                "device_ms_per_step",
+                "self_ms_per_step",
+                "calls_per_step",
+                "input_shapes",
+            )
+            if c in df.columns
+        ]
         return df[first]
 
 
@@ -119,13 +139,15 @@ def _rank_profile(run_dir: Path, path: Path, step_records: dict) -> RankProfile:
     for n, s in zip(data["profiled_steps"], data["steps"]):
         rec = step_records.get((rank, n))
         if rec is None:
-            raise ConfigError(f"{path.name}: step {n} has no step record in "
-                              f"{RunFolder(run_dir).events_file(rank).name}")
+            raise ConfigError(
+                f"{path.name}: step {n} has no step record in {RunFolder(run_dir).events_file(rank).name}"
+            )
         steps.append({STEP_NUMBER: n, STEP_TIME_MS: rec[STEP_TIME_MS], **s})
     if not steps:
         raise ConfigError(f"{path.name} holds no profiled step")
-    return RankProfile(rank, steps, data["top_ops"], data["memory"], run_dir / data["trace"],
-                       data["device"], data["threads"])
+    return RankProfile(
+        rank, steps, data["top_ops"], data["memory"], run_dir / data["trace"], data["device"], data["threads"]
+    )
 
 
 def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) -> Breakdown:
@@ -134,11 +156,16 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
     folder = RunFolder(run_dir)
     files = folder.profile_files()
     if not files:
-        raise ConfigError(f"{str(run_dir)!r} holds no {folder.profile_file('*').name}: profile a "
-                          "config with workbench.profile.run.profile (or run.profile_steps > 0)")
+        raise ConfigError(
+            f"{str(run_dir)!r} holds no {folder.profile_file('*').name}: profile a "
+            "config with workbench.profile.run.profile (or run.profile_steps > 0)"
+        )
     config = folder.config_data()
-    records = {(r.get(RANK, 0), r[STEP_NUMBER]): r for r in read_events(run_dir)
-               if r.get(EVENT) == STEP and r.get(PROFILED)}
+    records = {
+        (r.get(RANK, 0), r[STEP_NUMBER]): r
+        for r in read_events(run_dir)
+        if r.get(EVENT) == STEP and r.get(PROFILED)
+    }
     ranks = [_rank_profile(run_dir, f, records) for f in files]
     summary = read_summary(run_dir)
     shares, spread = ranks[0].group_spread() if len(ranks) == 1 else _mean_spread(ranks)
@@ -148,14 +175,17 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
         notes.append("other programs kept this machine busy during the run: the times are unreliable")
     err = max(r.sum_error() for r in ranks)
     if err > SUM_TOLERANCE:
-        notes.append(f"a profiled step's phases missed its measured time by {err:.0%} (more than "
-                     f"{SUM_TOLERANCE:.0%}): this breakdown is unreliable")
+        notes.append(
+            f"a profiled step's phases missed its measured time by {err:.0%} (more than "
+            f"{SUM_TOLERANCE:.0%}): this breakdown is unreliable"
+        )
     slow = [r.rank for r in ranks if r.step_ms > 1.25 * min(x.step_ms for x in ranks)]
     if slow:
         notes.append(f"rank(s) {slow} took over 1.25x the fastest rank's step")
     before_model = (folder.launch() or {}).get("precheck") or {}  # rank 0's base and data memory
-    return Breakdown(run_dir, config, ranks, summary, verdict,
-                     memory_breakdown(ranks[0].memory, before_model), notes)
+    return Breakdown(
+        run_dir, config, ranks, summary, verdict, memory_breakdown(ranks[0].memory, before_model), notes
+    )
 
 
 def _mean_spread(ranks: list) -> tuple[dict, dict]:

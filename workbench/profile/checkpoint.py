@@ -6,6 +6,7 @@ whether the losses stayed the same.
     t = checkpoint_trade(default_transformer(), ["blocks.layers.*"])
     print(t.text())   # 'activations 27.0 -> 4.4 MiB (84 % less); speed 0.72x [0.66, 0.80] ...'
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,14 +50,18 @@ class CheckpointTrade:
 
     def text(self) -> str:
         off, on = self.activations
-        lines = [f"checkpointing {', '.join(self.on.memory.checkpointed or self.modules)}:",
-                 f"  memory: activations {mib(off)} -> {mib(on)} ({self.saved_fraction:.0%} less, "
-                 "measured from the tensors autograd keeps)"]
+        lines = [
+            f"checkpointing {', '.join(self.on.memory.checkpointed or self.modules)}:",
+            f"  memory: activations {mib(off)} -> {mib(on)} ({self.saved_fraction:.0%} less, "
+            "measured from the tensors autograd keeps)",
+        ]
         pa, pb = self.peak_allocated
         if pa and pb:
             lines.append(f"  GPU allocator peak {mib(pa)} -> {mib(pb)}")
-        lines.append(f"  profiled backward {self.off.phases_ms['backward']:.2f} -> "
-                     f"{self.on.phases_ms['backward']:.2f} ms (the recompute runs there)")
+        lines.append(
+            f"  profiled backward {self.off.phases_ms['backward']:.2f} -> "
+            f"{self.on.phases_ms['backward']:.2f} ms (the recompute runs there)"
+        )
         if self.ab is not None:
             r = self.ab.ratio
             paid = f"; a step takes {1 / r.ratio:.2f}x as long" if r.verdict == "slower" else ""
@@ -65,38 +70,55 @@ class CheckpointTrade:
                 lines.append("  the machine was busy during the A/B runs: the time figure is unreliable")
         gap = self.loss_gap()
         same = "the same" if gap <= LOSS_RTOL else "DIFFERENT"
-        lines.append(f"  losses: {same} step by step (largest relative gap {gap:.1e}, tolerance "
-                     f"{LOSS_RTOL:.0e})")
+        lines.append(
+            f"  losses: {same} step by step (largest relative gap {gap:.1e}, tolerance {LOSS_RTOL:.0e})"
+        )
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
         off, on = self.activations
-        out = {"modules": self.modules, "activations_off_bytes": off, "activations_on_bytes": on,
-               "saved_fraction": round(self.saved_fraction, 4), "loss_gap": self.loss_gap(),
-               "backward_ms": [self.off.phases_ms["backward"], self.on.phases_ms["backward"]],
-               "run_dirs": [str(self.off.run_dir), str(self.on.run_dir)]}
+        out = {
+            "modules": self.modules,
+            "activations_off_bytes": off,
+            "activations_on_bytes": on,
+            "saved_fraction": round(self.saved_fraction, 4),
+            "loss_gap": self.loss_gap(),
+            "backward_ms": [self.off.phases_ms["backward"], self.on.phases_ms["backward"]],
+            "run_dirs": [str(self.off.run_dir), str(self.on.run_dir)],
+        }
         if self.ab is not None:
             out["speed"] = self.ab.as_dict()
         return out
 
 
 def _losses(run_dir) -> dict:
-    return {r[STEP_NUMBER]: r[LOSS] for r in read_events(run_dir)
-            if r.get(EVENT) == STEP and r.get(RANK, 0) == 0}
+    return {
+        r[STEP_NUMBER]: r[LOSS] for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK, 0) == 0
+    }
 
 
 def trade_modules(cfg: RunConfig, modules: list[str] | None = None) -> list[str]:
     """The modules a trade checkpoints; ConfigError when neither the caller nor the model names any."""
     modules = list(modules or cfg.train.checkpoint or suggested(cfg.model.name))
     if not modules:
-        raise ConfigError(f"train.checkpoint needs module names for {cfg.model.name!r}: name the "
-                          "modules of your model to checkpoint (e.g. ['layers.*'])")
+        raise ConfigError(
+            f"train.checkpoint needs module names for {cfg.model.name!r}: name the "
+            "modules of your model to checkpoint (e.g. ['layers.*'])"
+        )
     return modules
 
 
-def checkpoint_trade(cfg: RunConfig, modules: list[str] | None = None, *, rounds: int | None = None,
-                     profile_steps: int = 3, timed: bool = True, root=None, on_slice=None,
-                     baseline: Breakdown | None = None) -> CheckpointTrade:
+def checkpoint_trade(
+    cfg: RunConfig,
+    modules: list[str] | None = None,
+    *,
+    rounds: int | None = None,
+    profile_steps: int = 3,
+    timed: bool = True,
+    root=None,
+    on_slice=None,
+    baseline: Breakdown | None = None,
+) -> CheckpointTrade:
     """Profile `cfg` with and without checkpointing `modules` (default: the config's own
     train.checkpoint, else the built-in model's suggestion) and, when `timed`, A/B test their speed
     in `rounds` pairs of slices in one warm process (workbench.trials.ab; the losses are compared on

@@ -7,6 +7,7 @@ allocator's and NVML's figures.
     m.rows          # [{'part': 'parameters', 'measured_bytes': ..., 'estimate_bytes': ...}, ...]
     m.bytes         # {'parameters': ..., 'gradients': ..., 'optimizer_state': ..., 'activations': ...}
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,12 @@ from ..events import WORLD_SIZE
 from ..hardware.chooser import GIB, Assumptions, memory_need_gib
 from ..train.flops import StepCost
 
-PARTS = {"parameters": "weights_gib", "gradients": "grads_gib", "optimizer_state": "optimizer_gib",
-         "activations": "activations_gib"}
+PARTS = {
+    "parameters": "weights_gib",
+    "gradients": "grads_gib",
+    "optimizer_state": "optimizer_gib",
+    "activations": "activations_gib",
+}
 
 
 def mib(n: float | None) -> str:
@@ -45,18 +50,33 @@ class MemoryBreakdown:
 
     @property
     def rows(self) -> list[dict]:
-        rows = [{"part": p, "measured_bytes": b, "estimate_bytes": self.estimate.get(p)}
-                for p, b in self.bytes.items()]
-        rows.append({"part": "total", "measured_bytes": self.total,
-                     "estimate_bytes": sum(self.estimate.values()) if self.estimate else None})
+        rows = [
+            {"part": p, "measured_bytes": b, "estimate_bytes": self.estimate.get(p)}
+            for p, b in self.bytes.items()
+        ]
+        rows.append(
+            {
+                "part": "total",
+                "measured_bytes": self.total,
+                "estimate_bytes": sum(self.estimate.values()) if self.estimate else None,
+            }
+        )
         return rows
 
     def as_dict(self) -> dict:
-        return {"bytes": self.bytes, "estimate_bytes": self.estimate, "per_module": self.per_module,
-                "device": self.device, "notes": self.notes, "micro_batch": self.micro_batch,
-                "accum": self.accum, "effective_batch_activations": self.effective_batch_activations,
-                "estimate_context_bytes": self.context_bytes, "checkpointed": self.checkpointed,
-                "peak_parts": self.peak_parts()}
+        return {
+            "bytes": self.bytes,
+            "estimate_bytes": self.estimate,
+            "per_module": self.per_module,
+            "device": self.device,
+            "notes": self.notes,
+            "micro_batch": self.micro_batch,
+            "accum": self.accum,
+            "effective_batch_activations": self.effective_batch_activations,
+            "estimate_context_bytes": self.context_bytes,
+            "checkpointed": self.checkpointed,
+            "peak_parts": self.peak_parts(),
+        }
 
     def peak_parts(self) -> dict[str, int]:
         """On a CPU, the process's peak split into named parts (bytes): Python and torch as loaded,
@@ -67,10 +87,14 @@ class MemoryBreakdown:
             return {}
         base = int(self.before_model.get("base_rss_gib", 0) * 2**30)
         data = int(self.before_model.get("data_rss_gib", 0) * 2**30)
-        parts = {"Python and torch, loaded (the pre-launch check's base)": base,
-                 "the data (the pre-launch check's)": data, "the step's tensors (counted above)": self.total}
+        parts = {
+            "Python and torch, loaded (the pre-launch check's base)": base,
+            "the data (the pre-launch check's)": data,
+            "the step's tensors (counted above)": self.total,
+        }
         parts["the rest: operators' temporaries and memory freed but kept by the allocator"] = max(
-            0, peak - sum(parts.values()))
+            0, peak - sum(parts.values())
+        )
         return parts
 
     def peak_sentence(self) -> str | None:
@@ -86,12 +110,15 @@ class MemoryBreakdown:
         if self.accum <= 1:
             return None
         eff = self.micro_batch * self.accum
-        text = (f"gradient accumulation: an effective batch of {eff} ({self.accum} micro-batches of "
-                f"{self.micro_batch}) keeps the activations of one micro-batch, "
-                f"{mib(self.bytes['activations'])}")
+        text = (
+            f"gradient accumulation: an effective batch of {eff} ({self.accum} micro-batches of "
+            f"{self.micro_batch}) keeps the activations of one micro-batch, "
+            f"{mib(self.bytes['activations'])}"
+        )
         if self.effective_batch_activations:
-            text += (f"; the batch of {eff} in one pass saves "
-                     f"{mib(self.effective_batch_activations)} (measured)")
+            text += (
+                f"; the batch of {eff} in one pass saves {mib(self.effective_batch_activations)} (measured)"
+            )
         return text
 
 
@@ -112,13 +139,24 @@ def memory_breakdown(memory: dict, before_model: dict | None = None) -> MemoryBr
     acts = memory.get("activations_measured", {})
     per_module = dict(sorted(acts.get("per_module", {}).items(), key=lambda kv: -kv[1]))
     if memory.get("checkpointed"):
-        notes.append(f"checkpointed: {', '.join(memory['checkpointed'])} (they keep "
-                     f"{mib(acts.get('kept_for_recompute'))} of inputs for the recompute)")
+        notes.append(
+            f"checkpointed: {', '.join(memory['checkpointed'])} (they keep "
+            f"{mib(acts.get('kept_for_recompute'))} of inputs for the recompute)"
+        )
     if memory.get("eager"):
         notes.append("activations were measured on the eager model; torch.compile may save others")
     if memory.get(WORLD_SIZE, 1) > 1:
         notes.append("under DDP the reducer's buckets hold another copy of the gradients (not counted)")
-    return MemoryBreakdown(measured, estimate, per_module, memory.get("device_memory", {}), notes,
-                           memory.get("micro_batch", 0), memory.get("accum", 1),
-                           memory.get("activations_effective_batch"), context,
-                           memory.get("checkpointed", []), before_model or {})
+    return MemoryBreakdown(
+        measured,
+        estimate,
+        per_module,
+        memory.get("device_memory", {}),
+        notes,
+        memory.get("micro_batch", 0),
+        memory.get("accum", 1),
+        memory.get("activations_effective_batch"),
+        context,
+        memory.get("checkpointed", []),
+        before_model or {},
+    )

@@ -8,6 +8,7 @@ with the reason (the capability rule), not timed.
     c.frame                               # impl, median_ms, p10_ms, p90_ms, vs_for_loop, verdict
     print(c.text())
 """
+
 from __future__ import annotations
 
 import math
@@ -54,14 +55,24 @@ class OptimizerComparison:
                 rows.append({"impl": impl, "verdict": "skipped", "note": self.refused[impl]})
                 continue
             t, r = self.timings[impl], self.ratios.get(impl)
-            rows.append({"impl": impl, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
-                         "vs_for_loop": r.label() if r else "the reference",
-                         "verdict": r.verdict if r else "baseline", "note": ""})
+            rows.append(
+                {
+                    "impl": impl,
+                    "median_ms": t.median_ms,
+                    "p10_ms": t.p10_ms,
+                    "p90_ms": t.p90_ms,
+                    "vs_for_loop": r.label() if r else "the reference",
+                    "verdict": r.verdict if r else "baseline",
+                    "note": "",
+                }
+            )
         return pd.DataFrame(rows)
 
     def text(self) -> str:
-        lines = [f"{self.optimizer} step of {self.params:,} parameters on {self.device}, "
-                 f"{self.threads} thread(s), interleaved rounds of {self.inner} step(s) each:"]
+        lines = [
+            f"{self.optimizer} step of {self.params:,} parameters on {self.device}, "
+            f"{self.threads} thread(s), interleaved rounds of {self.inner} step(s) each:"
+        ]
         for impl in IMPLS:
             if impl in self.refused:
                 lines.append(f"  {impl:<9} refused: {self.refused[impl]}")
@@ -72,10 +83,16 @@ class OptimizerComparison:
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"optimizer": self.optimizer, "device": self.device, "threads": self.threads,
-                "params": self.params, "inner": self.inner, "refused": self.refused,
-                "timings": {k: t.as_dict() for k, t in self.timings.items()},
-                "ratios": {k: {**r.as_dict("speedup"), "label": r.label()} for k, r in self.ratios.items()}}
+        return {
+            "optimizer": self.optimizer,
+            "device": self.device,
+            "threads": self.threads,
+            "params": self.params,
+            "inner": self.inner,
+            "refused": self.refused,
+            "timings": {k: t.as_dict() for k, t in self.timings.items()},
+            "ratios": {k: {**r.as_dict("speedup"), "label": r.label()} for k, r in self.ratios.items()},
+        }
 
 
 def _optimizer(cfg: RunConfig, params: list, impl: str):
@@ -104,8 +121,11 @@ def compare_optimizers(cfg: RunConfig, impls=IMPLS, rounds: int = 10) -> Optimiz
     try:
         torch.manual_seed(cfg.run.seed)
         model = build_model(cfg, build_data(cfg)).to(device)
-        refused = {i: why for i in impls if i == "fused" and
-                   (why := unsupported_reason(cfg, device, "fused_optimizer"))}
+        refused = {
+            i: why
+            for i in impls
+            if i == "fused" and (why := unsupported_reason(cfg, device, "fused_optimizer"))
+        }
         steps = {}
         for impl in (i for i in impls if i not in refused):
             params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
@@ -118,8 +138,15 @@ def compare_optimizers(cfg: RunConfig, impls=IMPLS, rounds: int = 10) -> Optimiz
         if BASE in timings:
             base = timings[BASE].samples_ms
             ratios = {i: paired_ratio(base, t.samples_ms) for i, t in timings.items() if i != BASE}
-        return OptimizerComparison(cfg.optim.name, str(device), torch.get_num_threads(),
-                                   sum(p.numel() for p in model.parameters()), timings, ratios,
-                                   refused, inner)
+        return OptimizerComparison(
+            cfg.optim.name,
+            str(device),
+            torch.get_num_threads(),
+            sum(p.numel() for p in model.parameters()),
+            timings,
+            ratios,
+            refused,
+            inner,
+        )
     finally:
         torch.set_num_threads(threads_before)

@@ -1,4 +1,5 @@
 """The breakdown as text: what `workbench profile` prints and the notebook shows under its charts."""
+
 from __future__ import annotations
 
 from ..events import RANK, STEP_NUMBER
@@ -6,9 +7,15 @@ from ..train.profiling import PHASES
 from ..train.sharding import MEMORY_PARTS, PEAK
 from .memory import mib
 
-LABELS = {"data": "data loading", "copy": "host-to-device copy", "forward": "forward (and loss)",
-          "backward": "backward", "all_reduce": "gradient all-reduce (waiting)",
-          "optimizer": "optimizer step", "rest": "the rest"}
+LABELS = {
+    "data": "data loading",
+    "copy": "host-to-device copy",
+    "forward": "forward (and loss)",
+    "backward": "backward",
+    "all_reduce": "gradient all-reduce (waiting)",
+    "optimizer": "optimizer step",
+    "rest": "the rest",
+}
 
 
 def _model(cfg: dict) -> str:
@@ -25,9 +32,11 @@ def header(b) -> str:
     steps = [s[STEP_NUMBER] for s in r0.steps]
     accum = cfg["optim"]["grad_accum_steps"]
     batch = f"batch {cfg['loader']['batch_size']}" + (f" x {accum} micro-batches" if accum > 1 else "")
-    return (f"profile of {_model(cfg)}, {batch}, {cfg['precision']['dtype']}, {len(b.ranks)} rank(s) "
-            f"on {r0.device}, {r0.threads} thread(s) per process; profiled steps {steps[0]}-{steps[-1]} "
-            "(after warm-up)")
+    return (
+        f"profile of {_model(cfg)}, {batch}, {cfg['precision']['dtype']}, {len(b.ranks)} rank(s) "
+        f"on {r0.device}, {r0.threads} thread(s) per process; profiled steps {steps[0]}-{steps[-1]} "
+        "(after warm-up)"
+    )
 
 
 def phase_lines(b) -> list[str]:
@@ -38,8 +47,10 @@ def phase_lines(b) -> list[str]:
         if p == "all_reduce" and len(b.ranks) == 1:
             continue
         lines.append(f"  {LABELS[p]:<32} {phases[p]:10.3f} ms  {phases[p] / total:6.1%}")
-    lines.append(f"  {'phases (medians) add up to':<32} {sum(phases.values()):10.3f} ms; each profiled "
-                 f"step's phases are within {b.sum_error():.1%} of its measured time")
+    lines.append(
+        f"  {'phases (medians) add up to':<32} {sum(phases.values()):10.3f} ms; each profiled "
+        f"step's phases are within {b.sum_error():.1%} of its measured time"
+    )
     if len(b.ranks) > 1:
         for r in b.ranks:
             parts = ", ".join(f"{p} {v:.1f}" for p, v in r.phases_ms.items() if v >= 0.05)
@@ -51,8 +62,10 @@ def step_line(b) -> str:
     line = f"step {b.step_ms:.3f} ms (median of the profiled steps, the trainer's clock)"
     plain = b.unprofiled_step_ms
     if plain:
-        line += (f"; the run's unprofiled steps: median {plain:.3f} ms, so profiling made a step "
-                 f"{b.step_ms / plain:.2f}x as long")
+        line += (
+            f"; the run's unprofiled steps: median {plain:.3f} ms, so profiling made a step "
+            f"{b.step_ms / plain:.2f}x as long"
+        )
     return line
 
 
@@ -71,13 +84,17 @@ def memory_lines(b) -> list[str]:
         lines.append("  " + acc)
     d = m.device
     if "peak_allocated_bytes" in d:
-        lines.append(f"  GPU allocator: peak {mib(d['peak_allocated_bytes'])} allocated, now "
-                     f"{mib(d['allocated_bytes'])} allocated of {mib(d['reserved_bytes'])} reserved; "
-                     f"NVML: {mib(d.get('nvml_used_bytes'))} used on the device "
-                     f"{d.get('nvml_note', '(all processes)')}")
+        lines.append(
+            f"  GPU allocator: peak {mib(d['peak_allocated_bytes'])} allocated, now "
+            f"{mib(d['allocated_bytes'])} allocated of {mib(d['reserved_bytes'])} reserved; "
+            f"NVML: {mib(d.get('nvml_used_bytes'))} used on the device "
+            f"{d.get('nvml_note', '(all processes)')}"
+        )
     elif "rss_bytes" in d:
-        lines.append(f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
-                     "(everything the process holds: torch, Python, data)")
+        lines.append(
+            f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
+            "(everything the process holds: torch, Python, data)"
+        )
         if m.peak_sentence():
             lines.append(f"  {m.peak_sentence()}")
     lines += [f"  note: {n}" for n in m.notes]
@@ -91,14 +108,20 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
         return []
     parts = (*MEMORY_PARTS, PEAK)
     label = f"per rank ({per_rank['strategy'].upper()}):"
-    lines = [f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
-             f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts)]
+    lines = [
+        f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
+        f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts),
+    ]
     for want, got in zip(per_rank["predicted"], per_rank["measured"]):
         measured = [mib(got.get(p)) for p in parts]  # older runs lack some
-        lines.append(f"  rank {got[RANK]:<11}"
-                     + "".join(f"{mib(want.get(p)):>13}{m:>13}" for p, m in zip(parts, measured)))
-    lines.append(f"  not measured per rank: {', '.join(per_rank['not_measured']) or 'nothing'}; "
-                 f"not predicted: {', '.join(per_rank['not_predicted']) or 'nothing'}")
+        lines.append(
+            f"  rank {got[RANK]:<11}"
+            + "".join(f"{mib(want.get(p)):>13}{m:>13}" for p, m in zip(parts, measured))
+        )
+    lines.append(
+        f"  not measured per rank: {', '.join(per_rank['not_measured']) or 'nothing'}; "
+        f"not predicted: {', '.join(per_rank['not_predicted']) or 'nothing'}"
+    )
     return lines
 
 
@@ -110,15 +133,25 @@ def op_lines(b, top: int) -> list[str]:
     lines = [f"  {'operator':<44} {'phase':<10} {'self ms':>9} {'calls':>6}  input shapes"]
     for o in ops:
         t = o["device_ms_per_step"] if device else o["self_ms_per_step"]
-        lines.append(f"  {o['name'][:44]:<44} {o['phase'][:10]:<10} {t:9.3f} {o['calls_per_step']:6g}  "
-                     f"{o['input_shapes'][:60]}")
+        lines.append(
+            f"  {o['name'][:44]:<44} {o['phase'][:10]:<10} {t:9.3f} {o['calls_per_step']:6g}  "
+            f"{o['input_shapes'][:60]}"
+        )
     return lines
 
 
 def breakdown_text(b, top: int = 10) -> str:
     clock = "device" if b.ranks[0].device.startswith("cuda") else "self"
-    lines = [header(b), step_line(b), *phase_lines(b), b.verdict.text(), "memory:",
-             *memory_lines(b), f"top operators per step (rank 0, by {clock} time):",
-             *op_lines(b, top), f"trace: {b.ranks[0].trace} (open it in https://ui.perfetto.dev)"]
+    lines = [
+        header(b),
+        step_line(b),
+        *phase_lines(b),
+        b.verdict.text(),
+        "memory:",
+        *memory_lines(b),
+        f"top operators per step (rank 0, by {clock} time):",
+        *op_lines(b, top),
+        f"trace: {b.ranks[0].trace} (open it in https://ui.perfetto.dev)",
+    ]
     lines += [f"note: {n}" for n in b.notes]
     return "\n".join(lines)

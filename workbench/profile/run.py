@@ -9,6 +9,7 @@ The run is the config's own (model, data, loader, precision, ranks, threads), sh
 `profile_steps` profiled steps, then unprofiled steps (as many again and more) so the profiler's
 cost shows beside the run's own step time; no evaluation and no saved weights.
 """
+
 from __future__ import annotations
 
 from ..config import ConfigError, RunConfig
@@ -26,12 +27,20 @@ def profile_config(cfg: RunConfig, profile_steps: int = PROFILE_STEPS) -> RunCon
         raise ConfigError(f"profile_steps must be an integer >= 1, got {profile_steps!r}")
     model = cfg.model.name.rpartition(":")[2]
     label = cfg.run.label or f"profile-{model}-{cfg.precision.dtype}"
-    return cfg.replace(**{"run.steps": 4 * profile_steps, "run.profile_steps": profile_steps,
-                          "run.eval_batches": 0, "run.save_weights": False, "run.label": label[:60]})
+    return cfg.replace(
+        **{
+            "run.steps": 4 * profile_steps,
+            "run.profile_steps": profile_steps,
+            "run.eval_batches": 0,
+            "run.save_weights": False,
+            "run.label": label[:60],
+        }
+    )
 
 
-def profile(cfg: RunConfig, profile_steps: int = PROFILE_STEPS, *, root=None,
-            timeout_s: float = 900) -> Breakdown:
+def profile(
+    cfg: RunConfig, profile_steps: int = PROFILE_STEPS, *, root=None, timeout_s: float = 900
+) -> Breakdown:
     """Run the profiling run of `cfg` in a worker and return its breakdown. A run that does not
     complete is a ConfigError with its reason and folder."""
     pcfg = profile_config(cfg, profile_steps)
@@ -39,14 +48,17 @@ def profile(cfg: RunConfig, profile_steps: int = PROFILE_STEPS, *, root=None,
         pcfg = pcfg.replace(**{"run.runs_dir": str(root)})
     summary = run(pcfg, timeout_s=timeout_s)
     if summary.get("status") != "completed":
-        raise ConfigError(f"the profiling run ended {summary.get('status')}: "
-                          f"{summary.get('message') or summary.get('error_type', '')} "
-                          f"(see {summary.get('run_dir')})")
+        raise ConfigError(
+            f"the profiling run ended {summary.get('status')}: "
+            f"{summary.get('message') or summary.get('error_type', '')} "
+            f"(see {summary.get('run_dir')})"
+        )
     return read_breakdown(summary["run_dir"], recommended_dtype(pcfg))
 
 
 def is_profile_of(b: Breakdown, cfg: RunConfig) -> bool:
     """Whether `b` is a profile of `cfg` (wherever its run folder was made)."""
+
     def settings(config: dict) -> dict:
         return {**config, "run": {k: v for k, v in config["run"].items() if k != "runs_dir"}}
 
@@ -63,5 +75,3 @@ def recommended_dtype(cfg: RunConfig) -> str | None:
         return precision_lesson(resolve_device(cfg.run.device)).recommend
     except (ConfigError, RuntimeError):
         return None
-
-

@@ -9,6 +9,7 @@ comes (loss, samples/s, step time, data wait, memory, MFU), and the summary at t
 figures; the status; an A/B's verdicts as tags). Live, only rank 0 sends. The libraries are
 optional: a sink whose library is missing is refused in one line saying what to install.
 """
+
 from __future__ import annotations
 
 from .base import SCALARS, Sink, scalars_of  # noqa: F401

@@ -1,17 +1,37 @@
 """What every sink receives, and which of a step record's figures are sent: the one list."""
+
 from __future__ import annotations
 
 import math
 from typing import Protocol
 
 from ..config import ConfigError
-from ..events import (DATA_WAIT_MS, LOSS, MEM_ALLOCATED_GIB, MEM_PEAK_GIB, MEM_RESERVED_GIB, MFU,
-                      RSS_GIB, SAMPLES_PER_S, STEP_TIME_MS, TFLOPS)
+from ..events import (
+    DATA_WAIT_MS,
+    LOSS,
+    MEM_ALLOCATED_GIB,
+    MEM_PEAK_GIB,
+    MEM_RESERVED_GIB,
+    MFU,
+    RSS_GIB,
+    SAMPLES_PER_S,
+    STEP_TIME_MS,
+    TFLOPS,
+)
 
 # A step record's figures a sink charts, each with the group it is charted under.
-SCALARS = {LOSS: "train", SAMPLES_PER_S: "speed", STEP_TIME_MS: "speed", DATA_WAIT_MS: "speed",
-           TFLOPS: "hardware", MFU: "hardware", RSS_GIB: "memory", MEM_ALLOCATED_GIB: "memory",
-           MEM_RESERVED_GIB: "memory", MEM_PEAK_GIB: "memory"}
+SCALARS = {
+    LOSS: "train",
+    SAMPLES_PER_S: "speed",
+    STEP_TIME_MS: "speed",
+    DATA_WAIT_MS: "speed",
+    TFLOPS: "hardware",
+    MFU: "hardware",
+    RSS_GIB: "memory",
+    MEM_ALLOCATED_GIB: "memory",
+    MEM_RESERVED_GIB: "memory",
+    MEM_PEAK_GIB: "memory",
+}
 
 
 class Sink(Protocol):
@@ -38,8 +58,11 @@ def scalars_of(figures: dict) -> dict[str, float]:
 
 def final_figures(summary: dict) -> dict[str, float]:
     """The summary's numbers (a run's final figures), finite only."""
-    return {k: float(v) for k, v in summary.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in summary.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def needs(module: str, extra: str, what: str):
@@ -50,5 +73,4 @@ def needs(module: str, extra: str, what: str):
         return importlib.import_module(module)
     except ImportError as e:
         missing = getattr(e, "name", None) or module.split(".")[0]
-        raise ConfigError(f"{what} needs the {missing} package: pip install 'workbench[{extra}]'"
-                          ) from None
+        raise ConfigError(f"{what} needs the {missing} package: pip install 'workbench[{extra}]'") from None

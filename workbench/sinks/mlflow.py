@@ -5,6 +5,7 @@ figures as metrics, its status as the run's, its words and an A/B's verdicts as 
 
 Live, metrics are sent in batches about once a second, so a step never waits on the store.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,7 @@ class MlflowSink:
         self._run_id = run.info.run_id
         params = [Param(k[:250], str(v)[:6000]) for k, v in (record.get("params") or {}).items()]
         for i in range(0, len(params), 100):
-            self._client.log_batch(self._run_id, params=params[i:i + 100])
+            self._client.log_batch(self._run_id, params=params[i : i + 100])
         if record.get("command"):
             self._client.set_tag(self._run_id, "command", " ".join(record["command"])[:5000])
 
@@ -60,7 +61,7 @@ class MlflowSink:
 
     def _flush(self) -> None:
         for i in range(0, len(self._pending), 1000):
-            self._client.log_batch(self._run_id, metrics=self._pending[i:i + 1000])
+            self._client.log_batch(self._run_id, metrics=self._pending[i : i + 1000])
         self._pending = []
         self._flushed = time.monotonic()
 

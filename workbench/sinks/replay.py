@@ -4,6 +4,7 @@ its record or config (nothing it names is imported), rank 0's step records, its 
     workbench runs export RUN_DIR [RUN_DIR ...] --to tensorboard DIR
     workbench runs export RUN_DIR --to mlflow sqlite:///mlflow.db
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,13 @@ def record_of(run_dir: Path) -> dict:
     if folder.is_script():
         return folder.script()
     shape = folder.shape()
-    return {"label": Path(run_dir).name, "params": flatten(folder.config_data()),
-            "model": shape["model"], "precision": shape["precision"], "tags": {}}
+    return {
+        "label": Path(run_dir).name,
+        "params": flatten(folder.config_data()),
+        "model": shape["model"],
+        "precision": shape["precision"],
+        "tags": {},
+    }
 
 
 def export_run(run_dir: str | Path, sink: Sink) -> int:

@@ -1,7 +1,8 @@
 """A run into TensorBoard: its figures per step as scalars, its settings and summary as text.
 
-    workbench runs export RUN_DIR --to tensorboard tb/      then   tensorboard --logdir tb/
+workbench runs export RUN_DIR --to tensorboard tb/      then   tensorboard --logdir tb/
 """
+
 from __future__ import annotations
 
 import json

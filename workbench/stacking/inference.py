@@ -12,6 +12,7 @@ is read batch by batch.
 Its table has the training study's columns where they mean the same (step, status, samples_per_s,
 gains, reason), so the same waterfall draws it; size_mib and accuracy replace memory and loss.
 """
+
 from __future__ import annotations
 
 from ..compress.coverage import coverage_note
@@ -27,8 +28,21 @@ from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
 from .plan import STACK_STEP
 
-COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
-           "gain_vs_baseline", "rounds", "coverage", "size_mib", "accuracy", "latency_ms", "reason"]
+COLUMNS = [
+    STACK_STEP,
+    "status",
+    SAMPLES_PER_S,
+    "gain_vs_prev",
+    "gain_low",
+    "gain_high",
+    "gain_vs_baseline",
+    "rounds",
+    "coverage",
+    "size_mib",
+    "accuracy",
+    "latency_ms",
+    "reason",
+]
 
 
 def _variants(model, amount: float, method: str, example) -> tuple[dict, list, dict]:
@@ -52,8 +66,15 @@ def _variants(model, amount: float, method: str, example) -> tuple[dict, list, d
     return models, sorted(skipped, key=lambda s: order[s[0]]), covered
 
 
-def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", batch: int = 64,
-                    rounds: int = 15, min_effect: float = MIN_EFFECT, trust_code: bool = False):
+def inference_study(
+    run_dir,
+    amount: float = 0.5,
+    method: str = "dynamic_int8",
+    batch: int = 64,
+    rounds: int = 15,
+    min_effect: float = MIN_EFFECT,
+    trust_code: bool = False,
+):
     """A DataFrame, one row a step: the trained fp32 model, + structured pruning, + int8. A model
     factory the run names runs only when its folder is trusted, or with `trust_code`."""
     import pandas as pd
@@ -72,22 +93,32 @@ def inference_study(run_dir, amount: float = 0.5, method: str = "dynamic_int8", 
         ms, per_round = t[f"latency_b{batch}_ms"], t[f"latency_b{batch}_rounds_ms"]
         sps = round(batch / ms * 1e3, 2)
         cov = covered.get(label)
-        row = {STACK_STEP: label, SAMPLES_PER_S: sps, "latency_ms": round(ms, 4),
-               "size_mib": round(state_size_bytes(models[label]) / 2**20, 4),
-               "accuracy": subject.evaluate(models[label]),
-               "coverage": cov["coverage"] if cov else None,
-               "reason": coverage_note(cov, "touched") if cov else busy_note(t)}
+        row = {
+            STACK_STEP: label,
+            SAMPLES_PER_S: sps,
+            "latency_ms": round(ms, 4),
+            "size_mib": round(state_size_bytes(models[label]) / 2**20, 4),
+            "accuracy": subject.evaluate(models[label]),
+            "coverage": cov["coverage"] if cov else None,
+            "reason": coverage_note(cov, "touched") if cov else busy_note(t),
+        }
         if base is None:
             row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
             base, base_accuracy = sps, row["accuracy"]
         else:  # paired round by round with the step before: the one verdict on its interval
             gain = paired_ratio(prev_rounds, per_round, min_effect)
-            row.update(gain_vs_prev=round(gain.ratio, 3), gain_low=gain.low, gain_high=gain.high,
-                       rounds=gain.rounds, gain_vs_baseline=round(sps / base, 3),
-                       status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]))
+            row.update(
+                gain_vs_prev=round(gain.ratio, 3),
+                gain_low=gain.low,
+                gain_high=gain.high,
+                rounds=gain.rounds,
+                gain_vs_baseline=round(sps / base, 3),
+                status=weighed(partial_verdict(gain.verdict, cov), base_accuracy, row["accuracy"]),
+            )
             if base_accuracy is not None and row["accuracy"] is not None:
-                claims.weighed("the inference study", row[STACK_STEP], row["status"], base_accuracy,
-                               row["accuracy"])
+                claims.weighed(
+                    "the inference study", row[STACK_STEP], row["status"], base_accuracy, row["accuracy"]
+                )
         prev_rounds = per_round
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)

@@ -4,6 +4,7 @@ steps this hardware cannot measure, kept with the reason.
     from workbench.stacking.plan import plan_table
     plan_table(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"])
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,10 @@ def side_effects(before: RunConfig, after: RunConfig, device) -> str:
     t0, t1 = threads_for(before), threads_for(after)
     n0, n1 = before.distributed.nproc, after.distributed.nproc
     same = "the same" if n0 * t0 == n1 * t1 else "a different number of"
-    return (f"{n0} process(es) x {t0} thread(s) against {n1} ranks x {t1} thread(s): {same} "
-            f"{'cores' if same == 'the same' else 'threads'} in total ({n0 * t0} vs {n1 * t1})")
+    return (
+        f"{n0} process(es) x {t0} thread(s) against {n1} ranks x {t1} thread(s): {same} "
+        f"{'cores' if same == 'the same' else 'threads'} in total ({n0 * t0} vs {n1 * t1})"
+    )
 
 
 def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
@@ -55,10 +58,18 @@ def plan_table(baseline: RunConfig, changes):
     """The plan as a DataFrame: each step, what it sets, whether it will run, and why not."""
     import pandas as pd
 
-    return pd.DataFrame([{STACK_STEP: s.change.label, "will_run": s.reason is None,
-                          "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
-                          "skip_reason": s.reason or "", "note": s.note}
-                         for s in plan(baseline, changes)])
+    return pd.DataFrame(
+        [
+            {
+                STACK_STEP: s.change.label,
+                "will_run": s.reason is None,
+                "sets": ", ".join(f"{k}={v}" for k, v in s.change.settings.items()),
+                "skip_reason": s.reason or "",
+                "note": s.note,
+            }
+            for s in plan(baseline, changes)
+        ]
+    )
 
 
 def final_config(baseline: RunConfig, changes) -> RunConfig:

@@ -6,6 +6,7 @@ the total against the baseline.
     from workbench.stacking.report import study_text
     print(study_text(records))   # records: the study's rows as dicts (each with `adds`)
 """
+
 from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
@@ -28,13 +29,19 @@ def _row(rec: dict, before: dict | None) -> tuple:
     ran = f"{steps:,.0f}" if steps is not None else "-"
     if before is None:
         return (rec[STACK_STEP], _adds(rec.get("adds", {})), f"{sps:,.0f}", "-", rec["status"], ran)
-    gain = speedup_text(number(rec.get("gain_vs_prev")), number(rec.get("gain_low")),
-                        number(rec.get("gain_high")))
+    gain = speedup_text(
+        number(rec.get("gain_vs_prev")), number(rec.get("gain_low")), number(rec.get("gain_high"))
+    )
     rounds = number(rec.get("rounds"))
     prev = number(before.get("steps"))
-    return (rec[STACK_STEP], _adds(rec.get("adds", {})), f"{sps:,.0f}",
-            f"{gain} over {rounds:.0f} rounds" if rounds else gain, rec["status"],
-            f"{ran} / {prev:,.0f}" if prev is not None else ran)
+    return (
+        rec[STACK_STEP],
+        _adds(rec.get("adds", {})),
+        f"{sps:,.0f}",
+        f"{gain} over {rounds:.0f} rounds" if rounds else gain,
+        rec["status"],
+        f"{ran} / {prev:,.0f}" if prev is not None else ran,
+    )
 
 
 def study_text(records: list[dict]) -> str:
@@ -53,7 +60,9 @@ def study_text(records: list[dict]) -> str:
             lines.append(f"{rec[STACK_STEP]}: {rec['status']}: {said}")
     done = [r for r in records if number(r.get(SAMPLES_PER_S)) is not None]
     if len(done) > 1 and done[0]["status"] == "baseline":
-        lines.append(f"total: {done[-1][SAMPLES_PER_S]:,.0f} samples/s, "
-                     f"{number(done[-1]['gain_vs_baseline']):.2f}x the baseline's "
-                     f"{done[0][SAMPLES_PER_S]:,.0f} (the median of the rounds' paired ratios)")
+        lines.append(
+            f"total: {done[-1][SAMPLES_PER_S]:,.0f} samples/s, "
+            f"{number(done[-1]['gain_vs_baseline']):.2f}x the baseline's "
+            f"{done[0][SAMPLES_PER_S]:,.0f} (the median of the rounds' paired ratios)"
+        )
     return "\n".join(lines)

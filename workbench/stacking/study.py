@@ -11,6 +11,7 @@ A change that cannot run on this hardware stays in the table as "skipped" with t
 that slows the run down is marked "slower" (and still stacked: the list is the user's choice).
 Fewer than 6 pairs give no verdict ("within noise", and the note says why).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -27,9 +28,26 @@ from ..trials.hosts import TrainingHosts, TrialError
 from .plan import STACK_STEP
 from .plan import PlannedStep, plan
 
-COLUMNS = [STACK_STEP, "status", SAMPLES_PER_S, "gain_vs_prev", "gain_low", "gain_high",
-           "gain_vs_baseline", "rounds", "dropped", "steps", "mem_held_gib", "final_loss",
-           STEP_TIME_MS, "threads", "other_cpu_cores", "reason", "note", "run_dir"]
+COLUMNS = [
+    STACK_STEP,
+    "status",
+    SAMPLES_PER_S,
+    "gain_vs_prev",
+    "gain_low",
+    "gain_high",
+    "gain_vs_baseline",
+    "rounds",
+    "dropped",
+    "steps",
+    "mem_held_gib",
+    "final_loss",
+    STEP_TIME_MS,
+    "threads",
+    "other_cpu_cores",
+    "reason",
+    "note",
+    "run_dir",
+]
 
 
 def held_gib(memory: dict | None) -> float | None:
@@ -40,14 +58,27 @@ def held_gib(memory: dict | None) -> float | None:
     return round(sum(got.get(k, 0) for k in (*HELD, ACTIVATIONS)) / 2**30, 4)
 
 
-def step_row(planned: PlannedStep, trial: Trial | None, label: str | None, prev: str | None,
-             base: str | None, *, memory: dict | None = None, run_dir: str | None = None,
-             failed: str | None = None) -> dict:
+def step_row(
+    planned: PlannedStep,
+    trial: Trial | None,
+    label: str | None,
+    prev: str | None,
+    base: str | None,
+    *,
+    memory: dict | None = None,
+    run_dir: str | None = None,
+    failed: str | None = None,
+) -> dict:
     """One table row: a skipped step (no trial), a failed one, or a measured one against the
     previous measured step and the baseline (None for the baseline itself)."""
     row = {c: None for c in COLUMNS}
-    row.update({STACK_STEP: planned.change.label}, status="skipped", reason=planned.reason or "",
-               note=planned.note, run_dir=run_dir)
+    row.update(
+        {STACK_STEP: planned.change.label},
+        status="skipped",
+        reason=planned.reason or "",
+        note=planned.note,
+        run_dir=run_dir,
+    )
     if failed:
         row.update(status="failed", reason=failed)
         return row
@@ -55,29 +86,49 @@ def step_row(planned: PlannedStep, trial: Trial | None, label: str | None, prev:
         return row
     done = trial.slices[label]
     losses = trial.losses(label)
-    row.update({SAMPLES_PER_S: round(statistics.median(s.rate for s in done), 2),
-                STEP_TIME_MS: round(statistics.median(s.wall_s / s.steps for s in done) * 1e3, 4)},
-               steps=statistics.median(s.steps for s in done), rounds=len(done),
-               threads=done[0].threads, mem_held_gib=held_gib(memory),
-               final_loss=losses[-1] if losses else None,
-               other_cpu_cores=max(s.other_cores or 0.0 for s in done))
+    row.update(
+        {
+            SAMPLES_PER_S: round(statistics.median(s.rate for s in done), 2),
+            STEP_TIME_MS: round(statistics.median(s.wall_s / s.steps for s in done) * 1e3, 4),
+        },
+        steps=statistics.median(s.steps for s in done),
+        rounds=len(done),
+        threads=done[0].threads,
+        mem_held_gib=held_gib(memory),
+        final_loss=losses[-1] if losses else None,
+        other_cpu_cores=max(s.other_cores or 0.0 for s in done),
+    )
     if base is None:
         row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
         return row
     gain, total = trial.compare(label, prev), trial.compare(label, base)
     r = gain.ratio
-    row.update(status=r.verdict, gain_vs_prev=r.ratio, gain_low=r.low, gain_high=r.high,
-               gain_vs_baseline=total.ratio.ratio, rounds=gain.pairs, dropped=gain.dropped)
+    row.update(
+        status=r.verdict,
+        gain_vs_prev=r.ratio,
+        gain_low=r.low,
+        gain_high=r.high,
+        gain_vs_baseline=total.ratio.ratio,
+        rounds=gain.pairs,
+        dropped=gain.dropped,
+    )
     busy = gain.conditions if gain.busy_pairs else ""
     row["note"] = "; ".join(n for n in (row["note"], r.note, busy) if n)
     return row
 
 
-def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
-              on_update: Callable[["pd.DataFrame"], None] | None = None,  # noqa: F821
-              timeout_s: float = 900, min_effect: float = MIN_EFFECT,
-              stop: Callable[[], bool] | None = None, slice_s: float = SLICE_S,
-              on_slice: Callable[[Slice], None] | None = None):
+def run_study(
+    baseline: RunConfig,
+    changes,
+    *,
+    rounds: int | None = None,
+    on_update: Callable[["pd.DataFrame"], None] | None = None,  # noqa: F821
+    timeout_s: float = 900,
+    min_effect: float = MIN_EFFECT,
+    stop: Callable[[], bool] | None = None,
+    slice_s: float = SLICE_S,
+    on_slice: Callable[[Slice], None] | None = None,
+):
     """Build the baseline and every applicable change, cumulatively, and run `rounds` rounds of
     slices (default: the fewest that carry a 95 % interval); returns a pandas DataFrame.
 
@@ -111,8 +162,16 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             rows, prev, base = [], None, None
             for i, planned in enumerate(steps):
                 label = built.get(i)
-                row = step_row(planned, trial, label, prev, base, memory=memory.get(label),
-                               run_dir=hosts.built.get(label, {}).get("run_dir"), failed=failed.get(i))
+                row = step_row(
+                    planned,
+                    trial,
+                    label,
+                    prev,
+                    base,
+                    memory=memory.get(label),
+                    run_dir=hosts.built.get(label, {}).get("run_dir"),
+                    failed=failed.get(i),
+                )
                 if row[SAMPLES_PER_S] is not None:
                     prev, base = label, base or label
                 elif i == 0 and row["status"] == "failed":
@@ -123,8 +182,9 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             return pd.DataFrame(rows, columns=COLUMNS)
 
         if 0 in built:
-            trial = Trial(hosts.of(built.values()), built[0], slice_s=slice_s,
-                          min_effect=min_effect, on_slice=heard)
+            trial = Trial(
+                hosts.of(built.values()), built[0], slice_s=slice_s, min_effect=min_effect, on_slice=heard
+            )
             for _ in range(rounds):
                 if stop is not None and stop():
                     break
@@ -136,8 +196,11 @@ def run_study(baseline: RunConfig, changes, *, rounds: int | None = None,
             last = list(built.values())[-1]
             hosts.variants[last].save(last)  # the inference end starts from its weights
         out = table()
-    claims.plan("the stacking plan", {s.change.label: s.reason is None for s in steps},
-                {r[STACK_STEP]: r["status"] not in ("skipped", "failed") for r in out.to_dict("records")})
+    claims.plan(
+        "the stacking plan",
+        {s.change.label: s.reason is None for s in steps},
+        {r[STACK_STEP]: r["status"] not in ("skipped", "failed") for r in out.to_dict("records")},
+    )
     if on_update is not None:
         on_update(out)
     return out

@@ -2,6 +2,7 @@
 where each bar starts, each bar's verdict and hover text (plain data; workbench.ui.stacking draws
 it, coloured by verdict: a step that went up within noise is not drawn as a gain).
 """
+
 from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
@@ -38,8 +39,9 @@ def waterfall_records(df) -> dict:
         else:
             measure.append("relative")
             y.append(sps - prev)
-            gain = speedup_text(row["gain_vs_prev"], number(row.get("gain_low")),
-                                number(row.get("gain_high")))
+            gain = speedup_text(
+                row["gain_vs_prev"], number(row.get("gain_low")), number(row.get("gain_high"))
+            )
             rounds = number(row.get("rounds"))
             over = f", {rounds:.0f} rounds" if rounds else ""
             text.append(f"{gain} ({row['status']}{over})")

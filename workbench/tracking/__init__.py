@@ -13,6 +13,7 @@ $WORKBENCH_RUN_DIR, else a fresh one under runs/ ($WORKBENCH_RUNS); under torchr
 writes its own events into the same folder. Nothing in the folder names code: reading it never
 imports anything.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,18 @@ from .run import BUDGET_ENV, Run, Step  # noqa: F401 - the API
 __all__ = ["track", "Run", "Step", "BUDGET_ENV"]
 
 
-def track(config=None, run_dir: str | os.PathLike | None = None, *, label: str | None = None,
-          model: str | None = None, precision: str | None = None, batch_size: int | None = None,
-          steps: int | None = None, sinks=(), exit_at_budget: bool = True) -> Run:
+def track(
+    config=None,
+    run_dir: str | os.PathLike | None = None,
+    *,
+    label: str | None = None,
+    model: str | None = None,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    steps: int | None = None,
+    sinks=(),
+    exit_at_budget: bool = True,
+) -> Run:
     """Start tracking this process's training loop; returns the Run whose `step()` times each step.
 
     config: the script's own settings (a dict, an argparse Namespace, a dataclass or a RunConfig),
@@ -47,8 +57,16 @@ def track(config=None, run_dir: str | os.PathLike | None = None, *, label: str |
     budget = budget_from_env()
     name = place.label_of(label, sys.argv)
     path, fresh = place.choose(run_dir, name)
-    record = script_record(config, sys.argv, name, env.world_size, model=model,
-                           precision=precision, batch_size=batch_size, steps=steps)
+    record = script_record(
+        config,
+        sys.argv,
+        name,
+        env.world_size,
+        model=model,
+        precision=precision,
+        batch_size=batch_size,
+        steps=steps,
+    )
     path = place.claim(path, env.rank, record, fresh)
     env.attempt = attempt_of(path, env)
     run = Run(path, env, record, budget, exit_at_budget, sinks)

@@ -7,6 +7,7 @@ names it as it names the workbench's own ranks that vanished (workbench.runstore
 Hooks are installed once per process and chain to what was there: the previous excepthook still
 prints the traceback, and a signal handler the script or a library set is left alone.
 """
+
 from __future__ import annotations
 
 import atexit

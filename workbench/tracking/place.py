@@ -8,6 +8,7 @@ their agent's process and its start time); across nodes they cannot, so a multi-
 name its folder. Rank 0 claims the folder (its RUN_ID, made with O_EXCL) and writes the script's
 record; the other ranks only add their events files.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,9 +52,11 @@ def choose(run_dir: str | os.PathLike | None, label: str, environ=os.environ) ->
         return Path(named).absolute(), False
     world, local = int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_WORLD_SIZE", 0) or 0)
     if world > 1 and local and local < world:
-        raise ConfigError(f"run_dir is not set for a launch over several nodes ({world} ranks, "
-                          f"{local} on this one): name a folder every node sees, "
-                          f"track(run_dir=...) or ${RUN_DIR_ENV}")
+        raise ConfigError(
+            f"run_dir is not set for a launch over several nodes ({world} ranks, "
+            f"{local} on this one): name a folder every node sees, "
+            f"track(run_dir=...) or ${RUN_DIR_ENV}"
+        )
     key = launch_key(environ)
     if key is None:
         name = f"{time.strftime('%Y%m%d-%H%M%S')}_{label}"
@@ -84,12 +87,13 @@ def claim(path: Path, rank: int, record: dict, fresh: bool) -> Path:
     elif not fresh:  # the other ranks of this launch may have begun their files already
         if folder.holds_run():
             raise ConfigError(f"run dir {str(path)!r} already holds a run; choose a new folder")
-        others = sorted(p.name for p in path.iterdir() if not folder.is_rank_file(p)) \
-            if path.is_dir() else []
+        others = sorted(p.name for p in path.iterdir() if not folder.is_rank_file(p)) if path.is_dir() else []
         if others:
             more = f" and {len(others) - 1} more" if len(others) > 1 else ""
-            raise ConfigError(f"run dir {str(path)!r} is not empty (it holds {others[0]!r}{more}): "
-                              "a run needs a new or empty folder")
+            raise ConfigError(
+                f"run dir {str(path)!r} is not empty (it holds {others[0]!r}{more}): "
+                "a run needs a new or empty folder"
+            )
     _make(path)
     try:
         fd = os.open(folder.run_id_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -1,6 +1,7 @@
 """What a tracked script's run folder says of the script (script.json): its command, its own
 settings as flat JSON data, and the shape a listing shows. Plain data: nothing in it names code
 the workbench would import."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,17 @@ import time
 from ..config import ConfigError
 
 
-def script_record(config, argv: list[str], label: str, world_size: int, *, model=None,
-                  precision=None, batch_size=None, steps=None) -> dict:
+def script_record(
+    config,
+    argv: list[str],
+    label: str,
+    world_size: int,
+    *,
+    model=None,
+    precision=None,
+    batch_size=None,
+    steps=None,
+) -> dict:
     """What script.json says of the script: its command, its own settings (`config`), and the
     shape a listing shows."""
     params = params_of(config)
@@ -20,9 +30,20 @@ def script_record(config, argv: list[str], label: str, world_size: int, *, model
         precision = precision or config.precision.dtype
         batch_size = batch_size or config.loader.batch_size
         steps = steps or config.run.steps
-    return {"command": list(argv), "cwd": os.getcwd(), "python": sys.executable, "label": label,
-            "params": params, "model": model or label, "precision": precision, "ranks": world_size,
-            "batch_size": batch_size, "steps": steps, "t": round(time.time(), 3), "tags": {}}
+    return {
+        "command": list(argv),
+        "cwd": os.getcwd(),
+        "python": sys.executable,
+        "label": label,
+        "params": params,
+        "model": model or label,
+        "precision": precision,
+        "ranks": world_size,
+        "batch_size": batch_size,
+        "steps": steps,
+        "t": round(time.time(), 3),
+        "tags": {},
+    }
 
 
 def _is_run_config(config) -> bool:
@@ -48,8 +69,10 @@ def params_of(config) -> dict:
     elif isinstance(config, dict):
         data = config
     else:
-        raise ConfigError(f"config must be a dict, an argparse.Namespace, a dataclass or a "
-                          f"RunConfig, got {type(config).__name__}")
+        raise ConfigError(
+            f"config must be a dict, an argparse.Namespace, a dataclass or a "
+            f"RunConfig, got {type(config).__name__}"
+        )
     return flatten(data)
 
 
@@ -63,7 +86,8 @@ def flatten(data: dict, prefix: str = "") -> dict:
         elif value is None or isinstance(value, (bool, int, float, str)):
             out[name] = value
         elif isinstance(value, (list, tuple)) and all(
-                v is None or isinstance(v, (bool, int, float, str)) for v in value):
+            v is None or isinstance(v, (bool, int, float, str)) for v in value
+        ):
             out[name] = list(value)
         else:
             out[name] = str(value)

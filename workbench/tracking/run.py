@@ -15,6 +15,7 @@ timer, as a rank reads it. The gap between two steps is the step's data wait (th
 anything else the loop does between steps). FLOPs are not counted (the tracker does not know the model), so a
 tracked run has no MFU.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,23 @@ import torch
 
 from ..config import ConfigError
 from ..disk import write_atomic
-from ..events import (DATA_WAIT_MS, DONE, ERROR, INIT, LAST, LOSS, NODE, NONFINITE_LOSSES, READY,
-                      SAMPLES_PER_S, START, STEP, STEP_NUMBER, STEP_TIME_MS, WORLD_SIZE)
+from ..events import (
+    DATA_WAIT_MS,
+    DONE,
+    ERROR,
+    INIT,
+    LAST,
+    LOSS,
+    NODE,
+    NONFINITE_LOSSES,
+    READY,
+    SAMPLES_PER_S,
+    START,
+    STEP,
+    STEP_NUMBER,
+    STEP_TIME_MS,
+    WORLD_SIZE,
+)
 from ..machine.contention import ContentionMeter
 from ..machine.threads import wait_advice, wait_policy
 from ..measure.steps import step_stats
@@ -140,8 +156,15 @@ class _Flusher(threading.Thread):
 class Run:
     """One process of a tracked run (one rank under torchrun), made by `workbench.track`."""
 
-    def __init__(self, path: Path, env: RankEnv, record: dict, budget_s: float = 0.0,
-                 exit_at_budget: bool = True, sinks=()):
+    def __init__(
+        self,
+        path: Path,
+        env: RankEnv,
+        record: dict,
+        budget_s: float = 0.0,
+        exit_at_budget: bool = True,
+        sinks=(),
+    ):
         self.dir, self.env = path, env
         self.rank, self.world_size = env.rank, env.world_size
         self.record = record
@@ -163,13 +186,23 @@ class Run:
         self._budget_s = budget_s
         self._budget: TimeBudget | None = None
         self._last = False
-        self._events.write(START, pid=os.getpid(), created_t=_created(), host=socket.gethostname(),
-                           world_size=env.world_size, local_rank=env.local_rank, tracked=True,
-                           **({NODE: os.environ["SLURMD_NODENAME"]}
-                              if "SLURMD_NODENAME" in os.environ else {}))
-        self._events.write(INIT, torch=torch.__version__, threads=torch.get_num_threads(),
-                           wait_policy=wait_policy(),
-                           threads_why="the script's own choice (the tracker chooses nothing)")
+        self._events.write(
+            START,
+            pid=os.getpid(),
+            created_t=_created(),
+            host=socket.gethostname(),
+            world_size=env.world_size,
+            local_rank=env.local_rank,
+            tracked=True,
+            **({NODE: os.environ["SLURMD_NODENAME"]} if "SLURMD_NODENAME" in os.environ else {}),
+        )
+        self._events.write(
+            INIT,
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
+            wait_policy=wait_policy(),
+            threads_why="the script's own choice (the tracker chooses nothing)",
+        )
         self._meter = ContentionMeter(_tree_pid()) if env.rank == 0 else None
         self._heartbeat = Heartbeat(self._events)
         self._heartbeat.start()
@@ -202,11 +235,11 @@ class Run:
         now = time.perf_counter()
         return now, self._begin(now)
 
-    def add_step(self, seconds: float, *, samples: int | None = None, loss=None,
-                 wait_s: float | None = None, **figures) -> None:
+    def add_step(
+        self, seconds: float, *, samples: int | None = None, loss=None, wait_s: float | None = None, **figures
+    ) -> None:
         """For a library's callbacks: record a step the caller timed (after a device sync)."""
-        self._record(Step(len(self._times) + 1, samples, loss), seconds, wait_s,
-                     time.perf_counter(), figures)
+        self._record(Step(len(self._times) + 1, samples, loss), seconds, wait_s, time.perf_counter(), figures)
 
     def sync(self) -> None:
         """Wait for the device's queued work, as a timed step's end does."""
@@ -227,8 +260,12 @@ class Run:
         if self._first_step_t is None:
             self.device = _device()
             self._first_step_t = time.time()
-            self._events.write(READY, device=str(self.device), **memory.sample(self.device),
-                               setup_s=round(self._first_step_t - self._t_made, 3))
+            self._events.write(
+                READY,
+                device=str(self.device),
+                **memory.sample(self.device),
+                setup_s=round(self._first_step_t - self._t_made, 3),
+            )
             if self._budget_s:
                 self._budget = TimeBudget(self._budget_s, self.world_size, self.device)
             if self._meter is not None:
@@ -236,8 +273,9 @@ class Run:
             return None
         return now - self._last_end if self._last_end is not None else None
 
-    def _record(self, step: Step, dt: float, wait: float | None, t_end: float,
-                figures: dict | None = None) -> None:
+    def _record(
+        self, step: Step, dt: float, wait: float | None, t_end: float, figures: dict | None = None
+    ) -> None:
         loss = _number(step.loss)
         rec = {STEP_NUMBER: step.number, STEP_TIME_MS: round(dt * 1e3, 4)}
         if loss is not None:
@@ -278,8 +316,10 @@ class Run:
             except ConfigError:
                 raise
             except Exception as e:  # noqa: BLE001 - any library's error: the run matters more
-                print(f"workbench: {type(sink).__name__} failed and is dropped: "
-                      f"{type(e).__name__}: {e}", file=sys.stderr)
+                print(
+                    f"workbench: {type(sink).__name__} failed and is dropped: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                )
                 self.sinks.remove(sink)
 
     def _note_batch(self, samples: int) -> None:
@@ -294,10 +334,15 @@ class Run:
     # --- the end ----------------------------------------------------------------------------
     def figures(self) -> dict:
         """The summary's figures so far, as the trainer's summary names them."""
-        out = {"steps": len(self._times), WORLD_SIZE: self.world_size, "device": str(self.device),
-               "threads": torch.get_num_threads(), "wait_policy": wait_policy(),
-               NONFINITE_LOSSES: self._nonfinite,
-               "wall_s": round(time.time() - self._t_made, 3)}
+        out = {
+            "steps": len(self._times),
+            WORLD_SIZE: self.world_size,
+            "device": str(self.device),
+            "threads": torch.get_num_threads(),
+            "wait_policy": wait_policy(),
+            NONFINITE_LOSSES: self._nonfinite,
+            "wall_s": round(time.time() - self._t_made, 3),
+        }
         if self.record.get("precision"):
             out["precision"] = self.record["precision"]
         if self._first_step_t is not None:
@@ -319,8 +364,13 @@ class Run:
         out.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
         return out
 
-    def finish(self, status: str = "completed", error: BaseException | None = None,
-               message: str = "", returncode: int | None = 0) -> None:
+    def finish(
+        self,
+        status: str = "completed",
+        error: BaseException | None = None,
+        message: str = "",
+        returncode: int | None = 0,
+    ) -> None:
         """Record how the run ended (once): `done` with the figures, or `error` with the
         exception's traceback; rank 0 writes summary.json. Called by the loop's end, the `with`
         block, the exception hook, a stop signal or the interpreter's exit."""
@@ -333,8 +383,11 @@ class Run:
         if status == "completed":
             summary["ended_by"] = "steps"
         if status == "completed" and self._last:  # the budget ended them, tracker or loop stopping
-            summary.update(ended_by="time_budget", ended_note=f"ended by its time budget "
-                           f"({self._budget_s:g} s, ${BUDGET_ENV}) after {len(self._times)} steps")
+            summary.update(
+                ended_by="time_budget",
+                ended_note=f"ended by its time budget "
+                f"({self._budget_s:g} s, ${BUDGET_ENV}) after {len(self._times)} steps",
+            )
         try:
             if status in ("completed", "diverged"):
                 if self._losses and summary.get("final_loss") != summary.get("final_loss"):
@@ -347,8 +400,9 @@ class Run:
                 self._events.write(ERROR, status=status, **record)
         except (OSError, ValueError):
             pass  # a full disk: the summary below may still fit
-        summary.update(status=status, **({"message": message} if message and "message" not in summary
-                                         else {}))
+        summary.update(
+            status=status, **({"message": message} if message and "message" not in summary else {})
+        )
         if self.world_size == 1:  # several ranks: a reader names the rank at fault once all end
             summary[FINAL_KEY] = returncode  # (workbench.distributed.faults.settle_tracked)
         self._tell_sinks("finish", {**summary, "tags": self.record.get("tags") or {}})
@@ -359,8 +413,7 @@ class Run:
                 pass
         self._events.close()
 
-    def _failure(self, status: str, error: BaseException | None, message: str
-                 ) -> tuple[dict, dict]:
+    def _failure(self, status: str, error: BaseException | None, message: str) -> tuple[dict, dict]:
         """The error record's fields (the exception's own message, as a rank writes it) and the
         summary's (one line naming the rank and the step, as a diagnosis words it)."""
         step = len(self._times) + 1 if self._first_step_t is not None else None
@@ -374,17 +427,32 @@ class Run:
                 pass
             kind = type(error).__name__
             record = {"error_type": kind, "message": str(error), "phase": phase, "traceback": tb}
-            return record, {"cause": "raised", "error_type": kind, "failed_rank": self.rank,
-                            "phase": phase, "traceback": tb,
-                            "message": f"rank {self.rank} raised {kind} {where}: {error}"}
+            return record, {
+                "cause": "raised",
+                "error_type": kind,
+                "failed_rank": self.rank,
+                "phase": phase,
+                "traceback": tb,
+                "message": f"rank {self.rank} raised {kind} {where}: {error}",
+            }
         if status == "failed":  # sys.exit(code) with a code that is not 0
             record = {"error_type": error_type_of("exited"), "message": message, "phase": phase}
-            return record, {"cause": "exited", "error_type": record["error_type"], "failed_rank": self.rank,
-                            "phase": phase, "message": f"rank {self.rank} {message} {where}"}
+            return record, {
+                "cause": "exited",
+                "error_type": record["error_type"],
+                "failed_rank": self.rank,
+                "phase": phase,
+                "message": f"rank {self.rank} {message} {where}",
+            }
         message = message or "stopped"
         record = {"error_type": error_type_of("stopped"), "message": message, "phase": phase}
-        return record, {"cause": "stopped", "error_type": record["error_type"], "failed_rank": self.rank,
-                        "phase": phase, "message": f"rank {self.rank} {message} {where}"}
+        return record, {
+            "cause": "stopped",
+            "error_type": record["error_type"],
+            "failed_rank": self.rank,
+            "phase": phase,
+            "message": f"rank {self.rank} {message} {where}",
+        }
 
     def __enter__(self) -> "Run":
         return self
@@ -404,8 +472,11 @@ class Run:
             if code in (None, 0):
                 self.finish()
             else:
-                self.finish("failed", message=f"exited with code {code}",
-                            returncode=code if isinstance(code, int) else 1)
+                self.finish(
+                    "failed",
+                    message=f"exited with code {code}",
+                    returncode=code if isinstance(code, int) else 1,
+                )
         else:
             self.finish("failed", error=error, returncode=1)
 

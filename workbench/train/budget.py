@@ -7,6 +7,7 @@ Every rank must stop after the same step (DDP's next all-reduce would wait for a
 so with several ranks the slowest clock decides: one one-number all-reduce (MAX) per step, made only
 when a budget is set.
 """
+
 from __future__ import annotations
 
 import time
@@ -38,7 +39,10 @@ class TimeBudget:
 def ended_note(cfg, steps_run: int) -> dict:
     """What ended the steps, for the summary: 'steps' or 'time_budget', with its sentence."""
     if steps_run < cfg.run.steps:
-        return {"ended_by": "time_budget", "steps_planned": cfg.run.steps,
-                "ended_note": f"ended by its time budget ({cfg.run.time_budget_s:g} s) after "
-                              f"{steps_run} of at most {cfg.run.steps} steps"}
+        return {
+            "ended_by": "time_budget",
+            "steps_planned": cfg.run.steps,
+            "ended_note": f"ended by its time budget ({cfg.run.time_budget_s:g} s) after "
+            f"{steps_run} of at most {cfg.run.steps} steps",
+        }
     return {"ended_by": "steps"}

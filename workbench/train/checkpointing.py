@@ -8,6 +8,7 @@ A name is a module's dotted name in `model.named_modules()`; a '*' stands for on
 match, and no match may sit inside another; an error lists the modules that exist. The recompute is
 torch.utils.checkpoint's non-reentrant one, which replays the RNG, so the losses stay the same.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -42,14 +43,17 @@ def resolve(model: torch.nn.Module, patterns: list[str], field: str = "train.che
     for i, pattern in enumerate(patterns):
         found = [n for n in names if _matches(pattern, n)]
         if not found:
-            raise ConfigError(f"{field}[{i}] {pattern!r} names no module of this model "
-                              f"({type(model).__name__}); its modules: {_listing(names)}")
+            raise ConfigError(
+                f"{field}[{i}] {pattern!r} names no module of this model "
+                f"({type(model).__name__}); its modules: {_listing(names)}"
+            )
         chosen += [n for n in found if n not in chosen]
     for outer in chosen:
         inner = next((n for n in chosen if n.startswith(outer + ".")), None)
         if inner:
-            raise ConfigError(f"{field} selects {inner!r} inside {outer!r}; checkpoint one or the "
-                              "other, not both")
+            raise ConfigError(
+                f"{field} selects {inner!r} inside {outer!r}; checkpoint one or the other, not both"
+            )
     return [n for n in names if n in chosen]
 
 

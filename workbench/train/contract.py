@@ -37,6 +37,7 @@ What a factory receives: `model.kwargs`, plus any of FACTS it names as a paramet
 `model.kwargs` does not set: `def build(vocab_size, seq_len): ...` gets the text data's
 vocabulary and sequence length.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -48,6 +49,7 @@ from torch import nn
 
 from ..config import ConfigError
 from .data import DataBundle, sample_batch
+
 
 class ContractError(ConfigError):
     """The model does not fit the data: the message says what was expected and what came back."""
@@ -76,17 +78,24 @@ def factory_kwargs(factory, kwargs: dict, facts: dict, where: str = "model.name"
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
         return dict(kwargs)
-    asked = {name: facts[name]() if callable(facts[name]) else facts[name]
-             for name in params if name in facts and name not in kwargs}
+    asked = {
+        name: facts[name]() if callable(facts[name]) else facts[name]
+        for name in params
+        if name in facts and name not in kwargs
+    }
     for name, p in params.items():
         required = p.default is inspect.Parameter.empty and p.kind in (
-            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        )
         if required and name not in kwargs and name not in asked:
             close = difflib.get_close_matches(name, FACTS, n=1, cutoff=0.5)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{where}: the factory's parameter {name!r} is neither in "
-                              f"{where.split('.')[0]}.kwargs nor a fact of this data{hint}; the facts "
-                              f"it can ask for by name: {', '.join(facts)}")
+            raise ConfigError(
+                f"{where}: the factory's parameter {name!r} is neither in "
+                f"{where.split('.')[0]}.kwargs nor a fact of this data{hint}; the facts "
+                f"it can ask for by name: {', '.join(facts)}"
+            )
     return {**asked, **kwargs}
 
 
@@ -102,8 +111,11 @@ def output_adapter(out) -> str:
     return "unknown"
 
 
-ADAPTER_TEXT = {"tensor": "the tensor itself", "first": "the first element of the returned tuple",
-                "logits": "the .logits of the returned output"}
+ADAPTER_TEXT = {
+    "tensor": "the tensor itself",
+    "first": "the first element of the returned tuple",
+    "logits": "the .logits of the returned output",
+}
 
 
 class TakeLogits:
@@ -168,11 +180,14 @@ def check_model(model: nn.Module, data: DataBundle, device: torch.device | str =
     try:
         kind, logits = fit_output(model, x)
     except Exception as e:
-        raise ContractError(f"the model failed on one batch of {what} (x is {_describe(x)}): "
-                            f"{type(e).__name__}: {e}") from e
+        raise ContractError(
+            f"the model failed on one batch of {what} (x is {_describe(x)}): {type(e).__name__}: {e}"
+        ) from e
     if kind == "unknown":
-        raise ContractError(f"{what} needs logits from the model: a tensor, or a tuple, list or "
-                            f"output with .logits holding one; it returned {_describe(logits)}")
+        raise ContractError(
+            f"{what} needs logits from the model: a tensor, or a tuple, list or "
+            f"output with .logits holding one; it returned {_describe(logits)}"
+        )
     _check_shape(logits, x, y, data, what)
     return {"output_adapter": ADAPTER_TEXT[kind], "output_shape": list(logits.shape)}
 
@@ -187,21 +202,26 @@ def _check_shape(logits: torch.Tensor, x, y, data, what: str) -> None:
         if len(got) != 3 or got[:2] != (b, t) or got[2] < v:
             hint = ""
             if len(got) == 2 or (len(got) == 3 and got[1] != t):
-                hint = ("; a model that returns every position only when given targets needs the "
-                        "two-line wrapper FullLogits from the README")
-            raise ContractError(f"{what} needs (B, T, V) logits, here ({b}, {t}, {v}) for x "
-                                f"{_describe(x)}; the model returned {_letters(got, 'lm')} = "
-                                f"{got}{hint}")
+                hint = (
+                    "; a model that returns every position only when given targets needs the "
+                    "two-line wrapper FullLogits from the README"
+                )
+            raise ContractError(
+                f"{what} needs (B, T, V) logits, here ({b}, {t}, {v}) for x "
+                f"{_describe(x)}; the model returned {_letters(got, 'lm')} = "
+                f"{got}{hint}"
+            )
         return
     c = max(data.num_classes, int(y.max()) + 1 if y.numel() and not y.is_floating_point() else 0)
     if y.dim() == 1 and (len(got) != 2 or got[0] != b or got[1] < c):
-        raise ContractError(f"{what} needs (B, C) logits, here ({b}, {c}) for x {_describe(x)} "
-                            f"and {c} classes; the model returned {_letters(got, 'classify')} = "
-                            f"{got}")
+        raise ContractError(
+            f"{what} needs (B, C) logits, here ({b}, {c}) for x {_describe(x)} "
+            f"and {c} classes; the model returned {_letters(got, 'classify')} = "
+            f"{got}"
+        )
 
 
 def _letters(shape: tuple, task: str) -> str:
     """(B, V), (B, T, V), (B, C): how the contract names a shape of this many dimensions."""
-    names = {1: "(B,)", 2: "(B, V)" if task == "lm" else "(B, C)", 3: "(B, T, V)",
-             4: "(B, C, H, W)"}
+    names = {1: "(B,)", 2: "(B, V)" if task == "lm" else "(B, C)", 3: "(B, T, V)", 4: "(B, C, H, W)"}
     return names.get(len(shape), f"a {len(shape)}-dimensional tensor")

@@ -6,6 +6,7 @@ Dataset named by import path (data.factory).
 `build_data(cfg)` returns a `DataBundle`; `make_loader` wraps a split in a real `DataLoader` that
 honours every loader setting (workers, pinning, prefetching) and DDP's sharding.
 """
+
 from __future__ import annotations
 
 import random
@@ -77,7 +78,7 @@ def iter_batches(dataset: Dataset, batch_size: int, order=None, drop_last: bool 
         dataset = SampleBatches(dataset)
     stop = len(order) - batch_size + 1 if drop_last else len(order)
     for i in range(0, max(stop, 0), batch_size):
-        yield dataset[order[i:i + batch_size]]
+        yield dataset[order[i : i + batch_size]]
 
 
 def _split(x: torch.Tensor, y: torch.Tensor, test_fraction: float, seed: int):
@@ -133,7 +134,7 @@ def text(cfg: RunConfig) -> DataBundle:
     ids = torch.tensor([vocab.index(c) for c in corpus], dtype=torch.long)
     g = torch.Generator().manual_seed(0)
     starts = torch.randint(0, len(ids) - d.seq_len - 1, (d.num_samples,), generator=g)
-    windows = torch.stack([ids[s:s + d.seq_len + 1] for s in starts.tolist()])
+    windows = torch.stack([ids[s : s + d.seq_len + 1] for s in starts.tolist()])
     train, test = _split(windows[:, :-1], windows[:, 1:], d.test_fraction, seed=0)
     return DataBundle(train, test, "lm", (d.seq_len,), len(vocab))
 
@@ -158,27 +159,36 @@ def user_dataset(cfg: RunConfig) -> DataBundle:
     try:
         made = factory(**d.kwargs)
     except Exception as e:
-        raise ConfigError(f"data.factory {d.factory!r}: calling it with data.kwargs={d.kwargs!r} "
-                          f"failed: {type(e).__name__}: {e}") from e
+        raise ConfigError(
+            f"data.factory {d.factory!r}: calling it with data.kwargs={d.kwargs!r} "
+            f"failed: {type(e).__name__}: {e}"
+        ) from e
     if isinstance(made, (tuple, list)) and len(made) == 2:
         train, test = made
     elif isinstance(made, Dataset):
         n_test = max(1, int(round(len(made) * d.test_fraction)))
         train, test = torch.utils.data.random_split(
-            made, [len(made) - n_test, n_test], generator=torch.Generator().manual_seed(0))
+            made, [len(made) - n_test, n_test], generator=torch.Generator().manual_seed(0)
+        )
     else:
-        raise ConfigError(f"data.factory {d.factory!r} must return a torch Dataset or a (train, test) "
-                          f"pair, got {type(made).__name__}")
+        raise ConfigError(
+            f"data.factory {d.factory!r} must return a torch Dataset or a (train, test) "
+            f"pair, got {type(made).__name__}"
+        )
     try:
         x, y = train[0]
     except Exception as e:
-        raise ConfigError(f"data.factory {d.factory!r}: reading sample 0 failed: "
-                          f"{type(e).__name__}: {e}; a sample must be an (input tensor, label) pair") from e
+        raise ConfigError(
+            f"data.factory {d.factory!r}: reading sample 0 failed: "
+            f"{type(e).__name__}: {e}; a sample must be an (input tensor, label) pair"
+        ) from e
     for part, value in (("input", x), ("label", y)):
         if isinstance(value, (list, tuple)):  # default_collate transposes these, it never stacks them
-            raise ConfigError(f"data.factory {d.factory!r}: sample 0's {part} is a Python "
-                              f"{type(value).__name__}; return a tensor, a numpy array or a number "
-                              "(a list collates into a list of per-position tensors, not a batch)")
+            raise ConfigError(
+                f"data.factory {d.factory!r}: sample 0's {part} is a Python "
+                f"{type(value).__name__}; return a tensor, a numpy array or a number "
+                "(a list collates into a list of per-position tensors, not a batch)"
+            )
     x, y = torch.as_tensor(x), torch.as_tensor(y)
     source = made if isinstance(made, Dataset) else train
     # Token ids with a label per position (y shaped like x): a language model's data.
@@ -188,14 +198,32 @@ def user_dataset(cfg: RunConfig) -> DataBundle:
     vocab_of = None
     if not lm and x.dim() == 1 and not x.is_floating_point():  # token ids to classify
         said = getattr(source, "vocab_size", None)  # else the largest id in any sample, plus one
-        vocab_of = (lambda: said) if isinstance(said, int) else (lambda: 1 + max(
-            int(torch.as_tensor(part[i][0]).max()) for part in (train, test) for i in range(len(part))))
-    return DataBundle(train, test, "lm" if lm else "classify", tuple(x.shape), count or d.num_classes,
-                      vocab_of=vocab_of)
+        vocab_of = (
+            (lambda: said)
+            if isinstance(said, int)
+            else (
+                lambda: (
+                    1
+                    + max(
+                        int(torch.as_tensor(part[i][0]).max())
+                        for part in (train, test)
+                        for i in range(len(part))
+                    )
+                )
+            )
+        )
+    return DataBundle(
+        train, test, "lm" if lm else "classify", tuple(x.shape), count or d.num_classes, vocab_of=vocab_of
+    )
 
 
-BUILDERS = {"digits": digits, "synthetic_images": synthetic_images, "text": text,
-            "image_folder": image_folder, "dataset": user_dataset}
+BUILDERS = {
+    "digits": digits,
+    "synthetic_images": synthetic_images,
+    "text": text,
+    "image_folder": image_folder,
+    "dataset": user_dataset,
+}
 
 
 def build_data(cfg: RunConfig) -> DataBundle:
@@ -211,8 +239,9 @@ def check_data_paths(cfg: RunConfig) -> None:
         list_images(cfg.data.path)
 
 
-def make_loader(dataset: Dataset, cfg: RunConfig, *, train: bool, rank: int = 0,
-                world_size: int = 1, seed: int = 0) -> DataLoader:
+def make_loader(
+    dataset: Dataset, cfg: RunConfig, *, train: bool, rank: int = 0, world_size: int = 1, seed: int = 0
+) -> DataLoader:
     """A DataLoader yielding whole batches; each rank sees its own shard under DDP."""
     if world_size > 1:
         base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=train, seed=seed)
@@ -228,5 +257,11 @@ def make_loader(dataset: Dataset, cfg: RunConfig, *, train: bool, rank: int = 0,
     extra = {}
     if lc.num_workers > 0:
         extra = dict(prefetch_factor=lc.prefetch_factor, persistent_workers=lc.persistent_workers)
-    return DataLoader(dataset, sampler=batches, batch_size=None, num_workers=lc.num_workers,
-                      pin_memory=lc.pin_memory and torch.cuda.is_available(), **extra)
+    return DataLoader(
+        dataset,
+        sampler=batches,
+        batch_size=None,
+        num_workers=lc.num_workers,
+        pin_memory=lc.pin_memory and torch.cuda.is_available(),
+        **extra,
+    )

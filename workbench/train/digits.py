@@ -4,6 +4,7 @@ Importing scikit-learn costs about a second in every process (the data itself lo
 milliseconds), so the first use on a machine reads it once through scikit-learn and keeps the
 pixels and labels as a small tensor file; every later run reads that file with torch alone.
 """
+
 from __future__ import annotations
 
 import io

@@ -9,6 +9,7 @@ or a user file that re-exports one of them) is refused whatever asked for it, de
 module lives (the stdlib folders, or compiled into the interpreter), not by a list of names. Whether
 a run folder's code may run at all is the trust rule's question (workbench.train.trust).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,8 +27,10 @@ from ..config import ConfigError
 def _library_dirs() -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """(the standard library's folders, the folders of installed packages inside them)."""
     std, sites = set(), set()
-    for scheme in (sysconfig.get_paths(), sysconfig.get_paths(
-            vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})):
+    for scheme in (
+        sysconfig.get_paths(),
+        sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix}),
+    ):
         std |= {Path(scheme[k]).resolve() for k in ("stdlib", "platstdlib")}
         sites |= {Path(scheme[k]).resolve() for k in ("purelib", "platlib")}
     sites |= {Path(p).resolve() for p in site.getsitepackages() + [site.getusersitepackages()]}
@@ -68,9 +71,11 @@ def refuse_stdlib(spec: str, field: str) -> None:
     target = spec.rpartition(":")[0]
     stdlib = is_stdlib_file(target) if target.endswith(".py") else is_stdlib_module(target)
     if stdlib:
-        raise ConfigError(f"{field} {spec!r} names the Python standard library or a builtin, not "
-                          "your code; name a factory you wrote: 'my_models.py:build' or "
-                          "'package.module:build'")
+        raise ConfigError(
+            f"{field} {spec!r} names the Python standard library or a builtin, not "
+            "your code; name a factory you wrote: 'my_models.py:build' or "
+            "'package.module:build'"
+        )
 
 
 def _refuse_stdlib_object(obj, spec: str, field: str) -> None:
@@ -80,11 +85,17 @@ def _refuse_stdlib_object(obj, spec: str, field: str) -> None:
         module = type(obj).__module__
     loaded = sys.modules.get(module)
     path = getattr(loaded, "__file__", None) if loaded else None
-    if module in sys.builtin_module_names or module == "builtins" or (
-            path and is_stdlib_file(path)) or (not path and is_stdlib_module(module)):
-        raise ConfigError(f"{field} {spec!r} is {module}.{getattr(obj, '__name__', type(obj).__name__)}"
-                          " from the Python standard library, not your code; name a factory you "
-                          "wrote")
+    if (
+        module in sys.builtin_module_names
+        or module == "builtins"
+        or (path and is_stdlib_file(path))
+        or (not path and is_stdlib_module(module))
+    ):
+        raise ConfigError(
+            f"{field} {spec!r} is {module}.{getattr(obj, '__name__', type(obj).__name__)}"
+            " from the Python standard library, not your code; name a factory you "
+            "wrote"
+        )
 
 
 def check_spec(spec: str, field: str = "model.name") -> None:
@@ -92,8 +103,9 @@ def check_spec(spec: str, field: str = "model.name") -> None:
     is not the standard library, and that a file it names exists."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr.isidentifier():
-        raise ConfigError(f"{field} must be 'package.module:factory' or 'path/to/file.py:factory', "
-                          f"got {spec!r}")
+        raise ConfigError(
+            f"{field} must be 'package.module:factory' or 'path/to/file.py:factory', got {spec!r}"
+        )
     refuse_stdlib(spec, field)
     if target.endswith(".py") and not Path(target).resolve().is_file():
         raise ConfigError(f"{field} {spec!r}: file {str(Path(target).resolve())!r} does not exist")
@@ -118,8 +130,7 @@ def load_factory(spec: str, field: str = "model.name"):
     except ConfigError:
         raise
     except Exception as e:
-        raise ConfigError(f"{field} {spec!r}: importing {target!r} failed: "
-                          f"{type(e).__name__}: {e}") from e
+        raise ConfigError(f"{field} {spec!r}: importing {target!r} failed: {type(e).__name__}: {e}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"{field} {spec!r}: {target!r} has no callable {attr!r}")

@@ -6,6 +6,7 @@ Counting runs the real model once on a real batch and leaves no trace: the RNG s
 FlopCounterMode counts matrix work (matmul, convolution, attention), the convention behind MFU;
 element-wise ops add bytes, not FLOPs.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
@@ -63,8 +64,13 @@ def memory_need_gib(cost: StepCost, batch_scale: float = 1.0, context_gib: float
     state = cost.params * OPTIMIZER_STATE_BYTES.get(cost.optimizer, 8) / GIB
     acts = cost.activation_bytes * batch_scale / GIB
     total = weights + grads + state + acts + context_gib
-    return {"weights_gib": weights, "grads_gib": grads, "optimizer_gib": state,
-            "activations_gib": acts, "total_gib": total}
+    return {
+        "weights_gib": weights,
+        "grads_gib": grads,
+        "optimizer_gib": state,
+        "activations_gib": acts,
+        "total_gib": total,
+    }
 
 
 class _OpCounter(TorchDispatchMode):

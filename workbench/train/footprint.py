@@ -13,6 +13,7 @@ module was running); a checkpointed module saves nothing inside, but the inputs 
 recompute are counted, under its name. Parameters are left out, FSDP's gathered ones included:
 a saved tensor whose storage is one of the model's parameters' as it is saved.
 """
+
 from __future__ import annotations
 
 import resource
@@ -78,8 +79,11 @@ def saved_for_backward(model: torch.nn.Module, where=lambda: None):
     def pack(t):
         if isinstance(t, torch.Tensor):
             s = t.untyped_storage()
-            if s.nbytes() and s.data_ptr() not in saved and s.data_ptr() not in {
-                    _storage_of(p).data_ptr() for p in model.parameters()}:
+            if (
+                s.nbytes()
+                and s.data_ptr() not in saved
+                and s.data_ptr() not in {_storage_of(p).data_ptr() for p in model.parameters()}
+            ):
                 saved[s.data_ptr()] = (s.nbytes(), where())
         return t
 
@@ -87,8 +91,9 @@ def saved_for_backward(model: torch.nn.Module, where=lambda: None):
         yield saved
 
 
-def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=(),
-                      backward: bool = False) -> dict:
+def saved_activations(
+    model: torch.nn.Module, x, y, lossf, amp=None, checkpointed=(), backward: bool = False
+) -> dict:
     """Bytes autograd keeps for backward after one forward pass on (x, y): the total and per module
     (the innermost module running when each tensor was saved), with what checkpointed modules keep
     for their recompute. Runs no backward unless asked (the pre-launch check runs one, to find a
@@ -104,6 +109,7 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
                     s = t.untyped_storage()
                     if s.nbytes():
                         saved.setdefault(s.data_ptr(), (s.nbytes(), name))
+
         return hook
 
     def leave(module, args, output):
@@ -127,12 +133,17 @@ def saved_activations(model: torch.nn.Module, x, y, lossf, amp=None, checkpointe
     for nbytes, where in saved.values():
         per_module[where] = per_module.get(where, 0) + nbytes
     kept = sum(b for b, where in saved.values() if where in checkpointed)
-    return {"total": sum(per_module.values()), "per_module": per_module, "kept_for_recompute": kept,
-            "batch_size": len(x)}
+    return {
+        "total": sum(per_module.values()),
+        "per_module": per_module,
+        "kept_for_recompute": kept,
+        "batch_size": len(x),
+    }
 
 
-def batch_activations(model: torch.nn.Module, cfg, data, lossf, amp, device,
-                      batch: int | None = None) -> dict:
+def batch_activations(
+    model: torch.nn.Module, cfg, data, lossf, amp, device, batch: int | None = None
+) -> dict:
     """saved_activations on the first `batch` samples (loader.batch_size) read straight from the
     data set, in the run's memory format and with its checkpointed modules; the run's RNG, buffers
     and gradients are left as they were."""
@@ -151,10 +162,12 @@ def device_memory(device: torch.device, reader: NvmlReader | None = None) -> dic
     out = {"rss_bytes": int(rss_gib() * GIB), "peak_rss_bytes": peak_rss}
     if device.type != "cuda":
         return out
-    out.update(allocated_bytes=torch.cuda.memory_allocated(device),
-               reserved_bytes=torch.cuda.memory_reserved(device),
-               peak_allocated_bytes=torch.cuda.max_memory_allocated(device),
-               peak_reserved_bytes=torch.cuda.max_memory_reserved(device))
+    out.update(
+        allocated_bytes=torch.cuda.memory_allocated(device),
+        reserved_bytes=torch.cuda.memory_reserved(device),
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(device),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(device),
+    )
     reader = reader if reader is not None else NvmlReader()
     index = device.index if device.index is not None else torch.cuda.current_device()
     gpus = {g["index"]: g for g in reader.sample()}

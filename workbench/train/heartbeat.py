@@ -6,6 +6,7 @@ Rank 0's heartbeat also says, every few seconds, what other programs did to the 
 (`contention`, workbench.machine.contention), so a live chart can flag a busy machine.
 Costs one short JSON line a second; the training loop never waits for it.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,9 @@ def where(thread_id: int) -> str:
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, writer: LockedWriter, interval_s: float = INTERVAL_S,
-                 contention: ContentionMeter | None = None):
+    def __init__(
+        self, writer: LockedWriter, interval_s: float = INTERVAL_S, contention: ContentionMeter | None = None
+    ):
         super().__init__(daemon=True, name="workbench-heartbeat")
         self.writer, self.interval_s, self.contention = writer, interval_s, contention
         self.main_id = threading.main_thread().ident
@@ -72,8 +74,7 @@ class Heartbeat(threading.Thread):
                 extra["contention"] = self.contention.read()
                 self.contention.restart()
             try:
-                self.writer.write(HEARTBEAT, step=self.writer.last_step, where=where(self.main_id),
-                                  **extra)
+                self.writer.write(HEARTBEAT, step=self.writer.last_step, where=where(self.main_id), **extra)
             except (OSError, ValueError):
                 return  # the file was closed under us: the rank is ending
 

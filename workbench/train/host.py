@@ -10,6 +10,7 @@ run a slice of one or several (their steps interleaved in short chunks, A B B A 
 variant's memory per rank, save its weights, drop it, close. A slice reports its samples, its wall
 time, the CPU time of this process tree and the cores other programs held meanwhile, and its losses.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,9 @@ class Variant:
         self.losses_at_build = []
         for i in range(PACE_STEPS):  # the first measures what a step holds (untimed), as a run does
             t0 = time.perf_counter()
-            self.losses_at_build.append(self._step(measuring(self.s.parts.model, self.held) if i == 0
-                                                   else None))
+            self.losses_at_build.append(
+                self._step(measuring(self.s.parts.model, self.held) if i == 0 else None)
+            )
             self.step_s = time.perf_counter() - t0
 
     def _step(self, phase=None) -> float:
@@ -75,7 +77,6 @@ class Variant:
         losses = [self._step() for _ in range(steps)]
         device_sync(self.s.parts.device)
         return time.perf_counter() - t0, losses
-
 
     def memory(self) -> dict:
         from .trainer import memory_per_rank
@@ -139,10 +140,17 @@ def interleave(variants: list[Variant], steps: list[tuple[int, int]]) -> list[di
     out = []
     for v, (n, _), wall, got in zip(variants, steps, walls, losses):
         v.step_s = wall / n
-        out.append({"work": float(v.samples_per_step * n), "wall_s": wall,
-                    "cpu_s": own * wall / max(sum(walls), 1e-9),
-                    "other_cores": seen["other_cpu_cores"], "steps": n,
-                    "losses": got, "threads": v.threads})
+        out.append(
+            {
+                "work": float(v.samples_per_step * n),
+                "wall_s": wall,
+                "cpu_s": own * wall / max(sum(walls), 1e-9),
+                "other_cores": seen["other_cpu_cores"],
+                "steps": n,
+                "losses": got,
+                "threads": v.threads,
+            }
+        )
     return out
 
 
@@ -184,8 +192,12 @@ def serve(conn: Connection | None, folder: Path) -> None:
             if op == "build":
                 cfg = RunConfig.from_dict(msg["config"])
                 variants[msg["label"]] = v = Variant(msg["label"], cfg, folder, env)
-                reply = {"step_s": v.step_s, "threads": v.threads, "losses": v.losses_at_build,
-                         "run_dir": str(v.dir)}
+                reply = {
+                    "step_s": v.step_s,
+                    "threads": v.threads,
+                    "losses": v.losses_at_build,
+                    "run_dir": str(v.dir),
+                }
             elif op == "slice":
                 chosen = [variants[label] for label in msg["labels"]]
                 reply = {"slices": interleave(chosen, msg["steps"])}
@@ -203,8 +215,11 @@ def serve(conn: Connection | None, folder: Path) -> None:
             else:
                 reply = {"error": f"unknown request {op!r}", "type": "ValueError"}
         except Exception as e:  # noqa: BLE001 - the parent names the variant and the error
-            reply = {"error": str(e) or type(e).__name__, "type": type(e).__name__,
-                     "traceback": traceback.format_exc()}
+            reply = {
+                "error": str(e) or type(e).__name__,
+                "type": type(e).__name__,
+                "traceback": traceback.format_exc(),
+            }
         if conn is not None:
             conn.send(reply)
     for v in variants.values():
@@ -212,8 +227,11 @@ def serve(conn: Connection | None, folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workbench.train.host", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m workbench.train.host",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--address", required=True, help="the Unix socket rank 0 connects to")
     p.add_argument("--folder", required=True, help="where each variant's config and events go")
     p.add_argument("--config", help="under several ranks: a config whose process group they join")

@@ -4,6 +4,7 @@ so every sample costs what real image data costs. A user's own folder of images 
 
     data = ImageFolder("/tmp/digits64"); x, label = data[0]
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,10 @@ def list_images(root: str | Path) -> tuple[list[Path], list[int], list[str]]:
     Raises ConfigError when the folder does not exist or holds no images."""
     root = Path(root)
     if not root.is_dir():
-        raise ConfigError(f"data.path {str(root)!r} does not exist or is not a folder; "
-                          "generate one with `workbench loader make-images DIR`")
+        raise ConfigError(
+            f"data.path {str(root)!r} does not exist or is not a folder; "
+            "generate one with `workbench loader make-images DIR`"
+        )
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     files, labels = [], []
     for label, cls in enumerate(classes):
@@ -36,8 +39,10 @@ def list_images(root: str | Path) -> tuple[list[Path], list[int], list[str]]:
                 files.append(f)
                 labels.append(label)
     if not files:
-        raise ConfigError(f"data.path {str(root)!r} holds no images: expected "
-                          f"{str(root)}/<class>/<name>.png (or {', '.join(IMAGE_EXTENSIONS[1:])})")
+        raise ConfigError(
+            f"data.path {str(root)!r} holds no images: expected "
+            f"{str(root)}/<class>/<name>.png (or {', '.join(IMAGE_EXTENSIONS[1:])})"
+        )
     return files, labels, classes
 
 
@@ -47,7 +52,7 @@ def augment(x: torch.Tensor, gen: torch.Generator | None = None, pad: int = 4) -
     c, h, w = x.shape
     dy, dx = torch.randint(0, 2 * pad + 1, (2,), generator=gen).tolist()
     x = torch.nn.functional.pad(x.unsqueeze(0), (pad, pad, pad, pad), mode="reflect")[0]
-    x = x[:, dy:dy + h, dx:dx + w]
+    x = x[:, dy : dy + h, dx : dx + w]
     if torch.rand((), generator=gen) < 0.5:
         x = x.flip(-1)
     brightness, contrast = (torch.rand(2, generator=gen) * 0.4 + 0.8).tolist()
@@ -64,8 +69,16 @@ class ImageFolder(Dataset):
     on_error="raise" stops at a bad file with an error naming it; "skip" uses the next good file and
     counts the bad ones in `self.skipped` (per process: loader workers count their own)."""
 
-    def __init__(self, root: str | Path, image_size: int | None = None, train: bool = True,
-                 on_error: str = "raise", files=None, labels=None, classes=None):
+    def __init__(
+        self,
+        root: str | Path,
+        image_size: int | None = None,
+        train: bool = True,
+        on_error: str = "raise",
+        files=None,
+        labels=None,
+        classes=None,
+    ):
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if files is None:
@@ -79,9 +92,15 @@ class ImageFolder(Dataset):
 
     def subset(self, indices, train: bool) -> "ImageFolder":
         """The same folder restricted to `indices` (a train or test split)."""
-        return ImageFolder(self.root, self.image_size, train, self.on_error,
-                           [self.files[i] for i in indices], [self.labels[i] for i in indices],
-                           self.classes)
+        return ImageFolder(
+            self.root,
+            self.image_size,
+            train,
+            self.on_error,
+            [self.files[i] for i in indices],
+            [self.labels[i] for i in indices],
+            self.classes,
+        )
 
     def _read(self, path: Path) -> torch.Tensor:
         from PIL import Image, UnidentifiedImageError
@@ -93,8 +112,10 @@ class ImageFolder(Dataset):
                     img = img.resize((self.image_size, self.image_size), Image.BILINEAR)
                 pixels = np.asarray(img)
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as e:
-            raise CorruptImageError(f"cannot decode image file {str(path)!r}: {type(e).__name__}: {e}; "
-                                    "delete or replace it, or use on_error='skip'") from None
+            raise CorruptImageError(
+                f"cannot decode image file {str(path)!r}: {type(e).__name__}: {e}; "
+                "delete or replace it, or use on_error='skip'"
+            ) from None
         return torch.from_numpy(pixels.copy()).permute(2, 0, 1)
 
     def decode(self, i: int) -> tuple[torch.Tensor, int]:

@@ -3,6 +3,7 @@
 Keys carry their unit (GiB). On a GPU: what this process's caching allocator holds; on any device:
 the process's resident set size.
 """
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ else (CPU) an estimate from its instruction sets; `mfu_basis` says which, and th
 both the measured and the spec figure when they are known. An MFU above 100 % is not a result:
 the peak it was divided by is wrong, so it is never written as `mfu`; the record says so instead.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,9 +41,20 @@ def count_key(cfg, model, data, device) -> str:
         h.update(f"{name}:{type(m).__module__}.{type(m).__qualname__};".encode())
     for name, p in model.named_parameters():
         h.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())
-    h.update(repr((tuple(data.input_shape), min(cfg.loader.batch_size, len(data.train)),
-                   cfg.optim.grad_accum_steps, cfg.precision.dtype, cfg.precision.channels_last,
-                   data.task, torch.device(device).type, torch.__version__)).encode())
+    h.update(
+        repr(
+            (
+                tuple(data.input_shape),
+                min(cfg.loader.batch_size, len(data.train)),
+                cfg.optim.grad_accum_steps,
+                cfg.precision.dtype,
+                cfg.precision.channels_last,
+                data.task,
+                torch.device(device).type,
+                torch.__version__,
+            )
+        ).encode()
+    )
     return h.hexdigest()
 
 
@@ -100,9 +112,11 @@ class MfuMeter:
         out[TFLOPS] = _sig(tflops)
         p = self.peaks
         wrong = []
-        for key, peak, basis in ((MFU, self.peak, p.get("basis")),
-                                 ("mfu_spec", p.get("spec_tflops"), p.get("spec_basis")),
-                                 ("mfu_measured", p.get("measured_tflops"), "measured")):
+        for key, peak, basis in (
+            (MFU, self.peak, p.get("basis")),
+            ("mfu_spec", p.get("spec_tflops"), p.get("spec_basis")),
+            ("mfu_measured", p.get("measured_tflops"), "measured"),
+        ):
             if not peak:
                 continue
             share = tflops / peak
@@ -117,7 +131,9 @@ class MfuMeter:
         if p.get("measured_tflops"):
             out["measured_tflops"] = _sig(p["measured_tflops"])
         if wrong:
-            out["mfu_error"] = (f"this run reached {' and '.join(wrong)}: no run can pass its "
-                                "peak, so that peak is wrong (measured on a busy machine, or an "
-                                "estimate); measure it with `workbench hw --bench`")
+            out["mfu_error"] = (
+                f"this run reached {' and '.join(wrong)}: no run can pass its "
+                "peak, so that peak is wrong (measured on a busy machine, or an "
+                "estimate); measure it with `workbench hw --bench`"
+            )
         return out

@@ -6,6 +6,7 @@ What a model receives and must return, and what its factory is given, is the con
 `model.kwargs` plus the data facts it names as parameters (num_classes, vocab_size, in_channels,
 seq_len, input_shape), and the model's output goes through the adapter chosen on one batch.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,14 +38,14 @@ class MLP(nn.Module):
 class SmallCNN(nn.Module):
     """`depth` conv-BN-ReLU blocks of `width` channels (pooling while the image is large), then a head."""
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 32, depth: int = 3,
-                 image_size: int = 32):
+    def __init__(
+        self, in_channels: int, num_classes: int, width: int = 32, depth: int = 3, image_size: int = 32
+    ):
         super().__init__()
         blocks: list[nn.Module] = []
         size, channels = image_size, in_channels
         for _ in range(depth):
-            blocks += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
-                       nn.ReLU()]
+            blocks += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
             if size >= 8:
                 blocks.append(nn.MaxPool2d(2))
                 size //= 2
@@ -70,14 +71,16 @@ class TinyTransformerLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, width)
         nn.init.normal_(self.embed.weight, std=self.INIT_STD)
         self.pos = nn.Parameter(torch.randn(seq_len, width) * self.INIT_STD)
-        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True,
-                                           norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size, bias=False)
         self.head.weight = self.embed.weight
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq_len),
-                             persistent=False)
+        self.register_buffer(
+            "mask", nn.Transformer.generate_square_subsequent_mask(seq_len), persistent=False
+        )
 
     def forward(self, idx):
         t = idx.shape[1]
@@ -103,12 +106,15 @@ def build_model(cfg: RunConfig, data: DataBundle, check: bool = True) -> nn.Modu
     try:
         model = factory(**kwargs)
     except Exception as e:
-        raise ConfigError(f"model.name {m.name!r}: calling the factory with {kwargs!r} "
-                          f"(model.kwargs and the data facts it names) failed: "
-                          f"{type(e).__name__}: {e}") from e
+        raise ConfigError(
+            f"model.name {m.name!r}: calling the factory with {kwargs!r} "
+            f"(model.kwargs and the data facts it names) failed: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     if not isinstance(model, nn.Module):
-        raise ConfigError(f"model.name {m.name!r}: the factory must return a torch.nn.Module, "
-                          f"got {type(model).__name__}")
+        raise ConfigError(
+            f"model.name {m.name!r}: the factory must return a torch.nn.Module, got {type(model).__name__}"
+        )
     if check:
         check_model(model, data)
     return model

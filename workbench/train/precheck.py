@@ -13,6 +13,7 @@ samples, train.checkpoint's modules checkpointed as the run will have them), and
 model's first nn.ModuleList (its blocks: what the tune may checkpoint). It counts no FLOPs: the
 first FLOP count in a process costs seconds, too slow here.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,9 @@ def measure(cfg: RunConfig) -> dict:
         load_factory(cfg.model.name)
     rss = rss_gib()
     data = build_data(cfg)
-    out.update(data_rss_gib=round(max(0.0, rss_gib() - rss), 4), train_samples=len(data.train),
-               task=data.task)
+    out.update(
+        data_rss_gib=round(max(0.0, rss_gib() - rss), 4), train_samples=len(data.train), task=data.task
+    )
     model, on_meta = _model(cfg, data)  # a factory's call and its return type, given the data
     if cfg.distributed.strategy == "fsdp":  # what will be sharded, said before launch
         check_shardable(model)
@@ -79,8 +81,10 @@ def measure(cfg: RunConfig) -> dict:
     params = sum(p.numel() for p in model.parameters())
     out.update(params=params, param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     if params > REAL_BUILD_MAX_PARAMS:
-        out["activations_note"] = (f"activations not measured: the model has {params:,} parameters, "
-                                   f"more than {REAL_BUILD_MAX_PARAMS:,} worth building here")
+        out["activations_note"] = (
+            f"activations not measured: the model has {params:,} parameters, "
+            f"more than {REAL_BUILD_MAX_PARAMS:,} worth building here"
+        )
         return out
     if on_meta:
         torch.manual_seed(cfg.run.seed)
@@ -89,8 +93,9 @@ def measure(cfg: RunConfig) -> dict:
     x, y = first_batch(data.train, n, torch.device("cpu"))
     try:  # the activations of the run as configured: checkpointed modules keep only their inputs
         names = apply_checkpointing(model, cfg.train.checkpoint)
-        saved = saved_activations(model.train(), x, y, loss_fn(data.task),
-                                  autocast(cfg, torch.device("cpu")), names, backward=True)["total"]
+        saved = saved_activations(
+            model.train(), x, y, loss_fn(data.task), autocast(cfg, torch.device("cpu")), names, backward=True
+        )["total"]
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - the model and the data do not fit together
@@ -98,8 +103,10 @@ def measure(cfg: RunConfig) -> dict:
         if resolve_device(cfg.run.device).type == "cuda":  # it may need the GPU it will run on
             out["activations_note"] = f"activations not measured: a forward pass on the CPU failed: {why}"
             return out
-        raise ConfigError(f"model.name {cfg.model.name!r}: a forward and backward pass on {n} "
-                          f"sample(s) of data.name {cfg.data.name!r} failed before launch: {why}") from None
+        raise ConfigError(
+            f"model.name {cfg.model.name!r}: a forward and backward pass on {n} "
+            f"sample(s) of data.name {cfg.data.name!r} failed before launch: {why}"
+        ) from None
     out["activation_bytes_per_sample"] = saved / len(x)
     return out
 

@@ -2,6 +2,7 @@
 and the check that refuses a config asking for what the device cannot do, before a run starts
 (what a device can do is `workbench.machine.capability`'s answer).
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext

@@ -11,6 +11,7 @@ each phase synchronizes the device before its range closes, so a phase holds its
 removes the overlap of launching and running, and profiled steps are slower than the others. They
 are marked in their step records and left out of the run's throughput and step-time figures.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -80,8 +81,7 @@ class StepProfiler:
     def _profiled_step(self, parts: StepParts, batches):
         self._model = parts.model
         with record_function(PREFIX + "step"):
-            return train_step(replace(parts, lossf=self._watch(parts.lossf)), batches,
-                              phase=self._phase)
+            return train_step(replace(parts, lossf=self._watch(parts.lossf)), batches, phase=self._phase)
 
     @contextmanager
     def _phase(self, name: str):
@@ -94,6 +94,7 @@ class StepProfiler:
 
     def _watch(self, lossf):
         """The loss function, with a hook that marks the moment backward has every gradient."""
+
         def grads_ready():
             if self.cuda:
                 torch.cuda.synchronize(self.device)
@@ -124,10 +125,17 @@ class StepProfiler:
         events = [e for e in self.prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
         steps = phases_per_step(events, self.env.world_size > 1)
         self.prof.export_chrome_trace(str(run_dir / trace))
-        out = {RANK: rank, WORLD_SIZE: self.env.world_size, "device": str(self.device),
-               "threads": torch.get_num_threads(), "profiled_steps": self.steps[:len(steps)],
-               "steps": steps, "top_ops": top_ops(events, len(steps), self.cuda), "trace": trace,
-               "memory": self._memory(s)}
+        out = {
+            RANK: rank,
+            WORLD_SIZE: self.env.world_size,
+            "device": str(self.device),
+            "threads": torch.get_num_threads(),
+            "profiled_steps": self.steps[: len(steps)],
+            "steps": steps,
+            "top_ops": top_ops(events, len(steps), self.cuda),
+            "trace": trace,
+            "memory": self._memory(s),
+        }
         write_json_atomic(folder.profile_file(rank), out)
         self.prof = None
         return {"profiled_steps": out["profiled_steps"], "profile": folder.profile_file(rank).name}
@@ -136,12 +144,19 @@ class StepProfiler:
         """Parameters, gradients and optimizer state counted from the tensors; activations from one
         forward pass on a batch read straight from the dataset (nothing else in the run changes)."""
         cfg, plain = self.cfg, unwrap(s.parts.model)
-        mem = {"parameters": footprint.parameter_bytes(plain), "gradients": self.grad_bytes,
-               "optimizer_state": footprint.optimizer_state_bytes(s.parts.opt), "optimizer": cfg.optim.name,
-               "optimizer_impl": cfg.optim.impl, "checkpointed": resolve(plain, cfg.train.checkpoint),
-               "micro_batch": cfg.loader.batch_size, "accum": cfg.optim.grad_accum_steps,
-               "device_memory": self.memory, "eager": cfg.compile.enabled,
-               WORLD_SIZE: self.env.world_size}
+        mem = {
+            "parameters": footprint.parameter_bytes(plain),
+            "gradients": self.grad_bytes,
+            "optimizer_state": footprint.optimizer_state_bytes(s.parts.opt),
+            "optimizer": cfg.optim.name,
+            "optimizer_impl": cfg.optim.impl,
+            "checkpointed": resolve(plain, cfg.train.checkpoint),
+            "micro_batch": cfg.loader.batch_size,
+            "accum": cfg.optim.grad_accum_steps,
+            "device_memory": self.memory,
+            "eager": cfg.compile.enabled,
+            WORLD_SIZE: self.env.world_size,
+        }
         mem["activations_measured"] = self._activations(s, plain, cfg.loader.batch_size)
         mem["activations"] = mem["activations_measured"]["total"]
         if cfg.optim.grad_accum_steps > 1:  # what the same effective batch costs in one pass
@@ -155,14 +170,15 @@ class StepProfiler:
         return mem
 
     def _activations(self, s, plain, batch: int) -> dict:
-        return footprint.batch_activations(plain, self.cfg, s.data, s.parts.lossf, s.parts.amp,
-                                           s.parts.device, batch)
+        return footprint.batch_activations(
+            plain, self.cfg, s.data, s.parts.lossf, s.parts.amp, s.parts.device, batch
+        )
 
 
 def _phase_of(e) -> str:
     while e is not None:
-        if e.name.startswith(PREFIX) and e.name[len(PREFIX):] in PHASES:
-            return e.name[len(PREFIX):]
+        if e.name.startswith(PREFIX) and e.name[len(PREFIX) :] in PHASES:
+            return e.name[len(PREFIX) :]
         e = e.cpu_parent
     return "rest"
 
@@ -176,7 +192,7 @@ def phases_per_step(events, distributed: bool) -> list[dict]:
         lo, hi = st.time_range.start, st.time_range.end
         ms = dict.fromkeys(PHASES, 0.0)
         for e in ranges:
-            name = e.name[len(PREFIX):]
+            name = e.name[len(PREFIX) :]
             if name not in PHASES or e.cpu_parent is not st:
                 continue
             dur = e.time_range.end - e.time_range.start
@@ -189,11 +205,22 @@ def phases_per_step(events, distributed: bool) -> list[dict]:
             ms[name] += dur / 1e3
         span = (hi - lo) / 1e3
         ms["rest"] = max(0.0, span - sum(ms.values()))
-        small = sum(e.self_cpu_time_total for e in events if e.thread == st.thread and
-                    lo <= e.time_range.start <= hi and not e.name.startswith(PREFIX) and
-                    e.self_cpu_time_total < SMALL_OP_US and _phase_of(e) in ("forward", "backward"))
-        out.append({"span_ms": round(span, 4), "phases_ms": {k: round(v, 4) for k, v in ms.items()},
-                    "small_ops_ms": round(small / 1e3, 4)})
+        small = sum(
+            e.self_cpu_time_total
+            for e in events
+            if e.thread == st.thread
+            and lo <= e.time_range.start <= hi
+            and not e.name.startswith(PREFIX)
+            and e.self_cpu_time_total < SMALL_OP_US
+            and _phase_of(e) in ("forward", "backward")
+        )
+        out.append(
+            {
+                "span_ms": round(span, 4),
+                "phases_ms": {k: round(v, 4) for k, v in ms.items()},
+                "small_ops_ms": round(small / 1e3, 4),
+            }
+        )
     return out
 
 
@@ -206,8 +233,17 @@ def top_ops(events, steps: int, cuda: bool, n: int = TOP_OPS) -> list[dict]:
             continue
         phase = _phase_of(e) if e.thread in main else "(another thread)"
         key = (e.name, str(e.input_shapes), phase)
-        row = rows.setdefault(key, {"name": e.name, "input_shapes": str(e.input_shapes)[:120],
-                                    "phase": phase, "calls": 0, "self_us": 0.0, "device_us": 0.0})
+        row = rows.setdefault(
+            key,
+            {
+                "name": e.name,
+                "input_shapes": str(e.input_shapes)[:120],
+                "phase": phase,
+                "calls": 0,
+                "self_us": 0.0,
+                "device_us": 0.0,
+            },
+        )
         row["calls"] += 1
         row["self_us"] += e.self_cpu_time_total
         if cuda:
@@ -215,8 +251,14 @@ def top_ops(events, steps: int, cuda: bool, n: int = TOP_OPS) -> list[dict]:
     steps = max(1, steps)
     key = "device_us" if cuda else "self_us"
     ranked = sorted(rows.values(), key=lambda r: r[key], reverse=True)[:n]
-    return [{"name": r["name"], "phase": r["phase"], "input_shapes": r["input_shapes"],
-             "calls_per_step": round(r["calls"] / steps, 2),
-             "self_ms_per_step": round(r["self_us"] / steps / 1e3, 4),
-             **({"device_ms_per_step": round(r["device_us"] / steps / 1e3, 4)} if cuda else {})}
-            for r in ranked]
+    return [
+        {
+            "name": r["name"],
+            "phase": r["phase"],
+            "input_shapes": r["input_shapes"],
+            "calls_per_step": round(r["calls"] / steps, 2),
+            "self_ms_per_step": round(r["self_us"] / steps / 1e3, 4),
+            **({"device_ms_per_step": round(r["device_us"] / steps / 1e3, 4)} if cuda else {}),
+        }
+        for r in ranked
+    ]

@@ -5,6 +5,7 @@ process-group backend it uses, and how it joins the group with rank 0's store on
 The backend rule ("auto": nccl on GPUs, gloo on CPUs) lives in workbench.machine.fit, with the
 rest of what this machine can run; a rank asks it here, and the exported script copies it.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,12 @@ class RankEnv:
     @classmethod
     def from_environ(cls, environ=os.environ) -> "RankEnv":
         get = lambda k, d: int(environ.get(k, d))  # noqa: E731
-        return cls(get("RANK", 0), get("LOCAL_RANK", 0), get("WORLD_SIZE", 1),
-                   get(ATTEMPT_BASE_ENV, 0) + get("TORCHELASTIC_RESTART_COUNT", 0))
+        return cls(
+            get("RANK", 0),
+            get("LOCAL_RANK", 0),
+            get("WORLD_SIZE", 1),
+            get(ATTEMPT_BASE_ENV, 0) + get("TORCHELASTIC_RESTART_COUNT", 0),
+        )
 
 
 def pick_device(cfg, env: RankEnv) -> torch.device:
@@ -82,9 +87,15 @@ def process_group_store(rank: int, world_size: int, timeout_s: float):
     timeout = timedelta(seconds=timeout_s)
     if rank == 0:
         fd = _HELD_FDS.pop(address, None)
-        return dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout,
-                             master_listen_fd=fd if fd is not None else listen_fd(host, port),
-                             wait_for_workers=False)
+        return dist.TCPStore(
+            host,
+            port,
+            world_size,
+            is_master=True,
+            timeout=timeout,
+            master_listen_fd=fd if fd is not None else listen_fd(host, port),
+            wait_for_workers=False,
+        )
     return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
 
 
@@ -97,8 +108,9 @@ def join_group(cfg, env: RankEnv, device: torch.device) -> list[str]:
     store = process_group_store(env.rank, env.world_size, cfg.distributed.timeout_s)
     timeout = timedelta(seconds=cfg.distributed.timeout_s)
     if store:  # torch's own arguments, not a record's fields
-        dist.init_process_group(backend_for(cfg, device), timeout=timeout, store=store,
-                                rank=env.rank, world_size=env.world_size)
+        dist.init_process_group(
+            backend_for(cfg, device), timeout=timeout, store=store, rank=env.rank, world_size=env.world_size
+        )
     else:
         dist.init_process_group(backend_for(cfg, device), timeout=timeout)
     if cfg.distributed.nnodes == 1:

@@ -4,6 +4,7 @@ code runs, and a factory the config names runs only when the folder is trusted: 
     model = load_model("runs/20260101-120000_mlp-fp32")
     model = load_model("downloaded_run/", trust_code=True)   # you read its model file first
 """
+
 from __future__ import annotations
 
 import pickle
@@ -27,19 +28,25 @@ def load_saved(path: str | Path, what: str = "weights", map_location="cpu"):
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        blocked = next((line.strip() for line in str(e).splitlines()
-                        if "GLOBAL" in line or "Unsupported" in line), "")
+        blocked = next(
+            (line.strip() for line in str(e).splitlines() if "GLOBAL" in line or "Unsupported" in line), ""
+        )
         held = f" ({blocked.rstrip('.')})" if blocked else ""
-        raise ConfigError(f"{what} file {str(path)!r} is not plain tensors{held}: refused, because "
-                          "loading it would run code it carries; save with "
-                          "torch.save(model.state_dict(), path)") from None
+        raise ConfigError(
+            f"{what} file {str(path)!r} is not plain tensors{held}: refused, because "
+            "loading it would run code it carries; save with "
+            "torch.save(model.state_dict(), path)"
+        ) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ConfigError(f"{what} file {str(path)!r} cannot be read as a torch file: "
-                          f"{type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else 'truncated'}") from None
+        raise ConfigError(
+            f"{what} file {str(path)!r} cannot be read as a torch file: "
+            f"{type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else 'truncated'}"
+        ) from None
     if not isinstance(state, Mapping):
-        raise ConfigError(f"{what} file {str(path)!r} holds a {type(state).__name__}, not a dict of "
-                          "tensors (a state dict)")
+        raise ConfigError(
+            f"{what} file {str(path)!r} holds a {type(state).__name__}, not a dict of tensors (a state dict)"
+        )
     return state
 
 
@@ -47,8 +54,10 @@ def load_model(run_dir: str | Path, trust_code: bool = False):
     run_dir = Path(run_dir)
     path = RunFolder(run_dir).weights_file
     if not path.is_file():
-        raise ConfigError(f"run {str(run_dir)!r} has no saved weights ({WEIGHTS}); "
-                          "it failed, was stopped, or ran with run.save_weights=false")
+        raise ConfigError(
+            f"run {str(run_dir)!r} has no saved weights ({WEIGHTS}); "
+            "it failed, was stopped, or ran with run.save_weights=false"
+        )
     cfg = RunFolder(run_dir).config()
     check_trust(run_dir, cfg, trust_code)  # before any of its code is imported
     model = build_model(cfg, build_data(cfg))

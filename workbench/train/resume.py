@@ -9,6 +9,7 @@ rank's: rank 0 writes it as one file. Under FSDP each rank holds only its shards
 writes its own (workbench.train.sharded_resume), loadable on another number of ranks. The run
 folder must be one the ranks share (one machine, or a shared file system).
 """
+
 from __future__ import annotations
 
 import io
@@ -27,9 +28,13 @@ from .sharded_resume import check_whole, restore_sharded, save_sharded
 def whole_state(parts, step: int) -> bytes:
     """The resumable state after `step` (model, optimizer, gradient scaler, step), serialised.
     Copied into exported scripts, which write and read the same file."""
-    state = {STEP_NUMBER: step, "model": unwrap(parts.model).state_dict(),
-             "optimizer": parts.opt.state_dict(), "scaler": parts.scaler.state_dict(),
-             "threads": torch.get_num_threads()}  # a sum's order: the resume runs the same count
+    state = {
+        STEP_NUMBER: step,
+        "model": unwrap(parts.model).state_dict(),
+        "optimizer": parts.opt.state_dict(),
+        "scaler": parts.scaler.state_dict(),
+        "threads": torch.get_num_threads(),
+    }  # a sum's order: the resume runs the same count
     buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
     torch.save(state, buffer)
     return buffer.getvalue()
@@ -90,11 +95,14 @@ def _check_whole_file(path) -> None:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); "
-                          "the folder is damaged") from None
+        raise ConfigError(
+            f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); the folder is damaged"
+        ) from None
     if bad:
-        raise ConfigError(f"the resumable state {str(path)!r} cannot be read (its member {bad!r} "
-                          "fails its checksum); the folder is damaged")
+        raise ConfigError(
+            f"the resumable state {str(path)!r} cannot be read (its member {bad!r} "
+            "fails its checksum); the folder is damaged"
+        )
 
 
 def _check_kind(run_dir, sharded: bool) -> None:
@@ -107,9 +115,11 @@ def _check_kind(run_dir, sharded: bool) -> None:
         found, saved_by = folder.sharded_resume_dir, "fsdp"
     else:
         return
-    raise ConfigError(f"{str(found)!r} is a resumable state saved with distributed.strategy="
-                      f"{saved_by}, and this run's is {'fsdp' if sharded else 'ddp'}: resume it with "
-                      "the strategy it was saved with, or start in a new folder")
+    raise ConfigError(
+        f"{str(found)!r} is a resumable state saved with distributed.strategy="
+        f"{saved_by}, and this run's is {'fsdp' if sharded else 'ddp'}: resume it with "
+        "the strategy it was saved with, or start in a new folder"
+    )
 
 
 def _restore_whole(s, run_dir) -> int:
@@ -119,5 +129,6 @@ def _restore_whole(s, run_dir) -> int:
     try:
         return load_whole_state(s.parts, path)
     except Exception as e:  # noqa: BLE001 - a torn, foreign or truncated file is the same damage
-        raise ConfigError(f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); "
-                          "the folder is damaged") from None
+        raise ConfigError(
+            f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); the folder is damaged"
+        ) from None

@@ -12,6 +12,7 @@ previous state in place. The format records each tensor's whole shape and which 
 file holds, so a state saved on N ranks loads on any number of ranks, one process included (whose
 model is not sharded at all).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -33,8 +34,7 @@ def _state(s, step: int) -> dict:
     """What is saved, keyed by each parameter's name (not its shard): the layout any rank count
     can load. On a fresh optimizer this creates its state first, so there is somewhere to load to."""
     model, optimizer = get_state_dict(unwrap(s.parts.model), s.parts.opt)
-    return {"model": model, "optimizer": optimizer, "scaler": s.parts.scaler.state_dict(),
-            STEP_NUMBER: step}
+    return {"model": model, "optimizer": optimizer, "scaler": s.parts.scaler.state_dict(), STEP_NUMBER: step}
 
 
 def _rank() -> int:
@@ -89,14 +89,22 @@ def restore_sharded(s, run_dir) -> int:
     try:
         _checkpoint(dcp.load, state, checkpoint_id=path)
     except CheckpointException as e:
-        raise ConfigError(f"the resumable state {str(path)!r} does not load into this run's model "
-                          f"and optimizer: {error_line(_cause(e))}") from None
-    set_state_dict(unwrap(s.parts.model), s.parts.opt, model_state_dict=state["model"],
-                   optim_state_dict=state["optimizer"])
+        raise ConfigError(
+            f"the resumable state {str(path)!r} does not load into this run's model "
+            f"and optimizer: {error_line(_cause(e))}"
+        ) from None
+    set_state_dict(
+        unwrap(s.parts.model),
+        s.parts.opt,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )
     s.parts.scaler.load_state_dict(state["scaler"])
     if state[STEP_NUMBER] != step:
-        raise ConfigError(f"the resumable state {str(path)!r} holds step {state[STEP_NUMBER]}, not "
-                          f"{step} as its name says; the folder is damaged")
+        raise ConfigError(
+            f"the resumable state {str(path)!r} holds step {state[STEP_NUMBER]}, not "
+            f"{step} as its name says; the folder is damaged"
+        )
     return step
 
 
@@ -106,20 +114,27 @@ def check_whole(path: Path) -> None:
     try:
         index = FileSystemReader(path).read_metadata()
     except FileNotFoundError as e:
-        raise ConfigError(f"the resumable state {str(path)!r} has no index of its shards "
-                          f"({e.filename!r} is missing); the folder is damaged") from None
+        raise ConfigError(
+            f"the resumable state {str(path)!r} has no index of its shards "
+            f"({e.filename!r} is missing); the folder is damaged"
+        ) from None
     except Exception as e:  # noqa: BLE001 - any unreadable index is the same damage
-        raise ConfigError(f"the index of the resumable state {str(path)!r} cannot be read "
-                          f"({type(e).__name__}: {e}); the folder is damaged") from None
+        raise ConfigError(
+            f"the index of the resumable state {str(path)!r} cannot be read "
+            f"({type(e).__name__}: {e}); the folder is damaged"
+        ) from None
     need: dict[str, int] = {}
     for item in index.storage_data.values():
         need[item.relative_path] = max(need.get(item.relative_path, 0), item.offset + item.length)
     for name, size in sorted(need.items()):
         file = path / name
         if not file.is_file():
-            raise ConfigError(f"{str(file)!r} is missing: the resumable state's index names it; "
-                              "the folder is damaged")
+            raise ConfigError(
+                f"{str(file)!r} is missing: the resumable state's index names it; the folder is damaged"
+            )
         held = file.stat().st_size
         if held < size:
-            raise ConfigError(f"{str(file)!r} holds {held} bytes, the resumable state's index "
-                              f"needs {size}; the folder is damaged (cut short)")
+            raise ConfigError(
+                f"{str(file)!r} holds {held} bytes, the resumable state's index "
+                f"needs {size}; the folder is damaged (cut short)"
+            )

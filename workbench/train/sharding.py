@@ -18,6 +18,7 @@ rank holds is known exactly from the shapes: rank r keeps rows [r*c, min((r+1)*c
 Gradients are shaped like the shards; AdamW keeps two states like them plus a 4-byte step per
 parameter, SGD with momentum one.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,9 +51,13 @@ def block_names(model: nn.Module, patterns: list[str]) -> list[str]:
     for name, module in model.named_modules():
         for p in module.parameters(recurse=False):
             owners.setdefault(id(p), []).append(name)
-    return [name for name, module in model.named_modules()
-            if name and any(True for _ in module.parameters(recurse=False))
-            and all(len(owners[id(p)]) == 1 for p in module.parameters(recurse=False))]
+    return [
+        name
+        for name, module in model.named_modules()
+        if name
+        and any(True for _ in module.parameters(recurse=False))
+        and all(len(owners[id(p)]) == 1 for p in module.parameters(recurse=False))
+    ]
 
 
 # The parts of a rank's memory, predicted before launch and measured in the run (memory_per_rank,
@@ -74,10 +79,12 @@ def check_shardable(model: nn.Module) -> None:
     scalars = [name for name, p in model.named_parameters() if p.dim() == 0]
     if scalars:
         shown = ", ".join(scalars[:3]) + (f" and {len(scalars) - 3} more" if len(scalars) > 3 else "")
-        raise ConfigError(f"distributed.strategy 'fsdp' cannot shard the scalar parameter(s) {shown}: "
-                          "fully_shard splits every parameter along its first dimension; make each a "
-                          "1-element tensor (nn.Parameter(torch.ones(1))) or use distributed.strategy "
-                          "'ddp'")
+        raise ConfigError(
+            f"distributed.strategy 'fsdp' cannot shard the scalar parameter(s) {shown}: "
+            "fully_shard splits every parameter along its first dimension; make each a "
+            "1-element tensor (nn.Parameter(torch.ones(1))) or use distributed.strategy "
+            "'ddp'"
+        )
 
 
 def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
@@ -88,8 +95,7 @@ def apply_fsdp(model: nn.Module, cfg: RunConfig) -> list[str]:
     d = cfg.distributed
     kwargs: dict = {"reshard_after_forward": d.reshard_after_forward}
     if d.fsdp_mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE,
-                                                   reduce_dtype=REDUCE_DTYPE)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE, reduce_dtype=REDUCE_DTYPE)
     if d.cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     names = block_names(model, d.fsdp_blocks)
@@ -127,8 +133,10 @@ def policy_compute(model: nn.Module, cfg: RunConfig, world_size: int):
         return _cast_floating(args), _cast_floating(kwargs)
 
     modules = dict(model.named_modules())
-    handles = [modules[name].register_forward_pre_hook(cast_inputs, with_kwargs=True)
-               for name in [*block_names(model, d.fsdp_blocks), ""]]
+    handles = [
+        modules[name].register_forward_pre_hook(cast_inputs, with_kwargs=True)
+        for name in [*block_names(model, d.fsdp_blocks), ""]
+    ]
     kept = [(p, p.data) for p in model.parameters() if p.is_floating_point()]  # tied ones once
     for p, data in kept:
         p.data = data.to(COMPUTE_DTYPE)
@@ -155,8 +163,9 @@ def optimizer_factor(cfg: RunConfig) -> tuple[int, int]:
     return (1 if cfg.optim.momentum else 0), 0
 
 
-def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
-                   activations: int | None = None) -> list[dict]:
+def per_rank_bytes(
+    model: nn.Module, cfg: RunConfig, world_size: int, activations: int | None = None
+) -> list[dict]:
     """Predicted parameter, gradient and optimizer bytes on each rank, from the unsharded model:
     whole under DDP, each rank's chunks under FSDP; with `activations`, the bytes one micro-batch
     saves for backward (footprint.batch_activations), the same on every rank."""
@@ -167,11 +176,20 @@ def per_rank_bytes(model: nn.Module, cfg: RunConfig, world_size: int,
         total = 0
         for p in params:
             per_row = math.prod(p.shape[1:]) if p.dim() else 1
-            rows = _rows(p.shape, rank, world_size) if cfg.distributed.strategy == "fsdp" else (
-                p.shape[0] if p.dim() else 1)
+            rows = (
+                _rows(p.shape, rank, world_size)
+                if cfg.distributed.strategy == "fsdp"
+                else (p.shape[0] if p.dim() else 1)
+            )
             total += rows * per_row * p.element_size()
-        out.append({RANK: rank, PARAMETERS: total, GRADIENTS: total,
-                    OPTIMIZER: shaped * total + scalar * len(params)})
+        out.append(
+            {
+                RANK: rank,
+                PARAMETERS: total,
+                GRADIENTS: total,
+                OPTIMIZER: shaped * total + scalar * len(params),
+            }
+        )
         if activations is not None:
             out[-1][ACTIVATIONS] = activations
     return out
@@ -196,12 +214,16 @@ def comm_bytes(model: nn.Module, cfg: RunConfig, world_size: int) -> int:
     mixed = cfg.distributed.fsdp_mixed_precision
     gathered = COMPUTE_DTYPE.itemsize if mixed else None  # bf16 parameters in compute
     reduced = REDUCE_DTYPE.itemsize if mixed else None
-    computing = [sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit)
-                 for unit in units]
-    reducing = [sum(p.numel() * (reduced or p.element_size()) for p in unit if p.requires_grad)
-                for unit in units]
-    return max(held + max((r for j, r in enumerate(reducing) if j != i), default=0)
-               for i, held in enumerate(computing))
+    computing = [
+        sum(p.numel() * ((gathered or p.element_size()) + p.element_size()) for p in unit) for unit in units
+    ]
+    reducing = [
+        sum(p.numel() * (reduced or p.element_size()) for p in unit if p.requires_grad) for unit in units
+    ]
+    return max(
+        held + max((r for j, r in enumerate(reducing) if j != i), default=0)
+        for i, held in enumerate(computing)
+    )
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -211,13 +233,18 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 def held_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     """The parameter and optimizer-state bytes this rank holds now (local shards under FSDP)."""
     params = sum(_local(p).numel() * p.element_size() for p in model.parameters())
-    state = sum(_local(v).numel() * v.element_size() for s in opt.state.values()
-                for v in s.values() if torch.is_tensor(v))
+    state = sum(
+        _local(v).numel() * v.element_size()
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v)
+    )
     return {PARAMETERS: params, OPTIMIZER: state}
 
 
 def grad_bytes(model: nn.Module) -> int:
     """The gradient bytes this rank holds now (local shards under FSDP): 0 between steps, when the
     optimizer has zeroed them to None."""
-    return sum(_local(p.grad).numel() * p.grad.element_size() for p in model.parameters()
-               if p.grad is not None)
+    return sum(
+        _local(p.grad).numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None
+    )

@@ -4,6 +4,7 @@
     parts = StepParts(model, step_model, opt, scaler, amp, lossf, device)
     loss, samples, wait_s = train_step(parts, batches)
 """
+
 from __future__ import annotations
 
 import time
@@ -81,8 +82,12 @@ def train_step(parts: StepParts, batches, phase=no_phase):
 
 
 # optim.impl -> the optimizer's keyword: "auto" leaves torch's own choice
-OPTIMIZER_IMPLS = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True},
-                   "fused": {"fused": True}}
+OPTIMIZER_IMPLS = {
+    "auto": {},
+    "for-loop": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
 
 
 def make_optimizer(cfg, model):
@@ -90,5 +95,6 @@ def make_optimizer(cfg, model):
     impl = OPTIMIZER_IMPLS[o.impl]
     if o.name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **impl)
-    return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
-                           **impl)
+    return torch.optim.SGD(
+        model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, **impl
+    )

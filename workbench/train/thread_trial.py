@@ -11,6 +11,7 @@ at each count (the launch's first), and the rest of the run keeps the count whos
 shorter. Each count's first step is left out of its median: it pays for that count's thread pool.
 A warm-up too short to time each count on MIN_TIMED steps runs no trial and keeps the launch's count.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,10 +66,13 @@ class ThreadTrial:
         torch.set_num_threads(self.kept)
         timed = self.steps // len(self.candidates) - 1
         ms = " and ".join(f"{medians[n] * 1e3:.3g} ms" for n in self.candidates)
-        return {"median_step_ms": {str(n): round(m * 1e3, 4) for n, m in medians.items()},
-                "timed_steps_each": timed, "kept": self.kept,
-                "why": f"the warm-up tried {self.counts} thread(s) in turn, {timed} timed steps each: "
-                       f"median {ms} a step; kept {self.kept}"}
+        return {
+            "median_step_ms": {str(n): round(m * 1e3, 4) for n, m in medians.items()},
+            "timed_steps_each": timed,
+            "kept": self.kept,
+            "why": f"the warm-up tried {self.counts} thread(s) in turn, {timed} timed steps each: "
+            f"median {ms} a step; kept {self.kept}",
+        }
 
     def unfinished(self) -> dict | None:
         """The record of a trial that chose nothing, None if it chose: the warm-up was too short for
@@ -77,7 +81,10 @@ class ThreadTrial:
             return None
         first = self.candidates[0]
         torch.set_num_threads(first)
-        why = (f"the warm-up's {self.warmup} step(s) were too short to time each of {self.counts} "
-               f"thread(s) on {MIN_TIMED} steps after its first: no trial" if not self.steps
-               else "the run ended inside the warm-up's thread trial, before it chose")
+        why = (
+            f"the warm-up's {self.warmup} step(s) were too short to time each of {self.counts} "
+            f"thread(s) on {MIN_TIMED} steps after its first: no trial"
+            if not self.steps
+            else "the run ended inside the warm-up's thread trial, before it chose"
+        )
         return {"kept": first, "why": f"{why}; kept {first}"}

@@ -7,6 +7,7 @@ A run whose final loss is not finite has diverged (`outcome`).
 Per step it costs two perf_counter reads, the `loss.item()` any loop makes, and one short JSON line;
 memory is read on a timer (run.mem_every_s), never per step.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,10 +24,28 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
-from ..events import (ADDRESSES, DATA_WAIT_MS, GRAD_SCALE, INIT, LAST, LOSS, MEM_ALLOCATED_GIB,
-                      NONFINITE_LOSSES, PROFILED, RANK, READY, RESUMED, SAMPLES_PER_S,
-                      SKIPPED_STEPS, STEP, STEP_NUMBER, STEP_TIME_MS, THREADS, WORLD_SIZE,
-                      EventWriter)
+from ..events import (
+    ADDRESSES,
+    DATA_WAIT_MS,
+    GRAD_SCALE,
+    INIT,
+    LAST,
+    LOSS,
+    MEM_ALLOCATED_GIB,
+    NONFINITE_LOSSES,
+    PROFILED,
+    RANK,
+    READY,
+    RESUMED,
+    SAMPLES_PER_S,
+    SKIPPED_STEPS,
+    STEP,
+    STEP_NUMBER,
+    STEP_TIME_MS,
+    THREADS,
+    WORLD_SIZE,
+    EventWriter,
+)
 from ..runfolder import RunFolder, Summary
 from ..measure.steps import step_stats
 from ..measure.warmup import warmup_steps
@@ -41,9 +60,20 @@ from .mfu import MfuMeter
 from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
-from .sharding import (ACTIVATIONS, GRADIENTS, MEMORY_PARTS, MID_STEP, PARAMETERS, PEAK,
-                       apply_fsdp, comm_bytes, grad_bytes, held_bytes, per_rank_bytes,
-                       policy_compute)
+from .sharding import (
+    ACTIVATIONS,
+    GRADIENTS,
+    MEMORY_PARTS,
+    MID_STEP,
+    PARAMETERS,
+    PEAK,
+    apply_fsdp,
+    comm_bytes,
+    grad_bytes,
+    held_bytes,
+    per_rank_bytes,
+    policy_compute,
+)
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
@@ -134,8 +164,13 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     phase.name = "setting up the device and the process group"
     t_launch = time.time()
     torch.set_num_threads(threads_for(cfg))  # fixed and recorded: every figure says its threads
-    events.write(INIT, torch=torch.__version__, precision=cfg.precision.dtype,
-                 threads=torch.get_num_threads(), wait_policy=wait_policy())
+    events.write(
+        INIT,
+        torch=torch.__version__,
+        precision=cfg.precision.dtype,
+        threads=torch.get_num_threads(),
+        wait_policy=wait_policy(),
+    )
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, env)
     check_supported(cfg, device)
@@ -158,8 +193,9 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
     apply_checkpointing(model, cfg.train.checkpoint)  # after the count: MFU leaves recompute out
     phase.name = "measuring the activations of one micro-batch (a forward pass)"
     with policy_compute(model, cfg, env.world_size):  # in the dtypes the ranks will compute in
-        acts = footprint.batch_activations(model, cfg, data, loss_fn(data.task),
-                                           autocast(cfg, device), device)["total"]  # whole model
+        acts = footprint.batch_activations(
+            model, cfg, data, loss_fn(data.task), autocast(cfg, device), device
+        )["total"]  # whole model
     plan = per_rank_bytes(model, cfg, env.world_size, acts)  # from the whole model, before wrapping
     comm = comm_bytes(model, cfg, env.world_size)
     phase.name = f"wrapping the model ({cfg.distributed.strategy.upper()}, compile) and the optimizer"
@@ -171,24 +207,60 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     step_model = torch.compile(model, mode=cfg.compile.mode) if cfg.compile.enabled else model
     opt = make_optimizer(cfg, model)
-    loader = make_loader(data.train, cfg, train=True, rank=env.rank, world_size=env.world_size,
-                         seed=cfg.run.seed)
-    parts = StepParts(model, step_model, opt, grad_scaler(cfg, device), autocast(cfg, device),
-                      loss_fn(data.task), device, accum=cfg.optim.grad_accum_steps,
-                      world_size=env.world_size, channels_last=cfg.precision.channels_last,
-                      grad_clip=cfg.optim.grad_clip)
-    s = Setup(parts, data, cycle_batches(loader), mfu, params, t_launch, contract, plan,
-              memory.held_bytes_now(device), comm)
-    events.write(READY, device=str(device), params=params, task=data.task,
-                 train_samples=len(data.train), setup_s=round(time.time() - t_launch, 3),
-                 init_pg_s=init_pg_s, **contract, **sharded, **memory.sample(device),
-                 **({ADDRESSES: addresses} if addresses else {}))
+    loader = make_loader(
+        data.train, cfg, train=True, rank=env.rank, world_size=env.world_size, seed=cfg.run.seed
+    )
+    parts = StepParts(
+        model,
+        step_model,
+        opt,
+        grad_scaler(cfg, device),
+        autocast(cfg, device),
+        loss_fn(data.task),
+        device,
+        accum=cfg.optim.grad_accum_steps,
+        world_size=env.world_size,
+        channels_last=cfg.precision.channels_last,
+        grad_clip=cfg.optim.grad_clip,
+    )
+    s = Setup(
+        parts,
+        data,
+        cycle_batches(loader),
+        mfu,
+        params,
+        t_launch,
+        contract,
+        plan,
+        memory.held_bytes_now(device),
+        comm,
+    )
+    events.write(
+        READY,
+        device=str(device),
+        params=params,
+        task=data.task,
+        train_samples=len(data.train),
+        setup_s=round(time.time() - t_launch, 3),
+        init_pg_s=init_pg_s,
+        **contract,
+        **sharded,
+        **memory.sample(device),
+        **({ADDRESSES: addresses} if addresses else {}),
+    )
     return s
 
 
-def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
-              profiler: StepProfiler | None = None, phase: Phase | None = None,
-              run_dir=None, resumed_from: int = 0) -> Steps:
+def run_steps(
+    cfg: RunConfig,
+    s: Setup,
+    events: EventWriter,
+    env: RankEnv,
+    profiler: StepProfiler | None = None,
+    phase: Phase | None = None,
+    run_dir=None,
+    resumed_from: int = 0,
+) -> Steps:
     """The timed loop: one `step` record per optimizer step, from the step after `resumed_from`;
     with run.save_every, rank 0 keeps a resumable state in `run_dir` every that many steps."""
     phase = phase or Phase()
@@ -202,8 +274,7 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
     save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
     # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
     # would change the order of its sums, and its losses would leave the unbroken run's
-    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from \
-        else None
+    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from else None
     for step in range(resumed_from + 1, cfg.run.steps + 1):
         if step == warmup + 1:
             if meter is not None:
@@ -220,9 +291,14 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
         scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
         loss_v, samples, wait = step_fn(s.parts, s.batches)
         dt = time.perf_counter() - t0
-        rec = {STEP_NUMBER: step, LOSS: loss_v, STEP_TIME_MS: round(dt * 1e3, 4),
-               DATA_WAIT_MS: round(wait * 1e3, 4), SAMPLES_PER_S: round(samples / dt, 2),
-               **s.mfu.step(dt)}
+        rec = {
+            STEP_NUMBER: step,
+            LOSS: loss_v,
+            STEP_TIME_MS: round(dt * 1e3, 4),
+            DATA_WAIT_MS: round(wait * 1e3, 4),
+            SAMPLES_PER_S: round(samples / dt, 2),
+            **s.mfu.step(dt),
+        }
         if tried is not None:
             rec[THREADS] = tried
             out.thread_trial = trial.after(step - resumed_from, dt) or out.thread_trial
@@ -266,25 +342,36 @@ def run_steps(cfg: RunConfig, s: Setup, events: EventWriter, env: RankEnv,
 def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summary:
     """The summary figures; evaluation on the held-out split; rank 0 saves the weights."""
     accum = cfg.optim.grad_accum_steps
-    summary = {"steps": st.done, **ended_note(cfg, st.done), "params": s.params,
-               WORLD_SIZE: env.world_size,
-               "device": str(s.parts.device), "precision": cfg.precision.dtype,
-               "final_loss": st.losses[-1], "time_to_first_step_s": round(st.first_step_s, 3),
-               "wall_s": round(time.time() - s.t_launch, 3), NONFINITE_LOSSES: st.nonfinite,
-               "threads": torch.get_num_threads(), "wait_policy": wait_policy(), **s.contract}
+    summary = {
+        "steps": st.done,
+        **ended_note(cfg, st.done),
+        "params": s.params,
+        WORLD_SIZE: env.world_size,
+        "device": str(s.parts.device),
+        "precision": cfg.precision.dtype,
+        "final_loss": st.losses[-1],
+        "time_to_first_step_s": round(st.first_step_s, 3),
+        "wall_s": round(time.time() - s.t_launch, 3),
+        NONFINITE_LOSSES: st.nonfinite,
+        "threads": torch.get_num_threads(),
+        "wait_policy": wait_policy(),
+        **s.contract,
+    }
     summary.update(threads_why(run_dir))
     if st.thread_trial is not None:
         summary["thread_trial"] = st.thread_trial
-        summary["threads_why"] = "; ".join(filter(None, (summary.get("threads_why"),
-                                                          st.thread_trial["why"])))
+        summary["threads_why"] = "; ".join(filter(None, (summary.get("threads_why"), st.thread_trial["why"])))
     if st.first_nonfinite is not None:
         summary["first_nonfinite_step"] = st.first_nonfinite
     if st.resumed_from:
         summary["resumed_from_step"] = st.resumed_from
     if st.contention is not None:
         summary["contention"] = st.contention
-    summary.update(step_stats(st.times, st.waits, cfg.loader.batch_size * accum, env.world_size,
-                              st.profiled | {st.measured}))
+    summary.update(
+        step_stats(
+            st.times, st.waits, cfg.loader.batch_size * accum, env.world_size, st.profiled | {st.measured}
+        )
+    )
     summary.update(s.mfu.summary(summary["step_time_ms_median"]))
     if cfg.precision.dtype == "fp16":
         summary.update({SKIPPED_STEPS: st.skipped, GRAD_SCALE: s.parts.scaler.get_scale()})
@@ -308,17 +395,20 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
     return summary
 
 
-def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Phase | None = None
-          ) -> Summary:
+def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Phase | None = None) -> Summary:
     """Train per the config, writing events as it goes; returns the summary figures."""
     phase = phase or Phase()
     s = setup(cfg, events, env, phase)
     resumed_from = 0
     if cfg.run.save_every or cfg.run.resume_from:
         phase.name = "loading the resumable state"
-        resumed_from = restore_state(s, run_dir, cfg.optim.grad_accum_steps,
-                                     sharded=cfg.distributed.strategy == "fsdp",
-                                     resume_from=cfg.run.resume_from)
+        resumed_from = restore_state(
+            s,
+            run_dir,
+            cfg.optim.grad_accum_steps,
+            sharded=cfg.distributed.strategy == "fsdp",
+            resume_from=cfg.run.resume_from,
+        )
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
@@ -335,11 +425,13 @@ def outcome(summary: dict) -> dict:
     if loss is None or math.isfinite(loss):
         return {"status": "completed"}
     first = summary.get("first_nonfinite_step")
-    return {"status": "diverged",
-            "message": f"the loss became {loss} at step {first} and ended {loss} "
-                       f"({summary.get(NONFINITE_LOSSES)} of {summary.get('steps')} steps "
-                       "non-finite); lower optim.lr, clip gradients (optim.grad_clip) or use bf16 "
-                       "instead of fp16"}
+    return {
+        "status": "diverged",
+        "message": f"the loss became {loss} at step {first} and ended {loss} "
+        f"({summary.get(NONFINITE_LOSSES)} of {summary.get('steps')} steps "
+        "non-finite); lower optim.lr, clip gradients (optim.grad_clip) or use bf16 "
+        "instead of fp16",
+    }
 
 
 def param_sum(model: torch.nn.Module) -> float:
@@ -357,8 +449,7 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
     if cfg.distributed.strategy == "fsdp" and dist.is_initialized():
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                    cpu_offload=True))
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
@@ -374,12 +465,12 @@ def measuring(model: torch.nn.Module, into: dict):
         if name == "forward":
             with footprint.saved_for_backward(plain) as saved:
                 yield
-            into[ACTIVATIONS] = max(into.get(ACTIVATIONS, 0),
-                                      sum(nbytes for nbytes, _ in saved.values()))
+            into[ACTIVATIONS] = max(into.get(ACTIVATIONS, 0), sum(nbytes for nbytes, _ in saved.values()))
             return
         if name == "optimizer":
             into[GRADIENTS] = grad_bytes(plain)
         yield
+
     return phase
 
 
@@ -395,8 +486,11 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
     held[PEAK] = memory.peak_bytes(s.parts.device)
     plan = s.memory_plan[env.rank]
     added = [k for k in MEMORY_PARTS if k != PARAMETERS]  # by the steps (AdamW's state is lazy)
-    mine = {RANK: env.rank, **held, "predicted_peak": s.memory_base + s.comm_bytes + sum(
-        plan.get(k, 0) for k in added)}
+    mine = {
+        RANK: env.rank,
+        **held,
+        "predicted_peak": s.memory_base + s.comm_bytes + sum(plan.get(k, 0) for k in added),
+    }
     measured: list = [None] * env.world_size
     if env.world_size > 1:
         dist.all_gather_object(measured, mine)
@@ -404,6 +498,10 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
         measured = [mine]
     predicted = [{**p, PEAK: m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
-    return {"strategy": strategy, "predicted": predicted, "measured": measured,
-            "not_measured": [k for k in MID_STEP if k not in held],
-            "not_predicted": []}
+    return {
+        "strategy": strategy,
+        "predicted": predicted,
+        "measured": measured,
+        "not_measured": [k for k in MID_STEP if k not in held],
+        "not_predicted": [],
+    }

@@ -11,6 +11,7 @@ Built-in models and data name no code and need no trust; stdlib factories are re
 
     check_trust(run_dir, cfg, trust_code=False)   # ConfigError naming the factory, or its description
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ from .factory import check_spec
 
 
 def describe(code: list[tuple[str, str, dict]]) -> str:
-    return "; ".join(f"{field} {spec!r} called with {json.dumps(kwargs, sort_keys=True)}"
-                     for field, spec, kwargs in code)
+    return "; ".join(
+        f"{field} {spec!r} called with {json.dumps(kwargs, sort_keys=True)}" for field, spec, kwargs in code
+    )
 
 
 def check_trust(run_dir: str | Path, cfg: RunConfig, trust_code: bool = False) -> str:
@@ -44,8 +46,10 @@ def check_trust(run_dir: str | Path, cfg: RunConfig, trust_code: bool = False) -
         raise ConfigError(
             f"run folder {str(run_dir)!r} was made here, but {changed}, and loading it would run "
             f"that code: {text}. Nothing was run; read that code, then pass trust_code=True "
-            "(--trust-code on the command line) to run it")
+            "(--trust-code on the command line) to run it"
+        )
     raise ConfigError(
         f"run folder {str(run_dir)!r} was not created by this workbench on this machine (or its "
         f"config was changed since), and loading it would run its code: {text}. Nothing was run; "
-        "read that code, then pass trust_code=True (--trust-code on the command line) to run it")
+        "read that code, then pass trust_code=True (--trust-code on the command line) to run it"
+    )

@@ -13,6 +13,7 @@ CUDA, so a GPU run initialises its
 device after taking the job, as a cold rank does; each warm process takes one job and exits with it,
 so no run ever inherits another run's device state.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,6 +67,9 @@ def take_job(spare_dir: Path, rank: int) -> tuple[Path, dict]:
     config = Path(spec["config"])
     import torch
 
-    return config, {"warm_up_s": round(t_ready - t0, 3), "ready_t": round(t_ready, 4),
-                    "job_t": round(time.time(), 4),
-                    "cuda_initialized_before_job": torch.cuda.is_initialized()}
+    return config, {
+        "warm_up_s": round(t_ready - t0, 3),
+        "ready_t": round(t_ready, 4),
+        "job_t": round(time.time(), 4),
+        "cuda_initialized_before_job": torch.cuda.is_initialized(),
+    }

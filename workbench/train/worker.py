@@ -12,6 +12,7 @@ SIGTERM or Ctrl-C stops it cleanly: an `error` record with status "stopped", exi
 A rank dies with its parent (PR_SET_PDEATHSIG), writes a heartbeat every second, and an exception is
 also recorded in torchrun's error file, so torchrun reports the failing rank's own traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,12 +78,18 @@ def _try(write, *args, **kwargs) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m workbench.worker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--config", help="RUN_DIR/config.json")
-    which.add_argument("--warm", metavar="SPARE_DIR", help="warm up, then take the run named in "
-                       "SPARE_DIR/job.json (workbench.train.warm)")
+    which.add_argument(
+        "--warm",
+        metavar="SPARE_DIR",
+        help="warm up, then take the run named in SPARE_DIR/job.json (workbench.train.warm)",
+    )
     args = parser.parse_args(argv)
     set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
     keep_writes_to_owner()  # a rank started by hand or by SLURM, not under the supervisor, too
@@ -106,15 +113,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env.attempt = attempt_of(run_dir, env)
         events = LockedWriter(run_dir, env.rank, env.attempt)
-        events.write(START, pid=os.getpid(), created_t=_created_t(), main_t=round(main_t, 4),
-                     host=socket.gethostname(), world_size=env.world_size, local_rank=env.local_rank,
-                     **({NODE: os.environ["SLURMD_NODENAME"]}  # a SLURM job's node
-                        if "SLURMD_NODENAME" in os.environ else {}),
-                     **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
-                     **({"warm": warm} if warm else {}))
+        events.write(
+            START,
+            pid=os.getpid(),
+            created_t=_created_t(),
+            main_t=round(main_t, 4),
+            host=socket.gethostname(),
+            world_size=env.world_size,
+            local_rank=env.local_rank,
+            **(
+                {NODE: os.environ["SLURMD_NODENAME"]}  # a SLURM job's node
+                if "SLURMD_NODENAME" in os.environ
+                else {}
+            ),
+            **({"master_addr": os.environ["MASTER_ADDR"]} if "MASTER_ADDR" in os.environ else {}),
+            **({"warm": warm} if warm else {}),
+        )
     except OSError as e:
-        _try(print, f"workbench.worker rank {env.rank}: "
-             f"{disk_message(run_dir, e, 'writing the run folder')}", file=sys.stderr, flush=True)
+        _try(
+            print,
+            f"workbench.worker rank {env.rank}: {disk_message(run_dir, e, 'writing the run folder')}",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_DISK_FULL
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -133,8 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (RunStopped, KeyboardInterrupt) as e:
         _hold_stop_signals()
-        _try(events.write, ERROR, status="stopped", error_type="RunStopped",
-             message=str(e) or "stopped", wall_s=round(time.time() - t0, 3))
+        _try(
+            events.write,
+            ERROR,
+            status="stopped",
+            error_type="RunStopped",
+            message=str(e) or "stopped",
+            wall_s=round(time.time() - t0, 3),
+        )
         _try(_record, run_dir, env, "stopped", {"message": str(e)})
         return EXIT_STOPPED
     except BaseException as e:
@@ -142,19 +169,37 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.format_exc()
         if is_disk_full(e):  # nothing more fits: one line, no half-written files, no traceback
             message = disk_message(run_dir, e, "writing the run folder")
-            _try(events.write, ERROR, status="failed", error_type="DiskFull", message=message,
-                 phase=phase.name)
+            _try(
+                events.write, ERROR, status="failed", error_type="DiskFull", message=message, phase=phase.name
+            )
             _try(print, f"workbench.worker rank {env.rank}: {message}", file=sys.stderr, flush=True)
             return EXIT_DISK_FULL
         _try(write_atomic, RunFolder(run_dir).traceback_file(env.rank), tb)
-        _try(events.write, ERROR, status="failed", error_type=type(e).__name__, message=str(e),
-             phase=phase.name, traceback=tb, wall_s=round(time.time() - t0, 3))
-        _try(_record, run_dir, env, "failed",
-             {"error_type": type(e).__name__, "message": str(e), RANK: env.rank,
-              "phase": phase.name})
+        _try(
+            events.write,
+            ERROR,
+            status="failed",
+            error_type=type(e).__name__,
+            message=str(e),
+            phase=phase.name,
+            traceback=tb,
+            wall_s=round(time.time() - t0, 3),
+        )
+        _try(
+            _record,
+            run_dir,
+            env,
+            "failed",
+            {"error_type": type(e).__name__, "message": str(e), RANK: env.rank, "phase": phase.name},
+        )
         if isinstance(e, ConfigError):  # a refusal, not a crash: its line, not a traceback
-            _try(print, f"workbench.worker rank {env.rank}: {e} (traceback: "
-                        f"{RunFolder(run_dir).traceback_file(env.rank)})", file=sys.stderr, flush=True)
+            _try(
+                print,
+                f"workbench.worker rank {env.rank}: {e} (traceback: "
+                f"{RunFolder(run_dir).traceback_file(env.rank)})",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_REFUSED
         raise
     finally:

@@ -11,6 +11,7 @@ compile) share one; a side with ranks, loader workers or threads of its own gets
 process (workbench.trials.hosts). An A/A test (the same config on both sides) comes out within
 noise: that is how to know the method is honest on this machine, busy or not.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,10 +48,15 @@ class ABResult:
         """What the two sides differ in, said first: a ratio measures all of it together."""
         if not self.differences:
             return "A and B are the same config: an A/A test, whose verdict should be within noise"
-        named = "; ".join(f"{k}: {json.dumps(a)} (A) vs {json.dumps(b)} (B)"
-                          for k, (a, b) in self.differences.items())
-        more = (f" (the sides differ in {len(self.differences)} settings: the ratio measures them "
-                "together, not one alone)" if len(self.differences) > 1 else "")
+        named = "; ".join(
+            f"{k}: {json.dumps(a)} (A) vs {json.dumps(b)} (B)" for k, (a, b) in self.differences.items()
+        )
+        more = (
+            f" (the sides differ in {len(self.differences)} settings: the ratio measures them "
+            "together, not one alone)"
+            if len(self.differences) > 1
+            else ""
+        )
         return f"A and B differ in {named}{more}"
 
     @property
@@ -68,8 +74,9 @@ class ABResult:
             rates = ", ".join(f"{v:,.0f}" for v in self.samples_per_s[label])
             steps = self.steps.get(label) or []
             ran = f", {min(steps)}-{max(steps)} steps a slice" if steps else ""
-            lines.append(f"  {label}: samples/s per slice {rates} ({self.threads[label]} thread(s) "
-                         f"per process{ran})")
+            lines.append(
+                f"  {label}: samples/s per slice {rates} ({self.threads[label]} thread(s) per process{ran})"
+            )
         for label in self.labels:
             memory = self.memory_per_rank.get(label)
             if memory:
@@ -79,19 +86,35 @@ class ABResult:
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"a": self.labels[0], "b": self.labels[1],
-                "differences": {k: list(v) for k, v in self.differences.items()},
-                **self.comparison.as_dict("speedup"),
-                "label": self.comparison.text(), SAMPLES_PER_S: self.samples_per_s,
-                "threads": self.threads, "threads_why": self.threads_why, "steps": self.steps,
-                "contention": self.contention, "busy": self.busy, "folder": self.folder,
-                "memory_per_rank": self.memory_per_rank}
+        return {
+            "a": self.labels[0],
+            "b": self.labels[1],
+            "differences": {k: list(v) for k, v in self.differences.items()},
+            **self.comparison.as_dict("speedup"),
+            "label": self.comparison.text(),
+            SAMPLES_PER_S: self.samples_per_s,
+            "threads": self.threads,
+            "threads_why": self.threads_why,
+            "steps": self.steps,
+            "contention": self.contention,
+            "busy": self.busy,
+            "folder": self.folder,
+            "memory_per_rank": self.memory_per_rank,
+        }
 
 
-def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None,
-            labels: tuple[str, str] = ("A", "B"), *, slice_s: float = SLICE_S,
-            min_effect: float = MIN_EFFECT, on_slice: Callable[[Slice], None] | None = None,
-            stop: Callable[[], bool] | None = None, folder: str | Path | None = None) -> ABResult:
+def ab_test(
+    a: RunConfig,
+    b: RunConfig,
+    rounds: int | None = None,
+    labels: tuple[str, str] = ("A", "B"),
+    *,
+    slice_s: float = SLICE_S,
+    min_effect: float = MIN_EFFECT,
+    on_slice: Callable[[Slice], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    folder: str | Path | None = None,
+) -> ABResult:
     """`rounds` pairs of slices of A and B (default: the fewest that carry a 95 % interval), each
     about `slice_s` seconds of steps; see the module."""
     rounds = rounds or min_rounds()
@@ -106,18 +129,28 @@ def ab_test(a: RunConfig, b: RunConfig, rounds: int | None = None,
             if on_slice is not None:
                 on_slice(s)
 
-        trial = Trial(hosts.of(labels), labels[0], slice_s=slice_s, min_effect=min_effect,
-                      on_slice=heard).run(rounds, stop)
-        memory = {label: sides(hosts.variants[label].memory(label)) for label, cfg in
-                  zip(labels, (a, b)) if cfg.distributed.world_size > 1}
+        trial = Trial(
+            hosts.of(labels), labels[0], slice_s=slice_s, min_effect=min_effect, on_slice=heard
+        ).run(rounds, stop)
+        memory = {
+            label: sides(hosts.variants[label].memory(label))
+            for label, cfg in zip(labels, (a, b))
+            if cfg.distributed.world_size > 1
+        }
         comparison = trial.compare(labels[1])
         counted = {k: trial.slices[k] for k in labels}
-        return ABResult(labels, comparison,
-                        {k: [round(s.rate, 2) for s in v] for k, v in counted.items()},
-                        {k: (v[0].threads if v else None) for k, v in counted.items()},
-                        {k: [s.steps for s in v] for k, v in counted.items()},
-                        load_of(comparison), str(hosts.folder), hosts.threads.why, memory,
-                        a.differences(b))
+        return ABResult(
+            labels,
+            comparison,
+            {k: [round(s.rate, 2) for s in v] for k, v in counted.items()},
+            {k: (v[0].threads if v else None) for k, v in counted.items()},
+            {k: [s.steps for s in v] for k, v in counted.items()},
+            load_of(comparison),
+            str(hosts.folder),
+            hosts.threads.why,
+            memory,
+            a.differences(b),
+        )
 
 
 def load_of(c: Comparison) -> dict:
@@ -125,9 +158,15 @@ def load_of(c: Comparison) -> dict:
     other = sorted(c.other_cores)
     if not other:
         return {"busy": None, "pairs": 0, "dropped": c.dropped}
-    return {"other_cpu_cores_max": other[-1], "other_cpu_cores_median": other[len(other) // 2],
-            "busy_pairs": c.busy_pairs, "pairs": c.pairs, "dropped": c.dropped,
-            "busy": other[-1] >= BUSY_CORES, "conditions": c.conditions}
+    return {
+        "other_cpu_cores_max": other[-1],
+        "other_cpu_cores_median": other[len(other) // 2],
+        "busy_pairs": c.busy_pairs,
+        "pairs": c.pairs,
+        "dropped": c.dropped,
+        "busy": other[-1] >= BUSY_CORES,
+        "conditions": c.conditions,
+    }
 
 
 def sides(memory: dict | None) -> dict | None:
@@ -145,8 +184,9 @@ def rank_memory(memory: dict) -> str:
     out = []
     for want, got in zip(memory["predicted"], memory["measured"]):
         held = [sum(r.get(k, 0) for k in HELD) for r in (got, want)]
-        out.append(f"rank {got[RANK]} {' + '.join(HELD)} {_pair(*held)}, {ACTIVATIONS} "
-                   f"{_pair(got.get(ACTIVATIONS), want.get(ACTIVATIONS))}, {PEAK} "
-                   f"{_pair(got.get(PEAK), want.get(PEAK))}")
+        out.append(
+            f"rank {got[RANK]} {' + '.join(HELD)} {_pair(*held)}, {ACTIVATIONS} "
+            f"{_pair(got.get(ACTIVATIONS), want.get(ACTIVATIONS))}, {PEAK} "
+            f"{_pair(got.get(PEAK), want.get(PEAK))}"
+        )
     return "; ".join(out)
-

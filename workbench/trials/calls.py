@@ -5,6 +5,7 @@ matmuls, optimizer steps, whole commands a benchmark starts.
     Trial({"dense": calls, "int8": calls}).run(8).compare("int8")
     timed_calls({"a": f, "b": g}, rounds=10)      # label -> Timing of ms a call, by round
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ class LocalHost:
     `seconds` have passed, at least `min_calls` times; the slices of several (`pair`) take turns in
     chunks of CHUNK_S (A B B A ...), so they meet the same machine moment by moment."""
 
-    def __init__(self, fns: dict[str, Callable[[], object]], *, work: float = 1.0, device=None,
-                 min_calls: int = 1):
+    def __init__(
+        self, fns: dict[str, Callable[[], object]], *, work: float = 1.0, device=None, min_calls: int = 1
+    ):
         self.fns, self.work, self.device, self.min_calls = dict(fns), work, device, min_calls
 
     def slice(self, label: str, seconds: float) -> Slice:
@@ -50,8 +52,7 @@ class LocalHost:
 
     def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
         meter = ContentionMeter(os.getpid())
-        work, walls, calls = ({k: 0.0 for k in labels}, {k: 0.0 for k in labels},
-                              {k: 0 for k in labels})
+        work, walls, calls = ({k: 0.0 for k in labels}, {k: 0.0 for k in labels}, {k: 0 for k in labels})
         turn = 0
         while turn == 0 or any(walls[k] < seconds for k in labels):
             for label in order_of(labels, turn):
@@ -64,12 +65,15 @@ class LocalHost:
             turn += 1
         seen = meter.read()
         own, total = seen["own_cpu_cores"] * seen["wall_s"], max(sum(walls.values()), 1e-9)
-        return {k: Slice(k, work[k], walls[k], own * walls[k] / total, seen["other_cpu_cores"],
-                         steps=calls[k]) for k in labels}
+        return {
+            k: Slice(k, work[k], walls[k], own * walls[k] / total, seen["other_cpu_cores"], steps=calls[k])
+            for k in labels
+        }
 
 
-def timed_calls(fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3,
-                rounds: int = 10, inner: int = 1) -> dict:
+def timed_calls(
+    fns: dict[str, Callable[[], object]], *, device=None, warmup: int = 3, rounds: int = 10, inner: int = 1
+) -> dict:
     """Time functions as a trial of single slices: each round calls every one `inner` times (at
     least), in alternating order, after `warmup` calls each. label -> Timing of ms a call, its
     samples by round: round i of every function was measured side by side, which is what

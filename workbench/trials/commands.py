@@ -12,6 +12,7 @@ alternate A B, B A, ...; a run's rate is its samples over its step time after it
 so the process start and the script's setup are in neither side's figure. An A/A test (the same
 command twice) comes out within noise.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,18 @@ from typing import Callable
 from ..config import ConfigError
 from ..disk import make_dirs, open_log
 from ..distributed.faults import finish_summary
-from ..events import (EVENT, LOSS, MEM_PEAK_GIB, RANK, RSS_GIB, SAMPLES_PER_S, STEP, STEP_TIME_MS,
-                      WORLD_SIZE, read_events)
+from ..events import (
+    EVENT,
+    LOSS,
+    MEM_PEAK_GIB,
+    RANK,
+    RSS_GIB,
+    SAMPLES_PER_S,
+    STEP,
+    STEP_TIME_MS,
+    WORLD_SIZE,
+    read_events,
+)
 from ..measure.compare import median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..measure.warmup import warmup_steps
@@ -57,8 +68,9 @@ class Command:
         except ValueError as e:
             raise ConfigError(f"--cmd {self.line!r} is not a command line ({e})") from None
         if not argv:
-            raise ConfigError("--cmd is empty: give the command that runs your script, "
-                              "e.g. --cmd \"python train.py\"")
+            raise ConfigError(
+                "--cmd is empty: give the command that runs your script, e.g. --cmd \"python train.py\""
+            )
         return argv
 
     def text(self) -> str:
@@ -84,8 +96,13 @@ class Interrupted(Exception):
 class CommandHost:
     """Runs each slice as one whole run of its side's command (see the module)."""
 
-    def __init__(self, commands: dict[str, Command], folder: Path, cwd: str | None = None,
-                 stop: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        commands: dict[str, Command],
+        folder: Path,
+        cwd: str | None = None,
+        stop: Callable[[], bool] | None = None,
+    ):
         self.commands, self.folder, self.cwd = commands, folder, cwd
         self.stop = stop or (lambda: False)
         self.runs: dict[str, list[Path]] = {label: [] for label in commands}
@@ -107,14 +124,20 @@ class CommandHost:
         return s
 
 
-def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float,
-         stop: Callable[[], bool]) -> int:
+def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float, stop: Callable[[], bool]) -> int:
     """Run one command in a session of its own (every process it starts ends with it); its return
     code, its end by SIGTERM when it outlived `timeout_s`. A stop asked meanwhile ends it at once
     and raises Interrupted."""
     try:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except OSError as e:
         raise ConfigError(f"--cmd {shlex.join(argv)!r} cannot start: {e.strerror}") from None
     deadline = time.monotonic() + timeout_s
@@ -145,34 +168,46 @@ def _end(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
     return proc.wait()
 
 
-def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path
-              ) -> tuple[Slice, dict]:
+def _slice_of(label: str, command: Command, run_dir: Path, code: int, log: Path) -> tuple[Slice, dict]:
     """The run's rate after its warm-up steps, as a slice; a run that did not track or failed is
     a one-line TrialError naming it and its log."""
     folder = RunFolder(run_dir)
     if not folder.holds_run():
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
         why = f" (its last line: {tail[0][-200:]})" if tail else ""
-        raise TrialError(f"{label}: `{command.text()}` exited with code {code} without tracking a "
-                         f"run: does it call workbench.track()? Its output: {log}{why}")
+        raise TrialError(
+            f"{label}: `{command.text()}` exited with code {code} without tracking a "
+            f"run: does it call workbench.track()? Its output: {log}{why}"
+        )
     if not folder.final():
         finish_summary(run_dir, folder.shape()["ranks"] or 1, code)  # name what ended it
     summary = read_summary(run_dir)
     if summary.get("status") not in ("completed", "diverged"):
-        raise TrialError(f"{label}: `{command.text()}` {summary.get('status')}: "
-                         f"{summary.get('message', 'no reason recorded')} (its output: {log})")
+        raise TrialError(
+            f"{label}: `{command.text()}` {summary.get('status')}: "
+            f"{summary.get('message', 'no reason recorded')} (its output: {log})"
+        )
     rank0 = [r for r in read_events(run_dir) if r.get(RANK) == 0]
     steps = [r for r in rank0 if r.get(EVENT) == STEP]
-    kept = steps[warmup_steps(len(steps)):]
+    kept = steps[warmup_steps(len(steps)) :]
     wall = sum(r[STEP_TIME_MS] for r in kept) / 1e3
     work = sum(r[SAMPLES_PER_S] * r[STEP_TIME_MS] / 1e3 for r in kept if r.get(SAMPLES_PER_S))
     if not kept or not work:
-        raise TrialError(f"{label}: `{command.text()}` recorded no samples in {len(steps)} steps: "
-                         "give run.step(samples=...) or run.log_step(samples=...) the batch size")
+        raise TrialError(
+            f"{label}: `{command.text()}` recorded no samples in {len(steps)} steps: "
+            "give run.step(samples=...) or run.log_step(samples=...) the batch size"
+        )
     contention = summary.get("contention") or {}
-    s = Slice(label, work * (summary.get(WORLD_SIZE) or 1), wall, 0.0,
-              contention.get("other_cpu_cores"), steps=len(steps),
-              losses=[r[LOSS] for r in steps if LOSS in r], threads=summary.get("threads"))
+    s = Slice(
+        label,
+        work * (summary.get(WORLD_SIZE) or 1),
+        wall,
+        0.0,
+        contention.get("other_cpu_cores"),
+        steps=len(steps),
+        losses=[r[LOSS] for r in steps if LOSS in r],
+        threads=summary.get("threads"),
+    )
     return s, {"peak_gib": peak_memory_gib(rank0), "final_loss": summary.get("final_loss")}
 
 
@@ -199,21 +234,26 @@ class CommandABResult:
         losses = [r["final_loss"] for r in runs if r["final_loss"] is not None]
         peaks = [r["peak_gib"] for r in runs if r["peak_gib"] is not None]
         interval = median_interval(rates)
-        return {"runs": len(runs), "steps": statistics.median([r["steps"] for r in runs]) if runs else None,
-                SAMPLES_PER_S: statistics.median(rates) if rates else None,
-                "samples_per_s_interval": list(interval) if interval else None,
-                "peak_gib": max(peaks) if peaks else None,
-                "final_loss": statistics.median(losses) if losses else None}
+        return {
+            "runs": len(runs),
+            "steps": statistics.median([r["steps"] for r in runs]) if runs else None,
+            SAMPLES_PER_S: statistics.median(rates) if rates else None,
+            "samples_per_s_interval": list(interval) if interval else None,
+            "peak_gib": max(peaks) if peaks else None,
+            "final_loss": statistics.median(losses) if losses else None,
+        }
 
     def text(self) -> str:
         a, b = self.labels
         same = self.commands[0] == self.commands[1]
-        lines = [f"A: {self.commands[0].text()}", f"B: {self.commands[1].text()}" +
-                 (" (the same command: an A/A test, whose verdict should be within noise)" if same
-                  else ""),
-                 f"{b} vs {a}: {self.comparison.text()}",
-                 f"  each run: a fresh process, {self.budget_s:g} s of steps "
-                 f"(${BUDGET_ENV}); its warm-up steps, setup and start-up left out"]
+        lines = [
+            f"A: {self.commands[0].text()}",
+            f"B: {self.commands[1].text()}"
+            + (" (the same command: an A/A test, whose verdict should be within noise)" if same else ""),
+            f"{b} vs {a}: {self.comparison.text()}",
+            f"  each run: a fresh process, {self.budget_s:g} s of steps "
+            f"(${BUDGET_ENV}); its warm-up steps, setup and start-up left out",
+        ]
         for label in self.labels:
             s = self.side(label)
             if not s["runs"]:
@@ -222,25 +262,41 @@ class CommandABResult:
             rate = f"{s[SAMPLES_PER_S]:,.0f}" + (f" [{ci[0]:,.0f}, {ci[1]:,.0f}]" if ci else "")
             peak = f"{s['peak_gib']:.2f} GiB" if s["peak_gib"] is not None else "not read"
             loss = f"{s['final_loss']:.4g}" if s["final_loss"] is not None else "not recorded"
-            lines.append(f"  {label}: {s['runs']} runs, {s['steps']:g} steps a run, samples/s {rate}, "
-                         f"peak memory {peak}, final loss {loss}")
+            lines.append(
+                f"  {label}: {s['runs']} runs, {s['steps']:g} steps a run, samples/s {rate}, "
+                f"peak memory {peak}, final loss {loss}"
+            )
         lines.append(f"  every run's folder and output: {self.folder}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"a": self.labels[0], "b": self.labels[1],
-                "commands": [c.text() for c in self.commands], "budget_s": self.budget_s,
-                **self.comparison.as_dict("speedup"), "label": self.comparison.text(),
-                "sides": {label: self.side(label) for label in self.labels}, "runs": self.runs,
-                "folder": self.folder}
+        return {
+            "a": self.labels[0],
+            "b": self.labels[1],
+            "commands": [c.text() for c in self.commands],
+            "budget_s": self.budget_s,
+            **self.comparison.as_dict("speedup"),
+            "label": self.comparison.text(),
+            "sides": {label: self.side(label) for label in self.labels},
+            "runs": self.runs,
+            "folder": self.folder,
+        }
 
 
-def command_ab(a: Command, b: Command, rounds: int | None = None,
-               labels: tuple[str, str] = ("A", "B"), *, budget_s: float = BUDGET_S,
-               warmup: int = 1, min_effect: float = MIN_EFFECT, cwd: str | None = None,
-               on_slice: Callable[[Slice], None] | None = None,
-               stop: Callable[[], bool] | None = None, folder: str | Path | None = None
-               ) -> CommandABResult:
+def command_ab(
+    a: Command,
+    b: Command,
+    rounds: int | None = None,
+    labels: tuple[str, str] = ("A", "B"),
+    *,
+    budget_s: float = BUDGET_S,
+    warmup: int = 1,
+    min_effect: float = MIN_EFFECT,
+    cwd: str | None = None,
+    on_slice: Callable[[Slice], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    folder: str | Path | None = None,
+) -> CommandABResult:
     """`rounds` pairs of runs of A and B (default: the fewest that carry a 95 % interval), each
     ending after `budget_s` seconds of steps, after `warmup` uncounted runs of each."""
     rounds = rounds or min_rounds()
@@ -249,8 +305,14 @@ def command_ab(a: Command, b: Command, rounds: int | None = None,
     folder = Path(folder) if folder else runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_ab-cmd"
     make_dirs(folder)
     host = CommandHost(dict(zip(labels, (a, b))), folder, cwd, stop)
-    trial = Trial({label: host for label in labels}, labels[0], slice_s=budget_s, warmup=warmup,
-                  min_effect=min_effect, on_slice=on_slice)
+    trial = Trial(
+        {label: host for label in labels},
+        labels[0],
+        slice_s=budget_s,
+        warmup=warmup,
+        min_effect=min_effect,
+        on_slice=on_slice,
+    )
     try:
         trial.run(rounds, stop)
     except Interrupted:
@@ -258,10 +320,17 @@ def command_ab(a: Command, b: Command, rounds: int | None = None,
     comparison = trial.compare(labels[1])
     runs = {}
     for label in labels:
-        counted = host.runs[label][len(trial.warmups[label]):][:len(trial.slices[label])]
-        runs[label] = [{"run": str(path), "steps": s.steps, SAMPLES_PER_S: round(s.rate, 2),
-                        **host.ends[path], "other_cores": s.other_cores}
-                       for path, s in zip(counted, trial.slices[label])]
+        counted = host.runs[label][len(trial.warmups[label]) :][: len(trial.slices[label])]
+        runs[label] = [
+            {
+                "run": str(path),
+                "steps": s.steps,
+                SAMPLES_PER_S: round(s.rate, 2),
+                **host.ends[path],
+                "other_cores": s.other_cores,
+            }
+            for path, s in zip(counted, trial.slices[label])
+        ]
     result = CommandABResult(labels, (a, b), comparison, runs, str(folder), budget_s)
     _tag(result)
     return result
@@ -269,8 +338,12 @@ def command_ab(a: Command, b: Command, rounds: int | None = None,
 
 def _tag(result: CommandABResult) -> None:
     """Every counted run's record keeps the verdict it took part in (exported as tags)."""
-    tags = {"ab_verdict": str(result.comparison.verdict), "ab_label": result.comparison.text(),
-            "ab_a": result.commands[0].text(), "ab_b": result.commands[1].text()}
+    tags = {
+        "ab_verdict": str(result.comparison.verdict),
+        "ab_label": result.comparison.text(),
+        "ab_a": result.commands[0].text(),
+        "ab_b": result.commands[1].text(),
+    }
     for label, runs in result.runs.items():
         for run in runs:
             folder = RunFolder(run["run"])

@@ -20,6 +20,7 @@ dropped only when the contention changed inside it (the two slices saw other pro
 that differ by CHANGED_CORES or more), and every comparison says how many pairs it used and dropped
 and under which conditions. The first `warmup` slices of every variant pair with nothing.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -129,22 +130,33 @@ class Comparison:
         interval = f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None else ""
         dropped = f", {self.dropped} dropped (the contention changed inside them)" if self.dropped else ""
         note = f" ({r.note})" if r.note else ""
-        return (f"{r.ratio:.2f}x{interval} over {self.pairs} pairs{dropped}, {self.conditions}: "
-                f"{r.verdict}{note}")
+        return (
+            f"{r.ratio:.2f}x{interval} over {self.pairs} pairs{dropped}, {self.conditions}: {r.verdict}{note}"
+        )
 
     def as_dict(self, prefix: str = "speedup") -> dict:
-        return {**self.ratio.as_dict(prefix), f"{prefix}_pairs": self.pairs,
-                f"{prefix}_dropped": self.dropped, f"{prefix}_conditions": self.conditions,
-                f"{prefix}_label": self.text()}
+        return {
+            **self.ratio.as_dict(prefix),
+            f"{prefix}_pairs": self.pairs,
+            f"{prefix}_dropped": self.dropped,
+            f"{prefix}_conditions": self.conditions,
+            f"{prefix}_label": self.text(),
+        }
 
 
 class Trial:
     """Variants run in alternating rounds of slices on their hosts; see the module."""
 
-    def __init__(self, hosts: dict[str, Host], reference: str | None = None, *,
-                 slice_s: float = SLICE_S, warmup: int = WARMUP_SLICES,
-                 min_effect: float = MIN_EFFECT,
-                 on_slice: Callable[[Slice], None] | None = None):
+    def __init__(
+        self,
+        hosts: dict[str, Host],
+        reference: str | None = None,
+        *,
+        slice_s: float = SLICE_S,
+        warmup: int = WARMUP_SLICES,
+        min_effect: float = MIN_EFFECT,
+        on_slice: Callable[[Slice], None] | None = None,
+    ):
         if len(hosts) < 1:
             raise ValueError("a trial needs at least one variant")
         self.hosts = dict(hosts)
@@ -219,8 +231,9 @@ class Trial:
         kept, dropped = self.pairs(label, against)
         ratio = ratio_of([v.rate / r.rate if r.rate else None for r, v in kept], self.min_effect)
         others = [max(r.other_cores or 0.0, v.other_cores or 0.0) for r, v in kept]
-        return Comparison(label, against or self.reference, _as_pairs(ratio), len(kept), dropped,
-                          others, self.slice_s)
+        return Comparison(
+            label, against or self.reference, _as_pairs(ratio), len(kept), dropped, others, self.slice_s
+        )
 
     def losses(self, label: str) -> list[float]:
         """Every step's loss of a training variant, from its first step (warm-up slices included)."""
@@ -231,6 +244,6 @@ class Trial:
 def _as_pairs(r: Ratio) -> Ratio:
     """The measurement core counts rounds; a trial's rounds are pairs, and its note says so."""
     note = r.note.replace("rounds are too few", "pairs are too few").replace(
-        "use at least", "the fewest that carry one:")
+        "use at least", "the fewest that carry one:"
+    )
     return Ratio(r.ratio, r.low, r.high, r.rounds, r.verdict, r.paired, note, r.min_effect)
-

@@ -14,6 +14,7 @@ warm host each, started once and switched by slices, never a process start per r
 process gets the same threads and OpenMP wait policy, chosen once from what other programs held at
 the start (workbench.machine.threads), so a ratio is of the change alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,16 +49,23 @@ def host_key(cfg: RunConfig) -> tuple:
     """What a variant's process must have of its own: its ranks, its loader workers, its threads.
     Variants with equal keys share one warm process."""
     d = cfg.distributed
-    return (d.nproc, d.nnodes, d.strategy if d.world_size > 1 else "", cfg.loader.num_workers,
-            cfg.loader.persistent_workers if cfg.loader.num_workers else False, cfg.run.threads)
+    return (
+        d.nproc,
+        d.nnodes,
+        d.strategy if d.world_size > 1 else "",
+        cfg.loader.num_workers,
+        cfg.loader.persistent_workers if cfg.loader.num_workers else False,
+        cfg.run.threads,
+    )
 
 
 class ProcessHost:
     """A warm process (or a torchrun group of ranks) that builds training variants once and runs
     slices of their steps (workbench.train.host)."""
 
-    def __init__(self, cfg: RunConfig, folder: Path, threads: ThreadChoice, name: str,
-                 timeout_s: float = 900.0):
+    def __init__(
+        self, cfg: RunConfig, folder: Path, threads: ThreadChoice, name: str, timeout_s: float = 900.0
+    ):
         self.folder, self.name, self.timeout_s = folder, name, timeout_s
         self._sockdir = tempfile.mkdtemp(prefix="wb-trial-")  # short: a socket path holds 107 bytes
         address = os.path.join(self._sockdir, "host.sock")
@@ -73,8 +81,14 @@ class ProcessHost:
         self.log_path = folder / f"{name}.log"
         env = {**os.environ, **threads.env(), "PYTHONUNBUFFERED": "1"}
         with open_log(self.log_path) as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         try:
             self.conn = self._accept(listener)
         except BaseException:
@@ -92,10 +106,13 @@ class ProcessHost:
                 return Connection(sock.detach())
             except socket.timeout:
                 if self.proc.poll() is not None:
-                    raise TrialError(f"the trial's host process ended ({self.proc.returncode}) "
-                                     f"before it started: {self.log_tail()}") from None
-        raise TrialError(f"the trial's host process did not start in {START_TIMEOUT_S:.0f} s "
-                         f"(see {self.log_path})")
+                    raise TrialError(
+                        f"the trial's host process ended ({self.proc.returncode}) "
+                        f"before it started: {self.log_tail()}"
+                    ) from None
+        raise TrialError(
+            f"the trial's host process did not start in {START_TIMEOUT_S:.0f} s (see {self.log_path})"
+        )
 
     def log_tail(self, n: int = 600) -> str:
         try:
@@ -114,8 +131,7 @@ class ProcessHost:
             else:
                 reply = self.conn.recv()
                 if "error" in reply:
-                    raise TrialError(f"{msg.get('label', 'the trial')}: {reply['type']}: "
-                                     f"{reply['error']}")
+                    raise TrialError(f"{msg.get('label', 'the trial')}: {reply['type']}: {reply['error']}")
                 return reply
         except (EOFError, OSError):
             pass
@@ -123,8 +139,10 @@ class ProcessHost:
         waited = timeout_s or self.timeout_s
         what = f"ended ({code})" if code is not None else f"gave no answer in {waited:.0f} s"
         self.close()
-        raise TrialError(f"{msg.get('label', 'the trial')}: its host process {what} during "
-                         f"'{msg['op']}': {self.log_tail()}")
+        raise TrialError(
+            f"{msg.get('label', 'the trial')}: its host process {what} during "
+            f"'{msg['op']}': {self.log_tail()}"
+        )
 
     def build(self, label: str, cfg: RunConfig) -> dict:
         return self.ask({"op": "build", "label": label, "config": cfg.to_dict()})
@@ -134,11 +152,22 @@ class ProcessHost:
 
     def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
         """A slice of each of `labels`, their steps interleaved in short chunks (workbench.train.host)."""
-        got = self.ask({"op": "slice", "labels": list(labels), "seconds": seconds,
-                        "label": labels[0]})["slices"]
-        return {label: Slice(label, r["work"], r["wall_s"], r["cpu_s"], r["other_cores"],
-                             steps=r["steps"], losses=r["losses"], threads=r["threads"])
-                for label, r in zip(labels, got)}
+        got = self.ask({"op": "slice", "labels": list(labels), "seconds": seconds, "label": labels[0]})[
+            "slices"
+        ]
+        return {
+            label: Slice(
+                label,
+                r["work"],
+                r["wall_s"],
+                r["cpu_s"],
+                r["other_cores"],
+                steps=r["steps"],
+                losses=r["losses"],
+                threads=r["threads"],
+            )
+            for label, r in zip(labels, got)
+        }
 
     def memory(self, label: str) -> dict:
         return self.ask({"op": "memory", "label": label})["memory"]
@@ -176,8 +205,13 @@ class TrainingHosts:
     """The warm host processes of one comparison, a host per `host_key`; a context manager that
     ends them all."""
 
-    def __init__(self, baseline: RunConfig, folder: str | Path | None = None,
-                 threads: ThreadChoice | None = None, timeout_s: float = 900.0):
+    def __init__(
+        self,
+        baseline: RunConfig,
+        folder: str | Path | None = None,
+        threads: ThreadChoice | None = None,
+        timeout_s: float = 900.0,
+    ):
         self.baseline = baseline
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 10**6}"
         self.folder = Path(folder) if folder else runs_root(baseline) / "trials" / stamp
@@ -205,8 +239,9 @@ class TrainingHosts:
         key = host_key(cfg)
         host = self.hosts.get(key)
         if host is None or host.proc.poll() is not None:
-            host = self.hosts[key] = ProcessHost(cfg, self.folder, self.threads,
-                                                 f"host{len(self.hosts)}", self.timeout_s)
+            host = self.hosts[key] = ProcessHost(
+                cfg, self.folder, self.threads, f"host{len(self.hosts)}", self.timeout_s
+            )
         try:
             self.built[label] = host.build(label, cfg)
         except TrialError:

@@ -7,6 +7,7 @@ anew before each round (workbench.machine.threads) and shared by every run of th
 
     summaries = run_rounds({"fp32": cfg, "bf16": cfg.replace(**{"precision.dtype": "bf16"})}, 6)
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,10 +24,16 @@ def speed_config(cfg: RunConfig, label: str) -> RunConfig:
     return cfg.replace(**{"run.label": label[:60], "run.eval_batches": 0, "run.save_weights": False})
 
 
-def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float = 900,
-               speed_only: bool = True, keep_going: bool = False,
-               on_run: Callable[[str, int, dict], None] | None = None,
-               stop: Callable[[], bool] | None = None) -> dict[str, list[dict]]:
+def run_rounds(
+    configs: dict[str, RunConfig],
+    rounds: int,
+    *,
+    timeout_s: float = 900,
+    speed_only: bool = True,
+    keep_going: bool = False,
+    on_run: Callable[[str, int, dict], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> dict[str, list[dict]]:
     """label -> one run summary per round. `speed_only` skips evaluation and saved weights. A run
     that does not complete is an error naming it, or with `keep_going` its summary is kept and
     that config is not run again."""
@@ -44,13 +51,18 @@ def run_rounds(configs: dict[str, RunConfig], rounds: int, *, timeout_s: float =
             if label in failed:
                 continue
             cfg = configs[label]
-            cfg = speed_config(cfg, f"{label}-r{r}") if speed_only else cfg.replace(
-                **{"run.label": f"{label}-r{r}"[:60]})
+            cfg = (
+                speed_config(cfg, f"{label}-r{r}")
+                if speed_only
+                else cfg.replace(**{"run.label": f"{label}-r{r}"[:60]})
+            )
             summary = run(cfg, timeout_s=timeout_s, threads=choose_threads(cfg, other).fixed())
             if summary.get("status") != "completed":
                 if not keep_going:
-                    raise ConfigError(f"{label} (round {r + 1}) ended {summary.get('status')}: "
-                                      f"{summary.get('message', '')} (see {summary.get('run_dir')})")
+                    raise ConfigError(
+                        f"{label} (round {r + 1}) ended {summary.get('status')}: "
+                        f"{summary.get('message', '')} (see {summary.get('run_dir')})"
+                    )
                 failed.add(label)
             out[label].append(summary)
             if on_run is not None:
@@ -65,6 +77,11 @@ def contention_of(summaries: list[dict]) -> dict:
         return {"busy": None, "runs": 0}
     other = sorted(c["other_cpu_cores"] for c in readings)
     steal = sorted(c.get("steal_frac", 0.0) for c in readings)
-    return {"other_cpu_cores_max": other[-1], "other_cpu_cores_median": other[len(other) // 2],
-            "steal_frac_max": steal[-1], "busy_runs": sum(bool(c.get("busy")) for c in readings),
-            "runs": len(readings), "busy": other[-1] >= BUSY_CORES or steal[-1] >= BUSY_STEAL}
+    return {
+        "other_cpu_cores_max": other[-1],
+        "other_cpu_cores_median": other[len(other) // 2],
+        "steal_frac_max": steal[-1],
+        "busy_runs": sum(bool(c.get("busy")) for c in readings),
+        "runs": len(readings),
+        "busy": other[-1] >= BUSY_CORES or steal[-1] >= BUSY_STEAL,
+    }

@@ -8,6 +8,7 @@ measured memory: workbench.tune.memory plans them. Not tried, and said so in eve
 (NOT_TRIED): threads, which every run already chooses from what other programs leave free
 (workbench.machine.threads).
 """
+
 from __future__ import annotations
 
 from ..config import RunConfig

@@ -31,6 +31,7 @@ candidate the config needs (activation checkpointing when the baseline does not 
 budget) is measured as any other, so its cost is known, and kept whatever its speed if its loss
 stays close.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -50,9 +51,13 @@ MAX_DROPPED = 10  # dropped pairs repeated per comparison before it gives up
 FEWEST = min_rounds(DECIDE_CONFIDENCE)  # rounds before any decision can be made (7)
 
 # What to try first, by what the profile says bounds the step (workbench.profile.verdict).
-FIRST = {"data": ("loader",), "compute": ("precision", "compile", "layout"),
-         "communication": ("ranks",), "optimizer": ("optimizer",),
-         "framework overhead": ("compile", "batch")}
+FIRST = {
+    "data": ("loader",),
+    "compute": ("precision", "compile", "layout"),
+    "communication": ("ranks",),
+    "optimizer": ("optimizer",),
+    "framework overhead": ("compile", "batch"),
+}
 
 
 @dataclass(frozen=True)
@@ -132,13 +137,21 @@ class Decision:
 
     def as_dict(self) -> dict:
         r = lambda v: None if v is None else round(v, 4)  # noqa: E731
-        return {"setting": self.setting, "settings": self.settings, "kept": self.kept,
-                "status": self.status,
-                "ratio": r(self.ratio),
-                "low": r(self.low), "high": r(self.high), "rounds": self.rounds,
-                "dropped_pairs": self.dropped_pairs, "conditions": self.conditions,
-                "loss_check": self.loss_check, "why": self.why,
-                "outcome": self.outcome}
+        return {
+            "setting": self.setting,
+            "settings": self.settings,
+            "kept": self.kept,
+            "status": self.status,
+            "ratio": r(self.ratio),
+            "low": r(self.low),
+            "high": r(self.high),
+            "rounds": self.rounds,
+            "dropped_pairs": self.dropped_pairs,
+            "conditions": self.conditions,
+            "loss_check": self.loss_check,
+            "why": self.why,
+            "outcome": self.outcome,
+        }
 
 
 @dataclass
@@ -158,14 +171,24 @@ def order(candidates: list[Change], bound_by: str | None) -> list[tuple[Change, 
     rest = [c for c in candidates if c.kind not in first]
     kinds = [k for k in first if any(c.kind == k for c in lead)]  # only what is there to try
     why_lead = f"bound by {bound_by}: {' and '.join(kinds)} first"
-    why_rest = (f"after what the 'bound by {bound_by}' verdict puts first" if lead
-                else "in the listed order (no profile verdict to order by)")
+    why_rest = (
+        f"after what the 'bound by {bound_by}' verdict puts first"
+        if lead
+        else "in the listed order (no profile verdict to order by)"
+    )
     return needed + [(c, why_lead) for c in lead] + [(c, why_rest) for c in rest]
 
 
-def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MIN_EFFECT,
-            max_rounds: int = MAX_ROUNDS, deadline: float = float("inf"),
-            round_s: float = 0.0) -> Decision:
+def compare(
+    measure: Measure,
+    best: dict,
+    trial: dict,
+    *,
+    min_effect: float = MIN_EFFECT,
+    max_rounds: int = MAX_ROUNDS,
+    deadline: float = float("inf"),
+    round_s: float = 0.0,
+) -> Decision:
     """Rounds of the trial against the best until a one-sided 99 % bound decides (the module). A
     round starts only when the budget left holds it: at this comparison's pace once it has one,
     else at `round_s` (the pace seen so far)."""
@@ -178,8 +201,10 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
         done = len(ratios) + dropped
         pace = (measure.clock() - t0) / done if done else round_s
         if measure.clock() + pace > deadline:
-            outcome = (f"undecided when the budget ran out, after {len(ratios)} pairs (another "
-                       f"would take about {pace:.0f} s)")
+            outcome = (
+                f"undecided when the budget ran out, after {len(ratios)} pairs (another "
+                f"would take about {pace:.0f} s)"
+            )
             break
         r = measure.round(best, trial)
         if r.failed:
@@ -188,8 +213,10 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
         if r.dropped:
             dropped += 1
             if dropped > MAX_DROPPED:
-                outcome = (f"undecided after {len(ratios)} pairs: {dropped} more were dropped, the "
-                           "load of other programs changing inside them")
+                outcome = (
+                    f"undecided after {len(ratios)} pairs: {dropped} more were dropped, the "
+                    "load of other programs changing inside them"
+                )
                 break
             continue
         ratios.append(r.ratio)
@@ -200,20 +227,33 @@ def compare(measure: Measure, best: dict, trial: dict, *, min_effect: float = MI
             faster, outcome = True, f"faster by more than {min_effect:.0%}"
             break
         if decide[1] < 1 + min_effect:
-            outcome = ("slower" if decide[1] < 1 else
-                       f"cannot bring the minimum gain of {min_effect:.0%}")
+            outcome = "slower" if decide[1] < 1 else f"cannot bring the minimum gain of {min_effect:.0%}"
             break
     shown = median_interval(ratios, CONFIDENCE)
-    return Decision(setting="", kept=faster, why="", outcome=outcome,
-                    ratio=statistics.median(ratios) if ratios else None,
-                    low=shown[0] if shown else None, high=shown[1] if shown else None,
-                    rounds=len(ratios), dropped_pairs=dropped, ratios=ratios,
-                    conditions=measure.conditions(best, trial) if ratios else "")
+    return Decision(
+        setting="",
+        kept=faster,
+        why="",
+        outcome=outcome,
+        ratio=statistics.median(ratios) if ratios else None,
+        low=shown[0] if shown else None,
+        high=shown[1] if shown else None,
+        rounds=len(ratios),
+        dropped_pairs=dropped,
+        ratios=ratios,
+        conditions=measure.conditions(best, trial) if ratios else "",
+    )
 
 
-def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: float,
-           min_effect: float = MIN_EFFECT, max_rounds: int = MAX_ROUNDS,
-           on_decision: Callable[[Decision], None] | None = None) -> TuneResult:
+def search(
+    ordered: list[tuple[Change, str]],
+    measure: Measure,
+    *,
+    budget_s: float,
+    min_effect: float = MIN_EFFECT,
+    max_rounds: int = MAX_ROUNDS,
+    on_decision: Callable[[Decision], None] | None = None,
+) -> TuneResult:
     """Try each candidate in order against the best so far; keep what decides faster (and keeps
     its loss); stop trying when the budget is spent. `on_decision` hears each decision made."""
     start = measure.clock()
@@ -226,9 +266,13 @@ def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: flo
         d.settings = dict(cand.settings)
         decisions.append(d)
         # a kept setting is one its shown interval calls faster; others claim no gain
-        claims.record("the tune", "verdict", f"{cand.key}: {d.status}",
-                      not d.kept or (d.low is not None and d.low > 1),
-                      f"{d.ratio:.2f}x [{d.low}, {d.high}] over {d.rounds} pairs" if d.ratio else d.outcome)
+        claims.record(
+            "the tune",
+            "verdict",
+            f"{cand.key}: {d.status}",
+            not d.kept or (d.low is not None and d.low > 1),
+            f"{d.ratio:.2f}x [{d.low}, {d.high}] over {d.rounds} pairs" if d.ratio else d.outcome,
+        )
         if on_decision is not None:
             on_decision(d)
 
@@ -240,14 +284,27 @@ def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: flo
         pace = paced[0] / paced[1] if paced[1] else 0.0  # seconds a round, so far
         left = deadline - measure.clock()
         if left <= FEWEST * pace:
-            decided(Decision(cand.key, False, why, f"not measured: the {left:.0f} s left cannot hold "
-                             f"the {FEWEST} rounds that can decide (about {FEWEST * pace:.0f} s at "
-                             f"{pace:.1f} s a round so far)"))
+            decided(
+                Decision(
+                    cand.key,
+                    False,
+                    why,
+                    f"not measured: the {left:.0f} s left cannot hold "
+                    f"the {FEWEST} rounds that can decide (about {FEWEST * pace:.0f} s at "
+                    f"{pace:.1f} s a round so far)",
+                )
+            )
             continue
         refused = measure.refusal(trial)
         if refused:
-            decided(Decision(cand.key, False, why, f"not measured: the launch refuses it with what "
-                             f"was kept before it: {refused}"))
+            decided(
+                Decision(
+                    cand.key,
+                    False,
+                    why,
+                    f"not measured: the launch refuses it with what was kept before it: {refused}",
+                )
+            )
             continue
         work = measure.one_off(best, trial)
         if work:
@@ -256,8 +313,15 @@ def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: flo
                 decided(Decision(cand.key, False, why, f"not measured: {short}"))
                 continue
         t0 = measure.clock()
-        d = compare(measure, best, trial, min_effect=min_effect, max_rounds=max_rounds,
-                    deadline=deadline, round_s=pace)
+        d = compare(
+            measure,
+            best,
+            trial,
+            min_effect=min_effect,
+            max_rounds=max_rounds,
+            deadline=deadline,
+            round_s=pace,
+        )
         paced[0] += measure.clock() - t0
         paced[1] += d.rounds + d.dropped_pairs
         d.setting, d.why = cand.key, why
@@ -268,16 +332,20 @@ def search(ordered: list[tuple[Change, str]], measure: Measure, *, budget_s: flo
             d.loss_check = check.note
             if not check.ok:
                 d.kept = False
-                d.outcome = (f"needed, but its loss moved: {check.note}" if cand.needed else
-                             f"faster, but its loss moved: {check.note}")
+                d.outcome = (
+                    f"needed, but its loss moved: {check.note}"
+                    if cand.needed
+                    else f"faster, but its loss moved: {check.note}"
+                )
         if d.kept:
             best = trial
         decided(d)
     return TuneResult(best, decisions, measure.clock() - start)
 
 
-def _prepared(measure: Measure, best: dict, trial: dict, work: str, deadline: float,
-              round_s: float) -> str | None:
+def _prepared(
+    measure: Measure, best: dict, trial: dict, work: str, deadline: float, round_s: float
+) -> str | None:
     """Do a candidate's one-off work, given what the budget left holds beside the fewest rounds
     that can decide (the search has checked that they fit); when the rounds no longer fit after
     it, why not (the module)."""
@@ -287,7 +355,9 @@ def _prepared(measure: Measure, best: dict, trial: dict, work: str, deadline: fl
         return f"{work}: {p.failed}"
     left = deadline - measure.clock()
     if FEWEST * p.round_s > left:
-        return (f"{work} took {p.seconds:.0f} s; the {FEWEST} rounds that can decide would take "
-                f"about {FEWEST * p.round_s:.0f} s ({p.round_s:.1f} s a round) and "
-                f"{max(left, 0):.0f} s are left")
+        return (
+            f"{work} took {p.seconds:.0f} s; the {FEWEST} rounds that can decide would take "
+            f"about {FEWEST * p.round_s:.0f} s ({p.round_s:.1f} s a round) and "
+            f"{max(left, 0):.0f} s are left"
+        )
     return None

@@ -8,6 +8,7 @@ their steps alternating in short slices, a round one pair; and the recommended c
     report.as_dict()       # {"config", "decisions": [{setting, status, kept, ratio, low, high,
                            #   rounds, dropped_pairs, conditions, loss_check, why, ...}], ...}
 """
+
 from __future__ import annotations
 
 import statistics
@@ -42,9 +43,14 @@ class TrialMeasure:
     programs changed inside it. Variants that lost are let go, so memory holds the best and the
     candidate."""
 
-    def __init__(self, baseline: RunConfig, slice_s: float = SLICE_S,
-                 on_slice: Callable[[Slice], None] | None = None,
-                 stop: Callable[[], bool] | None = None, folder=None):
+    def __init__(
+        self,
+        baseline: RunConfig,
+        slice_s: float = SLICE_S,
+        on_slice: Callable[[Slice], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+        folder=None,
+    ):
         self.baseline = baseline.replace(**{"run.eval_batches": 0, "run.save_weights": False})
         self.slice_s, self.on_slice, self.stop = slice_s, on_slice, stop
         self.hosts = TrainingHosts(self.baseline, folder)
@@ -81,8 +87,7 @@ class TrialMeasure:
             for label in list(self.hosts.variants):  # the losers so far: free their memory
                 if label not in (a, b):
                     self.hosts.drop(label)
-            self.trials[(a, b)] = Trial(self.hosts.of([a, b]), a, slice_s=self.slice_s,
-                                        on_slice=self._heard)
+            self.trials[(a, b)] = Trial(self.hosts.of([a, b]), a, slice_s=self.slice_s, on_slice=self._heard)
         return self.trials[(a, b)]
 
     def round(self, best: dict, candidate: dict) -> Round:
@@ -115,10 +120,16 @@ class TrialMeasure:
             return LossCheck(False, float("inf"), "too few steps in common to compare the losses")
         ma, mb = statistics.fmean(la[:na]), statistics.fmean(lb[:nb])
         moved = abs(mb - ma) / abs(ma) if ma else float("inf")
-        over = (f"the same {min(na, nb)} steps" if per[0] == per[1] else
-                f"the same {common:,} samples seen (batch {per[1]} against {per[0]} a step)")
-        return LossCheck(moved <= LOSS_TOLERANCE, moved,
-                         f"mean loss moved {moved:.1%} over {over} (tolerance {LOSS_TOLERANCE:.0%})")
+        over = (
+            f"the same {min(na, nb)} steps"
+            if per[0] == per[1]
+            else f"the same {common:,} samples seen (batch {per[1]} against {per[0]} a step)"
+        )
+        return LossCheck(
+            moved <= LOSS_TOLERANCE,
+            moved,
+            f"mean loss moved {moved:.1%} over {over} (tolerance {LOSS_TOLERANCE:.0%})",
+        )
 
     def one_off(self, best: dict, candidate: dict) -> str | None:
         compiles = self.config(candidate).compile.enabled
@@ -129,8 +140,11 @@ class TrialMeasure:
         is then about two slices. A build cannot be cut short, so one is not started when an
         earlier compile took longer than the `timeout_s` left for it."""
         if self.compile_s > timeout_s:
-            return Prepared(0.0, failed=f"the last compile took {self.compile_s:.0f} s and "
-                                        f"{max(timeout_s, 0):.0f} s are left for this one")
+            return Prepared(
+                0.0,
+                failed=f"the last compile took {self.compile_s:.0f} s and "
+                f"{max(timeout_s, 0):.0f} s are left for this one",
+            )
         t0 = time.monotonic()
         try:
             self._built(best)
@@ -163,24 +177,37 @@ class TuneReport:
     not_tried: dict = field(default_factory=lambda: dict(NOT_TRIED))
 
     def as_dict(self) -> dict:
-        return {"config": self.config.to_dict(), "settings": self.settings,
-                "decisions": [d.as_dict() for d in self.decisions], "bound_by": self.bound_by,
-                "bound_by_note": self.bound_by_note, "spent_s": round(self.spent_s, 1),
-                "budget_s": self.budget_s, "memory_budget_gib": self.memory_budget_gib,
-                "memory_note": self.memory_note, "not_tried": self.not_tried}
+        return {
+            "config": self.config.to_dict(),
+            "settings": self.settings,
+            "decisions": [d.as_dict() for d in self.decisions],
+            "bound_by": self.bound_by,
+            "bound_by_note": self.bound_by_note,
+            "spent_s": round(self.spent_s, 1),
+            "budget_s": self.budget_s,
+            "memory_budget_gib": self.memory_budget_gib,
+            "memory_note": self.memory_note,
+            "not_tried": self.not_tried,
+        }
 
     def text(self) -> str:
-        lines = [f"tuned in {self.spent_s:.0f} s of {self.budget_s:.0f} s; {self.bound_by_note}",
-                 self.memory_note]
+        lines = [
+            f"tuned in {self.spent_s:.0f} s of {self.budget_s:.0f} s; {self.bound_by_note}",
+            self.memory_note,
+        ]
         for d in self.decisions:
-            ratio = (f"{d.ratio:.2f}x" + (f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
-                     + f" over {d.rounds} pairs" if d.ratio is not None else "")
+            ratio = (
+                f"{d.ratio:.2f}x"
+                + (f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
+                + f" over {d.rounds} pairs"
+                if d.ratio is not None
+                else ""
+            )
             dropped = f", {d.dropped_pairs} dropped" if d.dropped_pairs else ""
             where = f", {d.conditions}" if d.conditions else ""
             loss = f"; {d.loss_check}" if d.loss_check and d.loss_check not in d.outcome else ""
             said = d.outcome.removeprefix(f"{d.status}: ")  # the status leads the line already
-            lines.append(f"  {d.status:12s} {d.setting:14s} {ratio}{dropped}{where}: "
-                         f"{said}{loss} ({d.why})")
+            lines.append(f"  {d.status:12s} {d.setting:14s} {ratio}{dropped}{where}: {said}{loss} ({d.why})")
         kept = ", ".join(f"{k}={v}" for k, v in self.settings.items()) or "nothing: the baseline"
         lines.append(f"recommended: {kept}")
         lines.append("not tried: " + "; ".join(f"{k} ({v})" for k, v in self.not_tried.items()))
@@ -198,11 +225,18 @@ def bound_by_of(baseline: RunConfig) -> tuple[str | None, str]:
     return b.verdict.bound_by, f"bound by {b.verdict.bound_by}: {b.verdict.reason}"
 
 
-def tune(baseline: RunConfig, *, budget_s: float = 600.0, slice_s: float = SLICE_S,
-         bound_by: str | None = None, profile: bool = True, memory_budget_gib: float | None = None,
-         on_decision: Callable[[Decision], None] | None = None,
-         on_slice: Callable[[Slice], None] | None = None,
-         stop: Callable[[], bool] | None = None) -> TuneReport:
+def tune(
+    baseline: RunConfig,
+    *,
+    budget_s: float = 600.0,
+    slice_s: float = SLICE_S,
+    bound_by: str | None = None,
+    profile: bool = True,
+    memory_budget_gib: float | None = None,
+    on_decision: Callable[[Decision], None] | None = None,
+    on_slice: Callable[[Slice], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> TuneReport:
     """Plan the memory candidates within `memory_budget_gib` a rank (None: what the pre-launch check
     says is available), profile the baseline (unless `bound_by` is given or `profile` is False),
     then search."""
@@ -217,20 +251,33 @@ def tune(baseline: RunConfig, *, budget_s: float = 600.0, slice_s: float = SLICE
     else:
         note = f"bound by {bound_by} (given)" if bound_by else "not profiled: the listed order"
     weights = launcher().precheck(baseline).get("image_weights")  # kept from the memory plan's check
-    options = [(c, r and ("not reachable", f"not measured: this machine cannot run it: {r}"))
-               for c, r in reachable(baseline, weights)]
+    options = [
+        (c, r and ("not reachable", f"not measured: this machine cannot run it: {r}"))
+        for c, r in reachable(baseline, weights)
+    ]
     options += [(c, r and ("memory budget", f"not measured: {r}")) for c, r in memory.options]
     tried = [c for c, r in options if not r]
     skipped = [(c, r) for c, r in options if r]
     measure = TrialMeasure(baseline, slice_s, on_slice, stop)
     try:
         spent = time.monotonic() - t0
-        result = search(order(tried, bound_by), measure,
-                        budget_s=max(budget_s - spent, 1.0), on_decision=on_decision)
+        result = search(
+            order(tried, bound_by), measure, budget_s=max(budget_s - spent, 1.0), on_decision=on_decision
+        )
     finally:
         measure.close()
-    decisions = result.decisions + [Decision(c.key, False, why, outcome, settings=dict(c.settings))
-                                    for c, (why, outcome) in skipped]
-    return TuneReport(baseline, baseline.replace(**result.settings) if result.settings else baseline,
-                      result.settings, decisions, bound_by, note, time.monotonic() - t0, budget_s,
-                      memory.budget_gib, memory.note)
+    decisions = result.decisions + [
+        Decision(c.key, False, why, outcome, settings=dict(c.settings)) for c, (why, outcome) in skipped
+    ]
+    return TuneReport(
+        baseline,
+        baseline.replace(**result.settings) if result.settings else baseline,
+        result.settings,
+        decisions,
+        bound_by,
+        note,
+        time.monotonic() - t0,
+        budget_s,
+        memory.budget_gib,
+        memory.note,
+    )

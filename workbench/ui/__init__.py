@@ -38,13 +38,20 @@ benchmarks (tools/bench) import it.
 
 Names are imported lazily, so `workbench.ui.series` and friends stay cheap to import.
 """
+
 from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"RunPanel": "panel", "LiveDashboard": "dashboard", "attach": "attaching",
-            "compare_view": "compare", "CompareView": "compare", "LiveCharts": "charts",
-            "Controls": "controls"}
+_EXPORTS = {
+    "RunPanel": "panel",
+    "LiveDashboard": "dashboard",
+    "attach": "attaching",
+    "compare_view": "compare",
+    "CompareView": "compare",
+    "LiveCharts": "charts",
+    "Controls": "controls",
+}
 
 __all__ = list(_EXPORTS)
 

@@ -6,6 +6,7 @@ rank (plus the total samples/s over ranks), redrawn from a RunSeries inside `bat
 Throughput is drawn as faint raw points under a rolling median (raw per-step samples/s reads as
 noise); memory axes start at zero, so a flat RSS looks flat; a non-finite loss is marked.
 """
+
 from __future__ import annotations
 
 import time
@@ -87,11 +88,18 @@ def set_title(fig: go.FigureWidget, text: str, font_px: int = 14) -> None:
 
 def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250) -> go.FigureWidget:
     fig = LiveFigure()
-    fig.update_layout(title={"text": title, "x": 0.02, "font": {"size": 14}}, height=height,
-                      width=430, margin={"l": 55, "r": 10, "t": 36, "b": 36},
-                      template="plotly_white", showlegend=True,
-                      legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
-                      xaxis_title=xlabel, yaxis_title=ylabel, uirevision="keep")
+    fig.update_layout(
+        title={"text": title, "x": 0.02, "font": {"size": 14}},
+        height=height,
+        width=430,
+        margin={"l": 55, "r": 10, "t": 36, "b": 36},
+        template="plotly_white",
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
+        xaxis_title=xlabel,
+        yaxis_title=ylabel,
+        uirevision="keep",
+    )
     publish(fig)
     return fig
 
@@ -103,8 +111,9 @@ class LiveCharts:
         self.figures = {name: make_figure(*CHARTS[name]) for name in CHARTS}
         self._copy_due = {name: Throttle(1 / PUBLISH_EVERY_S, clock) for name in CHARTS}
         f = self.figures
-        self.widget = widgets.VBox([widgets.HBox([f[LOSS], f[SAMPLES_PER_S]]),
-                                    widgets.HBox([f[STEP_TIME_MS], f["memory"]])])
+        self.widget = widgets.VBox(
+            [widgets.HBox([f[LOSS], f[SAMPLES_PER_S]]), widgets.HBox([f[STEP_TIME_MS], f["memory"]])]
+        )
         self.redraws = 0
         self.points_sent = 0  # the work of every redraw: bounded per trace, not by the run's length
         self._styles: dict[str, list] = {}
@@ -122,28 +131,58 @@ class LiveCharts:
                 x = np.asarray(r[LOSS].nonfinite, dtype=float)
                 _, ys = r[LOSS].xy()
                 y = np.full(len(x), np.nanmin(ys) if np.isfinite(ys).any() else 0.0)
-                out[LOSS].append((f"rank {rank} non-finite", x, y,
-                                  {"mode": "markers", "opacity": 1.0,
-                                   "marker": {"symbol": "x", "color": "#d62728", "size": 9}}))
-            out[SAMPLES_PER_S].append((f"rank {rank}", *r[SAMPLES_PER_S].xy(),
-                                       {**RAW, "marker": {**RAW["marker"], "color": line["color"]}}))
-            out[SAMPLES_PER_S].append((f"rank {rank} (median of {SMOOTH_STEPS})",
-                                       *r["samples_per_s_median"].xy(), {**LINE, "line": line}))
+                out[LOSS].append(
+                    (
+                        f"rank {rank} non-finite",
+                        x,
+                        y,
+                        {
+                            "mode": "markers",
+                            "opacity": 1.0,
+                            "marker": {"symbol": "x", "color": "#d62728", "size": 9},
+                        },
+                    )
+                )
+            out[SAMPLES_PER_S].append(
+                (
+                    f"rank {rank}",
+                    *r[SAMPLES_PER_S].xy(),
+                    {**RAW, "marker": {**RAW["marker"], "color": line["color"]}},
+                )
+            )
+            out[SAMPLES_PER_S].append(
+                (
+                    f"rank {rank} (median of {SMOOTH_STEPS})",
+                    *r["samples_per_s_median"].xy(),
+                    {**LINE, "line": line},
+                )
+            )
             out[STEP_TIME_MS].append((f"rank {rank}", *r[STEP_TIME_MS].xy(), {**LINE, "line": line}))
             if len(r[MEM_RESERVED_GIB]):
-                out["memory"].append((f"rank {rank} device", *r[MEM_RESERVED_GIB].xy(),
-                                      {**LINE, "line": line}))
-                out["memory"].append((f"rank {rank} RSS", *r[RSS_GIB].xy(),
-                                      {**LINE, "line": dict(line, dash="dot")}))
+                out["memory"].append(
+                    (f"rank {rank} device", *r[MEM_RESERVED_GIB].xy(), {**LINE, "line": line})
+                )
+                out["memory"].append(
+                    (f"rank {rank} RSS", *r[RSS_GIB].xy(), {**LINE, "line": dict(line, dash="dot")})
+                )
             else:
                 out["memory"].append((f"rank {rank} RSS", *r[RSS_GIB].xy(), {**LINE, "line": line}))
         if series.world_size > 1 or len(series.ranks) > 1:
             black = {"color": "black", "width": 2}
-            out[SAMPLES_PER_S].append(("total", *series.total[SAMPLES_PER_S].xy(),
-                                       {**RAW, "marker": {**RAW["marker"], "color": "black"}}))
-            out[SAMPLES_PER_S].append((f"total (median of {SMOOTH_STEPS})",
-                                       *series.total["samples_per_s_median"].xy(),
-                                       {**LINE, "line": black}))
+            out[SAMPLES_PER_S].append(
+                (
+                    "total",
+                    *series.total[SAMPLES_PER_S].xy(),
+                    {**RAW, "marker": {**RAW["marker"], "color": "black"}},
+                )
+            )
+            out[SAMPLES_PER_S].append(
+                (
+                    f"total (median of {SMOOTH_STEPS})",
+                    *series.total["samples_per_s_median"].xy(),
+                    {**LINE, "line": black},
+                )
+            )
         return out
 
     def redraw(self, series: RunSeries, now: bool = True) -> None:
@@ -165,7 +204,7 @@ class LiveCharts:
                         trace.name = label  # assignment is validated: slow)
                         trace.update(**style)
                     self._styles[name] = styles
-                for trace in fig.data[len(traces):]:  # after a reset: empty, not removed
+                for trace in fig.data[len(traces) :]:  # after a reset: empty, not removed
                     if len(trace.x):
                         trace.x, trace.y = [], []
                 retitle = fig.layout.title.text != title

@@ -3,6 +3,7 @@ with a tooltip that says why (ipywidgets' ToggleButtons cannot disable a single 
 
     c = ChoiceButtons(["fp32", "bf16", "fp16"], "fp32"); c.disable("bf16", "no bf16 here")
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -13,13 +14,15 @@ from ..config import ConfigError, shown
 
 
 class ChoiceButtons:
-    def __init__(self, options: list[str], value: str, description: str = "",
-                 tooltips: dict[str, str] | None = None):
+    def __init__(
+        self, options: list[str], value: str, description: str = "", tooltips: dict[str, str] | None = None
+    ):
         self.options, self.description = list(options), description
         self._check(value)
-        self.buttons = {o: widgets.ToggleButton(description=o, value=o == value,
-                                                layout=widgets.Layout(width="72px"))
-                        for o in options}
+        self.buttons = {
+            o: widgets.ToggleButton(description=o, value=o == value, layout=widgets.Layout(width="72px"))
+            for o in options
+        }
         self._base_tips = dict(tooltips or {})
         self._callbacks: list[Callable[[str], None]] = []
         self._value = value
@@ -37,14 +40,17 @@ class ChoiceButtons:
     def value(self, new: str) -> None:
         self._check(new)
         if self.buttons[new].disabled:
-            raise ConfigError(f"{self.description or 'value'}={new!r} is not available here: "
-                              f"{self.buttons[new].tooltip}")
+            raise ConfigError(
+                f"{self.description or 'value'}={new!r} is not available here: {self.buttons[new].tooltip}"
+            )
         self._select(new)
 
     def _check(self, value) -> None:
         if value not in self.options:
-            raise ConfigError(f"{self.description or 'value'}={shown(value)} is not allowed: one "
-                              f"of {', '.join(self.options)}")
+            raise ConfigError(
+                f"{self.description or 'value'}={shown(value)} is not allowed: one "
+                f"of {', '.join(self.options)}"
+            )
 
     def _clicked(self, option: str, pressed: bool) -> None:
         if pressed and option != self._value:

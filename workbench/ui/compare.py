@@ -5,6 +5,7 @@ runs' configs as an A/B test (alternating short runs, workbench.trials.ab) and s
 
     view = compare_view([run_a, run_b, run_c]); display(view)   # view.frame is the table
 """
+
 from __future__ import annotations
 
 import html
@@ -13,8 +14,7 @@ from pathlib import Path
 import ipywidgets as widgets
 import pandas as pd
 
-from ..events import (ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS,
-                      read_events)
+from ..events import ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS, read_events
 from ..measure.compare import speedup_text
 from ..runfolder import RunFolder
 from ..runstore import compare, list_runs, load_config
@@ -25,8 +25,14 @@ from .sizing import button
 from .table import html_table
 
 SMOOTH = 10  # steps in the rolling median of the throughput curves
-FORMATS = {SAMPLES_PER_S: "{:,.0f}", STEP_TIME_MS: "{:.2f}", "peak_mem_gib": "{:.3f}",
-           "final_loss": "{:.4f}", "eval_accuracy": "{:.1%}", "other_cpu_cores": "{:.2f}"}
+FORMATS = {
+    SAMPLES_PER_S: "{:,.0f}",
+    STEP_TIME_MS: "{:.2f}",
+    "peak_mem_gib": "{:.3f}",
+    "final_loss": "{:.4f}",
+    "eval_accuracy": "{:.1%}",
+    "other_cpu_cores": "{:.2f}",
+}
 
 
 def run_curves(run_dir: str | Path) -> pd.DataFrame:
@@ -46,20 +52,29 @@ def table_html(df: pd.DataFrame) -> str:
     if df.empty:
         return "<i>no runs to compare yet</i>"
     shown = df.copy()
-    shown["speedup"] = [speedup_text(r, lo, hi) for r, lo, hi in
-                        zip(df["speedup"], df["speedup_low"], df["speedup_high"])]
+    shown["speedup"] = [
+        speedup_text(r, lo, hi) for r, lo, hi in zip(df["speedup"], df["speedup_low"], df["speedup_high"])
+    ]
     # the load other programs put on the runs is said once, in the note below (which runs met it),
     # not in two columns of every row
-    shown = shown.drop(columns=["speedup_low", "speedup_high", "busy", "other_cpu_cores", "threads"],
-                       errors="ignore")  # threads: in each run's folder and summary
+    shown = shown.drop(
+        columns=["speedup_low", "speedup_high", "busy", "other_cpu_cores", "threads"], errors="ignore"
+    )  # threads: in each run's folder and summary
     for col, fmt in FORMATS.items():
         if col in shown:
-            shown[col] = [fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else ""
-                          for v in shown[col]]
-    return html_table(shown.to_dict("records"), list(shown.columns), where="the comparison table",
-                      css="wb-compare-table",
-                      below=(f"speedup: samples/s vs the first row, with its 95 % interval; "
-                             f"{df.attrs.get('note', '')}; peak memory: device peak on a GPU, RSS on a CPU"))
+            shown[col] = [
+                fmt.format(v) if isinstance(v, (int, float)) and pd.notna(v) else "" for v in shown[col]
+            ]
+    return html_table(
+        shown.to_dict("records"),
+        list(shown.columns),
+        where="the comparison table",
+        css="wb-compare-table",
+        below=(
+            f"speedup: samples/s vs the first row, with its 95 % interval; "
+            f"{df.attrs.get('note', '')}; peak memory: device peak on a GPU, RSS on a CPU"
+        ),
+    )
 
 
 class CompareView:
@@ -71,18 +86,22 @@ class CompareView:
         self.loss_fig = make_figure("Loss by run", "loss")
         self.speed_fig = make_figure(f"Throughput by run (median of {SMOOTH} steps)", "samples/s")
         self.table = widgets.HTML()
-        self.picker = widgets.SelectMultiple(description="runs", rows=6,
-                                             layout=widgets.Layout(width="880px"))
+        self.picker = widgets.SelectMultiple(description="runs", rows=6, layout=widgets.Layout(width="880px"))
         self.picker.style.description_width = "40px"
-        self.measure_button = button("Measure properly (A/B)", icon="balance-scale",
-                                             tooltip="run the first two runs' configs in alternating "
-                                                     "rounds and compare them with an interval")
+        self.measure_button = button(
+            "Measure properly (A/B)",
+            icon="balance-scale",
+            tooltip="run the first two runs' configs in alternating rounds and compare them with an interval",
+        )
         self.ab_status = widgets.HTML()
         self.ab_job = BackgroundJob(self.ab_status, [self.measure_button], "compare-ab")
         self.ab_result = None
         self.measure_button.on_click(lambda _: self.measure())
-        parts = [widgets.HBox([self.loss_fig, self.speed_fig]), self.table,
-                 widgets.HBox([self.measure_button, self.ab_status])]
+        parts = [
+            widgets.HBox([self.loss_fig, self.speed_fig]),
+            self.table,
+            widgets.HBox([self.measure_button, self.ab_status]),
+        ]
         if picker:
             self._fill_picker()
             self.picker.observe(lambda ch: self.refresh(ch["new"]), names="value")
@@ -136,14 +155,16 @@ class CompareView:
         if scripts:  # their commands are measured by `ab --cmd`, which runs them afresh
             self.ab_status.value = html.escape(
                 f"{scripts[0]} is your own script's run: measure two scripts with `workbench ab "
-                "--cmd \"python train.py\" --vs-cmd \"python train.py --bf16\"`")
+                "--cmd \"python train.py\" --vs-cmd \"python train.py --bf16\"`"
+            )
             return None
         a, b = (load_config(p) for p in self.run_dirs[:2])
         labels = (self.run_dirs[0].name, self.run_dirs[1].name)
 
         def work():
             self.ab_status.value = html.escape(
-                f"running {labels[0]} and {labels[1]} in alternating slices...")
+                f"running {labels[0]} and {labels[1]} in alternating slices..."
+            )
             self.ab_result = ab_test(a, b, rounds, labels)
             self.ab_status.value = "<pre>" + html.escape(self.ab_result.text()) + "</pre>"
             return self.ab_result

@@ -10,6 +10,7 @@ plot of the sweep points and every variant, each labelled with its paired speedu
 rounds; a table with coverage, the speedups with their intervals and the verdicts.
 Work runs on a background thread; charts redraw inside `fig.batch_update()` once per point.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,13 +30,32 @@ from .job import BackgroundJob
 from .refusing import RefusingIntSlider
 from .sizing import FULL_LABEL, button
 
-TABLE_COLUMNS = ["variant", "backend", "converted", "coverage", "accuracy", "params", "size_ratio",
-                 "speedup b1", "speedup b{big}", "verdict", "why"]
+TABLE_COLUMNS = [
+    "variant",
+    "backend",
+    "converted",
+    "coverage",
+    "accuracy",
+    "params",
+    "size_ratio",
+    "speedup b1",
+    "speedup b{big}",
+    "verdict",
+    "why",
+]
 
 
 def _figure(title: str, x: str, y: str) -> go.FigureWidget:
-    fig = LiveFigure(layout=dict(title=title, height=320, width=460, xaxis_title=x,
-                                      yaxis_title=y, margin=dict(l=50, r=10, t=40, b=40)))
+    fig = LiveFigure(
+        layout=dict(
+            title=title,
+            height=320,
+            width=460,
+            xaxis_title=x,
+            yaxis_title=y,
+            margin=dict(l=50, r=10, t=40, b=40),
+        )
+    )
     return fig
 
 
@@ -47,17 +67,18 @@ class CompressLab:
         self.records: list[dict] = []
         self.variants = None
         self._stop = threading.Event()
-        self.method = W.Dropdown(options=["magnitude", "random", "structured"], value="magnitude",
-                                 description="method")
+        self.method = W.Dropdown(
+            options=["magnitude", "random", "structured"], value="magnitude", description="method"
+        )
         self.scope = W.Dropdown(options=["global", "layer"], value="global", description="scope")
         # Percent as whole numbers: a slider's typed-in readout is taken as its value, so a
         # fraction slider shown as "50%" read a typed "50" as 5000 % and stopped at its maximum.
         self.max_amount = RefusingIntSlider(value=90, min=10, max=95, step=5, description="up to %")
         self.points = RefusingIntSlider(value=5, min=2, max=12, description="points")
-        self.epochs = RefusingIntSlider(value=0, min=0, max=10, description="fine-tune ep.",
-                                         style=FULL_LABEL)
-        self.amount = RefusingIntSlider(value=50, min=0, max=95, step=5, description="variants at %",
-                                         style=FULL_LABEL)
+        self.epochs = RefusingIntSlider(value=0, min=0, max=10, description="fine-tune ep.", style=FULL_LABEL)
+        self.amount = RefusingIntSlider(
+            value=50, min=0, max=95, step=5, description="variants at %", style=FULL_LABEL
+        )
         self.sweep_button = button("Sweep", button_style="primary")
         self.compare_button = button("Compare variants")
         self.stop_button = button("Stop", button_style="warning")
@@ -66,30 +87,41 @@ class CompressLab:
         self.table = W.HTML("")
         self.acc_fig = _figure("Accuracy vs sparsity", "amount pruned", "accuracy")
         self.lat_fig = _figure("Latency vs sparsity", "amount pruned", "latency (ms)")
-        self.pareto_fig = _figure(f"Accuracy vs latency (batch {big_batch})",
-                                  f"latency at batch {big_batch} (ms)", "accuracy")
+        self.pareto_fig = _figure(
+            f"Accuracy vs latency (batch {big_batch})", f"latency at batch {big_batch} (ms)", "accuracy"
+        )
         self.sweep_button.on_click(lambda _: self.sweep())
         self.compare_button.on_click(lambda _: self.compare())
         self.stop_button.on_click(lambda _: self._stop.set())
         self.job = BackgroundJob(self.status, [self.sweep_button, self.compare_button], "compress-lab")
-        controls = W.VBox([W.HBox([self.method, self.scope]), W.HBox([self.max_amount, self.points]),
-                           W.HBox([self.epochs, self.amount]),
-                           W.HBox([self.sweep_button, self.compare_button, self.stop_button]),
-                           W.HBox([self.progress, self.status])])
-        self.widget = W.VBox([controls, W.HBox([self.acc_fig, self.lat_fig]), self.pareto_fig,
-                              self.table])
+        controls = W.VBox(
+            [
+                W.HBox([self.method, self.scope]),
+                W.HBox([self.max_amount, self.points]),
+                W.HBox([self.epochs, self.amount]),
+                W.HBox([self.sweep_button, self.compare_button, self.stop_button]),
+                W.HBox([self.progress, self.status]),
+            ]
+        )
+        self.widget = W.VBox([controls, W.HBox([self.acc_fig, self.lat_fig]), self.pareto_fig, self.table])
 
     def _ipython_display_(self):
         from IPython.display import display
+
         display(self.widget)
 
     # --- actions -------------------------------------------------------------------------
     def sweep_config(self) -> SweepConfig:
         n, top = self.points.value, self.max_amount.value / 100
         amounts = [round(top * i / (n - 1), 4) for i in range(n)]
-        return SweepConfig(amounts=amounts, method=self.method.value, scope=self.scope.value,
-                           finetune_epochs=self.epochs.value, batch_sizes=(1, self.big),
-                           rounds=self.rounds)
+        return SweepConfig(
+            amounts=amounts,
+            method=self.method.value,
+            scope=self.scope.value,
+            finetune_epochs=self.epochs.value,
+            batch_sizes=(1, self.big),
+            rounds=self.rounds,
+        )
 
     def sweep(self, wait: bool = False) -> None:
         """Run the sweep on a thread (wait=True: until it ends); charts fill in point by point."""
@@ -126,15 +158,19 @@ class CompressLab:
                 self.status.value = f"{rec['amount']:.0%}: {rec['verdict']}"
                 self.redraw()
         busy = next((busy_note(r) for r in self.records if r.get("busy")), "")
-        self.status.value = ("stopped" if self._stop.is_set() else
-                             f"sweep done ({scfg.method})" + (f"; {busy}" if busy else ""))
+        self.status.value = (
+            "stopped"
+            if self._stop.is_set()
+            else f"sweep done ({scfg.method})" + (f"; {busy}" if busy else "")
+        )
         return self.records
 
     def _compare(self, amount: float):
         self.status.value = "building and timing every variant..."
         with search_progress(self._said):
-            self.variants = compare_variants(self.subject, amount, self.epochs.value,
-                                             batch_sizes=(1, self.big), rounds=self.rounds)
+            self.variants = compare_variants(
+                self.subject, amount, self.epochs.value, batch_sizes=(1, self.big), rounds=self.rounds
+            )
         self.progress.value = 1
         self.status.value = "variants compared"
         self.redraw()
@@ -147,24 +183,38 @@ class CompressLab:
         with self.acc_fig.batch_update():
             self.acc_fig.data = []
             if recs:  # how much of the model the amounts are about
-                set_title(self.acc_fig, f"Accuracy vs amount ({recs[-1]['method']} reaches "
-                                        f"{recs[-1]['coverage']:.0%} of the weights)")
+                set_title(
+                    self.acc_fig,
+                    f"Accuracy vs amount ({recs[-1]['method']} reaches "
+                    f"{recs[-1]['coverage']:.0%} of the weights)",
+                )
             self.acc_fig.add_scatter(x=x, y=[r["accuracy"] for r in recs], name="after pruning")
             if recs and "accuracy_finetuned" in recs[0]:
-                self.acc_fig.add_scatter(x=x, y=[r["accuracy_finetuned"] for r in recs],
-                                         name="after fine-tune")
+                self.acc_fig.add_scatter(
+                    x=x, y=[r["accuracy_finetuned"] for r in recs], name="after fine-tune"
+                )
         with self.lat_fig.batch_update():
             self.lat_fig.data = []
             for b in (1, big):
                 key = f"latency_b{b}"
                 med = [r[f"{key}_ms"] for r in recs]
                 self.lat_fig.add_scatter(
-                    x=x, y=med, name=f"pruned, batch {b}",
-                    error_y=dict(type="data", symmetric=False,
-                                 array=[r[f"{key}_p90_ms"] - m for r, m in zip(recs, med)],
-                                 arrayminus=[m - r[f"{key}_p10_ms"] for r, m in zip(recs, med)]))
-                self.lat_fig.add_scatter(x=x, y=[r[f"dense_{key}_ms"] for r in recs],
-                                         name=f"dense, batch {b}", line=dict(dash="dot"))
+                    x=x,
+                    y=med,
+                    name=f"pruned, batch {b}",
+                    error_y=dict(
+                        type="data",
+                        symmetric=False,
+                        array=[r[f"{key}_p90_ms"] - m for r, m in zip(recs, med)],
+                        arrayminus=[m - r[f"{key}_p10_ms"] for r, m in zip(recs, med)],
+                    ),
+                )
+                self.lat_fig.add_scatter(
+                    x=x,
+                    y=[r[f"dense_{key}_ms"] for r in recs],
+                    name=f"dense, batch {b}",
+                    line=dict(dash="dot"),
+                )
         self._draw_pareto()
 
     def _draw_pareto(self) -> None:
@@ -174,35 +224,49 @@ class CompressLab:
             if recs:
                 acc = "accuracy_finetuned" if "accuracy_finetuned" in recs[0] else "accuracy"
                 self.pareto_fig.add_scatter(
-                    x=[r[f"latency_b{big}_ms"] for r in recs], y=[r[acc] for r in recs],
-                    mode="markers+lines", name=f"sweep ({recs[0]['method']})",
-                    hovertext=[f"{r['amount']:.0%}, coverage {r['coverage']:.0%}: "
-                               f"{speedup_label(r, big)}" for r in recs])
+                    x=[r[f"latency_b{big}_ms"] for r in recs],
+                    y=[r[acc] for r in recs],
+                    mode="markers+lines",
+                    name=f"sweep ({recs[0]['method']})",
+                    hovertext=[
+                        f"{r['amount']:.0%}, coverage {r['coverage']:.0%}: {speedup_label(r, big)}"
+                        for r in recs
+                    ],
+                )
             df = self.variants
             if df is not None:
                 m = df[df["verdict"] != "skipped"]
                 front = set(pareto_front(m, f"latency_b{big}_ms"))
                 # each variant named in the legend, not on the plot, where close points pile up
                 for r in m.to_dict("records"):
-                    name = (r["variant"] if r["variant"] == "dense"
-                            else f"{r['variant']}: {speedup_short(r, big)}")
+                    name = (
+                        r["variant"]
+                        if r["variant"] == "dense"
+                        else f"{r['variant']}: {speedup_short(r, big)}"
+                    )
                     self.pareto_fig.add_scatter(
-                        x=[r[f"latency_b{big}_ms"]], y=[r["accuracy"]], mode="markers",
+                        x=[r[f"latency_b{big}_ms"]],
+                        y=[r["accuracy"]],
+                        mode="markers",
                         name=name + (" (front)" if r["variant"] in front else ""),
-                        marker=dict(size=12 if r["variant"] in front else 7))
+                        marker=dict(size=12 if r["variant"] in front else 7),
+                    )
                 # latencies span orders of magnitude (a slow backend beside the rest): a log axis
-                self.pareto_fig.update_layout(xaxis_type="log",
-                                              legend=dict(orientation="h", y=-0.35, font=dict(size=10)),
-                                              height=320 + 18 * len(m))
+                self.pareto_fig.update_layout(
+                    xaxis_type="log",
+                    legend=dict(orientation="h", y=-0.35, font=dict(size=10)),
+                    height=320 + 18 * len(m),
+                )
                 self.table.value = self.table_html(df)
 
     def table_html(self, df) -> str:
         """The variants table: coverage, each speedup with its interval and rounds, verdicts."""
         shown = df.copy()
         for b in (1, self.big):
-            shown[f"speedup b{b}"] = [speedup_label(r, b, conditions=False)
-                                      if r.get("verdict") != "skipped" else ""
-                                      for r in df.to_dict("records")]
+            shown[f"speedup b{b}"] = [
+                speedup_label(r, b, conditions=False) if r.get("verdict") != "skipped" else ""
+                for r in df.to_dict("records")
+            ]
         cols = [c.format(big=self.big) for c in TABLE_COLUMNS]
         cols = [c for c in cols if c in shown.columns]
         said = conditions_line(df.to_dict("records"))  # once above the rows, not in every cell

@@ -9,6 +9,7 @@ million-step run draws like a thousand-step one. Min and max keep a spike visibl
 saw NaN or inf draws a gap and is listed in `nonfinite`, so a diverged step is never thinned away.
 Up to MAX_BUCKETS points, nothing is thinned: `xy()` returns every point.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@ redrawing at most `max_redraws_per_s` times a second whatever the step rate.
 
     dash = LiveDashboard(run_dir, world_size=2); display(dash.widget); dash.start() ... dash.stop()
 """
+
 from __future__ import annotations
 
 import html
@@ -20,17 +21,23 @@ from .series import RunSeries
 from .throttle import Throttle
 from .sizing import button
 
-STATUS_COLORS = {"completed": "#2ca02c", "diverged": "#d62728", "stopped": "#d62728",
-                 "failed": "#d62728"}
+STATUS_COLORS = {"completed": "#2ca02c", "diverged": "#d62728", "stopped": "#d62728", "failed": "#d62728"}
 
 
 class LiveDashboard:
     """Charts and readouts of one run. Reusable: `watch(run_dir)` switches to another run."""
 
-    def __init__(self, run_dir: str | Path | None = None, world_size: int = 1,
-                 total_steps: int | None = None, max_redraws_per_s: float = 4.0,
-                 poll_s: float = 0.1, clock: Callable[[], float] = time.monotonic,
-                 alive: Callable[[], bool] | None = None, on_stop: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        world_size: int = 1,
+        total_steps: int | None = None,
+        max_redraws_per_s: float = 4.0,
+        poll_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        alive: Callable[[], bool] | None = None,
+        on_stop: Callable[[], None] | None = None,
+    ):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.poll_s, self.max_redraws_per_s, self.clock = poll_s, max_redraws_per_s, clock
         self.charts = LiveCharts(clock)
@@ -106,8 +113,7 @@ class LiveDashboard:
         name = html.escape(self.run_dir.name) if self.run_dir else "no run yet"
         color = STATUS_COLORS.get(s.status, "#555")
         msg = f" — {html.escape(s.message)}" if s.message else ""
-        return (f"<b>{name}</b> <span class='wb-status' style='color:{color}'>"
-                f"<b>{s.status}</b>{msg}</span>")
+        return f"<b>{name}</b> <span class='wb-status' style='color:{color}'><b>{s.status}</b>{msg}</span>"
 
     @staticmethod
     def _readout_html(s: RunSeries) -> str:
@@ -124,10 +130,16 @@ class LiveDashboard:
             parts.append(mfu_text(s.mfu))
         if s.amp:
             a = s.amp
-            parts.append("AMP health: " + ", ".join(
-                [f"grad scale {a[GRAD_SCALE]:g}" if GRAD_SCALE in a else "",
-                 f"skipped steps {a.get(SKIPPED_STEPS, 0):g}",
-                 f"non-finite losses {a.get(NONFINITE_LOSSES, 0):g}"]).lstrip(", "))
+            parts.append(
+                "AMP health: "
+                + ", ".join(
+                    [
+                        f"grad scale {a[GRAD_SCALE]:g}" if GRAD_SCALE in a else "",
+                        f"skipped steps {a.get(SKIPPED_STEPS, 0):g}",
+                        f"non-finite losses {a.get(NONFINITE_LOSSES, 0):g}",
+                    ]
+                ).lstrip(", ")
+            )
         elif s.ranks and s.status != "waiting":
             parts.append("non-finite losses 0")
         busy = busy_sentence(s.contention)
@@ -146,13 +158,17 @@ class LiveDashboard:
             with self._lock:
                 self._reset(self.series.world_size, self.series.total_steps)
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"dashboard:{self.run_dir.name}")
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"dashboard:{self.run_dir.name}")
         self._thread.start()
         return self
 
-    def watch(self, run_dir: str | Path, world_size: int = 1, total_steps: int | None = None,
-              alive: Callable[[], bool] | None = None) -> "LiveDashboard":
+    def watch(
+        self,
+        run_dir: str | Path,
+        world_size: int = 1,
+        total_steps: int | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> "LiveDashboard":
         """Switch to another run folder (clearing the charts) and start tailing it. `alive`
         tells whether its process still runs, so a hard-killed run is reported, not waited on."""
         self.stop()
@@ -205,6 +221,8 @@ def mfu_text(mfu: float) -> str:
     """MFU with three significant digits (a small model's 0.004% is not 0.0%); above 100 % it is
     not a result: the peak it was divided by is wrong."""
     if mfu > 1:
-        return ("MFU above 100 %: the peak it is measured against is wrong (measured under load?); "
-                "measure it again with `workbench hw --bench`")
+        return (
+            "MFU above 100 %: the peak it is measured against is wrong (measured under load?); "
+            "measure it again with `workbench hw --bench`"
+        )
     return f"MFU {float(f'{mfu * 100:.3g}'):g}%"

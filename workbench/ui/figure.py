@@ -20,6 +20,7 @@ those a newer copy of the figure's whole data or layout already holds (ui.charts
 now and then). The charts of a page draw at most half its time, so a slow page skips frames instead
 of falling behind the kernel.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,9 @@ function loadWhenQuiet(slot) {
 """
 
 # The shared widget: evaluates plotly's bundle once, when the page's figures are set up.
-_CODE_JS = _SLOT_JS + """
+_CODE_JS = (
+    _SLOT_JS
+    + """
 export default {
   initialize({ model }) {
     const slot = plotlyCode();
@@ -87,9 +90,12 @@ export default {
   },
 };
 """
+)
 
 # A figure: set up at once; recorded messages replayed once plotly's code is here.
-_FIGURE_JS = _SLOT_JS + """
+_FIGURE_JS = (
+    _SLOT_JS
+    + """
 const DATA = ["_py2js_addTraces", "_py2js_deleteTraces", "_py2js_moveTraces", "_py2js_restyle",
               "_py2js_removeTraceProps"];
 const LAYOUT = ["_py2js_relayout", "_py2js_removeLayoutProps"];
@@ -228,11 +234,13 @@ export default () => {
   };
 };
 """
+)
 
 
 class PlotlyCode(anywidget.AnyWidget):
     """plotly's widget bundle, sent to the page once for every LiveFigure of this kernel, and how
     many of them are open: the page evaluates the bundle once those have set up."""
+
     _esm = _CODE_JS % json.dumps(plotly.__version__)
     code = traitlets.Bytes().tag(sync=True)
     figures = traitlets.Int(0).tag(sync=True)

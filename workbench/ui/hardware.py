@@ -3,6 +3,7 @@ MFU of a run, and the GPU chooser. Core work lives in workbench.hardware; this m
 
     from workbench.ui.hardware import report_widget, BenchPanel, roofline_figure, ChooserPanel
 """
+
 from __future__ import annotations
 
 import html
@@ -33,8 +34,11 @@ _COLORS = {"fp32": "#1f77b4", "tf32": "#17becf", "bf16": "#2ca02c", "fp16": "#ff
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
-    cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
-                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    cells = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+        for k, v in rows
+    )
     return f"<table>{cells}</table>"
 
 
@@ -42,30 +46,49 @@ def report_widget(rep: dict | None = None) -> widgets.HTML:
     """The hardware report as an HTML table."""
     rep = rep or hardware_report()
     c, m, t, g = rep["cpu"], rep["memory"], rep["torch"], rep["gpu"]
-    rows = [("CPU", f"{c['model']} ({c['arch']}), {c['logical_cpus']} logical CPUs, "
-                    f"torch uses {c['torch_threads']} threads"),
-            ("Instruction sets", isa_text(c)),
-            ("Memory", f"{m.get('total_gib', '?')} GiB ({m.get('available_gib', '?')} available)"),
-            ("torch", f"{t['torch']}; CUDA {t['cuda'] or 'none'}; cuDNN {t['cudnn'] or 'none'}; "
-                      f"oneDNN {'yes' if t['onednn'] else 'no'}")]
+    rows = [
+        (
+            "CPU",
+            f"{c['model']} ({c['arch']}), {c['logical_cpus']} logical CPUs, "
+            f"torch uses {c['torch_threads']} threads",
+        ),
+        ("Instruction sets", isa_text(c)),
+        ("Memory", f"{m.get('total_gib', '?')} GiB ({m.get('available_gib', '?')} available)"),
+        (
+            "torch",
+            f"{t['torch']}; CUDA {t['cuda'] or 'none'}; cuDNN {t['cudnn'] or 'none'}; "
+            f"oneDNN {'yes' if t['onednn'] else 'no'}",
+        ),
+    ]
     if not g["count"]:
         rows.append(("GPU", "none: torch.cuda.is_available() is False"))
     else:
         rows.append(("Driver", f"{g.get('driver') or '?'} (CUDA {g.get('driver_cuda') or '?'})"))
         for d in g["gpus"]:
             dts = ", ".join(k for k, on in d["dtypes"].items() if on)
-            rows.append((f"GPU {d['index']}", f"{d['name']}, capability {d['capability']}, {d['sms']} SMs, "
-                                              f"{d['memory_gib']} GiB; {dts}"))
+            rows.append(
+                (
+                    f"GPU {d['index']}",
+                    f"{d['name']}, capability {d['capability']}, {d['sms']} SMs, "
+                    f"{d['memory_gib']} GiB; {dts}",
+                )
+            )
         for lk in g["links"]:
-            rows.append((f"GPU{lk['a']}-GPU{lk['b']}", f"{lk['kind']}, peer access "
-                                                        f"{'yes' if lk['peer_access'] else 'no'}"))
+            rows.append(
+                (
+                    f"GPU{lk['a']}-GPU{lk['b']}",
+                    f"{lk['kind']}, peer access {'yes' if lk['peer_access'] else 'no'}",
+                )
+            )
     return widgets.HTML(_table(rows))
 
 
 def ceilings_html(ceilings: list[Ceiling], device="cpu") -> str:
     """Measured ceilings next to torch.utils.benchmark's figure and the spec sheet (or estimate)."""
-    head = ("<tr><th>benchmark</th><th>measured</th><th>spread</th><th>size</th>"
-            "<th>torch.utils.benchmark</th><th>peak (spec or estimate)</th><th>share of peak</th></tr>")
+    head = (
+        "<tr><th>benchmark</th><th>measured</th><th>spread</th><th>size</th>"
+        "<th>torch.utils.benchmark</th><th>peak (spec or estimate)</th><th>share of peak</th></tr>"
+    )
     body = []
     for c in ceilings:
         if math.isnan(c.value):
@@ -74,18 +97,26 @@ def ceilings_html(ceilings: list[Ceiling], device="cpu") -> str:
         spec = peaks.spec_peak(device, c.dtype) if c.dtype else (None, "", "")
         peak = spec[0] * 1e3 if spec[0] else None
         check = f"{c.check:.4g} ({c.check_ratio:.2f}x)" if c.check else ""
-        body.append(f"<tr><td>{c.name}</td><td>{c.value:.4g} {c.unit}</td><td>{c.spread:.0%}</td>"
-                    f"<td>{c.size}</td><td>{check}</td>"
-                    f"<td>{f'{peak:.4g} ({spec[1]})' if peak else ''}</td>"
-                    f"<td>{f'{c.value / peak:.0%}' if peak else ''}</td></tr>")
+        body.append(
+            f"<tr><td>{c.name}</td><td>{c.value:.4g} {c.unit}</td><td>{c.spread:.0%}</td>"
+            f"<td>{c.size}</td><td>{check}</td>"
+            f"<td>{f'{peak:.4g} ({spec[1]})' if peak else ''}</td>"
+            f"<td>{f'{c.value / peak:.0%}' if peak else ''}</td></tr>"
+        )
     return f"{_busy_line(ceilings)}<table>{head}{''.join(body)}</table>"
 
 
 def _busy_line(ceilings: list[Ceiling]) -> str:
     """The load the measurements met, said once above the table when other programs held cores."""
     load = load_line([c.other_cores for c in ceilings])
-    return (f"<p>{load[0].upper()}{load[1:]}: these ceilings are below what the device can do, and are "
-            "cached apart from a quiet measurement.</p>") if load else ""
+    return (
+        (
+            f"<p>{load[0].upper()}{load[1:]}: these ceilings are below what the device can do, and are "
+            "cached apart from a quiet measurement.</p>"
+        )
+        if load
+        else ""
+    )
 
 
 class BenchPanel:
@@ -139,20 +170,30 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
         for c in ceilings:
             if c.kind != "compute" or math.isnan(c.value) or bw is None:
                 continue
-            fig.add_scatter(x=xs, y=[attainable(x, c.value, bw) for x in xs], mode="lines",
-                            name=f"{c.dtype} roof ({c.value:.4g} {c.unit})",
-                            line={"color": _COLORS.get(c.dtype), "width": 2})
+            fig.add_scatter(
+                x=xs,
+                y=[attainable(x, c.value, bw) for x in xs],
+                mode="lines",
+                name=f"{c.dtype} roof ({c.value:.4g} {c.unit})",
+                line={"color": _COLORS.get(c.dtype), "width": 2},
+            )
         for p in points:
-            fig.add_scatter(x=[p["intensity"]], y=[p["gflops"]], mode="markers",
-                            hovertext=[f"{p['model']} {p['dtype']}"],
-                            marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"),
-                                    "symbol": "diamond"},
-                            name=f"{p['model']} step ({p['gflops']:.3g} GFLOP/s)")
+            fig.add_scatter(
+                x=[p["intensity"]],
+                y=[p["gflops"]],
+                mode="markers",
+                hovertext=[f"{p['model']} {p['dtype']}"],
+                marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"), "symbol": "diamond"},
+                name=f"{p['model']} step ({p['gflops']:.3g} GFLOP/s)",
+            )
         default = f"Roofline (memory roof: copy at {bw:.3g} GB/s)" if bw else "Roofline (no copy figure)"
         set_title(fig, title or default)
-        fig.update_layout(xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
-                          yaxis={"type": "log", "title": "GFLOP/s"}, height=450,
-                          legend={"font": {"size": 10}})
+        fig.update_layout(
+            xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
+            yaxis={"type": "log", "title": "GFLOP/s"},
+            height=450,
+            legend={"font": {"size": 10}},
+        )
     return fig
 
 
@@ -165,18 +206,31 @@ def mfu_figure(run_dir) -> go.FigureWidget:
     median = RollingMedian(25)
     fig = LiveFigure()
     with fig.batch_update():
-        fig.add_scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
-                        opacity=0.25, marker={"size": 3}, name="MFU per step")
-        fig.add_scatter(x=[p[0] for p in points], y=[median.push(p[1]) for p in points],
-                        mode="lines", name="median of 25 steps")
+        fig.add_scatter(
+            x=[p[0] for p in points],
+            y=[p[1] for p in points],
+            mode="markers",
+            opacity=0.25,
+            marker={"size": 3},
+            name="MFU per step",
+        )
+        fig.add_scatter(
+            x=[p[0] for p in points],
+            y=[median.push(p[1]) for p in points],
+            mode="lines",
+            name="median of 25 steps",
+        )
         peak = (s.get("peak_tflops") or 0) * 1e3
         if s.get(MFU) is not None:
-            title = (f"MFU per step: {mfu_text(s[MFU])} at the median step, against the "
-                     f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s")
+            title = (
+                f"MFU per step: {mfu_text(s[MFU])} at the median step, against the "
+                f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s"
+            )
         else:
             title = f"MFU: {s.get('mfu_error', 'not measured')}"
-        fig.update_layout(xaxis_title="step", yaxis_title="% of peak", height=320,
-                          yaxis={"rangemode": "tozero"})
+        fig.update_layout(
+            xaxis_title="step", yaxis_title="% of peak", height=320, yaxis={"rangemode": "tozero"}
+        )
         set_title(fig, title)
     return fig
 
@@ -186,13 +240,20 @@ def chooser_figure(df, title: str = "") -> go.FigureWidget:
     df = df.iloc[::-1]
     fig = LiveFigure()
     with fig.batch_update():
-        fig.add_bar(x=df["step_ms"], y=df["gpu"], orientation="h",
-                    marker_color=["#2ca02c" if f else "#bbbbbb" for f in df["fits"]],
-                    customdata=list(zip(df["need_gib"], df["memory_gib"], df["bound"], df["dtype"])),
-                    hovertemplate="%{y}: %{x:.3g} ms/step, %{customdata[2]}-bound (%{customdata[3]})<br>"
-                                  "needs %{customdata[0]:.1f} of %{customdata[1]} GB<extra></extra>")
-        fig.update_layout(title=title or "Estimated step time (green: fits in memory)",
-                          xaxis={"type": "log", "title": "ms per step (log)"}, height=420)
+        fig.add_bar(
+            x=df["step_ms"],
+            y=df["gpu"],
+            orientation="h",
+            marker_color=["#2ca02c" if f else "#bbbbbb" for f in df["fits"]],
+            customdata=list(zip(df["need_gib"], df["memory_gib"], df["bound"], df["dtype"])),
+            hovertemplate="%{y}: %{x:.3g} ms/step, %{customdata[2]}-bound (%{customdata[3]})<br>"
+            "needs %{customdata[0]:.1f} of %{customdata[1]} GB<extra></extra>",
+        )
+        fig.update_layout(
+            title=title or "Estimated step time (green: fits in memory)",
+            xaxis={"type": "log", "title": "ms per step (log)"},
+            height=420,
+        )
     return fig
 
 
@@ -201,10 +262,12 @@ class ChooserPanel:
 
     def __init__(self, cost, dtype: str = "bf16", batch_scale: float = 1.0):
         self.cost = cost
-        self.dtype = widgets.Dropdown(options=["fp32", "tf32", "bf16", "fp16", "fp8"], value=dtype,
-                                      description="dtype")
-        self.scale = RefusingFloatLogSlider(value=batch_scale, base=2, min=0, max=12, step=1,
-                                            description="batch x")
+        self.dtype = widgets.Dropdown(
+            options=["fp32", "tf32", "bf16", "fp16", "fp8"], value=dtype, description="dtype"
+        )
+        self.scale = RefusingFloatLogSlider(
+            value=batch_scale, base=2, min=0, max=12, step=1, description="batch x"
+        )
         self.fig = chooser_figure(self.frame())
         self.dtype.observe(lambda _: self.redraw(), "value")
         self.scale.observe(lambda _: self.redraw(), "value")

@@ -6,6 +6,7 @@ one contract for every panel:
     job.join(timeout)   # block until done; an error stays in the panel and in job.error
     job.wait(timeout)   # block until done; return work()'s result, or raise its error
 """
+
 from __future__ import annotations
 
 import html
@@ -34,8 +35,13 @@ def show(status, text: str, error: bool = False) -> None:
 
 
 class BackgroundJob:
-    def __init__(self, status, buttons=(), name: str = "workbench-job",
-                 on_end: Callable[["BackgroundJob"], None] | None = None):
+    def __init__(
+        self,
+        status,
+        buttons=(),
+        name: str = "workbench-job",
+        on_end: Callable[["BackgroundJob"], None] | None = None,
+    ):
         self.status, self.buttons, self.name, self.on_end = status, tuple(buttons), name, on_end
         self.result: Any = None
         self.error: BaseException | None = None

@@ -3,6 +3,7 @@ two minutes. Fed by SystemMonitor samples (about 1 Hz, so no throttle is needed)
 
     view = MonitorView(); SystemMonitor(view.update).start(); display(view.widget)
 """
+
 from __future__ import annotations
 
 import html
@@ -41,20 +42,24 @@ class MonitorView:
         x = list(self._x)
         with self.figure.batch_update():
             for trace, (name, ys) in zip(self.figure.data, traces):
-                trace.x, trace.y, trace.name = x[-len(ys):], ys, name
+                trace.x, trace.y, trace.name = x[-len(ys) :], ys, name
         publish(self.figure, layout=False)
 
 
 def describe(s: dict) -> str:
     """The one-line summary: CPU, host memory, the run's RSS, then each GPU (or why none)."""
-    parts = [f"CPU {s['cpu_pct']:.0f}%",
-             f"host memory {s['host_used_gib']:.1f}/{s['host_total_gib']:.1f} GiB"]
+    parts = [
+        f"CPU {s['cpu_pct']:.0f}%",
+        f"host memory {s['host_used_gib']:.1f}/{s['host_total_gib']:.1f} GiB",
+    ]
     if s.get("run_rss_gib") is not None:
         parts.append(f"run RSS {s['run_rss_gib']:.2f} GiB")
     for g in s["gpus"]:
         procs = f", {g['processes']} processes" if g.get("processes") is not None else ""
-        parts.append(f"GPU {g['index']}: {g['util_pct']:.0f}% busy, "
-                     f"{g['mem_used_gib']:.1f}/{g['mem_total_gib']:.1f} GiB used (all processes{procs})")
+        parts.append(
+            f"GPU {g['index']}: {g['util_pct']:.0f}% busy, "
+            f"{g['mem_used_gib']:.1f}/{g['mem_total_gib']:.1f} GiB used (all processes{procs})"
+        )
     if not s["gpus"]:
         parts.append(s.get("gpu_note") or "no GPU")
     return " · ".join(parts)

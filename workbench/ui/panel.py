@@ -4,6 +4,7 @@ monitor, press Stop; every finished run joins the comparison table under the cha
     panel = RunPanel(RunConfig.default()); panel            # in a notebook cell
     panel.run(precision="bf16", wait=True)                  # the Run button, from code
 """
+
 from __future__ import annotations
 
 import html
@@ -30,25 +31,35 @@ class RunPanel(RunControl):
         super().__init__()
         self.controls = Controls(cfg or RunConfig.default())
         self.budget_s = 0.0  # the shown run's run.time_budget_s
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="progress",
-                                            layout=widgets.Layout(width="360px"))
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=1, description="progress", layout=widgets.Layout(width="360px")
+        )
         # Measured here (a second or two the first time on a machine, then remembered), before any
         # run can start: a measurement beside a run would disturb the run's own figures.
         self.lesson = precision_lesson(torch.device(self.controls.device.value))
         self.recommendation = widgets.HTML(
             f"<span class='wb-recommendation'>Recommended here: <b>{self.lesson.recommend}</b> — "
-            f"{html.escape(self.lesson.text)}</span>")
+            f"{html.escape(self.lesson.text)}</span>"
+        )
         self.dashboard.on_update(self._on_update)
         self.monitor_view = MonitorView()
         self.monitor = SystemMonitor(self.monitor_view.update)
         self.history = CompareView(picker=False)
         self._init_profile()
-        self.widget = widgets.VBox([
-            self.controls.widget, self.recommendation,
-            widgets.HBox([self.run_button, self.stop_button, self.progress, self.profile_button]),
-            self.status, self.profile_box, self.dashboard.widget, self.monitor_view.widget,
-            widgets.HTML("<b>Runs from this panel</b>"), self.history.widget],
-            layout=widgets.Layout(border="1px solid #ddd", padding="6px"))
+        self.widget = widgets.VBox(
+            [
+                self.controls.widget,
+                self.recommendation,
+                widgets.HBox([self.run_button, self.stop_button, self.progress, self.profile_button]),
+                self.status,
+                self.profile_box,
+                self.dashboard.widget,
+                self.monitor_view.widget,
+                widgets.HTML("<b>Runs from this panel</b>"),
+                self.history.widget,
+            ],
+            layout=widgets.Layout(border="1px solid #ddd", padding="6px"),
+        )
 
     def config(self) -> RunConfig:
         return self.controls.config()
@@ -82,8 +93,9 @@ class RunPanel(RunControl):
     def _init_profile(self) -> None:
         self.profile_lab = None
         self.profile_box = widgets.VBox([])
-        self.profile_button = button("profile this config",
-                                             tooltip="where this config's step time and memory go")
+        self.profile_button = button(
+            "profile this config", tooltip="where this config's step time and memory go"
+        )
         self.profile_button.on_click(lambda _: self.profile())
 
     def profile(self, wait: bool = False):

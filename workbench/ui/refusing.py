@@ -6,6 +6,7 @@ of the wrong type or not among a list's choices with the control's name and what
     ranks = RefusingIntSlider(value=2, min=1, max=2, description="ranks", why="the ranks this machine runs")
     ranks.value = 4   # Refused: ranks=4 is not allowed: 1 to 2 (the ranks this machine runs)
 """
+
 from __future__ import annotations
 
 import ipywidgets as widgets
@@ -22,8 +23,9 @@ class Refused(ConfigError, TraitError):
 def _in_range(slider, value, low, high):
     if not low <= value <= high:
         because = f" ({slider.why})" if slider.why else ""
-        raise Refused(f"{slider.description or 'value'}={shown(value)} is not allowed: "
-                      f"{low:g} to {high:g}{because}")
+        raise Refused(
+            f"{slider.description or 'value'}={shown(value)} is not allowed: {low:g} to {high:g}{because}"
+        )
     return value
 
 
@@ -46,7 +48,7 @@ class RefusingFloatLogSlider(widgets.FloatLogSlider):
 
     @validate("value")
     def _validate_value(self, proposal):  # replaces FloatLogSlider's clamping validator
-        return _in_range(self, proposal["value"], self.base ** self.min, self.base ** self.max)
+        return _in_range(self, proposal["value"], self.base**self.min, self.base**self.max)
 
 
 def set_value(name: str, widget, value) -> None:

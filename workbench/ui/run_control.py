@@ -10,6 +10,7 @@ Run reaches its first step in about a second; `run.warm_worker = false` starts c
 Subclasses say what to run (`config`), how settings map to widgets (`apply`), and what else to do
 when a run starts or ends (`started`, `ended`).
 """
+
 from __future__ import annotations
 
 import html
@@ -28,10 +29,16 @@ ERROR_COLOR = "#d62728"
 
 class RunControl:
     def __init__(self):
-        self.run_button = button("Run", button_style="success", icon="play",
-                                         tooltip="start a run with these settings")
-        self.stop_button = button("Stop", button_style="danger", icon="stop",
-                                          disabled=True, tooltip="stop every rank (its events are kept)")
+        self.run_button = button(
+            "Run", button_style="success", icon="play", tooltip="start a run with these settings"
+        )
+        self.stop_button = button(
+            "Stop",
+            button_style="danger",
+            icon="stop",
+            disabled=True,
+            tooltip="stop every rank (its events are kept)",
+        )
         self.status = widgets.HTML("<span class='wb-panel-status'>ready</span>")
         self.dashboard = LiveDashboard()
         self.dashboard.on_finish(self._on_finish)
@@ -69,8 +76,14 @@ class RunControl:
             self.wait(timeout)
         return self.handle
 
-    def submit(self, access=None, wait: bool = False, timeout: float | None = None,
-               nodes: int | None = None, **settings):
+    def submit(
+        self,
+        access=None,
+        wait: bool = False,
+        timeout: float | None = None,
+        nodes: int | None = None,
+        **settings,
+    ):
         """Set widgets and submit the run as a SLURM job, to `access` (a
         workbench.distributed.clusters.Access) or the cluster find_cluster() finds from here, on
         `nodes` nodes (default: the config's distributed.nnodes): the same live charts from its run
@@ -106,11 +119,13 @@ class RunControl:
         t = handle.threads
         threads = f", {t.threads} thread(s) each, {t.wait_policy} wait" if t else ""
         where = f" as SLURM job {handle.job_id}" if start is not None else ""
-        self.set_status(f"running {handle.run_dir.name}{where} on {cfg.distributed.world_size} "
-                        f"rank(s){threads}{notes}")
+        self.set_status(
+            f"running {handle.run_dir.name}{where} on {cfg.distributed.world_size} rank(s){threads}{notes}"
+        )
         self.started(cfg, handle)
-        self.dashboard.watch(handle.run_dir, cfg.distributed.world_size, cfg.run.planned_steps(),
-                             alive=handle.running)
+        self.dashboard.watch(
+            handle.run_dir, cfg.distributed.world_size, cfg.run.planned_steps(), alive=handle.running
+        )
 
     def stop(self) -> None:
         """Stop the current run (SIGTERM, then SIGKILL after a grace period); events are kept."""
@@ -133,18 +148,28 @@ class RunControl:
         self.run_dirs.append(self.handle.run_dir)
         status = self.result.get("status", series.status)
         message = self.result.get("message") or series.message
-        self.set_status(f"{status}: {message}" if message else status, error=status != "completed",
-                        details=self.result.get("traceback"))
+        self.set_status(
+            f"{status}: {message}" if message else status,
+            error=status != "completed",
+            details=self.result.get("traceback"),
+        )
         self.ended(series, self.result)
         self.run_button.disabled, self.stop_button.disabled = False, True
         self._finished.set()
 
     def set_status(self, text: str, error: bool = False, details: str | None = None) -> None:
         color = ERROR_COLOR if error else "#333"
-        extra = (f"<details><summary>traceback of the failing rank</summary><pre>"
-                 f"{html.escape(details[-3000:])}</pre></details>") if details else ""
-        self.status.value = (f"<span class='wb-panel-status' style='color:{color}'>"
-                             f"{html.escape(text)}</span>{extra}")
+        extra = (
+            (
+                f"<details><summary>traceback of the failing rank</summary><pre>"
+                f"{html.escape(details[-3000:])}</pre></details>"
+            )
+            if details
+            else ""
+        )
+        self.status.value = (
+            f"<span class='wb-panel-status' style='color:{color}'>{html.escape(text)}</span>{extra}"
+        )
 
     def _repr_mimebundle_(self, **kwargs):
         try:  # shown: a person is about to press Run, so have a spare ready for it

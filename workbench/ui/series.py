@@ -8,15 +8,40 @@ however long the run grows.
 
     s = RunSeries(world_size=2); s.feed(records); s.ranks[0]["loss"].xy(), s.total["samples_per_s"]
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 
-from ..events import (ATTEMPT, DATA_WAIT_MS, ENDS, ERROR, EVENT, GRAD_SCALE, HEARTBEAT, LOSS,
-                      MEM_ALLOCATED_GIB, MEM_RESERVED_GIB, MESSAGE, MFU, MFU_OVER_PEAK,
-                      NONFINITE_LOSSES, RANK, READY, RSS_GIB, SAMPLES_PER_S, SKIPPED_STEPS, START,
-                      STATUS, STEP, STEP_NUMBER, STEP_TIME_MS, TIME, WORLD_SIZE)
+from ..events import (
+    ATTEMPT,
+    DATA_WAIT_MS,
+    ENDS,
+    ERROR,
+    EVENT,
+    GRAD_SCALE,
+    HEARTBEAT,
+    LOSS,
+    MEM_ALLOCATED_GIB,
+    MEM_RESERVED_GIB,
+    MESSAGE,
+    MFU,
+    MFU_OVER_PEAK,
+    NONFINITE_LOSSES,
+    RANK,
+    READY,
+    RSS_GIB,
+    SAMPLES_PER_S,
+    SKIPPED_STEPS,
+    START,
+    STATUS,
+    STEP,
+    STEP_NUMBER,
+    STEP_TIME_MS,
+    TIME,
+    WORLD_SIZE,
+)
 from .curve import Curve, RollingMedian
 
 CURVES = (LOSS, SAMPLES_PER_S, STEP_TIME_MS)
@@ -26,8 +51,11 @@ SMOOTH_STEPS = 25  # the rolling median of samples/s drawn over the raw points
 
 
 def _empty_rank() -> dict:
-    return {**{k: Curve() for k in CURVES + MEMORY_KEYS}, "samples_per_s_median": Curve(),
-            "_median": RollingMedian(SMOOTH_STEPS)}
+    return {
+        **{k: Curve() for k in CURVES + MEMORY_KEYS},
+        "samples_per_s_median": Curve(),
+        "_median": RollingMedian(SMOOTH_STEPS),
+    }
 
 
 class RunSeries:
@@ -122,8 +150,9 @@ class RunSeries:
             self.status = first.get(STATUS, "failed")
             self.message = first.get(MESSAGE, "")
             if self.status == "failed":
-                self.message = f"rank {first.get(RANK, 0)}: {first.get('error_type', 'error')}: " \
-                               f"{self.message}"
+                self.message = (
+                    f"rank {first.get(RANK, 0)}: {first.get('error_type', 'error')}: {self.message}"
+                )
         elif len(self.ended) >= self.world_size:
             done = self.ended.get(0) or next(iter(self.ended.values()))
             self.status = done.get(STATUS, "completed")  # or diverged: the loss went NaN

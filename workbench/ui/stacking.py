@@ -4,6 +4,7 @@ in step by step (with peak memory and final loss beside it), then export the sta
     from workbench.ui.stacking import StackingPanel
     panel = StackingPanel(RunConfig.default(), ["bf16", "workers", "ddp"]); display(panel)
 """
+
 from __future__ import annotations
 
 import html
@@ -29,8 +30,7 @@ from .sizing import button
 from .table import html_table, load_line, status_color
 
 # held: weights, gradients, optimizer state and activations, as the table's note says
-TRAINING_SIDE = (("mem_held_gib", "held by rank 0 (GiB)"),
-                 ("final_loss", "final loss"))
+TRAINING_SIDE = (("mem_held_gib", "held by rank 0 (GiB)"), ("final_loss", "final loss"))
 INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
 
 
@@ -40,19 +40,41 @@ class Waterfall:
 
     def __init__(self, df=None, side=TRAINING_SIDE, title: str = "samples/s, step by step"):
         self.side = side
-        self.fig = LiveFigure(make_subplots(
-            rows=1, cols=3, column_widths=[0.56, 0.22, 0.22], horizontal_spacing=0.07,
-            subplot_titles=(title, wrapped(side[0][1], 200, 13), wrapped(side[1][1], 200, 13))))
+        self.fig = LiveFigure(
+            make_subplots(
+                rows=1,
+                cols=3,
+                column_widths=[0.56, 0.22, 0.22],
+                horizontal_spacing=0.07,
+                subplot_titles=(title, wrapped(side[0][1], 200, 13), wrapped(side[1][1], 200, 13)),
+            )
+        )
         # Floating bars, not go.Waterfall: a waterfall colours a bar by its direction, and a step
         # that went up within noise must not be drawn as a gain; each bar here takes its verdict's.
-        self.fig.add_trace(go.Bar(name="samples/s", x=[], y=[], base=[], text=[],
-                                  textposition="outside"), row=1, col=1)
+        self.fig.add_trace(
+            go.Bar(name="samples/s", x=[], y=[], base=[], text=[], textposition="outside"), row=1, col=1
+        )
         for col, (column, _), color in ((2, side[0], "#9467bd"), (3, side[1], "#ff7f0e")):
-            self.fig.add_trace(go.Bar(name=column, x=[], y=[], text=[], marker_color=color,
-                                      textposition="outside", cliponaxis=False), row=1, col=col)
+            self.fig.add_trace(
+                go.Bar(
+                    name=column,
+                    x=[],
+                    y=[],
+                    text=[],
+                    marker_color=color,
+                    textposition="outside",
+                    cliponaxis=False,
+                ),
+                row=1,
+                col=col,
+            )
         # labels never shrink below a readable size: one that does not fit is left to the hover
-        self.fig.update_layout(height=450, showlegend=False, margin=dict(t=70, b=110, l=50, r=20),
-                               uniformtext=dict(minsize=10, mode="hide"))
+        self.fig.update_layout(
+            height=450,
+            showlegend=False,
+            margin=dict(t=70, b=110, l=50, r=20),
+            uniformtext=dict(minsize=10, mode="hide"),
+        )
         self.fig.update_xaxes(tickangle=-35)
         if df is not None:
             self.update(df)
@@ -65,10 +87,17 @@ class Waterfall:
         with self.fig.batch_update():
             # on the bar its figure alone, the interval and the reason on hover: long labels on
             # narrow bars run into each other
-            self.fig.data[0].update(x=wf["x"], y=wf["y"], base=wf["base"], hovertext=wf["text"],
-                                    text=["" if s in ("skipped", "failed") else t.split(" ")[0]
-                                          for t, s in zip(wf["text"], wf["status"])],
-                                    marker_color=[status_color(s) for s in wf["status"]])
+            self.fig.data[0].update(
+                x=wf["x"],
+                y=wf["y"],
+                base=wf["base"],
+                hovertext=wf["text"],
+                text=[
+                    "" if s in ("skipped", "failed") else t.split(" ")[0]
+                    for t, s in zip(wf["text"], wf["status"])
+                ],
+                marker_color=[status_color(s) for s in wf["status"]],
+            )
             for trace, (column, _) in zip(self.fig.data[1:], self.side):
                 values = [number(r.get(column)) for r in rows]
                 trace.update(x=labels, y=values, text=[f"{v:.3g}" if v is not None else "" for v in values])
@@ -92,24 +121,40 @@ def table_html(df) -> str:
     rows = []
     for r in records:
         if "gain_low" in r:
-            r["gain_vs_prev"] = speedup_text(number(r["gain_vs_prev"]), number(r["gain_low"]),
-                                             number(r["gain_high"]))
+            r["gain_vs_prev"] = speedup_text(
+                number(r["gain_vs_prev"]), number(r["gain_low"]), number(r["gain_high"])
+            )
         rows.append(r)
-    return html_table(rows, shown, above=load_line(r.get("other_cpu_cores") for r in records),
-                      where="the stacking table")
+    return html_table(
+        rows, shown, above=load_line(r.get("other_cpu_cores") for r in records), where="the stacking table"
+    )
 
 
 class StackingPanel(w.VBox):
     """Checkboxes for the changes, Run / Stop, the live waterfall, the table, and an Export button."""
 
-    def __init__(self, baseline: RunConfig, selected=("bf16", "channels_last", "workers", "ddp"),
-                 choices=None, export_dir: str = "exported", rounds: int | None = None):
+    def __init__(
+        self,
+        baseline: RunConfig,
+        selected=("bf16", "channels_last", "workers", "ddp"),
+        choices=None,
+        export_dir: str = "exported",
+        rounds: int | None = None,
+    ):
         self.baseline = baseline
         self.rounds = rounds or min_rounds()
         choices = [as_change(c) for c in (choices or [CHANGES[k] for k in STACKED])]
         chosen = {as_change(c).key for c in selected}
-        self.boxes = {c.key: w.Checkbox(value=c.key in chosen, description=c.label, tooltip=c.why,
-                                        indent=False, layout=w.Layout(width="170px")) for c in choices}
+        self.boxes = {
+            c.key: w.Checkbox(
+                value=c.key in chosen,
+                description=c.label,
+                tooltip=c.why,
+                indent=False,
+                layout=w.Layout(width="170px"),
+            )
+            for c in choices
+        }
         self.changes = {c.key: c for c in choices}
         self.run_button = button("Run study", button_style="primary", icon="play")
         self.stop_button = button("Stop after this run", icon="stop", disabled=True)
@@ -126,9 +171,17 @@ class StackingPanel(w.VBox):
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self._stop.set())
         self.export_button.on_click(lambda _: self.export())
-        super().__init__([w.HBox(list(self.boxes.values()), layout=w.Layout(flex_flow="row wrap")),
-                          w.HBox([self.run_button, self.stop_button]), self.status, self.fig,
-                          self.table, w.HBox([self.export_dir, self.export_button]), self.export_out])
+        super().__init__(
+            [
+                w.HBox(list(self.boxes.values()), layout=w.Layout(flex_flow="row wrap")),
+                w.HBox([self.run_button, self.stop_button]),
+                self.status,
+                self.fig,
+                self.table,
+                w.HBox([self.export_dir, self.export_button]),
+                self.export_out,
+            ]
+        )
 
     def selected_changes(self) -> list:
         return [self.changes[k] for k, box in self.boxes.items() if box.value]
@@ -150,8 +203,9 @@ class StackingPanel(w.VBox):
         self.rows = []
         self._stop.clear()
         self.stop_button.disabled, self.export_button.disabled = False, True
-        self.status.value = (f"building {len(changes) + 1} steps, then {self.rounds} rounds of "
-                             "slices in alternating order...")
+        self.status.value = (
+            f"building {len(changes) + 1} steps, then {self.rounds} rounds of slices in alternating order..."
+        )
         return self.job.start(lambda: self._work(changes, n_runs))
 
     def _work(self, changes, n_runs: int):
@@ -164,8 +218,9 @@ class StackingPanel(w.VBox):
             self.table.value = table_html(df)
             self.status.value = f"round {min(runs[0], n_runs)}/{n_runs} done"
 
-        result = run_study(self.baseline, changes, rounds=self.rounds, on_update=on_update,
-                           stop=self._stop.is_set)
+        result = run_study(
+            self.baseline, changes, rounds=self.rounds, on_update=on_update, stop=self._stop.is_set
+        )
         self.rows = result.to_dict("records")
         stopped = " (stopped early)" if self._stop.is_set() else ""
         done = [r for r in self.rows if number(r[SAMPLES_PER_S]) is not None]
@@ -197,7 +252,9 @@ class StackingPanel(w.VBox):
             self.export_out.value = f"<b>export failed</b>: {html.escape(str(e))}"
             return None
         files = ", ".join(p.name for p in result.files)
-        self.export_out.value = (f"Wrote {html.escape(files)} to <code>{html.escape(str(result.dir))}</code>"
-                                 f"<br>one node: <code>{html.escape(shlex.join(result.single_node))}</code>"
-                                 f"<br>multi-node: <code>{html.escape(shlex.join(result.multi_node))}</code>")
+        self.export_out.value = (
+            f"Wrote {html.escape(files)} to <code>{html.escape(str(result.dir))}</code>"
+            f"<br>one node: <code>{html.escape(shlex.join(result.single_node))}</code>"
+            f"<br>multi-node: <code>{html.escape(shlex.join(result.multi_node))}</code>"
+        )
         return result

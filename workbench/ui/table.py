@@ -8,6 +8,7 @@ notebook's cell instead of running off its right edge.
 
 `where` names the table in the claims check: a table never shows 'nan' or 'None' for a value.
 """
+
 from __future__ import annotations
 
 import html
@@ -21,18 +22,26 @@ from ..measure.compare import speedup_text
 from ..measure.verdict import FASTER, is_clean_gain
 from .titles import title
 
-STATUS_COLORS = {"baseline": "#636efa", "faster": "#2ca02c", "slower": "#d62728",
-                 "within noise": "#7f7f7f", "skipped": "#c7c7c7", "failed": "#000000"}
+STATUS_COLORS = {
+    "baseline": "#636efa",
+    "faster": "#2ca02c",
+    "slower": "#d62728",
+    "within noise": "#7f7f7f",
+    "skipped": "#c7c7c7",
+    "failed": "#000000",
+}
 COST_COLOR = "#ff7f0e"  # faster, but it lost accuracy: never the gain's green
 CHIPS = ("verdict", "status")  # columns whose text is a verdict, drawn as a chip
 FOLD_AT = 90  # characters: a longer cell shows its first clause and folds the rest
-STYLE = ("<style>.wb-table{border-collapse:collapse;font-size:12px;max-width:100%;"
-         "table-layout:auto}.wb-table th,.wb-table td{padding:2px 8px;text-align:left;"
-         "vertical-align:top;overflow-wrap:normal;word-break:normal;border-bottom:1px solid #eee}"
-         ".wb-table td.num{text-align:right;white-space:nowrap}.wb-table td.ratio{text-align:right}"
-         ".wb-chip{border-radius:8px;"
-         "padding:0 6px;color:#fff;white-space:nowrap}.wb-table details summary{cursor:pointer}"
-         ".wb-note{font-size:11px;color:#555;max-width:100%}</style>")
+STYLE = (
+    "<style>.wb-table{border-collapse:collapse;font-size:12px;max-width:100%;"
+    "table-layout:auto}.wb-table th,.wb-table td{padding:2px 8px;text-align:left;"
+    "vertical-align:top;overflow-wrap:normal;word-break:normal;border-bottom:1px solid #eee}"
+    ".wb-table td.num{text-align:right;white-space:nowrap}.wb-table td.ratio{text-align:right}"
+    ".wb-chip{border-radius:8px;"
+    "padding:0 6px;color:#fff;white-space:nowrap}.wb-table details summary{cursor:pointer}"
+    ".wb-note{font-size:11px;color:#555;max-width:100%}</style>"
+)
 
 
 def load_line(other_cores) -> str:
@@ -96,35 +105,55 @@ def _cell(column: str, value) -> str:
         return f"<td class='ratio'>{html.escape(text).replace(', ', ',&nbsp;')}</td>"
     if column in CHIPS and text:
         head, _, rest = text.partition(", ")
-        chip = (f"<span class='wb-chip' style='background:{status_color(text)}'>"
-                f"{html.escape(head)}</span>")
+        chip = f"<span class='wb-chip' style='background:{status_color(text)}'>{html.escape(head)}</span>"
         return f"<td>{chip}{(' ' + html.escape(rest)) if rest else ''}</td>"
     if len(text) > FOLD_AT:
-        cut = next((i for i in (text.find("; "), text.find(": "), text.find(". ")) if 0 < i < FOLD_AT),
-                   FOLD_AT)
-        return (f"<td><details><summary>{html.escape(text[:cut])} ...</summary>"
-                f"{html.escape(text[cut:].lstrip(';:. '))}</details></td>")
+        cut = next(
+            (i for i in (text.find("; "), text.find(": "), text.find(". ")) if 0 < i < FOLD_AT), FOLD_AT
+        )
+        return (
+            f"<td><details><summary>{html.escape(text[:cut])} ...</summary>"
+            f"{html.escape(text[cut:].lstrip(';:. '))}</details></td>"
+        )
     return f"<td>{html.escape(text)}</td>"
 
 
-def html_table(rows: list[dict], columns: list[str] | None = None, *, above: str = "",
-               below: str = "", where: str = "a table", colors: dict[int, str] | None = None,
-               css: str = "") -> str:
+def html_table(
+    rows: list[dict],
+    columns: list[str] | None = None,
+    *,
+    above: str = "",
+    below: str = "",
+    where: str = "a table",
+    colors: dict[int, str] | None = None,
+    css: str = "",
+) -> str:
     """`rows` as an HTML table of `columns` (default: the first row's keys); `above` and `below`
     are one-line notes the whole table shares; `colors` gives a row's text colour by index; `css`
     an extra class a page or test finds the table by."""
     columns = list(columns or (rows[0].keys() if rows else []))
     # the text a reader sees, and a verdict column's value behind it (a lost verdict is a NaN)
-    claims.filled(where, [{c: (r.get(c) if c in CHIPS and _lost(r.get(c)) else cell_text(r.get(c)))
-                           for c in columns} for r in rows], verdicts=CHIPS)
+    claims.filled(
+        where,
+        [
+            {c: (r.get(c) if c in CHIPS and _lost(r.get(c)) else cell_text(r.get(c))) for c in columns}
+            for r in rows
+        ],
+        verdicts=CHIPS,
+    )
     head = "".join(f"<th>{html.escape(title(c))}</th>" for c in columns)
     colors = colors or {}
-    body = "".join((f"<tr style='color:{colors[i]}'>" if i in colors else "<tr>")
-                   + "".join(_cell(c, r.get(c)) for c in columns) + "</tr>"
-                   for i, r in enumerate(rows))
+    body = "".join(
+        (f"<tr style='color:{colors[i]}'>" if i in colors else "<tr>")
+        + "".join(_cell(c, r.get(c)) for c in columns)
+        + "</tr>"
+        for i, r in enumerate(rows)
+    )
     note = lambda text: f"<div class='wb-note'>{html.escape(text)}</div>" if text else ""  # noqa: E731
-    return (f"{STYLE}{note(above)}<table class='wb-table {css}'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table>{note(below)}")
+    return (
+        f"{STYLE}{note(above)}<table class='wb-table {css}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>{note(below)}"
+    )
 
 
 class Table:
@@ -132,8 +161,14 @@ class Table:
     `html_table` (a DataFrame shown raw keeps its field names, every digit, and runs wide).
     `intervals` folds a ratio's interval columns into its cell: {"speedup": ("low", "high")}."""
 
-    def __init__(self, rows, columns: list[str] | None = None, *,
-                 intervals: dict[str, tuple[str, str]] | None = None, **options):
+    def __init__(
+        self,
+        rows,
+        columns: list[str] | None = None,
+        *,
+        intervals: dict[str, tuple[str, str]] | None = None,
+        **options,
+    ):
         rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
         for r in rows:
             for column, (low, high) in (intervals or {}).items():

@@ -1,7 +1,8 @@
 """A rate limit for redraws: at most `max_per_s`, whatever the step rate.
 
-    t = Throttle(4.0); if t.ready(): redraw()
+t = Throttle(4.0); if t.ready(): redraw()
 """
+
 from __future__ import annotations
 
 import time
