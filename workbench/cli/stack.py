@@ -16,8 +16,7 @@ import sys
 from ..config import BUILTIN_MODELS, ConfigError
 from ..events import SAMPLES_PER_S
 from ..runfolder import RunFolder
-from ..stacking.plan import STACK_STEP
-from ..trials.changes import CHANGES
+from ..trials.changes import CHANGES, STACK_STEP
 from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
 from ._interrupt import Interrupt

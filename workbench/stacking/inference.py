@@ -26,7 +26,7 @@ from ..events import SAMPLES_PER_S
 from ..measure import claims
 from ..measure.compare import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
-from .plan import STACK_STEP
+from ..trials.changes import STACK_STEP
 
 COLUMNS = [
     STACK_STEP,

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 from ..config import RunConfig, require_config
 from ..machine.capability import resolve_device
 from ..machine.threads import threads_for
-from ..trials.changes import Change, as_change
-
-# The tables' column that names each step of a study (a change stacked on the last): a stacking
-# step, not a training step, though a record's step number is spelled the same.
-STACK_STEP = "step"
+from ..trials.changes import STACK_STEP, Change, as_change
 
 
 @dataclass

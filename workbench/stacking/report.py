@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
 from ..measure.compare import speedup_text
-from .plan import STACK_STEP
+from ..trials.changes import STACK_STEP
 from .waterfall import number
 
 HEADER = ("step", "adds", "samples/s", "vs the step before", "verdict", "steps (this / before)")

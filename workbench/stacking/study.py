@@ -25,7 +25,7 @@ from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD
 from ..trials.engine import SLICE_S, Slice, Trial
 from ..trials.hosts import TrainingHosts, TrialError
-from .plan import STACK_STEP
+from ..trials.changes import STACK_STEP
 from .plan import PlannedStep, plan
 
 COLUMNS = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
 from ..measure.compare import speedup_text
-from .plan import STACK_STEP
+from ..trials.changes import STACK_STEP
 
 
 def number(value) -> float | None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import ConfigError, RunConfig
-from ..machine.capability import NO_IMAGE_TENSORS
-from ..machine.fit import cannot_run
+
+# The tables' column that names each step of a stacking study (a change stacked on the last): a
+# stacking step, not a training step, though a record's step number is spelled the same.
+STACK_STEP = "step"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class Change:
         the change makes invalid, a change already made, one that would do nothing on this device
         or model, or what the launch would refuse, in its words (workbench.machine.fit).
         `image_weights`: whether the model has 4-D weights (the pre-launch check says; None: unknown)."""
+        from ..machine.capability import NO_IMAGE_TENSORS  # torch: imported when a change is applied,
+        from ..machine.fit import cannot_run  # not when the command line lists the changes
+
         try:
             after = before.replace(**self.settings)
         except ConfigError as e:  # a setting the others exclude (FSDP: compile)

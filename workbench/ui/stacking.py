@@ -18,8 +18,7 @@ from plotly.subplots import make_subplots
 from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S, STEP_TIME_MS
-from ..stacking.plan import STACK_STEP
-from ..trials.changes import CHANGES, STACKED, as_change
+from ..trials.changes import CHANGES, STACK_STEP, STACKED, as_change
 from ..measure.compare import min_rounds, speedup_text
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
