@@ -34,10 +34,13 @@ def add_parser(sub):
     return p
 
 
-def quantize_report(subject, methods, backend: str, device: str, batch_sizes, rounds: int, stop=None) -> dict:
+def quantize_report(
+    subject, methods, backend: str, device: str, batch_sizes, rounds: int, stop=None, heard=None
+) -> dict:
     """Each method's row against the float model. `stop()` True (Ctrl-C) ends the timing after its
     round under way: every row keeps what was measured, a batch size not reached reads 'not
-    measured', and a method not yet quantized is not in the report."""
+    measured', and a method not yet quantized is not in the report. `heard(line)` is told when the
+    timing begins."""
     from ..compress.quantize import quantize, unsupported_reason
     from ..compress.reasons import judge
     from ..compress.coverage import columns
@@ -54,6 +57,11 @@ def quantize_report(subject, methods, backend: str, device: str, batch_sizes, ro
             continue
         q, info = quantize(dense, method, backend=backend, device=device)  # refuses with a reason
         models[method], rows[method] = q, info
+    if heard is not None:
+        heard(
+            f"timing {', '.join(models)} side by side: {rounds} rounds at each batch size "
+            f"({', '.join(map(str, batch_sizes))}); Ctrl-C keeps the rounds so far"
+        )
     times = latencies(models, subject, batch_sizes, rounds, stop=stop)
     x = subject.example(max(batch_sizes), seed=1).to(device)
     float_size = state_size_bytes(dense)
@@ -105,7 +113,14 @@ def main(args) -> int:
         print(f"workbench quant: note: {note}", file=sys.stderr, flush=True)
     with Interrupt("quant", quiet=args.json) as interrupted:  # Ctrl-C: the rows measured so far
         report = quantize_report(
-            subject, methods, args.backend, args.device, batch_sizes, args.rounds, stop=interrupted
+            subject,
+            methods,
+            args.backend,
+            args.device,
+            batch_sizes,
+            args.rounds,
+            stop=interrupted,
+            heard=None if args.json else lambda line: print(f"  {line}", file=sys.stderr, flush=True),
         )
     report.update(
         model=subject.name,
