@@ -364,87 +364,73 @@ def test_a_model_that_has_not_learned_is_flagged_before_its_sweep():
     assert trained.evaluate(trained.model) > 0.5 and trained.not_learned() == ""
 
 
-def test_ctrl_c_in_a_sweep_prints_the_points_measured_and_exits_130(tmp_path):
+def interrupted_at(argv: list[str], line_start: str, tmp_path) -> tuple[int, str, str]:
+    """`workbench ARGV` in a process of its own, sent SIGINT once its stderr prints a line starting
+    with `line_start`: (exit code, stdout, stderr)."""
     import os
     import signal
     import subprocess
     import sys
 
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workbench",
-            "prune",
-            "--width",
-            "32",
-            "--amounts",
-            "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
-            "--rounds",
-            "6",
-            "--batch-sizes",
-            "1,8",
-            "--train-epochs",
-            "0",
-        ],
+        [sys.executable, "-m", "workbench", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")},
     )
     try:
-        for line in proc.stderr:  # the first point is measured: then Ctrl-C
-            if line.startswith("  point 1 of 10"):
+        for line in proc.stderr:
+            if line.startswith(line_start):
                 proc.send_signal(signal.SIGINT)
                 break
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_in_a_sweep_prints_the_points_measured_and_exits_130(tmp_path):
+    argv = [
+        "prune",
+        "--width",
+        "32",
+        "--amounts",
+        "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
+        "--rounds",
+        "6",
+        "--batch-sizes",
+        "1,8",
+        "--train-epochs",
+        "0",
+    ]
+    code, out, err = interrupted_at(argv, "  point 1 of 10", tmp_path)  # the first point is measured
+    assert code == 130, err
     assert "workbench prune: interrupted (SIGINT)" in err and "Traceback" not in err
     table = [ln for ln in out.splitlines() if ln.strip()[:4] in ("0.00", "0.10", "0.20")]
     assert table and len(table) < 10, out  # the points measured before it, not all ten
 
 
 def test_ctrl_c_in_quant_prints_the_rows_measured_and_exits_130(tmp_path):
-    import os
     import re
-    import signal
-    import subprocess
-    import sys
 
     rounds = 400  # far more than it gets through before Ctrl-C
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workbench",
-            "quant",
-            "--width",
-            "32",
-            "--method",
-            "dynamic_int8",
-            "--rounds",
-            str(rounds),
-            "--batch-sizes",
-            "1,8",
-            "--train-epochs",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs")},
-    )
-    try:
-        for line in proc.stderr:  # once the timing has begun (an untrained model's note may not come)
-            if line.startswith("  timing float, dynamic_int8 side by side"):
-                proc.send_signal(signal.SIGINT)
-                break
-        out, err = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    argv = [
+        "quant",
+        "--width",
+        "32",
+        "--method",
+        "dynamic_int8",
+        "--rounds",
+        str(rounds),
+        "--batch-sizes",
+        "1,8",
+        "--train-epochs",
+        "0",
+    ]
+    # once the timing has begun (an untrained model's note may not come)
+    code, out, err = interrupted_at(argv, "  timing float, dynamic_int8 side by side", tmp_path)
+    assert code == 130, err
     assert "workbench quant: interrupted (SIGINT)" in err and "Traceback" not in err
     assert "float: accuracy" in out, out
     pairs = [int(n) for n in re.findall(r"over (\d+) pairs", out)]
