@@ -72,7 +72,37 @@ def test_the_busy_processes_are_other_users_programs():
         ours = {p.pid for p in psutil.Process().children(recursive=True)}
         assert [os.getsid(p.pid) for p in hogs.procs] == [p.pid for p in hogs.procs]
         assert os.getsid(0) not in {p.pid for p in hogs.procs} and not ours & {p.pid for p in hogs.procs}
-        assert all(p.cmdline()[1:] == ["-c", "while True: pass"] for p in hogs.procs)
+        assert all(f"os.kill({os.getpid()}, 0)" in p.cmdline()[-1] for p in hogs.procs)
+
+
+def test_the_busy_processes_end_when_their_owner_is_killed():
+    """A benchmark killed by SIGKILL (or a SIGTERM it does not catch) runs no __exit__: its
+    spinners see their owner gone and end by themselves."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from workbench.procs import OtherWork; import sys\n"
+            "w = OtherWork(2).__enter__(); print(*[p.pid for p in w.procs], flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    spinners = [psutil.Process(int(pid)) for pid in owner.stdout.readline().split()]
+    assert len(spinners) == 2 and all(p.is_running() for p in spinners)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    _, alive = psutil.wait_procs(spinners, timeout=60)
+    for p in alive:  # leave nothing behind even when the test fails
+        p.kill()
+    assert not alive
 
 
 def test_the_users_threads_and_wait_policy_are_kept(fake_cores, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shlex
 import signal
 import sys
 import time
@@ -88,8 +89,11 @@ class OtherWork:
 
         import psutil
 
-        # setsid execs in place here: a job of a shell without job control leads no process group
-        spin = f'setsid "{sys.executable}" -c "while True: pass" </dev/null >/dev/null 2>&1 & echo $!'
+        # setsid execs in place here: a job of a shell without job control leads no process group.
+        # Each spinner looks every few tens of ms whether this process still lives and ends when it
+        # does not, so a benchmark killed by a signal it cannot catch leaves no spinner behind.
+        code = f"import os\nwhile True:\n for _ in range(500000): pass\n os.kill({os.getpid()}, 0)"
+        spin = f"setsid {shlex.quote(sys.executable)} -c {shlex.quote(code)} </dev/null >/dev/null 2>&1 & echo $!"
         out = subprocess.run(
             ["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True, check=True
         )  # sh exits at once: its children go to init, not to us
