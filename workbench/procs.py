@@ -93,7 +93,8 @@ class OtherWork:
         # Each spinner looks every few tens of ms whether this process still lives and ends when it
         # does not, so a benchmark killed by a signal it cannot catch leaves no spinner behind.
         code = f"import os\nwhile True:\n for _ in range(500000): pass\n os.kill({os.getpid()}, 0)"
-        spin = f"setsid {shlex.quote(sys.executable)} -c {shlex.quote(code)} </dev/null >/dev/null 2>&1 & echo $!"
+        spin = f"setsid {shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+        spin += " </dev/null >/dev/null 2>&1 & echo $!"
         out = subprocess.run(
             ["sh", "-c", "; ".join([spin] * self.n)], capture_output=True, text=True, check=True
         )  # sh exits at once: its children go to init, not to us
