@@ -189,6 +189,8 @@ def test_script_one_rank_reproduces_the_run(tmp_path):
     # the run's own thread choice travels as the script's fallback where /proc cannot be read
     assert "RECORDED = {'other_cpu_cores'" in (tmp_path / "out" / "train.py").read_text()
     assert proc.stdout.startswith("threads: other processes held")
+    # and it starts with the allocator the run's ranks had, by the same rule (run.allocator)
+    assert f"memory allocator: {summary['allocator']} (run.allocator 'auto')" in proc.stdout
 
 
 MINE = """from torch import nn

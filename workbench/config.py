@@ -387,6 +387,9 @@ class RunSection(_Section):
     warm_worker: bool = True  # hand the run to a spare, pre-imported worker when one is ready
     save_every: int = 0  # > 0: keep a resumable state every N steps; a restart resumes from it
     resume_from: str = ""  # a run folder whose saved state this run goes on from (run --resume)
+    # the memory allocator the run's processes start with (workbench.machine.allocator); auto:
+    # tcmalloc where it is installed, else the C library's
+    allocator: Literal["auto", "system", "tcmalloc"] = "auto"
 
     def planned_steps(self) -> int | None:
         """The steps a run takes, when known before it starts (None: a time budget may end it)."""

@@ -37,6 +37,7 @@ from collections import Counter
 
 from workbench.trials.engine import order_of
 from workbench.config import RunConfig
+from workbench.machine.allocator import allocator_env
 from workbench.machine.cpu import usable_cores
 from workbench.machine.threads import (
     THREADS_ENV,
@@ -111,6 +112,7 @@ class Contender:
 
     def __init__(self, cfg: RunConfig, variant: str, choice: ThreadChoice):
         env = {k: v for k, v in os.environ.items() if k not in (WAIT_ENV, TRIAL_ENV, THREADS_ENV)}
+        env.update(allocator_env(cfg.run.allocator))  # the allocator a run of cfg starts with
         threads = 1 if variant == "1 thread" else 2
         if variant.endswith("passive"):
             env[WAIT_ENV] = "PASSIVE"

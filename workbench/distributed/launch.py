@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig, require_config
 from ..disk import Reserve, disk_message, open_log
+from ..machine.allocator import allocator_env
 from ..machine.capability import resolve_device
 from ..machine.contention import ContentionMeter
 from ..machine.fit import backend_for, cannot_run
@@ -257,7 +258,7 @@ class Launcher:
         target = run_dir if run_dir is not None else root if root is not None else runs_root(cfg)
         notes, need = self.check(cfg, target)
         threads = threads or choose_threads(cfg, other_cores_now(meter))
-        env = {**threads.env(), **(env or {})}
+        env = {**allocator_env(cfg.run.allocator), **threads.env(), **(env or {})}
         spare = self.spares.would_take(cfg, supervisor_env(env))
         return LaunchPlan(cfg, notes, need, threads, env, run_dir, root, spare.command if spare else None)
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..disk import open_log
+from ..machine.allocator import allocator_env
 from ..machine.contention import ContentionMeter
 from ..machine.threads import TRIAL_ENV, WAIT_ENV, choose_threads, other_cores_now
 from ..runfolder import RunFolder
@@ -214,7 +215,7 @@ class Spares:
         kept = {k: v for k, v in (extra or {}).items() if k not in (WAIT_ENV, TRIAL_ENV)}
         if _fit(cfg, {}) is not None and threads is None:
             threads = threads_env_now(cfg)
-        env = supervisor_env({**kept, **(threads or {})})
+        env = supervisor_env({**allocator_env(cfg.run.allocator), **kept, **(threads or {})})
         key = _fit(cfg, env)
         with self._lock:
             if not self._wanted or self._going:

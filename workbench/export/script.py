@@ -17,6 +17,7 @@ from .. import disk as wb_disk
 from .. import procs as wb_procs
 from ..config import ConfigError, RunConfig
 from ..events import STEP_NUMBER
+from ..machine import allocator as wb_allocator
 from ..machine import contention as wb_contention
 from ..machine import cpu as wb_cpu
 from ..machine import threads as wb_threads
@@ -83,6 +84,7 @@ def settings(config):
     return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
 
 {threads}
+{allocator}
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -256,6 +258,42 @@ CHOSEN = threads_now(settings(CONFIG)) if __name__ == "__main__" else None
 '''
 
 
+ALLOCATOR = '''
+# ---- memory allocator: the workbench's own rule, applied before torch loads ----------------------
+# LD_PRELOAD is read only when a process starts: where the run's allocator (run.allocator) is
+# tcmalloc and this process runs without it, the script starts itself again with it, once.
+import functools
+import sysconfig
+
+{constants}
+
+
+{rule}
+
+
+def start_with_allocator(choice):
+    env = allocator_env(choice)
+    if env and allocator_in_use() != "tcmalloc" and not os.environ.get("WORKBENCH_ALLOCATOR_SET"):
+        os.environ.update(env, WORKBENCH_ALLOCATOR_SET="1")  # once: a preload that fails is not retried
+        os.execv(sys.executable, getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
+    return allocator_in_use()
+
+
+# run as a script: restarted with it now, before torch loads; imported as a module: as it is
+ALLOCATOR_IN_USE = start_with_allocator(CONFIG["run"]["allocator"]) if __name__ == "__main__" else None
+'''
+
+
+def _allocator_code() -> str:
+    """machine.allocator's rule, copied, for the script's header."""
+    a = wb_allocator
+    constants = "\n".join(
+        f"{name} = {value!r}" for name, value in (("TCMALLOC_FILES", a.TCMALLOC_FILES), ("QUIET", a.QUIET))
+    )
+    rule = _source(a.tcmalloc_path, a.resolved, a.allocator_env, a.allocator_in_use)
+    return ALLOCATOR.format(constants=constants, rule=rule)
+
+
 def _threads_code(recorded: dict | None) -> str:
     """machine.threads' rule and what it reads, copied, for the script's header."""
     t, c = wb_threads, wb_contention
@@ -359,6 +397,7 @@ def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | No
         extra_dep=extra,
         config=pprint.pformat(script_config(cfg, specs), indent=1, width=100),
         threads=_threads_code(recorded),
+        allocator=_allocator_code(),
     )
     sections = [
         ("model", _model_code(cfg)),

@@ -30,6 +30,8 @@ def train(cfg, args):
     torch.set_num_threads(chosen.threads)  # chosen as the workbench chooses a rank's, said once
     if rank == 0:
         print(f"threads: {chosen.why}", flush=True)
+        print(f"memory allocator: {ALLOCATOR_IN_USE or allocator_in_use()} (run.allocator "
+              f"{cfg.run.allocator!r})", flush=True)
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, local_rank)
     if world_size > 1:

@@ -16,7 +16,7 @@ import shutil
 
 import torch
 
-from . import cpu
+from . import allocator, cpu
 from .capability import unsupported_reason
 from .threads import threads_for
 
@@ -83,6 +83,9 @@ def cannot_run(cfg, device: torch.device) -> str | None:
     """Why the launch would refuse cfg on this machine before building anything, or None. The
     model, the data, memory and disk are checked at launch with the model built (launch.py)."""
     reason = device_refusal(cfg, device)
+    if reason:
+        return reason
+    reason = allocator.refusal(cfg.run.allocator)
     if reason:
         return reason
     if cfg.compile.enabled and device.type == "cpu" and not (shutil.which("c++") or shutil.which("g++")):

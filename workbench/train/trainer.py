@@ -50,6 +50,7 @@ from ..runfolder import RunFolder, Summary
 from ..measure.steps import step_stats
 from ..measure.warmup import warmup_steps
 from ..machine.contention import ContentionMeter, run_tree_pid
+from ..machine.allocator import allocator_in_use
 from ..machine.threads import threads_for, wait_policy
 from . import footprint, memory
 from .budget import TimeBudget, ended_note
@@ -355,6 +356,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
         NONFINITE_LOSSES: st.nonfinite,
         "threads": torch.get_num_threads(),
         "wait_policy": wait_policy(),
+        "allocator": allocator_in_use(),
         **s.contract,
     }
     summary.update(threads_why(run_dir))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..disk import open_log
+from ..machine.allocator import allocator_env
 from ..machine.capability import resolve_device
 from ..machine.fit import cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
@@ -56,6 +57,7 @@ def host_key(cfg: RunConfig) -> tuple:
         cfg.loader.num_workers,
         cfg.loader.persistent_workers if cfg.loader.num_workers else False,
         cfg.run.threads,
+        cfg.run.allocator,
     )
 
 
@@ -79,7 +81,7 @@ class ProcessHost:
             program += ["--config", str(first)]
         self.command = rank_command(cfg.distributed, program, str(folder / f"{name}-torchrun"))
         self.log_path = folder / f"{name}.log"
-        env = {**os.environ, **threads.env(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **allocator_env(cfg.run.allocator), **threads.env(), "PYTHONUNBUFFERED": "1"}
         with open_log(self.log_path) as log:
             self.proc = subprocess.Popen(
                 self.command,
