@@ -1,7 +1,7 @@
 """The exported train.py against a workbench run of the same config, beside two busy processes:
 samples/s of each, alternated round by round (workbench.measure.order), and their ratio per round.
 
-    python -m tools.bench export [--rounds 6] [--steps 400] [--out FILE]
+    python -m tools.bench export [--rounds 12] [--steps 1500] [--out FILE]
 
 Both choose their threads and wait policy by the same rule at their start (the script carries a
 copy of it); the workbench run's figure is its summary's samples/s, the script's the one its last
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--rounds", type=int, default=6, help="rounds of the two, alternated")
-    p.add_argument("--steps", type=int, default=400, help="steps of each run")
+    p.add_argument("--rounds", type=int, default=12, help="rounds of the two, alternated")
+    p.add_argument("--steps", type=int, default=1500, help="steps of each run")
     p.add_argument("--out", default=str(results_file("export")), help="the results file")
     args = p.parse_args(argv)
     cfg = RunConfig.default().replace(
