@@ -5,8 +5,9 @@
 
 Each figure is one epoch over the same PNG files (read, decode, augment, collate), timed in
 alternation (0 workers, 2 workers, cached, ...) so load from other processes hits all alike; the
-ratios of the medians are what to read. Workers are persistent, so the 2-worker figure is loading
-throughput, not process start-up (the sweep reports start-up as the first-batch time).
+ratios, paired round by round with their 95 % interval and verdict, are what to read. Workers are
+persistent, so the 2-worker figure is loading throughput, not process start-up (the sweep reports
+start-up as the first-batch time).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from workbench.config import RunConfig
 from workbench.loading.cache import DecodedCache
+from workbench.measure.compare import paired_ratio
 from workbench.loading.imageset import generate_image_set
 from workbench.loading.sweep import shutdown_workers
 from workbench.trials.calls import timed_calls
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=1024, help="images in the set")
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=8, help="rounds of epochs, at least 6 for an interval")
     p.add_argument("--dir", help="image set folder (default: a temporary one)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # the main process works like one worker: compare processes, not pools
@@ -78,13 +80,12 @@ def main(argv=None) -> int:
     print(f"\n{'setting':<20} {'epoch ms':>10} {'samples/s':>10} {'spread':>7}")
     for name, t in res.items():
         print(f"{name:<20} {t.median_ms:>10.1f} {n / t.median_ms * 1e3:>10.0f} {t.spread:>7.2f}")
-    zero = res["0 workers"].median_ms
-    print(f"\n2 workers vs 0 workers:             {zero / res['2 workers'].median_ms:.2f}x samples/s")
-    print(
-        f"cached vs uncached epoch (0 workers): {zero / res['cached, 0 workers'].median_ms:.2f}x "
-        f"samples/s; filling epoch took {fill_s * 1e3:.0f} ms; cache holds "
-        f"{cached.nbytes / 2**20:.1f} MiB"
-    )
+    zero = res["0 workers"].samples_ms
+    workers = paired_ratio(zero, res["2 workers"].samples_ms)
+    cache = paired_ratio(zero, res["cached, 0 workers"].samples_ms)
+    print(f"\n2 workers vs 0 workers, samples/s:              {workers.label()}")
+    print(f"cached vs uncached epoch (0 workers), samples/s: {cache.label()}")
+    print(f"filling epoch took {fill_s * 1e3:.0f} ms; the cache holds {cached.nbytes / 2**20:.1f} MiB")
     return 0
 
 
