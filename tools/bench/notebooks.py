@@ -314,6 +314,55 @@ def markdown(report: dict) -> str:
     )
 
 
+# The README's notebooks table: its last column is written here from a results file, never typed.
+MINUTES_TITLE = "minutes, quiet / busy"
+MINUTES_FROM = re.compile(r"^Minutes from \[([^\]]+)\]\(([^)]+)\)[^\n]*$", re.M)
+ROW = re.compile(r"^\| \[`(\d\d_\w+)`\]")
+
+
+def minutes(by_mode: dict) -> str:
+    """A notebook's minutes in the README: quiet / busy, '-' for a mode not run, '*' for a quiet
+    run that other programs disturbed, '(failed)' for a run with an error or a timeout."""
+
+    def one(mode: str) -> str:
+        r = by_mode.get(mode)
+        if r is None:
+            return "-"
+        failed = " (failed)" if r["reason"] or r["error_cells"] else ""
+        return f"{r['seconds'] / 60:.1f}{'*' if mode == 'quiet' and r.get('machine_busy') else ''}{failed}"
+
+    return f"{one('quiet')} / {one('busy')}"
+
+
+def readme_with_minutes(readme: str, report: dict, source: Path) -> str:
+    """`readme` with its notebooks table's minutes column and the line naming their file rewritten
+    from `report` (what `source` holds); rows of notebooks not in the report keep theirs."""
+    out = []
+    for line in readme.splitlines():
+        row = ROW.match(line)
+        if line.startswith("| notebook | what you learn |"):
+            line = f"| notebook | what you learn | {MINUTES_TITLE} |"
+        elif line.startswith("|---|---|"):
+            line = "|---|---|---|"
+        elif row:
+            cells = line.strip().strip("|").split(" | ")[:2]
+            by_mode = report["notebooks"].get(row.group(1))
+            old = line.strip().strip("|").split(" | ")[2:3]
+            cell = minutes(by_mode) if by_mode else (old[0].strip() if old else "- / -")
+            line = f"| {' | '.join(c.strip() for c in cells)} | {cell} |"
+        out.append(line)
+    text = "\n".join(out) + "\n"
+    named = (
+        f"Minutes from [{source.as_posix()}]({source.as_posix()}), the notebooks with their defaults "
+        f"on {report['machine']['summary']}; * a quiet run other programs disturbed."
+    )
+    if MINUTES_FROM.search(text):
+        return MINUTES_FROM.sub(lambda _: named, text)
+    return text.replace(f"| {MINUTES_TITLE} |\n", f"| {MINUTES_TITLE} |\n", 1).replace(
+        "\n## The command line at a glance", f"\n{named}\n\n## The command line at a glance", 1
+    )
+
+
 def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:
     paths = sorted((folder or REPO / "notebooks").glob("*.ipynb"))
     chosen = [p for p in paths if not only or any(p.stem.startswith(o) for o in only)]
@@ -367,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
             out,
             report,
         )
+        if modes == ["quiet", "busy"] and not args.only:  # the README shows both, for every notebook
+            readme = REPO / "README.md"
+            readme.write_text(readme_with_minutes(readme.read_text(), report, Path(out)))
     failed = any(r["reason"] or r["error_cells"] for by in report["notebooks"].values() for r in by.values())
     return 1 if failed else 0
 
