@@ -100,3 +100,30 @@ def test_semi_structured_on_gpu(mlp):
     q, info = quantize(mlp, "semi_structured_2_4", device="cuda")
     assert info["converted"] == 3
     assert q(torch.rand(64, 256, device="cuda").half()).shape == (64, 10)
+
+
+MINE = """from torch import nn
+
+
+def build(in_channels, num_classes, width=32):  # a model of one's own, as a user writes it
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, width), nn.ReLU(),
+                         nn.Linear(width, num_classes))
+"""
+
+
+def test_quant_of_an_untrained_model_says_its_accuracy_means_nothing_in_text_and_json(tmp_path, capsys):
+    """`workbench quant` of one's own model with no training: the note is in the JSON's top-level
+    `accuracy_note` and at the end of the text table, as in the pruning sweep's."""
+    import json
+
+    from workbench.cli import main
+
+    (tmp_path / "mine.py").write_text(MINE)
+    common = ["quant", "--model", f"{tmp_path / 'mine.py'}:build", "--train-epochs", "0"]
+    common += ["--batch-sizes", "8", "--rounds", "6", "--method", "dynamic_int8"]
+    assert main([*common, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["trained"] is False and "accuracy" in report["accuracy_note"]
+    assert main(common) == 0
+    text = capsys.readouterr().out
+    assert text.rstrip().splitlines()[-1] == report["accuracy_note"]
