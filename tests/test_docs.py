@@ -55,3 +55,44 @@ def test_every_page_is_in_the_site_and_the_cli_reference_has_every_command():
     reference = docs_hooks.cli_reference()
     for name in commands():
         assert f"## workbench {name}\n" in reference and f"usage: workbench {name}" in reference
+
+
+def test_the_readmes_notebook_minutes_are_the_results_file_it_names():
+    """The minutes column is written by `python -m tools.bench notebooks --both` from its results:
+    the README names that file, and redrawing the table from the file's JSON changes nothing."""
+    import json
+
+    from tools.bench.notebooks import MINUTES_FROM, readme_with_minutes
+
+    text = (ROOT / "README.md").read_text()
+    named = MINUTES_FROM.search(text)
+    assert named, "the README does not say which results file its notebook minutes come from"
+    source = Path(named.group(2))
+    report = json.loads((ROOT / source).with_suffix(".json").read_text())
+    assert set(report["modes"]) == {"quiet", "busy"}
+    assert readme_with_minutes(text, report, source) == text
+
+
+def test_the_minutes_column_marks_a_disturbed_quiet_run_and_a_failed_one():
+    from tools.bench.notebooks import readme_with_minutes
+
+    readme = (
+        "| notebook | what you learn |\n|---|---|\n| [`00_tour`](docs/labs/00_tour.md) | a tour |\n"
+        "| [`01_x`](docs/labs/01_x.md) | x |\n\n## The command line at a glance\n"
+    )
+
+    def row(seconds, busy=False, errors=0, reason=""):
+        return {"seconds": seconds, "machine_busy": busy, "error_cells": errors, "reason": reason}
+
+    report = {
+        "machine": {"summary": "a 2-core CPU"},
+        "notebooks": {"00_tour": {"quiet": row(90, busy=True), "busy": row(150, errors=1)}},
+    }
+    drawn = readme_with_minutes(readme, report, Path("docs/results/m/notebooks-quiet-busy.md"))
+    assert "| [`00_tour`](docs/labs/00_tour.md) | a tour | 1.5* / 2.5 (failed) |" in drawn
+    assert "| [`01_x`](docs/labs/01_x.md) | x | - / - |" in drawn  # not in the report: kept as it was
+    assert (
+        "Minutes from [docs/results/m/notebooks-quiet-busy.md](docs/results/m/notebooks-quiet-busy.md)"
+        in drawn
+    )
+    assert readme_with_minutes(drawn, report, Path("docs/results/m/notebooks-quiet-busy.md")) == drawn
