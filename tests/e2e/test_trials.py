@@ -80,7 +80,7 @@ def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
 
 
 def test_ab_set_means_both_sides_and_the_report_opens_with_what_differs(capsys):
-    examples = Path(__file__).resolve().parents[1] / "examples"  # a model and Dataset of one's own
+    examples = Path(__file__).resolve().parents[2] / "examples"  # a model and Dataset of one's own
     assert (
         cli(
             [
