@@ -1,6 +1,6 @@
 """A/B tests of training configs with real runs: an A/A test under a CPU hog comes out within noise
 and flagged busy (the verdict rule's detection of real differences is tested on synthetic samples
-in test_measure.py); the alternating order; the CLI's one-line refusals."""
+in tests/measure/test_measure.py); the alternating order; the CLI's one-line refusals."""
 
 from __future__ import annotations
 
