@@ -46,7 +46,9 @@ def test_each_row_names_a_test_module_that_checks_its_cause():
     for causes, modules in fault_table():
         assert modules, causes
         for module in modules:
-            source = (ROOT / "tests" / f"{module}.py").read_text()
+            found = sorted((ROOT / "tests").rglob(f"{module}.py"))  # in whichever folder of tests/ it is
+            assert len(found) == 1, f"{module}: {len(found)} test modules of that name under tests/"
+            source = found[0].read_text()
             for cause in causes:
                 assert f'"{cause}"' in source, f"{module} never checks the cause {cause!r}"
 

@@ -58,7 +58,7 @@ class Summary(TypedDict, total=False):
     """summary.json, key by key. Rank 0 writes its figures when its steps end (or why it failed);
     the supervisor completes it with how the run ended, FINAL_KEY last (then it is final). A failed
     run holds few of these, so every key is optional and readers ask with .get. A figure a step
-    record carries too has the name workbench.events gives it. tests/test_run_folders.py checks
+    record carries too has the name workbench.events gives it. tests/e2e/test_run_folders.py checks
     that a real run writes nothing undeclared here."""
 
     # how the run ended: rank 0's outcome, then the supervisor's (workbench.distributed.faults)

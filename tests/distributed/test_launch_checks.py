@@ -309,7 +309,7 @@ def test_heartbeat_says_where_the_main_thread_is(tmp_path):
     writer.close()
     beats = [r for r in read_events(tmp_path) if r["event"] == "heartbeat"]
     assert beats and beats[-1]["step"] == 7
-    assert any(r["where"].startswith("busy_in_forward (test_launch.py:") for r in beats)
+    assert any(r["where"].startswith("busy_in_forward (test_launch_checks.py:") for r in beats)
 
 
 def test_saving_for_a_restart_across_nodes_started_here_is_refused_and_a_resume_needs_a_state(

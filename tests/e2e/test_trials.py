@@ -1,6 +1,6 @@
 """A/B tests of training configs with real runs: an A/A test under a CPU hog comes out within noise
 and flagged busy (the verdict rule's detection of real differences is tested on synthetic samples
-in test_measure.py); the alternating order; the CLI's one-line refusals."""
+in tests/measure/test_measure.py); the alternating order; the CLI's one-line refusals."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
 
 
 def test_ab_set_means_both_sides_and_the_report_opens_with_what_differs(capsys):
-    examples = Path(__file__).resolve().parents[1] / "examples"  # a model and Dataset of one's own
+    examples = Path(__file__).resolve().parents[2] / "examples"  # a model and Dataset of one's own
     assert (
         cli(
             [

@@ -20,7 +20,7 @@ from workbench.config import RunConfig
 from workbench.machine.fit import cannot_run
 from workbench.stacking.plan import plan
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 CPU = torch.device("cpu")
 
 

@@ -21,8 +21,8 @@ from workbench.events import LAST, STEP, read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import compare, list_runs, read_summary
 
-ROOT = Path(__file__).resolve().parents[1]
-LOOP = Path(__file__).with_name("tracked_loop.py")
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = Path(__file__).parents[1] / "tracked_loop.py"
 
 
 def start(run_dir: Path, *args: str, env: dict | None = None, torchrun: int = 0) -> subprocess.Popen:

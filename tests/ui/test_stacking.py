@@ -1,6 +1,6 @@
 """The stacking panel without a browser: the button runs the study on a thread, the waterfall and
 the table fill in, and the export button writes the stacked config's script. The study itself is
-replaced by one that replays a table (tests/test_stacking.py runs real studies)."""
+replaced by one that replays a table (tests/stacking/test_stacking.py runs real studies)."""
 
 from __future__ import annotations
 

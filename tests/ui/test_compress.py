@@ -7,6 +7,8 @@ from workbench.compress.subject import Subject
 from workbench.ui.compress import CompressLab
 from workbench.compress.variants import pareto_front
 
+from user_models import RESHAPES_BY_ATTRIBUTE
+
 
 def test_lab_sweeps_compares_and_draws():
     lab = CompressLab(Subject.from_config(RunConfig.smoke()), big_batch=16, rounds=3)
@@ -48,17 +50,6 @@ def check_variants_table(df):
     assert measured["latency_b16_ms"].notna().all() and measured["why"].str.len().min() > 10
     assert df.loc[df["variant"] == "dynamic_int8", "converted"].iloc[0] == "3/3"
     assert pareto_front(measured, "latency_b16_ms")
-
-
-RESHAPES_BY_ATTRIBUTE = (
-    "from torch import nn\nclass R(nn.Module):\n    def __init__(self):\n"
-    "        super().__init__(); self.width = 32\n"
-    "        self.a = nn.Linear(64, 32); self.b = nn.Linear(32, 10)\n"
-    "    def forward(self, x):\n"
-    "        h = self.a(x.flatten(1)).relu()\n"
-    "        return self.b(h.reshape(x.shape[0], self.width))  # a width the trace cannot see\n"
-    "def build():\n    return R()\n"
-)
 
 
 def test_lab_reports_a_refused_model_in_its_status_line(tmp_path):

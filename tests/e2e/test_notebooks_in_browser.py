@@ -8,7 +8,8 @@ look at. Notebook 01 runs in test_browser.py, where a person's clicks follow.
 
 To check the notebooks as people run them, with their defaults and beside other work:
 
-    WORKBENCH_BROWSER_DEFAULTS=1 WORKBENCH_BROWSER_BUSY=2 python -m pytest tests/test_notebooks_in_browser.py
+    WORKBENCH_BROWSER_DEFAULTS=1 WORKBENCH_BROWSER_BUSY=2 \
+        python -m pytest tests/e2e/test_notebooks_in_browser.py
 
 (notebook 01 included, two busy processes held throughout, and a longer wait per notebook).
 """

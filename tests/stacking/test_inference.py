@@ -13,7 +13,7 @@ from workbench.runstore import create_run_dir
 from workbench.stacking.waterfall import waterfall_records
 from workbench.stacking.inference import inference_study
 
-from test_prune_ui import RESHAPES_BY_ATTRIBUTE
+from user_models import RESHAPES_BY_ATTRIBUTE
 
 
 def saved_run(cfg: RunConfig):

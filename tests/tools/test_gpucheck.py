@@ -19,7 +19,7 @@ import torch
 from gpucheck_fakes import context
 from tools.gpucheck import check, goals, probe, report, runner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the command ---------------------------------------------------------------------------------

@@ -218,7 +218,7 @@ def test_cli_prune_and_quant_json(capsys):
 
 
 def test_cli_prunes_your_model_on_your_dataset_and_says_when_accuracy_means_nothing(capsys):
-    examples = Path(__file__).resolve().parents[1] / "examples"
+    examples = Path(__file__).resolve().parents[2] / "examples"
     assert (
         cli_main(
             [

@@ -303,7 +303,7 @@ def _slurm_job(job_dir: Path, env: dict, timeout: float, args: list[str]):
 
 def _keep_output(name: str, outcome) -> None:
     """A failed try's exit code, stdout and stderr, whole, under test-output/ for the next reader."""
-    folder = Path(__file__).resolve().parent.parent / "test-output"
+    folder = Path(__file__).resolve().parents[2] / "test-output"
     folder.mkdir(exist_ok=True)
     returncode, out, err = outcome if outcome is not None else ("hung", "", "")
     (folder / name).write_text(f"exit code: {returncode}\n--- stdout\n{out}\n--- stderr\n{err}\n")

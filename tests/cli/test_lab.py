@@ -18,7 +18,7 @@ import pytest
 
 from workbench.net import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

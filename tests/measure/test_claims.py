@@ -11,7 +11,7 @@ import pytest
 from workbench.measure import claims
 from workbench.measure.compare import ratio_of
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("0*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("0*.ipynb"))
 
 
 @pytest.fixture(autouse=True)

@@ -234,7 +234,7 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     assert "fsdp: per rank, measured (predicted): rank 0" in text and "fsdp vs ddp:" in text
 
 
-EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
 
 
 LLAMA = """from transformers import LlamaConfig, LlamaForCausalLM

@@ -27,7 +27,7 @@ from workbench.train.models import build_model
 from workbench.train.trainer import outcome
 from workbench.ui.series import RunSeries
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEXT = RunConfig.smoke().replace(
     **{"data.name": "text", "model.name": "transformer", "data.num_samples": 64, "data.seq_len": 16}
 )

@@ -20,7 +20,7 @@ from workbench.export import export
 from workbench.export.verify import reproduce
 
 pytestmark = pytest.mark.slow
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEXT = {"data.name": "text", "data.num_samples": 128, "data.seq_len": 16}
 CASES = {  # name -> config changes, and the coverage each strategy must reach
     "gpt": (

@@ -16,7 +16,7 @@ from workbench.events import LAST, read_events
 from workbench.runfolder import RunFolder
 from workbench.runstore import read_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_example(name: str, run_dir: Path, *args: str, budget_s: float = 0) -> subprocess.CompletedProcess:

@@ -14,8 +14,8 @@ import pytest
 from workbench.config import ConfigError, RunConfig
 from workbench.events import read_events
 
-ROOT = Path(__file__).resolve().parents[1]
-LOOP = Path(__file__).with_name("tracked_loop.py")
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = Path(__file__).parents[1] / "tracked_loop.py"
 
 
 @pytest.fixture

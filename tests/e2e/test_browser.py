@@ -3,7 +3,7 @@ then clicks the precision toggle and Run in its control panel, and checks that t
 gains points while the run goes, that every widget rendered, and that the comparison table lists
 the runs. Screenshots land in test-output/.
 
-    PYTHONPATH=$PWD python -m pytest -q -m browser tests/test_browser.py
+    PYTHONPATH=$PWD python -m pytest -q -m browser tests/e2e/test_browser.py
 """
 
 from __future__ import annotations

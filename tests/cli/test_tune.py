@@ -2,7 +2,7 @@
 the catalog with what became of it, the recommended config is a valid config, and the export of
 it is written; the memory plan's batches and checkpointing follow the pre-launch prediction; a
 compile is done once, untimed, and a compiled run's budget leaves its compile out; a larger batch's
-loss is compared over the same samples seen. (The search's calibration is tests/test_tune_search.py,
+loss is compared over the same samples seen. (The search's calibration is tests/tune/test_search.py,
 on a simulated device.)"""
 
 from __future__ import annotations

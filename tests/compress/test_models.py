@@ -20,7 +20,7 @@ from workbench.compress.graph_prune import graph_prune
 from workbench.train.contract import fit_output
 from workbench.train.models import MLP
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 V, T = 40, 16
 
