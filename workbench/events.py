@@ -46,7 +46,7 @@ STEP_NUMBER = "step"
 LOSS, SAMPLES_PER_S = "loss", "samples_per_s"
 STEP_TIME_MS, DATA_WAIT_MS = "step_time_ms", "data_wait_ms"  # the whole step; waiting for its batch
 TFLOPS, MFU = "tflops", "mfu"  # achieved TFLOP/s and its share of the device's peak
-RSS_GIB = "rss_gib"  # the process's resident memory, any device (workbench.train.memory)
+RSS_GIB = "rss_gib"  # the process's resident memory, any device (workbench.train.memory_readings)
 # a GPU's caching allocator: held now, reserved now, the peak so far
 MEM_ALLOCATED_GIB, MEM_RESERVED_GIB = "mem_allocated_gib", "mem_reserved_gib"
 MEM_PEAK_GIB = "mem_peak_gib"

@@ -125,7 +125,7 @@ class Summary(TypedDict, total=False):
     spec_basis: str
     spec_tflops: float
     measured_tflops: float
-    rss_gib: float  # memory at the end (workbench.train.memory)
+    rss_gib: float  # memory at the end (workbench.train.memory_readings)
     mem_reserved_gib: float
     mem_peak_gib: float
     memory_per_rank: dict  # predicted and measured bytes per rank (workbench.train.trainer)

@@ -193,7 +193,7 @@ def test_warm_up_never_initialises_cuda():
         "import torch\n"
         "def refuse(*a, **k): raise AssertionError('warm-up initialised CUDA')\n"
         "torch.cuda._lazy_init = refuse\n"
-        "from workbench.train.warm import warm_up\n"
+        "from workbench.train.spare_rank import warm_up\n"
         "warm_up()\n"
         "assert not torch.cuda.is_initialized()\n"
     )

@@ -12,7 +12,7 @@ import torch
 from workbench.config import ConfigError, RunConfig
 from workbench.machine import capability
 from workbench.train import footprint
-from workbench.train.checkpointing import apply_checkpointing, resolve
+from workbench.train.activation_checkpointing import apply_checkpointing, resolve
 from workbench.train.data import build_data, make_loader
 from workbench.train.models import build_model, loss_fn
 from workbench.train.precision import check_supported

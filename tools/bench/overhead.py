@@ -37,7 +37,7 @@ from workbench.events import (
 from workbench.machine.contention import ContentionMeter, busy_sentence
 from workbench.measure.compare import paired_ratio
 from workbench.train.data import build_data, make_loader
-from workbench.train.memory import sample
+from workbench.train.memory_readings import sample
 from workbench.train.models import build_model, loss_fn
 from workbench.train.precision import autocast, grad_scaler
 from workbench.train.rank import RankEnv

@@ -42,7 +42,7 @@ from ..runfolder import RunFolder
 from ..disk import disk_message, keep_writes_to_owner, write_json_atomic
 from ..procs import become_subreaper, set_pdeathsig
 from ..runstore import removed_folder
-from ..train.warm import JOB
+from ..train.spare_rank import JOB
 from .faults import Diagnosis, finish_summary, last_step
 from .watchdog import Watchdog
 

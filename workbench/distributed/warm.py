@@ -47,7 +47,7 @@ from ..machine.allocator import allocator_env
 from ..machine.contention import ContentionMeter
 from ..machine.threads import TRIAL_ENV, WAIT_ENV, choose_threads, other_cores_now
 from ..runfolder import RunFolder
-from ..train.warm import HANDED_ENV, ready_marker
+from ..train.spare_rank import HANDED_ENV, ready_marker
 from .owned import Lifelines
 from .supervisor import SPARE_LOG
 from .torchrun import WORKER, rank_command
@@ -108,7 +108,7 @@ def cold_reason(cfg: RunConfig, key: tuple | None, spare: Spare | None) -> str:
 
 
 def handed(env: dict[str, str]) -> dict[str, str]:
-    """What a spare's ranks take from the run's environment with the job (train.warm)."""
+    """What a spare's ranks take from the run's environment with the job (train.spare_rank)."""
     return {k: env[k] for k in HANDED_ENV if k in env}
 
 

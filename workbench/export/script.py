@@ -24,7 +24,7 @@ from ..machine import threads as wb_threads
 from ..measure import warmup as wb_warmup
 from ..runfolder import RESUME
 from ..train import budget as wb_budget
-from ..train import checkpointing as wb_checkpointing
+from ..train import activation_checkpointing as wb_checkpointing
 from ..train import data as wb_data
 from ..train import models as wb_models
 from ..train import precision as wb_precision

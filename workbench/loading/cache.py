@@ -29,7 +29,7 @@ from ..config import ConfigError
 from ..disk import make_dirs
 from ..trials.calls import timed_calls
 from ..train.data import make_loader
-from ..train.memory import GIB, rss_gib
+from ..train.memory_readings import GIB, rss_gib
 
 FIT_LIMIT = 0.8  # refuse a memory cache above this share of available RAM
 WARN_LIMIT = 0.5  # warn above this share

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..config import ConfigError, RunConfig
 from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
-from ..train.checkpointing import suggested
+from ..train.activation_checkpointing import suggested
 from ..trials.ab import ABResult, ab_test
 from .breakdown import Breakdown
 from .memory import mib

@@ -53,7 +53,7 @@ from ..machine.contention import ContentionMeter
 from ..machine.threads import wait_advice, wait_policy
 from ..measure.steps import step_stats
 from ..runfolder import FINAL_KEY, RunFolder, error_type_of
-from ..train import memory
+from ..train import memory_readings
 from ..train.budget import TimeBudget
 from ..train.heartbeat import Heartbeat, LockedWriter
 from ..train.rank import RankEnv
@@ -263,7 +263,7 @@ class Run:
             self._events.write(
                 READY,
                 device=str(self.device),
-                **memory.sample(self.device),
+                **memory_readings.sample(self.device),
                 setup_s=round(self._first_step_t - self._t_made, 3),
             )
             if self._budget_s:
@@ -293,7 +293,7 @@ class Run:
                 self._note_batch(int(step.samples))
         if t_end >= self._next_mem:
             self._next_mem = t_end + 0.5
-            rec.update(memory.sample(self.device))
+            rec.update(memory_readings.sample(self.device))
         rec.update({k: float(v) for k, v in (figures or {}).items() if v is not None})
         if self._budget is not None and self._budget.spent():
             rec[LAST] = True
@@ -360,7 +360,7 @@ class Run:
             advice = wait_advice(torch.get_num_threads(), out["contention"]["other_cpu_cores"])
             if advice:
                 out["threads_note"] = advice
-        mem = memory.sample(self.device)
+        mem = memory_readings.sample(self.device)
         out.update({k: v for k, v in mem.items() if k != "mem_allocated_gib"})
         return out
 

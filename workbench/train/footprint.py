@@ -23,9 +23,9 @@ import torch
 
 from ..machine.gpu import GIB
 from ..machine.monitor import NvmlReader
-from .checkpointing import resolve
+from .activation_checkpointing import resolve
 from .flops import first_batch, no_trace
-from .memory import rss_gib
+from .memory_readings import rss_gib
 
 OUTSIDE = "(outside any module: the loss)"
 

@@ -30,12 +30,12 @@ from ..machine.capability import resolve_device  # noqa: E402
 from .data import build_data  # noqa: E402
 from .factory import load_factory  # noqa: E402
 from .flops import first_batch  # noqa: E402
-from .memory import rss_gib  # noqa: E402
+from .memory_readings import rss_gib  # noqa: E402
 from .contract import ContractError  # noqa: E402
 from .models import build_model, loss_fn  # noqa: E402
 from .precision import autocast  # noqa: E402
 from .sharding import block_names, check_shardable, layer_blocks  # noqa: E402
-from .checkpointing import apply_checkpointing  # noqa: E402
+from .activation_checkpointing import apply_checkpointing  # noqa: E402
 from .footprint import saved_activations  # noqa: E402
 
 GIB = 2**30

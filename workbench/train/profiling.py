@@ -25,7 +25,7 @@ from ..disk import write_json_atomic
 from ..events import RANK, WORLD_SIZE
 from ..runfolder import RunFolder
 from . import footprint
-from .checkpointing import resolve
+from .activation_checkpointing import resolve
 from .flops import step_cost
 from .rank import unwrap
 from .step import StepParts, train_step

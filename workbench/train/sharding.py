@@ -29,7 +29,7 @@ from torch import nn
 
 from ..config import ConfigError, RunConfig
 from ..events import RANK
-from .checkpointing import resolve
+from .activation_checkpointing import resolve
 
 
 def layer_blocks(model: nn.Module) -> list[str]:

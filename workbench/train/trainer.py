@@ -52,9 +52,9 @@ from ..measure.warmup import warmup_steps
 from ..machine.contention import ContentionMeter, run_tree_pid
 from ..machine.allocator import allocator_in_use
 from ..machine.threads import threads_for, wait_policy
-from . import footprint, memory
+from . import footprint, memory_readings
 from .budget import TimeBudget, ended_note
-from .checkpointing import apply_checkpointing
+from .activation_checkpointing import apply_checkpointing
 from .contract import check_model
 from .data import DataBundle, build_data, make_loader
 from .mfu import MfuMeter
@@ -233,7 +233,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
         t_launch,
         contract,
         plan,
-        memory.held_bytes_now(device),
+        memory_readings.held_bytes_now(device),
         comm,
     )
     events.write(
@@ -246,7 +246,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
         init_pg_s=init_pg_s,
         **contract,
         **sharded,
-        **memory.sample(device),
+        **memory_readings.sample(device),
         **({ADDRESSES: addresses} if addresses else {}),
     )
     return s
@@ -317,7 +317,7 @@ def run_steps(
         now = time.perf_counter()
         if now >= next_mem:
             next_mem = now + cfg.run.mem_every_s
-            rec.update(memory.sample(s.parts.device))
+            rec.update(memory_readings.sample(s.parts.device))
         counted = step > warmup or not cfg.compile.enabled  # a compiled run's warm-up: its compile
         last = step < cfg.run.steps and counted and budget.spent()
         if last:
@@ -382,7 +382,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
         test_loader = make_loader(s.data.test, cfg, train=False)
         summary.update(evaluate(plain, test_loader, cfg, s.parts.device, s.data.task, cfg.run.eval_batches))
     summary["param_sum"] = param_sum(plain)  # equal on every rank when DDP kept them in sync
-    mem = memory.sample(s.parts.device)
+    mem = memory_readings.sample(s.parts.device)
     summary.update({k: v for k, v in mem.items() if k != MEM_ALLOCATED_GIB})
     if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
         summary["memory_per_rank"] = memory_per_rank(cfg, s, env, st.held)
@@ -485,7 +485,7 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
     params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
     mid_step = mid_step or {}
     held = {**params_opt, **{k: mid_step[k] for k in MID_STEP if k in mid_step}}
-    held[PEAK] = memory.peak_bytes(s.parts.device)
+    held[PEAK] = memory_readings.peak_bytes(s.parts.device)
     plan = s.memory_plan[env.rank]
     added = [k for k in MEMORY_PARTS if k != PARAMETERS]  # by the steps (AdamW's state is lazy)
     mine = {

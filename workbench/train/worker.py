@@ -88,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument(
         "--warm",
         metavar="SPARE_DIR",
-        help="warm up, then take the run named in SPARE_DIR/job.json (workbench.train.warm)",
+        help="warm up, then take the run named in SPARE_DIR/job.json (workbench.train.spare_rank)",
     )
     args = parser.parse_args(argv)
     set_pdeathsig()  # torchrun (or the supervisor) killed: this rank dies too, never an orphan
     keep_writes_to_owner()  # a rank started by hand or by SLURM, not under the supervisor, too
     main_t, warm = T_MAIN, {}
     if args.warm:
-        from .warm import take_job
+        from .spare_rank import take_job
 
         config_path, warm = take_job(Path(args.warm), int(os.environ.get("RANK", 0)))
         main_t = warm["job_t"]  # where a cold rank would be now: its run known, nothing loaded
