@@ -117,6 +117,23 @@ def test_rows_say_faster_slower_and_skipped_from_paired_slices():
     assert skipped["status"] == "skipped" and skipped["reason"] == "no GPU"
 
 
+def test_a_step_whose_every_pair_was_dropped_reads_not_measured_never_nan():
+    """Mid-study a step can have slices but no pair yet (the machine changed inside each): its
+    status is a word, since a None would become NaN in the table the panel draws from."""
+    from workbench.trials.engine import Trial
+
+    class _Changing(_Rates):  # "new" meets other programs that its partners did not
+        def slice(self, label, seconds):
+            s = super().slice(label, seconds)
+            s.other_cores = 1.0 if label == "new" else 0.0
+            return s
+
+    rates = {"base": [500] * 3, "prev": [1000] * 3, "new": [1500] * 3}
+    trial = Trial({k: _Changing(rates) for k in rates}, "base").run(3)
+    row = step_row(PlannedStep(CHANGES["workers"], RunConfig.smoke()), trial, "new", "prev", "base")
+    assert row["status"] == "not measured" and row["gain_vs_prev"] is None
+
+
 def test_waterfall_steps_add_up_to_the_total():
     df = pd.DataFrame(
         [

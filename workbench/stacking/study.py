@@ -103,8 +103,8 @@ def step_row(
         return row
     gain, total = trial.compare(label, prev), trial.compare(label, base)
     r = gain.ratio
-    row.update(
-        status=r.verdict,
+    row.update(  # no verdict before its first pair (a dropped one, mid-study): "not measured", never a
+        status=r.verdict or "not measured",  # None that pandas would turn into NaN
         gain_vs_prev=r.ratio,
         gain_low=r.low,
         gain_high=r.high,
