@@ -101,6 +101,7 @@ class Summary(TypedDict, total=False):
     threads_why: str  # why the launcher chose them, and what the warm-up's trial kept
     thread_trial: dict  # busy machine: each count's median warm-up step, the count kept, why
     wait_policy: str  # how OpenMP threads wait: default | passive
+    allocator: str  # the memory allocator the ranks ran on: tcmalloc | system (machine.allocator)
     threads_note: str  # a tracked script on a busy machine: what the thread rule would change
     output_adapter: str  # where the model's logits were found (workbench.train.contract)
     output_shape: list[int]  # the logits' shape on one batch
