@@ -119,7 +119,7 @@ def test_quant_of_an_untrained_model_says_its_accuracy_means_nothing_in_text_and
     from workbench.cli import main
 
     (tmp_path / "mine.py").write_text(MINE)
-    common = ["quant", "--model", f"{tmp_path / 'mine.py'}:build", "--train-epochs", "0"]
+    common = ["quant", "--model", f"{tmp_path / 'mine.py'}:build", "--data", "digits", "--train-epochs", "0"]
     common += ["--batch-sizes", "8", "--rounds", "6", "--method", "dynamic_int8"]
     assert main([*common, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
