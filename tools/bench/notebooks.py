@@ -337,7 +337,11 @@ def minutes(by_mode: dict) -> str:
 def readme_with_minutes(readme: str, report: dict, source: Path) -> str:
     """`readme` with its notebooks table's minutes column and the line naming their file rewritten
     from `report` (what `source` holds); rows of notebooks not in the report keep theirs."""
-    out = []
+    named = (
+        f"Minutes from [{source.as_posix()}]({source.as_posix()}), the notebooks with their defaults "
+        f"on {report['machine']['summary']}; * a quiet run other programs disturbed."
+    )
+    out, last_row = [], None
     for line in readme.splitlines():
         row = ROW.match(line)
         if line.startswith("| notebook | what you learn |"):
@@ -345,22 +349,17 @@ def readme_with_minutes(readme: str, report: dict, source: Path) -> str:
         elif line.startswith("|---|---|"):
             line = "|---|---|---|"
         elif row:
-            cells = line.strip().strip("|").split(" | ")[:2]
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
             by_mode = report["notebooks"].get(row.group(1))
-            old = line.strip().strip("|").split(" | ")[2:3]
-            cell = minutes(by_mode) if by_mode else (old[0].strip() if old else "- / -")
-            line = f"| {' | '.join(c.strip() for c in cells)} | {cell} |"
+            cell = minutes(by_mode) if by_mode else (cells[2] if len(cells) > 2 else "- / -")
+            line = f"| {cells[0]} | {cells[1]} | {cell} |"
+            last_row = len(out)
+        elif MINUTES_FROM.match(line):
+            line = named
         out.append(line)
-    text = "\n".join(out) + "\n"
-    named = (
-        f"Minutes from [{source.as_posix()}]({source.as_posix()}), the notebooks with their defaults "
-        f"on {report['machine']['summary']}; * a quiet run other programs disturbed."
-    )
-    if MINUTES_FROM.search(text):
-        return MINUTES_FROM.sub(lambda _: named, text)
-    return text.replace(f"| {MINUTES_TITLE} |\n", f"| {MINUTES_TITLE} |\n", 1).replace(
-        "\n## The command line at a glance", f"\n{named}\n\n## The command line at a glance", 1
-    )
+    if last_row is not None and not MINUTES_FROM.search(readme):  # the first time: under the table
+        out[last_row + 1 : last_row + 1] = ["", named]
+    return "\n".join(out) + "\n"
 
 
 def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:

@@ -19,7 +19,6 @@ import os
 import sysconfig
 from pathlib import Path
 
-ALLOCATORS = ("auto", "system", "tcmalloc")
 TCMALLOC_FILES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 INSTALL_HINT = "Debian/Ubuntu: apt install libtcmalloc-minimal4"
 # tcmalloc writes a line to stderr for every allocation over 1 GiB unless told otherwise
