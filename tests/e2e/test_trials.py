@@ -32,16 +32,19 @@ def test_a_a_beside_two_busy_processes_is_within_noise_and_keeps_its_busy_pairs(
     comparison speaks; its steps interleave in chunks of a few tens of milliseconds, so both sides
     meet the same machine, and it must say within noise with an interval inside [0.90, 1.10]."""
     cfg = smoke.replace(**{"run.device": "cpu", "model.width": 256})
-    result = ab_test(cfg, cfg, rounds=24, labels=("A", "A again"), folder=tmp_path / "trial")
+    # 40 pairs: beside busy programs a pair's ratio spreads by about 0.07 on these machines, and the
+    # interval of a median narrows with the square root of the pairs (24 left it near 0.90-1.10).
+    rounds = 40
+    result = ab_test(cfg, cfg, rounds=rounds, labels=("A", "A again"), folder=tmp_path / "trial")
     c = result.comparison
-    assert c.pairs + c.dropped == 24 and c.pairs >= 12, result.text()
+    assert c.pairs + c.dropped == rounds and c.pairs >= rounds // 2, result.text()
     assert c.verdict == "within noise" and 0.90 <= c.ratio.low and c.ratio.high <= 1.10, result.text()
     assert result.busy and c.busy_pairs >= c.pairs // 2 and "beside other programs" in c.conditions
     assert cpu_hog.alive()  # the hogs held the cores the whole time
     assert "passive" in result.threads_why  # chosen for the load, once, for both sides
     assert result.text().startswith("A and B are the same config: an A/A test")
     lines = (tmp_path / "trial" / "slices.jsonl").read_text().splitlines()
-    assert len(lines) == 2 * 24 + 2  # every slice kept, the two warm-ups too
+    assert len(lines) == 2 * rounds + 2  # every slice kept, the two warm-ups too
 
 
 def test_pairs_whose_load_changed_are_dropped_and_counted():

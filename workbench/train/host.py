@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import socket
 import time
@@ -104,41 +105,44 @@ class Variant:
         self.events.close()
 
 
-def plan(variants: list[Variant], seconds: float) -> list[tuple[int, int]]:
-    """(steps, steps a chunk) of each variant: about `seconds` of steps each, at its pace so far, in
-    chunks of about CHUNK_S."""
-    out = []
-    for v in variants:
-        pace = v.step_s or seconds
-        out.append((max(1, round(seconds / pace)), max(1, round(CHUNK_S / pace))))
-    return out
+def plan(variants: list[Variant], seconds: float) -> dict:
+    """How a slice of `seconds` runs: `turns` turns of about CHUNK_S, in each of which every variant
+    runs `per_turn` steps at its pace so far (a fraction: see `steps_in_turn`). Every variant gets the
+    same turns and, on average, the same seconds in each, so what a switch between variants costs
+    weighs the same on every side; whole steps a turn would not (4 steps against 5 is 20 %)."""
+    turns = max(1, round(seconds / CHUNK_S))
+    return {"turns": turns, "per_turn": [CHUNK_S / (v.step_s or seconds) for v in variants]}
 
 
-def interleave(variants: list[Variant], steps: list[tuple[int, int]]) -> list[dict]:
-    """Each variant's steps in chunks, the variants taking turns in alternating order (A B B A ...),
-    so all of them meet the same machine moment by moment; one reading of what other programs
-    held covers them all, and the CPU time of this process tree is shared by their seconds."""
+def steps_in_turn(per_turn: float, turn: int) -> int:
+    """Whole steps in `turn` that keep the steps so far at per_turn a turn (1.5: 1, 2, 1, 2, ...)."""
+    return math.floor((turn + 1) * per_turn) - math.floor(turn * per_turn)
+
+
+def interleave(variants: list[Variant], how: dict) -> list[dict]:
+    """The variants take turns in alternating order (A B B A ...), each running its steps of the
+    turn (`plan`), so all of them meet the same machine moment by moment; one reading of what other
+    programs held covers them all, and the CPU time of this process tree is shared by their seconds."""
     from ..machine.contention import ContentionMeter
     from ..measure.order import order_of
 
     env = variants[0].env
     meter = ContentionMeter(os.getpid() if env.world_size == 1 else os.getppid())  # ranks: their agent
-    left = [n for n, _ in steps]
     walls, losses = [0.0] * len(variants), [[] for _ in variants]
-    turn = 0
-    while any(left):
+    for turn in range(how["turns"]):
         for i in order_of(range(len(variants)), turn):
-            if left[i]:
-                k = min(left[i], steps[i][1])
+            k = steps_in_turn(how["per_turn"][i], turn)
+            if turn == how["turns"] - 1 and not losses[i]:
+                k = max(k, 1)  # a step longer than the slice still runs once
+            if k:
                 dt, got = variants[i].chunk(k)
                 walls[i] += dt
                 losses[i] += got
-                left[i] -= k
-        turn += 1
     seen = meter.read()
     own = seen["own_cpu_cores"] * seen["wall_s"]
     out = []
-    for v, (n, _), wall, got in zip(variants, steps, walls, losses):
+    for v, wall, got in zip(variants, walls, losses):
+        n = len(got)
         v.step_s = wall / n
         out.append(
             {
@@ -180,7 +184,7 @@ def serve(conn: Connection | None, folder: Path) -> None:
             if msg.get("op") == "slice":  # rank 0 turns seconds into steps: every rank runs as many
                 chosen = [variants.get(label) for label in msg["labels"]]
                 if all(chosen):
-                    msg["steps"] = plan(chosen, msg["seconds"])
+                    msg["plan"] = plan(chosen, msg["seconds"])
         if env.world_size > 1 and dist.is_initialized():
             box = [msg]
             dist.broadcast_object_list(box, src=0)
@@ -200,7 +204,7 @@ def serve(conn: Connection | None, folder: Path) -> None:
                 }
             elif op == "slice":
                 chosen = [variants[label] for label in msg["labels"]]
-                reply = {"slices": interleave(chosen, msg["steps"])}
+                reply = {"slices": interleave(chosen, msg["plan"])}
             elif op == "memory":
                 reply = {"memory": variants[msg["label"]].memory()}
             elif op == "save":
