@@ -9,11 +9,11 @@ and the only module that names its files.
 
 Who writes what: the launcher claims the folder (RUN_ID), writes config.json and launch.json (the
 command and the supervisor's pid); each rank appends rankR.jsonl and, on an error, its traceback;
-rank 0 writes the weights and a first summary.json; with run.save_every rank 0 keeps resume.pt
-(DDP), or every rank writes its shards into resume_sharded/ (FSDP); the supervisor completes
-summary.json with the return code (then the summary is final) and moves torchrun's logs in; a stop request is
-stop_reason.txt. Plain files only: nothing here imports what a config names, and the rank side may
-import it (it imports only the config and the disk helpers).
+rank 0 writes the weights and a first summary.json; with run.save_every every rank writes its
+part of the resumable state into resume/; the supervisor completes summary.json with the return
+code (then the summary is final) and moves torchrun's logs in; a stop request is stop_reason.txt.
+Plain files only: nothing here imports what a config names, and the rank side may import it (it
+imports only the config and the disk helpers).
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ STOP_REASON = "stop_reason.txt"  # why the user (or a timeout) stopped the run
 LAUNCHER_LOG = "launcher.log"  # the supervisor's and torchrun's output
 TORCHRUN_LOGS = "torchrun_logs"  # torchrun's per-rank logs (several ranks)
 WEIGHTS = "model.pt"  # the trained weights (rank 0)
-RESUME = "resume.pt"  # the latest resumable state (run.save_every): a restart continues from it
-SHARDED_RESUME = "resume_sharded"  # the same under FSDP: every rank's shards, a folder per saved step
-SHARDED_STEP = "step{step:08d}"  # one complete saved state in SHARDED_RESUME
-SHARDED_PARTIAL = ".partial"  # a state still being written there: never loaded
+# The resumable state (run.save_every), one format under every strategy: a folder per saved step,
+# each rank's part in torch.distributed.checkpoint's files; a restart continues from the newest.
+RESUME = "resume"
+SAVED_STEP = "step{step:08d}"  # one complete saved state in RESUME
+SAVING = ".partial"  # a state still being written there: never loaded
+EARLIER_STATES = ("resume.pt", "resume_sharded")  # what versions before that one format wrote
 RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed (provenance)
 EVENTS = "rank{rank}.jsonl"
 TRACEBACK = "rank{rank}.traceback.txt"
@@ -160,6 +162,19 @@ def _numbered(pattern: str, path: Path) -> int:
     return int(path.name[len(head) : len(path.name) - len(tail)])
 
 
+def saved_steps(resume_dir: Path) -> dict[int, Path]:
+    """The whole saved states in a RESUME folder by step (the one being written left out); {}
+    when none is saved. Copied into exported scripts, which keep the same folder."""
+    head = SAVED_STEP.split("{")[0]
+    if not resume_dir.is_dir():
+        return {}
+    return {
+        int(p.name[len(head) :]): p
+        for p in resume_dir.iterdir()
+        if p.name.startswith(head) and p.name[len(head) :].isdigit() and p.is_dir()
+    }
+
+
 class RunFolder:
     """The files of one run, read and written by name. Holds no state but the path."""
 
@@ -214,34 +229,19 @@ class RunFolder:
         write_json_atomic(self.job_record_file, record)
 
     @property
-    def resume_file(self) -> Path:
+    def resume_dir(self) -> Path:
         return self.path / RESUME
 
-    @property
-    def sharded_resume_dir(self) -> Path:
-        return self.path / SHARDED_RESUME
-
-    @property
-    def sharded_partial_dir(self) -> Path:
-        return self.sharded_resume_dir / SHARDED_PARTIAL
-
-    def sharded_step_dir(self, step: int) -> Path:
-        return self.sharded_resume_dir / SHARDED_STEP.format(step=step)
+    def saved_steps(self) -> dict[int, Path]:
+        return saved_steps(self.resume_dir)
 
     def holds_resumable_state(self) -> bool:
-        """Whether a run can go on from this folder: resume.pt, or a whole sharded step."""
-        return self.resume_file.is_file() or bool(self.sharded_steps())
+        """Whether a run can go on from this folder: a whole saved step."""
+        return bool(self.saved_steps())
 
-    def sharded_steps(self) -> dict[int, Path]:
-        """The saved sharded states by step (the partial one left out); {} when none is saved."""
-        head = SHARDED_STEP.split("{")[0]
-        if not self.sharded_resume_dir.is_dir():
-            return {}
-        return {
-            int(p.name[len(head) :]): p
-            for p in self.sharded_resume_dir.iterdir()
-            if p.name.startswith(head) and p.name[len(head) :].isdigit() and p.is_dir()
-        }
+    def earlier_state(self) -> Path | None:
+        """A resumable state in a format that versions before the one format wrote, if any."""
+        return next((self.path / n for n in EARLIER_STATES if (self.path / n).exists()), None)
 
     @property
     def run_id_file(self) -> Path:

@@ -367,47 +367,54 @@ def test_an_export_of_a_resumed_run_trains_from_step_0_without_the_folder_it_res
 
 
 @pytest.mark.slow
-def test_the_script_goes_on_from_a_workbench_runs_resumable_state(tmp_path):
-    """One file format: `train.py --resume --state RUN_DIR` continues a workbench run (one process)
-    from its resume.pt on the same trajectory."""
-    cfg = RunConfig.smoke().replace(**{"run.steps": 8, "run.save_every": 3, "run.eval_batches": 0})
-    summary = run(cfg, tmp_path / "run", timeout_s=180)
+def test_the_script_and_the_workbench_go_on_from_each_others_saved_state(tmp_path):
+    """One format: a 2-rank DDP workbench run of 16 samples a rank saves after step 6, and the
+    one-process script of 32 a batch (the same samples a step) goes on from it with `--resume
+    --state RUN_DIR`; the script saves after step 3, and a workbench run goes on from that
+    (run.resume_from). Each continues the unbroken run's losses, within 1e-5 (a batch's mean is
+    summed in another order on 1 rank than across 2)."""
+    base = RunConfig.smoke().replace(**{"run.steps": 8, "run.eval_batches": 0, "run.threads": 1})
+    ddp = base.replace(
+        **{"run.save_every": 3, "distributed.nproc": 2, "loader.batch_size": 16, "run.oversubscribe": True}
+    )
+    summary = run(ddp, tmp_path / "run", timeout_s=240)
     assert summary["status"] == "completed", summary
-    export(summary["run_dir"], tmp_path / "out")
+    one = base.replace(**{"loader.batch_size": 32})
+    export(one, tmp_path / "out")
     (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(tmp_path / "blocked.py"),
-            "train.py",
-            "--resume",
-            "--state",
-            summary["run_dir"],
-            "--metrics",
-            "metrics",
-            "--out",
-            "",
-        ],
-        cwd=tmp_path / "out",
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", "", *args],
+            cwd=tmp_path / "out",
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    proc = script("--resume", "--state", summary["run_dir"], "--metrics", "from_ddp")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resumed after step 6 from {summary['run_dir']}/resume.pt" in proc.stdout
-    steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "metrics" / "rank0.jsonl").open()]
+    assert f"resumed after step 6 from {summary['run_dir']}/resume/step00000006" in proc.stdout
+    steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "from_ddp" / "rank0.jsonl").open()]
     assert steps == [7, 8]
-    assert script_losses(tmp_path / "out" / "metrics") == pytest.approx(
-        workbench_losses(summary["run_dir"])[6:], abs=1e-5
+    both_ranks = [
+        (a + b) / 2
+        for a, b in zip(workbench_losses(summary["run_dir"], 0), workbench_losses(summary["run_dir"], 1))
+    ]
+    assert script_losses(tmp_path / "out" / "from_ddp") == pytest.approx(both_ranks[6:], abs=1e-5)
+
+    unbroken = script("--save-every", "3", "--state", "saved", "--metrics", "unbroken")
+    assert unbroken.returncode == 0, unbroken.stderr[-3000:]
+    going_on = run(
+        one.replace(**{"run.resume_from": str(tmp_path / "out" / "saved")}), tmp_path / "on", timeout_s=180
     )
-    nothing = subprocess.run(
-        [sys.executable, "train.py", "--resume", "--state", "nowhere"],
-        cwd=tmp_path / "out",
-        capture_output=True,
-        text=True,
-        timeout=120,
+    assert going_on["status"] == "completed" and going_on["resumed_from_step"] == 6, going_on
+    assert workbench_losses(going_on["run_dir"]) == pytest.approx(
+        script_losses(tmp_path / "out" / "unbroken")[6:], abs=1e-5
     )
-    assert nothing.returncode == 2 and "--resume: there is no nowhere/resume.pt" in nothing.stderr
+
+    nothing = script("--resume", "--state", "nowhere")
+    assert nothing.returncode == 2 and "--resume: there is no saved state in nowhere/resume" in nothing.stderr
 
 
 @pytest.mark.slow

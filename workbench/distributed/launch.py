@@ -39,7 +39,7 @@ from ..machine.contention import ContentionMeter
 from ..machine.fit import backend_for, cannot_run
 from ..machine.threads import ThreadChoice, choose_threads, other_cores_now
 from ..procs import created_time
-from ..runfolder import RunFolder
+from ..runfolder import RESUME, RunFolder
 from ..provenance import named_code
 from ..runstore import create_run_dir, read_summary, runs_root, usable_run_dir
 from ..train.data import check_data_paths
@@ -166,30 +166,30 @@ class RunHandle:
 
 
 def check_resume_from(cfg: RunConfig) -> None:
-    """run.resume_from names a folder that holds a saved state of the run's strategy, whole and
-    readable (config validation reads no disk; this does, before anything is made)."""
+    """run.resume_from names a folder that holds a saved state of any strategy, whole and readable
+    (config validation reads no disk; this does, before anything is made)."""
     source = cfg.run.resume_from
     if not source:
         return
-    if not RunFolder(source).holds_resumable_state():
-        raise ConfigError(
-            f"run.resume_from {source!r} holds no resumable state (resume.pt, or a "
-            "whole step in resume_sharded/): resume a run that had run.save_every > 0"
-        )
     from ..train.resume import check_saved_state  # torch's checkpoint reader: only to resume
 
-    check_saved_state(source, cfg.distributed.strategy == "fsdp")
+    check_saved_state(source)  # an earlier version's state is named first: it is not "none"
+    if not RunFolder(source).holds_resumable_state():
+        raise ConfigError(
+            f"run.resume_from {source!r} holds no resumable state (a whole step in "
+            f"{RESUME}/): resume a run that had run.save_every > 0"
+        )
 
 
 def check_saves_are_shared(cfg: RunConfig) -> None:
     """A restart resumes only where every rank reads the saved state: a node started here writes
-    a run folder of its own, and only global rank 0 saves, so the other nodes would start over."""
+    a run folder of its own, so no folder would hold every rank's part of the state."""
     if cfg.run.save_every and cfg.distributed.nnodes > 1:
         raise ConfigError(
             f"run.save_every={cfg.run.save_every} with distributed.nnodes="
             f"{cfg.distributed.nnodes} is not allowed here: each node started this way "
-            "keeps its own run folder and only global rank 0 saves, so a restart would "
-            "resume one node and start the others over; submit it as one SLURM job "
+            "keeps its own run folder, so none holds every rank's part of the saved state "
+            "and a restart could not resume; submit it as one SLURM job "
             "(workbench submit: every node shares its run folder), or set run.save_every=0"
         )
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from .. import disk as wb_disk
 from .. import procs as wb_procs
+from .. import config as wb_config
+from .. import runfolder as wb_runfolder
 from ..config import ConfigError, RunConfig
 from ..events import STEP_NUMBER
 from ..machine import allocator as wb_allocator
@@ -22,7 +23,6 @@ from ..machine import contention as wb_contention
 from ..machine import cpu as wb_cpu
 from ..machine import threads as wb_threads
 from ..measure import warmup as wb_warmup
-from ..runfolder import RESUME
 from ..train import budget as wb_budget
 from ..train import activation_checkpointing as wb_checkpointing
 from ..train import data as wb_data
@@ -82,6 +82,10 @@ CONFIG = {config}
 def settings(config):
     """Attribute access to the config sections: cfg.loader.batch_size."""
     return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
+
+
+class ConfigError(ValueError):
+    """A setting, the user's code or a saved state does not fit (the workbench's error, by name)."""
 
 {threads}
 {allocator}
@@ -327,10 +331,6 @@ CHECKPOINTING = '''import fnmatch
 from torch.utils.checkpoint import checkpoint
 
 
-class ConfigError(ValueError):
-    """A setting that does not fit the model."""
-
-
 SHOWN = {shown}'''
 
 
@@ -371,13 +371,40 @@ def _step_code() -> str:
     )
 
 
+RESUME_IMPORTS = """import shutil
+import warnings
+
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict"""
+
+
 def _resume_code() -> str:
-    """run.save_every's resumable state, the trainer's own file: a script and a workbench run each
-    go on from the other's `resume.pt` (one process or DDP)."""
-    names = f"STEP_NUMBER = {STEP_NUMBER!r}\nRESUME = {RESUME!r}"
-    return "\n\n\n".join(
-        [names, _source(wb_resume.whole_state, wb_resume.load_whole_state, wb_disk.write_atomic)]
+    """run.save_every's resumable state, the trainer's own format and folder: a script and a
+    workbench run each go on from what the other saved, under any strategy and rank count."""
+    r, f = wb_resume, wb_runfolder
+    names = "\n".join(
+        f"{name} = {value!r}"
+        for name, value in [
+            ("STEP_NUMBER", STEP_NUMBER),
+            ("THREADS", r.THREADS),
+            ("RESUME", f.RESUME),
+            ("SAVED_STEP", f.SAVED_STEP),
+            ("SAVING", f.SAVING),
+        ]
     )
+    code = _source(
+        wb_config.error_line,
+        f.saved_steps,
+        r.state_of,
+        r._rank,
+        r._cause,
+        r._checkpoint,
+        r.save_state,
+        r.load_state,
+        r.check_whole,
+    )
+    return "\n\n\n".join([RESUME_IMPORTS, names, code])
 
 
 def script_config(cfg: RunConfig, specs: dict | None = None) -> dict:

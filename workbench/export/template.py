@@ -63,18 +63,18 @@ def train(cfg, args):
         Path(args.metrics).mkdir(parents=True, exist_ok=True)
         metrics = open(Path(args.metrics) / f"rank{rank}.jsonl", "w", buffering=1)
 
-    # run.save_every: rank 0 writes the state every N steps; every rank goes on from it when asked
-    # (--resume, also with a workbench run's folder as --state) or when restarted (torchrun's
-    # --max-restarts, a requeued SLURM job)
-    state_file = Path(args.state) / RESUME
+    # run.save_every: every rank writes its part of the state every N steps, in the workbench's
+    # format; every rank goes on from it when asked (--resume, also with a workbench run's folder as
+    # --state, saved under any strategy) or when restarted (torchrun's --max-restarts, a requeued
+    # SLURM job)
+    resume_dir = Path(args.state) / RESUME
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT")
                     or 0)
-    resuming = (args.resume or restarted) and state_file.is_file()
-    resumed = load_whole_state(parts, state_file) if resuming else 0
+    resumed = load_state(parts, resume_dir) if args.resume or restarted else 0
     for _ in range(resumed * accum):  # the same data order as a run never interrupted
         next(batches)
     if resumed and rank == 0:
-        print(f"resumed after step {resumed} from {state_file}", flush=True)
+        print(f"resumed after step {resumed} from {saved_steps(resume_dir)[resumed]}", flush=True)
     step_times = []
     budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
     # on a busy machine the warm-up tries the thread counts the choice named and keeps the faster
@@ -92,9 +92,8 @@ def train(cfg, args):
             metrics.write(json.dumps({"step": step, "loss": loss_v, "step_time_ms": dt * 1e3,
                                       "samples_per_s": samples / dt}) + "\n")
         last = step == cfg.run.steps or budget.spent()  # every rank stops after the same step
-        if cfg.run.save_every and step % cfg.run.save_every == 0 and not last and rank == 0:
-            Path(args.state).mkdir(parents=True, exist_ok=True)
-            write_atomic(state_file, whole_state(parts, step))
+        if cfg.run.save_every and step % cfg.run.save_every == 0 and not last:
+            save_state(parts, step, resume_dir)  # every rank, its part
         if rank == 0 and (step % args.log_every == 0 or last):
             print(f"step {step:5d}  loss {loss_v:.4f}  {samples / dt:9.1f} samples/s/rank", flush=True)
         if last:
@@ -138,8 +137,8 @@ def main(argv=None):
     parser.add_argument("--out", default=str(HERE / "out"), help="folder for model.pt ('' skips it)")
     parser.add_argument("--save-every", type=int, help="override run.save_every (0: never)")
     parser.add_argument("--state", default=str(HERE / "state"),
-                        help=f"folder of the resumable state ({RESUME}), written every --save-every "
-                             "steps")
+                        help=f"folder whose {RESUME}/ holds the resumable state, written every "
+                             "--save-every steps")
     parser.add_argument("--resume", action="store_true",
                         help="go on from the state in --state (a workbench run folder also works); "
                              "a restarted torchrun or requeued SLURM job does so by itself")
@@ -147,22 +146,19 @@ def main(argv=None):
     cfg = settings(CONFIG)
     if args.save_every is not None:
         cfg.run.save_every = args.save_every
-    if args.resume and not (Path(args.state) / RESUME).is_file():
-        parser.error(f"--resume: there is no {Path(args.state) / RESUME} to go on from")
-    if cfg.distributed.strategy == "fsdp" and (cfg.run.save_every or args.resume):
-        why = ("this script keeps a resumable state for one process and DDP only; under FSDP resume "
-               "with the workbench (workbench run --resume RUN_DIR)")
-        if args.save_every or args.resume:
-            parser.error(why)
-        print(f"run.save_every is not kept: {why}", file=sys.stderr)
-        cfg.run.save_every = 0
+    if args.resume and not saved_steps(Path(args.state) / RESUME):
+        parser.error(f"--resume: there is no saved state in {Path(args.state) / RESUME} to go on from")
     if args.steps is not None:
         cfg.run.steps = args.steps
     if args.budget_s is not None:
         cfg.run.time_budget_s = args.budget_s
     if args.seed is not None:
         cfg.run.seed = args.seed
-    train(cfg, args)
+    try:
+        train(cfg, args)
+    except ConfigError as e:  # a damaged or foreign saved state: one line, as the workbench says it
+        print(f"train.py: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

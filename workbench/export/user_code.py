@@ -18,10 +18,6 @@ from .carry import carry
 
 LOAD_FACTORY = '''
 
-class ConfigError(ValueError):
-    """A setting or the user's code does not fit (the workbench's error, by the same name)."""
-
-
 def load_factory(spec, field="model.name"):
     """Resolve "package.module:factory" or "file.py:factory": a file next to this script first
     (the export carries the user's files and their local modules here), then from the current

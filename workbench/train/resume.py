@@ -1,134 +1,189 @@
 """Training that resumes after a failure: with run.save_every = N, the latest resumable state (the
-model, the optimizer, the gradient scaler and the step) is kept in the run folder every N steps,
-written whole or not at all; a restarted attempt (distributed.max_restarts), or a new run started
-on the same folder, loads it on every rank, skips the batches already trained on, and goes on from
-the next step, so it continues the same trajectory instead of starting again from step 0.
+model, the optimizer, the gradient scaler, the step and the thread count) is kept in the run folder
+every N steps; a restarted attempt (distributed.max_restarts), or a new run started on the same
+folder or from it (run.resume_from), loads it on every rank, skips the batches already trained on,
+and goes on from the next step, so it continues the same trajectory instead of starting from 0.
 
-Under DDP the ranks hold identical replicas and optimizer states, so rank 0's state is every
-rank's: rank 0 writes it as one file. Under FSDP each rank holds only its shards, so every rank
-writes its own (workbench.train.sharded_resume), loadable on another number of ranks. The run
-folder must be one the ranks share (one machine, or a shared file system).
+One format for one process, DDP, FSDP and the exported train.py: torch.distributed.checkpoint's.
+Every rank writes its part (under DDP the replicas are written once), keyed by each parameter's
+name, not its shard, with each tensor's whole shape; so a state saved under any strategy on any
+number of ranks loads under any other, and the exported script and the workbench each go on from
+what the other saved. The folder must be one the ranks share (one machine, or a shared file system).
+
+    save_state(parts, step, resume_dir)    # every rank, at the same step
+    load_state(parts, resume_dir)          # every rank; -> the step it was saved after (0: none)
+
+Whole or not at all: the ranks write into a partial folder, which rank 0 renames to the step's own
+folder once every rank has written (the save returns only then), and only after that removes the
+older ones; a restart loads the newest step folder, so a save that dies half-way leaves the
+previous state in place.
 """
 
 from __future__ import annotations
 
-import io
-import zipfile
+import shutil
+import warnings
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..config import ConfigError, error_line
-from ..disk import write_atomic
 from ..events import STEP_NUMBER
-from ..runfolder import RunFolder
+from ..runfolder import SAVED_STEP, SAVING, RunFolder, saved_steps
 from .rank import unwrap
-from .sharded_resume import check_whole, restore_sharded, save_sharded
+
+THREADS = "threads"  # the count the saved steps ran: another sums in another order
 
 
-def whole_state(parts, step: int) -> bytes:
-    """The resumable state after `step` (model, optimizer, gradient scaler, step), serialised.
-    Copied into exported scripts, which write and read the same file."""
-    state = {
-        STEP_NUMBER: step,
-        "model": unwrap(parts.model).state_dict(),
-        "optimizer": parts.opt.state_dict(),
+def state_of(parts, step: int) -> dict:
+    """What is saved, keyed by each parameter's name (not its shard or its DDP wrapper): the layout
+    any strategy and rank count can load. On a fresh optimizer this creates its state first, so
+    there is somewhere to load to. Copied into exported scripts, as is the rest of the format."""
+    model, optimizer = get_state_dict(unwrap(parts.model), parts.opt)
+    return {
+        "model": model,
+        "optimizer": optimizer,
         "scaler": parts.scaler.state_dict(),
-        "threads": torch.get_num_threads(),
-    }  # a sum's order: the resume runs the same count
-    buffer = io.BytesIO()  # serialised first: a full disk is an OSError, not a torn file
-    torch.save(state, buffer)
-    return buffer.getvalue()
+        STEP_NUMBER: step,
+        THREADS: torch.get_num_threads(),
+    }
 
 
-def load_whole_state(parts, path) -> int:
-    """Load a `whole_state` file into the set-up model, optimizer and scaler; the step it was
-    saved after. Copied into exported scripts."""
-    state = torch.load(path, map_location=parts.device, weights_only=True)
-    step = int(state[STEP_NUMBER])
-    if "threads" in state:  # the count the saved steps ran: another sums in another order
-        torch.set_num_threads(int(state["threads"]))
-    unwrap(parts.model).load_state_dict(state["model"])
-    parts.opt.load_state_dict(state["optimizer"])
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _cause(e: CheckpointException) -> BaseException:
+    """The first rank's own error inside the checkpoint's wrapper (a full disk stays an OSError)."""
+    failures = e.failures
+    return failures[min(failures)][0] if failures else e
+
+
+def _checkpoint(fn, *args, **kwargs):
+    """A save or load with every rank, or alone in a single process (without a process group it
+    warns that it works locally: meant here, so not shown)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        return fn(*args, no_dist=not dist.is_initialized(), **kwargs)
+
+
+def save_state(parts, step: int, resume_dir) -> None:
+    """Every rank: its part of the state after `step`, replacing the previous state whole."""
+    resume_dir = Path(resume_dir)
+    partial = resume_dir / SAVING
+    if _rank() == 0:
+        shutil.rmtree(partial, ignore_errors=True)  # left by an attempt that died while saving
+    if dist.is_initialized():
+        dist.barrier()  # nobody writes into it before it is emptied
+    try:
+        _checkpoint(dcp.save, state_of(parts, step), checkpoint_id=partial)
+    except CheckpointException as e:
+        raise _cause(e) from None
+    if _rank() == 0:
+        done = resume_dir / SAVED_STEP.format(step=step)
+        shutil.rmtree(done, ignore_errors=True)  # a state of this step from an earlier attempt
+        partial.rename(done)
+        for old, path in saved_steps(resume_dir).items():
+            if old != step:
+                shutil.rmtree(path)
+
+
+def load_state(parts, resume_dir) -> int:
+    """Every rank: load the newest saved state into the set-up model, optimizer and scaler (each
+    rank reads what its part needs) and run the thread count its steps ran. Returns the step it
+    was saved after (0: nothing saved)."""
+    saved = saved_steps(Path(resume_dir))
+    if not saved:
+        return 0
+    step = max(saved)
+    path = saved[step]
+    check_whole(path)
+    state = state_of(parts, 0)
+    try:
+        _checkpoint(dcp.load, state, checkpoint_id=path)
+    except CheckpointException as e:
+        raise ConfigError(
+            f"the resumable state {str(path)!r} does not load into this run's model "
+            f"and optimizer: {error_line(_cause(e))}"
+        ) from None
+    set_state_dict(
+        unwrap(parts.model), parts.opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
     parts.scaler.load_state_dict(state["scaler"])
+    torch.set_num_threads(int(state[THREADS]))
+    if state[STEP_NUMBER] != step:
+        raise ConfigError(
+            f"the resumable state {str(path)!r} holds step {state[STEP_NUMBER]}, not "
+            f"{step} as its name says; the folder is damaged"
+        )
     return step
 
 
-def save_state(s, step: int, run_dir, sharded: bool = False) -> None:
-    """The state after `step`, replacing the previous one atomically: rank 0 alone, or (sharded)
-    every rank its shards."""
-    if sharded:
-        save_sharded(s, step, run_dir)
-        return
-    write_atomic(RunFolder(run_dir).resume_file, whole_state(s.parts, step))
+def check_whole(path: Path) -> None:
+    """Every file the state's index names is there and long enough, or a one-line ConfigError
+    naming the file: a damaged folder is told before any rank reads a tensor from it."""
+    try:
+        index = FileSystemReader(path).read_metadata()
+    except FileNotFoundError as e:
+        raise ConfigError(
+            f"the resumable state {str(path)!r} has no index of its parts "
+            f"({e.filename!r} is missing); the folder is damaged"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - any unreadable index is the same damage
+        raise ConfigError(
+            f"the index of the resumable state {str(path)!r} cannot be read "
+            f"({type(e).__name__}: {e}); the folder is damaged"
+        ) from None
+    need: dict[str, int] = {}
+    for item in index.storage_data.values():
+        need[item.relative_path] = max(need.get(item.relative_path, 0), item.offset + item.length)
+    for name, size in sorted(need.items()):
+        file = path / name
+        if not file.is_file():
+            raise ConfigError(
+                f"{str(file)!r} is missing: the resumable state's index names it; the folder is damaged"
+            )
+        held = file.stat().st_size
+        if held < size:
+            raise ConfigError(
+                f"{str(file)!r} holds {held} bytes, the resumable state's index "
+                f"needs {size}; the folder is damaged (cut short)"
+            )
 
 
-def restore_state(s, run_dir, accum: int, sharded: bool = False, resume_from: str = "") -> int:
+def restore_state(s, run_dir, accum: int, resume_from: str = "") -> int:
     """Load the saved state, if any, into the set-up model, optimizer and scaler, and advance the
     batches past the steps it covers. The run's own folder first (a restarted attempt), else the
     folder it resumes from (run.resume_from). Returns the step it was saved after (0: none)."""
     if resume_from and not RunFolder(run_dir).holds_resumable_state():
         run_dir = resume_from
-    _check_kind(run_dir, sharded)
-    step = restore_sharded(s, run_dir) if sharded else _restore_whole(s, run_dir)
+    _refuse_earlier_format(run_dir)
+    step = load_state(s.parts, RunFolder(run_dir).resume_dir)
     for _ in range(step * accum):  # the same data order as a run never interrupted
         next(s.batches)
     return step
 
 
-def check_saved_state(run_dir, sharded: bool) -> None:
-    """Before launch, in the launcher: the state a run would go on from is of its strategy, whole
-    and readable, or a one-line ConfigError naming the file, before any folder or rank exists (the
-    ranks ask the same again as they load it)."""
-    _check_kind(run_dir, sharded)
-    folder = RunFolder(run_dir)
-    steps = folder.sharded_steps()
-    if sharded and steps:
+def check_saved_state(run_dir) -> None:
+    """Before launch, in the launcher: the state a run would go on from is whole and readable, or
+    a one-line ConfigError naming the file, before any folder or rank exists (the ranks ask the
+    same again as they load it)."""
+    _refuse_earlier_format(run_dir)
+    steps = RunFolder(run_dir).saved_steps()
+    if steps:
         check_whole(steps[max(steps)])
-    elif not sharded and folder.resume_file.is_file():
-        _check_whole_file(folder.resume_file)
 
 
-def _check_whole_file(path) -> None:
-    """resume.pt is a zip archive (torch.save's format): every member present and its checksum
-    right, or the file was cut short or overwritten."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        raise ConfigError(
-            f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); the folder is damaged"
-        ) from None
-    if bad:
-        raise ConfigError(
-            f"the resumable state {str(path)!r} cannot be read (its member {bad!r} "
-            "fails its checksum); the folder is damaged"
-        )
-
-
-def _check_kind(run_dir, sharded: bool) -> None:
-    """A folder's saved state is of the strategy that wrote it: loaded as the other, the run would
-    start from step 0 without a word, so that is refused in one line."""
+def _refuse_earlier_format(run_dir) -> None:
+    """A folder with only an earlier version's state would start from step 0 without a word."""
     folder = RunFolder(run_dir)
-    if sharded and folder.resume_file.is_file():
-        found, saved_by = folder.resume_file, "ddp"
-    elif not sharded and folder.sharded_steps():
-        found, saved_by = folder.sharded_resume_dir, "fsdp"
-    else:
-        return
-    raise ConfigError(
-        f"{str(found)!r} is a resumable state saved with distributed.strategy="
-        f"{saved_by}, and this run's is {'fsdp' if sharded else 'ddp'}: resume it with "
-        "the strategy it was saved with, or start in a new folder"
-    )
-
-
-def _restore_whole(s, run_dir) -> int:
-    path = RunFolder(run_dir).resume_file
-    if not path.is_file():
-        return 0
-    try:
-        return load_whole_state(s.parts, path)
-    except Exception as e:  # noqa: BLE001 - a torn, foreign or truncated file is the same damage
+    earlier = folder.earlier_state()
+    if earlier is not None and not folder.holds_resumable_state():
         raise ConfigError(
-            f"the resumable state {str(path)!r} cannot be read ({error_line(e)}); the folder is damaged"
-        ) from None
+            f"{str(earlier)!r} is a resumable state in the format of an earlier version, which "
+            "this one does not read: go on with the version that saved it, or start in a new folder"
+        )

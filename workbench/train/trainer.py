@@ -271,8 +271,7 @@ def run_steps(
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
-    sharded = cfg.distributed.strategy == "fsdp"  # every rank saves its shards; else rank 0 all
-    save_every = cfg.run.save_every if run_dir is not None and (sharded or env.rank == 0) else 0
+    save_every = cfg.run.save_every if run_dir is not None else 0  # every rank writes its part
     # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
     # would change the order of its sums, and its losses would leave the unbroken run's
     trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from else None
@@ -325,7 +324,7 @@ def run_steps(
         events.write(STEP, **rec)
         if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
             phase.name = f"saving the resumable state after step {step}"
-            save_state(s, step, run_dir, sharded)
+            save_state(s.parts, step, RunFolder(run_dir).resume_dir)
         if out.first_step_s is None:
             out.first_step_s = time.time() - s.t_launch
         out.times.append(dt)
@@ -408,7 +407,6 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
             s,
             run_dir,
             cfg.optim.grad_accum_steps,
-            sharded=cfg.distributed.strategy == "fsdp",
             resume_from=cfg.run.resume_from,
         )
         if resumed_from:

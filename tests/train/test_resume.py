@@ -1,7 +1,8 @@
-"""FSDP's sharded resumable state (run.save_every with distributed.strategy 'fsdp'): in one process,
-what a save writes, that a partial save is never loaded and that a damaged state is one line naming
-the file; with real torchrun ranks on the CPU, that a restarted attempt continues the interrupted
-run's losses, and that a state saved on 2 ranks goes on training on 1 rank and back on 2."""
+"""The resumable state (run.save_every), one format under every strategy: in one process, what a
+save writes, that a partial save is never loaded and that a damaged state is one line naming the
+file; with real torchrun ranks on the CPU, that a restarted FSDP attempt continues the interrupted
+run's losses, and that a state saved under DDP on 2 ranks goes on under FSDP and then in one
+process, step by step on the unbroken run's losses."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from launch_helpers import faulty_model
 from workbench.config import ConfigError, RunConfig
 from workbench.distributed.launch import run, worker_command
 from workbench.events import STEP, read_events
-from workbench.runfolder import RunFolder
-from workbench.train.sharded_resume import restore_sharded, save_sharded
+from workbench.runfolder import SAVING, RunFolder
+from workbench.train.resume import load_state, restore_state, save_state
 
 
 # --- in one process: no process group, the model not sharded -------------------------------------
@@ -35,6 +36,14 @@ def _setup(seed: int, width: int = 6) -> SimpleNamespace:
     return SimpleNamespace(parts=parts)
 
 
+def save_in(s: SimpleNamespace, step: int, run_dir) -> None:
+    save_state(s.parts, step, RunFolder(run_dir).resume_dir)
+
+
+def load_from(s: SimpleNamespace, run_dir) -> int:
+    return load_state(s.parts, RunFolder(run_dir).resume_dir)
+
+
 def _same(a: SimpleNamespace, b: SimpleNamespace) -> bool:
     pa, pb = a.parts.model.state_dict(), b.parts.model.state_dict()
     sa, sb = a.parts.opt.state_dict()["state"], b.parts.opt.state_dict()["state"]
@@ -47,29 +56,29 @@ def _same(a: SimpleNamespace, b: SimpleNamespace) -> bool:
 
 def test_a_saved_state_loads_whole_and_replaces_the_one_before(tmp_path):
     saved = _setup(0)
-    save_sharded(saved, 2, tmp_path)
-    save_sharded(saved, 4, tmp_path)
+    save_in(saved, 2, tmp_path)
+    save_in(saved, 4, tmp_path)
     folder = RunFolder(tmp_path)
-    assert list(folder.sharded_steps()) == [4]  # the older one removed once the newer was whole
-    assert not folder.sharded_partial_dir.exists()
+    assert list(folder.saved_steps()) == [4]  # the older one removed once the newer was whole
+    assert not (folder.resume_dir / SAVING).exists()
     fresh = _setup(1)
     assert not _same(saved, fresh)
-    assert restore_sharded(fresh, tmp_path) == 4
+    assert load_from(fresh, tmp_path) == 4
     assert _same(saved, fresh)  # parameters and every optimizer state, bit for bit
-    assert restore_sharded(_setup(1), tmp_path / "elsewhere") == 0  # nothing saved: from step 0
+    assert load_from(_setup(1), tmp_path / "elsewhere") == 0  # nothing saved: from step 0
 
 
 def test_a_save_that_died_half_way_is_never_loaded(tmp_path):
     saved = _setup(0)
-    save_sharded(saved, 2, tmp_path)
+    save_in(saved, 2, tmp_path)
     folder = RunFolder(tmp_path)
-    shutil.copytree(folder.sharded_step_dir(2), folder.sharded_partial_dir)
-    for f in folder.sharded_partial_dir.iterdir():
+    shutil.copytree(folder.saved_steps()[2], (folder.resume_dir / SAVING))
+    for f in (folder.resume_dir / SAVING).iterdir():
         f.write_bytes(b"torn")  # what a rank killed mid-write leaves
     fresh = _setup(1)
-    assert restore_sharded(fresh, tmp_path) == 2 and _same(saved, fresh)
-    save_sharded(fresh, 4, tmp_path)  # the next save empties the partial folder first
-    assert list(folder.sharded_steps()) == [4] and not folder.sharded_partial_dir.exists()
+    assert load_from(fresh, tmp_path) == 2 and _same(saved, fresh)
+    save_in(fresh, 4, tmp_path)  # the next save empties the partial folder first
+    assert list(folder.saved_steps()) == [4] and not (folder.resume_dir / SAVING).exists()
 
 
 def _damage(path, how: str) -> None:
@@ -90,7 +99,7 @@ def _damage(path, how: str) -> None:
     [
         (
             "no index",
-            r"has no index of its shards \('.*/step00000002/\.metadata' is missing\); the "
+            r"has no index of its parts \('.*/step00000002/\.metadata' is missing\); the "
             r"folder is damaged",
         ),
         (
@@ -111,32 +120,32 @@ def _damage(path, how: str) -> None:
     ],
 )
 def test_a_damaged_state_is_one_line_naming_the_file(tmp_path, how, message):
-    save_sharded(_setup(0), 2, tmp_path)
-    _damage(RunFolder(tmp_path).sharded_step_dir(2), how)
+    save_in(_setup(0), 2, tmp_path)
+    _damage(RunFolder(tmp_path).saved_steps()[2], how)
     with pytest.raises(ConfigError, match=message) as e:
-        restore_sharded(_setup(1), tmp_path)
+        load_from(_setup(1), tmp_path)
     assert "\n" not in str(e.value)
 
 
 def test_a_state_of_another_model_is_refused_in_one_line(tmp_path):
-    save_sharded(_setup(0), 2, tmp_path)
+    save_in(_setup(0), 2, tmp_path)
     with pytest.raises(
         ConfigError,
         match=r"the resumable state '.*/step00000002' does not load "
         r"into this run's model and optimizer: ",
     ) as e:
-        restore_sharded(_setup(1, width=7), tmp_path)
+        load_from(_setup(1, width=7), tmp_path)
     assert "\n" not in str(e.value)
 
 
 # --- real ranks ----------------------------------------------------------------------------------
-def _cfg(smoke, tmp_path, nproc: int = 2, batch: int = 16, **kwargs):
+def _cfg(smoke, tmp_path, nproc: int = 2, batch: int = 16, strategy: str = "fsdp", **kwargs):
     """A small MLP (the test model that can fail on a chosen rank and step), 8 steps, the state
     saved after step 4 (the last step is never saved: the run ends there)."""
     return smoke.replace(
         **{
             "distributed.nproc": nproc,
-            "distributed.strategy": "fsdp",
+            "distributed.strategy": strategy,
             "model.name": faulty_model(tmp_path),
             "model.kwargs": kwargs,
             "run.steps": 8,
@@ -162,7 +171,7 @@ def _run_by_hand(cfg, run_dir, state_from) -> dict:
     """A new run on a folder that holds a saved state (a resubmitted job): its config written
     there and the worker's own command run, as a job file runs it."""
     folder = RunFolder(run_dir)
-    shutil.copytree(RunFolder(state_from).sharded_resume_dir, folder.sharded_resume_dir)
+    shutil.copytree(RunFolder(state_from).resume_dir, folder.resume_dir)
     folder.write_config(cfg)
     done = subprocess.run(worker_command(cfg, run_dir), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -186,7 +195,7 @@ def test_a_restart_resumes_the_shards_on_the_same_trajectory(smoke, tmp_path):
         never_failed = {s: v for s, v in _losses(clean["run_dir"], rank).items() if s > 4}
         assert resumed.keys() == never_failed.keys() == {5, 6, 7, 8}
         assert resumed == never_failed  # the same shards, data and collectives: exactly equal
-    saved = RunFolder(failed["run_dir"]).sharded_steps()
+    saved = RunFolder(failed["run_dir"]).saved_steps()
     assert list(saved) == [4]
     files = {p.name for p in saved[4].iterdir()}
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= files  # each rank wrote its own shards
@@ -194,75 +203,70 @@ def test_a_restart_resumes_the_shards_on_the_same_trajectory(smoke, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_state_saved_on_2_ranks_trains_on_1_rank_and_back_on_2(smoke, tmp_path):
-    """2 ranks of 16 samples a batch save after step 4; a new 1-rank run of 32 a batch (the same
-    samples a step: both shuffle with the run's seed and the 2 ranks take alternate samples) loads
-    that state and trains steps 5-8, saving after step 6; a new 2-rank run loads that and trains
-    steps 7-8. Each continues the uninterrupted 2-rank run's losses, within 1e-5 (a batch's mean
-    and its gradient are summed in another order on 1 rank than across 2, so not bit for bit)."""
-    two = run(_cfg(smoke, tmp_path, mode="none"), timeout_s=300)
-    assert two["status"] == "completed", two
-    one = _run_by_hand(
-        _cfg(smoke, tmp_path, nproc=1, batch=32, mode="none").replace(**{"run.save_every": 2}),
-        tmp_path / "one",
-        two["run_dir"],
+def test_a_ddp_state_goes_on_under_fsdp_and_then_in_one_process(smoke, tmp_path):
+    """One format under every strategy: 2 DDP ranks of 16 samples a batch save after step 4; a new
+    2-rank FSDP run loads that state and trains steps 5-8, saving after step 6; a new 1-process run
+    of 32 a batch (the same samples a step: both shuffle with the run's seed and the 2 ranks take
+    alternate samples) loads that and trains steps 7-8. Each continues the unbroken DDP run's
+    losses step by step, within 1e-5 (a batch's mean and its gradient are summed in another order
+    by FSDP's reduce-scatter, and on 1 rank than across 2, so not bit for bit)."""
+    ddp = run(_cfg(smoke, tmp_path, strategy="ddp", mode="none"), timeout_s=300)
+    assert ddp["status"] == "completed", ddp
+    whole_batch = _losses(ddp["run_dir"])
+    fsdp = _run_by_hand(
+        _cfg(smoke, tmp_path, mode="none").replace(**{"run.save_every": 2}), tmp_path / "fsdp", ddp["run_dir"]
     )
-    assert one["status"] == "completed" and one["resumed_from_step"] == 4, one
-    whole_batch = _losses(two["run_dir"])
-    on_one = _losses(tmp_path / "one")
-    assert on_one.keys() == {5, 6, 7, 8}
-    assert on_one == pytest.approx({s: v for s, v in whole_batch.items() if s > 4}, abs=1e-5)
-    assert list(RunFolder(tmp_path / "one").sharded_steps()) == [6]
-    back = _run_by_hand(_cfg(smoke, tmp_path, mode="none"), tmp_path / "back", tmp_path / "one")
-    assert back["status"] == "completed" and back["resumed_from_step"] == 6, back
+    assert fsdp["status"] == "completed" and fsdp["resumed_from_step"] == 4, fsdp
     for rank in (0, 1):
-        again = _losses(tmp_path / "back", rank)
-        never_moved = {s: v for s, v in _losses(two["run_dir"], rank).items() if s > 6}
-        assert again.keys() == {7, 8}
-        assert again == pytest.approx(never_moved, abs=1e-5)
-    assert back["param_sum"] == pytest.approx(two["param_sum"], abs=1e-4)
+        under_fsdp = _losses(tmp_path / "fsdp", rank)
+        assert under_fsdp.keys() == {5, 6, 7, 8}
+        assert under_fsdp == pytest.approx(
+            {s: v for s, v in _losses(ddp["run_dir"], rank).items() if s > 4}, abs=1e-5
+        )
+    assert list(RunFolder(tmp_path / "fsdp").saved_steps()) == [6]
+    one = _run_by_hand(
+        _cfg(smoke, tmp_path, nproc=1, batch=32, mode="none"), tmp_path / "one", tmp_path / "fsdp"
+    )
+    assert one["status"] == "completed" and one["resumed_from_step"] == 6, one
+    on_one = _losses(tmp_path / "one")
+    assert on_one.keys() == {7, 8}
+    assert on_one == pytest.approx({s: v for s, v in whole_batch.items() if s > 6}, abs=1e-5)
+    assert one["param_sum"] == pytest.approx(ddp["param_sum"], abs=1e-4)
 
 
-def test_a_state_of_the_other_strategy_or_a_damaged_one_is_one_line(tmp_path):
-    from workbench.train.resume import restore_state, save_state
-
-    saved = _setup(0)
-    save_sharded(saved, 2, tmp_path / "fsdp")
-    with pytest.raises(ConfigError, match=r"saved with distributed.strategy=fsdp, and this run's is ddp"):
-        restore_state(_setup(1), tmp_path / "fsdp", accum=1)
-    (tmp_path / "ddp").mkdir()
-    save_state(saved, 2, tmp_path / "ddp")
+def test_an_earlier_versions_state_or_a_damaged_one_is_one_line(tmp_path):
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "resume.pt").write_bytes(b"what an earlier version wrote")
     with pytest.raises(
-        ConfigError,
-        match=r"resume.pt' is a resumable state saved with "
-        r"distributed.strategy=ddp, and this run's is fsdp",
+        ConfigError, match=r"resume.pt' is a resumable state in the format of an earlier version"
     ):
-        restore_state(_setup(1), tmp_path / "ddp", accum=1, sharded=True)
-    whole = RunFolder(tmp_path / "ddp").resume_file
-    whole.write_bytes(whole.read_bytes()[:100])  # cut short, as a full disk or a copy might
-    with pytest.raises(ConfigError, match=r"resume.pt' cannot be read \(.*\); the folder is damaged$"):
-        restore_state(_setup(1), tmp_path / "ddp", accum=1)
+        restore_state(_setup(1), tmp_path / "earlier", accum=1)
+    save_in(_setup(0), 2, tmp_path / "saved")
+    shard = next(RunFolder(tmp_path / "saved").saved_steps()[2].glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short, as a full disk or a copy might
+    with pytest.raises(ConfigError, match=r"distcp' holds 100 bytes, .*the folder is damaged \(cut short\)$"):
+        restore_state(_setup(1), tmp_path / "saved", accum=1)
 
 
-@pytest.mark.parametrize("how", ["shard missing", "shard cut short", "no index", "other strategy"])
-def test_a_damaged_sharded_state_is_refused_before_launch(tmp_path, how):
+@pytest.mark.parametrize("how", ["shard missing", "shard cut short", "no index", "earlier version"])
+def test_a_damaged_state_is_refused_before_launch(tmp_path, how):
     from workbench.distributed.launch import launcher
 
-    save_sharded(_setup(0), 2, tmp_path / "saved")
-    strategy = "fsdp"
-    if how == "other strategy":
-        strategy = "ddp"
+    if how == "earlier version":
+        (tmp_path / "saved").mkdir()
+        (tmp_path / "saved" / "resume_sharded").mkdir()
     else:
-        _damage(RunFolder(tmp_path / "saved").sharded_step_dir(2), how)
+        save_in(_setup(0), 2, tmp_path / "saved")
+        _damage(RunFolder(tmp_path / "saved").saved_steps()[2], how)
     cfg = RunConfig.smoke().replace(
         **{
             "run.resume_from": str(tmp_path / "saved"),
             "distributed.nproc": 2,
             "run.oversubscribe": True,
-            "distributed.strategy": strategy,
+            "distributed.strategy": "fsdp",
         }
     )
-    with pytest.raises(ConfigError, match="damaged|saved with distributed.strategy=fsdp") as e:
+    with pytest.raises(ConfigError, match="damaged|the format of an earlier version") as e:
         launcher().check(cfg, tmp_path / "runs")  # the launch's checks: nothing made or started
     assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
 
@@ -301,7 +305,7 @@ def saved_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("how", ["cut short", "garbage", "deleted"])
-def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_path, saved_run, how):
+def test_a_damaged_saved_state_is_refused_in_one_line_without_a_new_folder(tmp_path, saved_run, how):
     import os
     import subprocess
     import sys
@@ -309,7 +313,7 @@ def test_a_damaged_whole_state_is_refused_in_one_line_without_a_new_folder(tmp_p
     runs = tmp_path / "runs"
     run_dir = runs / saved_run.name
     shutil.copytree(saved_run, run_dir)
-    saved = RunFolder(run_dir).resume_file
+    saved = next(RunFolder(run_dir).saved_steps()[2].glob("*.distcp"))
     if how == "cut short":
         saved.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
     elif how == "garbage":
