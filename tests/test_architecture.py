@@ -218,6 +218,25 @@ def test_every_folder_says_what_lives_there():
         assert doc and len(doc) > 60, f"{init.relative_to(PACKAGE.parent)} needs its docstring"
 
 
+def test_no_two_modules_share_a_name():
+    """A name says which module it is without its folder: `memory.py` in three rooms was three jobs."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+
+
+def test_every_module_imports():
+    """Every module is reached at least this far: one that no other test runs still imports, so a
+    rename or a moved name cannot leave it broken unseen."""
+    import importlib
+
+    for name in modules():
+        if not name.endswith("__main__"):  # the command line itself: it runs on import
+            importlib.import_module(name)
+
+
 def _run_folder_names() -> set[str]:
     """Every file name workbench.runfolder defines, and the fixed parts of its per-rank patterns."""
     from workbench import runfolder

@@ -40,7 +40,7 @@ from .events import (
     TIME,
     read_events,
 )
-from .measure.compare import unpaired_ratio
+from .measure.ratios import unpaired_ratio
 from .measure.warmup import warmup_steps
 from .procs import same_process
 from .provenance import record_created

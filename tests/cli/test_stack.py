@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from workbench.compress.subject import Subject
-from workbench.stacking.report import study_text
+from workbench.stacking.waterfall_text import study_text
 
 
 def workbench(*args, timeout=600):

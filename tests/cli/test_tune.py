@@ -70,7 +70,7 @@ def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):
 
     from workbench.config import ConfigError
     from workbench.tune.search import Decision
-    from workbench.ui.tune import TunePanel
+    from workbench.ui.tune_panel import TunePanel
 
     panel = TunePanel(RunConfig.smoke(), budget_min=0)
     assert panel.run() is None and not panel.job.running  # refused before any run
@@ -100,7 +100,7 @@ def test_the_memory_plan_takes_the_largest_power_of_two_that_the_prediction_fits
     from workbench.config import ConfigError
     from workbench.distributed.launch import launcher
     from workbench.distributed.limits import per_rank_gib
-    from workbench.tune.memory import plan_memory
+    from workbench.tune.memory_candidates import plan_memory
 
     lm = _tiny_lm()
     plain = per_rank_gib(lm, launcher().precheck(lm), "cpu")  # torch's own share varies by machine

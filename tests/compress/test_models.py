@@ -13,7 +13,7 @@ from torch import nn
 from workbench.config import ConfigError
 from workbench.compress.coverage import coverage_note
 from workbench.compress.layers import conv1d_to_linear, weight_targets
-from workbench.compress.prune import copy_model, magnitude_prune, make_real, pruning_coverage, sparsity
+from workbench.compress.unstructured import copy_model, magnitude_prune, make_real, pruning_coverage, sparsity
 from workbench.compress.quantize import quantize
 from workbench.compress.structured import chain_prune, layer_widths, structured_coverage, structured_prune
 from workbench.compress.graph_prune import graph_prune

@@ -12,7 +12,7 @@ from workbench.compress.stats import output_error, state_size_bytes
 from workbench.compress.subject import Subject
 from workbench.train.models import MLP, TinyTransformerLM
 from workbench.compress.quantize import quantize, unsupported_reason
-from workbench.compress.sweep import finetune
+from workbench.compress.prune_sweep import finetune
 
 
 @pytest.fixture

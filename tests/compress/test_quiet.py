@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from workbench.compress import quiet
-from workbench.compress.prune import SparseLinear
+from workbench.compress.unstructured import SparseLinear
 from workbench.compress.quantize import DEPRECATION_NOTE, quantize
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from workbench.config import ConfigError
 from workbench.train.models import MLP, SmallCNN
-from workbench.compress.prune import magnitude_prune
+from workbench.compress.unstructured import magnitude_prune
 from workbench.compress.structured import layer_widths, structured_prune
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workbench.config import RunConfig
-from workbench.compress.prune import copy_model, magnitude_prune, make_real, pruning_coverage
+from workbench.compress.unstructured import copy_model, magnitude_prune, make_real, pruning_coverage
 from workbench.compress.quantize import quantize
 from workbench.compress.structured import structured_coverage, structured_prune
 from workbench.compress.subject import Subject
@@ -105,7 +105,7 @@ def test_your_model_through_every_strategy(name, one_thread, tmp_path):
 
 
 def test_your_dataset_in_a_fine_tuned_sweep_the_stacking_study_and_a_two_rank_export(one_thread, tmp_path):
-    from workbench.compress.sweep import SweepConfig, run_sweep
+    from workbench.compress.prune_sweep import SweepConfig, run_sweep
     from workbench.stacking.inference import inference_study
 
     result = run(config("dataset", **{"distributed.nproc": 2}), timeout_s=300)

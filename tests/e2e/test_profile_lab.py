@@ -16,8 +16,8 @@ from workbench.events import read_events
 from workbench.profile.breakdown import SUM_TOLERANCE, read_breakdown
 from workbench.profile.checkpoint import checkpoint_trade
 from workbench.profile.optimizers import compare_optimizers
-from workbench.profile.run import is_profile_of, profile
-from workbench.profile.verdict import bound_by, group_shares
+from workbench.profile.profiled_run import is_profile_of, profile
+from workbench.profile.bound_by import bound_by, group_shares
 from workbench.measure.warmup import warmup_steps
 
 

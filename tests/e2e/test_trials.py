@@ -12,7 +12,7 @@ import pytest
 from workbench.cli import main as cli
 from workbench.config import ConfigError
 from workbench.procs import OtherWork
-from workbench.trials.ab import ab_test
+from workbench.trials.config_ab import ab_test
 from workbench.trials.rounds import contention_of, run_rounds
 
 

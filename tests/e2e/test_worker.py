@@ -144,7 +144,7 @@ def test_a_rank_numbers_its_attempt_after_those_it_began_in_the_run_folder(tmp_p
     rank died hears restart 0 again, and takes its attempt from the shared run folder."""
     from workbench.events import EventWriter
     from workbench.train.rank import RankEnv
-    from workbench.train.worker import attempt_of
+    from workbench.train.rank_process import attempt_of
 
     assert attempt_of(tmp_path, RankEnv(rank=1)) == 0  # a first start
     for attempt in (0, 1):

@@ -18,7 +18,7 @@ import torch
 from workbench.config import ConfigError, RunConfig
 from workbench.events import read_events
 from workbench.export import export
-from workbench.export.commands import single_node
+from workbench.export.launch_commands import single_node
 from workbench.export.verify import reproduce
 from workbench.distributed.launch import run
 from workbench.net import free_port

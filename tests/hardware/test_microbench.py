@@ -231,7 +231,7 @@ def test_the_precision_lesson_is_measured_once_per_conditions_and_kept_apart(pri
 
 def test_an_ab_of_training_steps_decides_the_lesson_for_its_model_and_says_so():
     from workbench.hardware.lessons import Lesson
-    from workbench.measure.compare import Ratio
+    from workbench.measure.ratios import Ratio
 
     matmul = Lesson("fp32", {"bf16": Ratio(1.1, 0.4, 6.2, 8, "within noise")}, [], "a matmul")
     faster = matmul.after_ab("bf16", Ratio(2.16, 1.17, 2.74, 12, "faster"))
@@ -244,6 +244,6 @@ def test_an_ab_of_training_steps_decides_the_lesson_for_its_model_and_says_so():
 def test_the_profilers_advice_takes_the_precision_from_the_lesson(private_cache):
     from workbench.config import RunConfig
     from workbench.hardware.lessons import precision_lesson
-    from workbench.profile.run import recommended_dtype
+    from workbench.profile.profiled_run import recommended_dtype
 
     assert recommended_dtype(RunConfig.smoke()) == precision_lesson("cpu").recommend

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.measure import claims
-from workbench.measure.compare import ratio_of
+from workbench.measure.ratios import ratio_of
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("0*.ipynb"))
 

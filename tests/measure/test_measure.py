@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from workbench.measure.compare import (
+from workbench.measure.ratios import (
     median_interval,
     min_rounds,
     paired_ratio,

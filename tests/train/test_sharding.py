@@ -186,7 +186,7 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
     assert losses["fsdp"] == pytest.approx(losses["ddp"], abs=1e-5)  # the same training
     ready = next(r for r in read_events(runs["fsdp"]["run_dir"]) if r["event"] == "ready")
     assert ready["fsdp_blocks"] == ["net.1", "net.3", "net.5"]
-    from workbench.profile.report import per_rank_lines
+    from workbench.profile.breakdown_text import per_rank_lines
 
     table = per_rank_lines(runs["fsdp"]["memory_per_rank"])  # what `workbench profile` prints
     assert table[0].startswith("  per rank (FSDP):") and [t.split()[:2] for t in table[2:4]] == [
@@ -201,7 +201,7 @@ def test_each_rank_holds_what_was_predicted_and_fsdp_trains_as_ddp(tmp_path):
 
 @pytest.mark.slow
 def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_side():
-    from workbench.trials.ab import ab_test
+    from workbench.trials.config_ab import ab_test
 
     ddp = RunConfig.smoke().replace(
         **{

@@ -97,7 +97,7 @@ def test_the_order_follows_what_bounds_the_step():
 
 
 def test_every_verdict_of_the_profile_has_an_order():
-    from workbench.profile.verdict import GROUPS
+    from workbench.profile.bound_by import GROUPS
     from workbench.tune.search import FIRST
 
     assert set(FIRST) == set(GROUPS)

@@ -7,7 +7,7 @@ import pytest
 from workbench.distributed.jobs import job_script
 from workbench.config import ConfigError
 from workbench.ui.distributed import DistributedPanel
-from workbench.ui.scaling import ScalingView, draw, scaling_figure
+from workbench.ui.scaling_view import ScalingView, draw, scaling_figure
 
 
 def test_panel_builds_the_config_and_refuses_bad_settings(smoke, monkeypatch):

@@ -36,7 +36,7 @@ def _c(name, kind, value, dtype=None):
 
 
 def test_report_widget_lists_faked_gpus_and_links():
-    from workbench.hardware.report import hardware_report
+    from workbench.hardware.machine_report import hardware_report
 
     rep = hardware_report()
     rep["gpu"] = {

@@ -8,7 +8,7 @@ import pytest
 from workbench.config import ConfigError
 from workbench.loading.imageset import generate_image_set
 from workbench.train.images import ImageFolder
-from workbench.loading.sweep import LoaderSetting, grid
+from workbench.loading.loader_sweep import LoaderSetting, grid
 
 ui = pytest.importorskip("workbench.ui.loading")
 

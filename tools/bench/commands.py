@@ -19,7 +19,7 @@ from pathlib import Path
 
 from workbench.events import SAMPLES_PER_S
 from workbench.procs import OtherWork
-from workbench.trials.commands import Command, command_ab
+from workbench.trials.script_ab import Command, command_ab
 from .results import machine_line, results_file, write_results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_loop.py"

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from workbench.compress.coverage import columns
-from workbench.compress.prune import copy_model, magnitude_prune, make_real, pruning_coverage
+from workbench.compress.unstructured import copy_model, magnitude_prune, make_real, pruning_coverage
 from workbench.compress.quantize import quantize, torchao_available
 from workbench.compress.stats import latencies, speedup_label, state_size_bytes
 from workbench.compress.structured import structured_coverage, structured_prune

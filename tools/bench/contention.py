@@ -47,9 +47,9 @@ from workbench.machine.threads import (
     choose_threads,
     other_cores_now,
 )
-from workbench.measure.compare import paired_speed_ratio
+from workbench.measure.ratios import paired_speed_ratio
 from workbench.procs import OtherWork
-from workbench.profile.run import default_transformer
+from workbench.profile.profiled_run import default_transformer
 from workbench.quick import scaled
 from .results import machine_line, results_file, write_results
 

@@ -32,7 +32,7 @@ from workbench.events import (
     STEP_TIME_MS,
     TIME,
 )
-from workbench.measure.compare import paired_speed_ratio
+from workbench.measure.ratios import paired_speed_ratio
 from workbench.quick import scaled
 from workbench.ui.dashboard import LiveDashboard  # imported before any timing: plotly and ipywidgets
 from .results import recorded

@@ -23,7 +23,7 @@ from workbench.config import RunConfig
 from workbench.distributed.launch import run
 from workbench.events import SAMPLES_PER_S
 from workbench.export.bundle import export
-from workbench.measure.compare import median_interval
+from workbench.measure.ratios import median_interval
 from workbench.measure.order import order_of
 from workbench.procs import OtherWork
 from .results import machine_line, results_file, write_results

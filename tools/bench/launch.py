@@ -38,7 +38,7 @@ from workbench.events import (
     read_events,
 )
 from workbench.export.bundle import export
-from workbench.measure.compare import median_interval
+from workbench.measure.ratios import median_interval
 from workbench.runfolder import RunFolder
 from workbench.runstore import create_run_dir
 from .results import recorded

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from workbench.config import RunConfig
-from workbench.loading.cache import DecodedCache
-from workbench.measure.compare import paired_ratio
+from workbench.loading.decoded_cache import DecodedCache
+from workbench.measure.ratios import paired_ratio
 from workbench.loading.imageset import generate_image_set
-from workbench.loading.sweep import shutdown_workers
+from workbench.loading.loader_sweep import shutdown_workers
 from workbench.trials.calls import timed_calls
 from workbench.train.data import make_loader
 from workbench.train.images import ImageFolder

@@ -35,7 +35,7 @@ from workbench.events import (
     read_events,
 )
 from workbench.machine.contention import ContentionMeter, busy_sentence
-from workbench.measure.compare import paired_ratio
+from workbench.measure.ratios import paired_ratio
 from workbench.train.data import build_data, make_loader
 from workbench.train.memory_readings import sample
 from workbench.train.models import build_model, loss_fn

@@ -1,5 +1,5 @@
 """What bf16 and fp16 buy over fp32 on this machine, for training: each an A/B test in alternating
-slices of one warm process (workbench.trials.ab), the median speed ratio with its interval and the
+slices of one warm process (workbench.trials.config_ab), the median speed ratio with its interval and the
 verdict, beside the matmul lesson of the same machine (workbench.hardware.lessons).
 
     python -m tools.bench precision [--rounds 8]     # or: make bench
@@ -12,7 +12,7 @@ import argparse
 from workbench.config import RunConfig
 from workbench.hardware.lessons import precision_lesson
 from workbench.quick import scaled
-from workbench.trials.ab import ab_test
+from workbench.trials.config_ab import ab_test
 from .results import recorded
 
 MODELS = {

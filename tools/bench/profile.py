@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.measure.compare import min_rounds
+from workbench.measure.ratios import min_rounds
 from workbench.profile.checkpoint import checkpoint_trade
 from workbench.profile.optimizers import compare_optimizers
-from workbench.profile.run import default_transformer, profile
+from workbench.profile.profiled_run import default_transformer, profile
 from .results import recorded
 
 

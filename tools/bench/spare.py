@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from workbench.config import RunConfig
 from workbench.distributed.launch import launcher, start_run
 from workbench.distributed.warm import WATCH_S
-from workbench.measure.compare import median_interval
+from workbench.measure.ratios import median_interval
 from workbench.measure.order import order_of
 from workbench.procs import OtherWork
 from workbench.runfolder import RunFolder

@@ -21,14 +21,14 @@ import torch
 
 from workbench.config import RunConfig
 from workbench.machine.threads import thread_count, wait_policy
-from workbench.measure.compare import paired_ratio
+from workbench.measure.ratios import paired_ratio
 from workbench.procs import OtherWork
 from workbench.trials.calls import timed_calls
 from workbench.train.data import build_data, make_loader
 from workbench.train.models import build_model, loss_fn
 from workbench.train.rank import RankEnv
 from workbench.train.step import cycle_batches
-from workbench.tracking.run import Run
+from workbench.tracking.tracked_run import Run
 from .results import machine_line, results_file, write_results
 
 GOAL = 0.02

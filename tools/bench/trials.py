@@ -71,7 +71,7 @@ def one_training(a: RunConfig, b: RunConfig, rounds: int) -> dict:
 
 def cross_process(a: RunConfig, b: RunConfig, rounds: int, run_s: float) -> dict:
     """The same comparison as whole runs in separate processes, `run_s` seconds of steps each."""
-    from workbench.measure.compare import paired_speed_ratio
+    from workbench.measure.ratios import paired_speed_ratio
     from workbench.events import SAMPLES_PER_S
     from workbench.trials.rounds import run_rounds
 

@@ -37,7 +37,7 @@ def examples() -> dict[str, RunConfig]:
 
 
 def one(name: str, cfg: RunConfig, budget_s: float) -> list[str]:
-    from workbench.trials.ab import ab_test
+    from workbench.trials.config_ab import ab_test
     from workbench.tune.tuner import tune
 
     report = tune(cfg, budget_s=budget_s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from workbench.hardware.microbench import run_benchmarks
-from workbench.hardware.report import hardware_report
+from workbench.hardware.machine_report import hardware_report
 from workbench.machine.gpus import find_gpu
 from workbench.machine.monitor import NvmlReader
 from workbench.machine.peaks import save_ceilings

@@ -19,7 +19,7 @@ from torch import nn
 from workbench.compress.quantize import quantize, torchao_available, unsupported_reason
 from workbench.compress.stats import output_error
 from workbench.compress.structured import layer_widths, structured_prune
-from workbench.measure.compare import paired_ratio
+from workbench.measure.ratios import paired_ratio
 from workbench.trials.calls import timed_calls
 from workbench.train.models import MLP
 

@@ -5,7 +5,7 @@
 2. non_blocking overlap: a step that copies a pinned batch, then does host work as long as one copy
    (a sleep standing in for preparing the next batch). A blocking copy makes the host wait for it;
    non_blocking lets the host work while the copy engine moves the batch.
-3. A loader sweep on this machine's cores (workbench.loading.sweep): PNG images decoded and augmented
+3. A loader sweep on this machine's cores (workbench.loading.loader_sweep): PNG images decoded and augmented
    per sample, 0 to N workers, and pinned memory at the most workers; every batch goes to the GPU and
    trains a small CNN. Samples/s and the data-wait share per setting, speedups over 0 workers with
    intervals (SWEEP_ROUNDS interleaved rounds).
@@ -23,9 +23,9 @@ import torch
 
 from workbench.events import EVENT, SAMPLES_PER_S
 from workbench.loading.imageset import generate_image_set
-from workbench.loading.sweep import MEASURE, LoaderSetting, grid, run_sweep
+from workbench.loading.loader_sweep import MEASURE, LoaderSetting, grid, run_sweep
 from workbench.machine.cpu import usable_cores
-from workbench.measure.compare import paired_ratio, paired_speed_ratio
+from workbench.measure.ratios import paired_ratio, paired_speed_ratio
 from workbench.trials.calls import timed_calls
 from workbench.train.images import ImageFolder
 from workbench.train.models import SmallCNN

@@ -33,7 +33,7 @@ from workbench.events import (
     TIME,
     read_events,
 )
-from workbench.measure.compare import min_rounds, paired_speed_ratio, unpaired_ratio
+from workbench.measure.ratios import min_rounds, paired_speed_ratio, unpaired_ratio
 from workbench.measure.warmup import warmup_steps
 from workbench.trials.rounds import contention_of, run_rounds, speed_config
 from .gpumem import DeviceMemory, Sampler

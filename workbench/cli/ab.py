@@ -131,7 +131,7 @@ def main(args) -> int:
         if not args.json and s.round >= 0:
             print(f"  pair {s.round + 1} {s.label}: {s.rate:,.0f} samples/s", file=sys.stderr, flush=True)
 
-    from ..trials.ab import ab_test  # torch: only once the input is checked
+    from ..trials.config_ab import ab_test  # torch: only once the input is checked
 
     with Interrupt("ab", quiet=args.json) as interrupted:  # Ctrl-C: the pairs so far are the result
         result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress, stop=interrupted)
@@ -148,7 +148,7 @@ def _name(changes: dict, fallback: str) -> str:
 
 def _commands(args) -> int:
     """`ab --cmd`: the A/B of two commands, each a fresh tracked run a pair (trials.commands)."""
-    from ..trials.commands import BUDGET_S, Command, parse_env
+    from ..trials.script_ab import BUDGET_S, Command, parse_env
 
     if args.cmd is None:
         raise ConfigError("--vs-cmd and --vs-env need --cmd, side A's command")
@@ -178,7 +178,7 @@ def _commands(args) -> int:
                 flush=True,
             )
 
-    from ..trials.commands import command_ab  # torch: only once the input is checked
+    from ..trials.script_ab import command_ab  # torch: only once the input is checked
 
     with Interrupt("ab", quiet=args.json) as interrupted:
         result = command_ab(

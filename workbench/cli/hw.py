@@ -104,7 +104,7 @@ def format_ceilings(ceilings, peaks: dict) -> str:
 
 
 def main(args) -> int:
-    from ..hardware.report import format_report, hardware_report
+    from ..hardware.machine_report import format_report, hardware_report
 
     if args.allreduce_ranks < 0:
         raise ConfigError(f"--allreduce-ranks must be >= 0, got {args.allreduce_ranks}")

@@ -48,7 +48,7 @@ def main(args) -> int:
     from ..events import EVENT, SAMPLES_PER_S
     from ..loading.advice import recommend
     from ..machine.contention import busy_sentence
-    from ..loading.sweep import MEASURE, grid, run_sweep, summarize_sweep, train_step
+    from ..loading.loader_sweep import MEASURE, grid, run_sweep, summarize_sweep, train_step
 
     for flag, value, low in (
         ("--rounds", args.rounds, 1),

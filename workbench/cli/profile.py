@@ -91,7 +91,7 @@ def main(args) -> int:
     cfg = build_config(args)
     from ..profile.checkpoint import checkpoint_trade, trade_modules  # torch: the input is checked
     from ..profile.optimizers import compare_optimizers
-    from ..profile.run import profile
+    from ..profile.profiled_run import profile
 
     modules = None if args.checkpoint_trade is None else trade_modules(cfg, args.checkpoint_trade)
     b = profile(cfg, args.profile_steps)

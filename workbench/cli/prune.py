@@ -113,7 +113,7 @@ def subject_config(args) -> RunConfig:
 def subject_from_args(args):
     """The Subject to compress, trained when it is fresh (or marked untrained)."""
     from ..compress.subject import Subject
-    from ..compress.sweep import finetune
+    from ..compress.prune_sweep import finetune
 
     if args.run_dir:
         refuse_beside(
@@ -181,7 +181,7 @@ def main(args) -> int:
 
     from ..compress.long_search import search_progress
     from ..compress.stats import speedup_label
-    from ..compress.sweep import SweepConfig, run_sweep
+    from ..compress.prune_sweep import SweepConfig, run_sweep
 
     scfg = SweepConfig(
         amounts=parse_list(args.amounts, float, "--amounts"),

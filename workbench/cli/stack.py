@@ -137,7 +137,7 @@ def inference(args) -> int:
             )
         )
         return 0
-    from ..stacking.report import study_text
+    from ..stacking.waterfall_text import study_text
 
     print(study_text(records))
     for rec in records:
@@ -163,7 +163,7 @@ def main(args) -> int:
     if not 0.01 <= args.slice_s <= 60:
         raise ConfigError(f"--slice-s must be between 0.01 and 60 seconds, got {args.slice_s}")
 
-    from ..measure.compare import min_rounds
+    from ..measure.ratios import min_rounds
     from ..stacking.plan import plan
     from ..stacking.study import run_study  # torch: only once the input is checked
 
@@ -202,7 +202,7 @@ def main(args) -> int:
             )
         )
     else:
-        from ..stacking.report import study_text
+        from ..stacking.waterfall_text import study_text
 
         print(study_text(records))
         last = [r for r in records if r.get("run_dir") and r.get(SAMPLES_PER_S)]

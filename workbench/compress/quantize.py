@@ -29,7 +29,7 @@ from ..config import ConfigError
 from . import quiet
 from .coverage import coverage
 from .layers import conv1d_to_linear, kind_of, shared_groups, tensor_of
-from .prune import check_not_quantized, has_masks
+from .unstructured import check_not_quantized, has_masks
 
 METHODS = ("dynamic_int8", "weight_only_int8", "semi_structured_2_4")
 BACKENDS = ("auto", "torchao", "torch.ao")

@@ -26,7 +26,7 @@ from ..train.models import MLP, SmallCNN
 from .coverage import coverage
 from .graph_prune import graph_prune
 from .layers import model_weights, parameterized_layers
-from .prune import check_amount, check_not_quantized, has_masks
+from .unstructured import check_amount, check_not_quantized, has_masks
 
 PASS_THROUGH = (
     nn.ReLU,

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..config import ConfigError
 from .coverage import columns, coverage
-from .prune import (
+from .unstructured import (
     SparseLinear,
     check_amount,
     copy_model,
@@ -28,7 +28,7 @@ from .reasons import judge
 from .stats import latencies, output_error, state_size_bytes
 from .structured import structured_coverage, structured_prune
 from .subject import Subject
-from .sweep import finetune
+from .prune_sweep import finetune
 
 
 def build_variants(

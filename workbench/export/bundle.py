@@ -18,7 +18,7 @@ from ..disk import disk_message
 from ..runfolder import CONFIG, JOB_FILE, RunFolder
 from ..runstore import read_summary
 from ..distributed.slurm import shell_word
-from . import commands
+from . import launch_commands
 from .script import DATA_FILE, save_digits, script_source
 from .user_code import copy_user_code
 
@@ -69,8 +69,10 @@ def resolve_config(source) -> RunConfig:
 
 
 def _run_sh(cfg: RunConfig, nodes: int, port: int) -> str:
-    one = shlex.join(commands.single_node(cfg, port=port))
-    many = " ".join(shell_word(a) for a in commands.multi_node(cfg, nodes, head="$HEAD_NODE", port=port))
+    one = shlex.join(launch_commands.single_node(cfg, port=port))
+    many = " ".join(
+        shell_word(a) for a in launch_commands.multi_node(cfg, nodes, head="$HEAD_NODE", port=port)
+    )
     return f"""#!/bin/bash
 # Run the exported training script.
 #   ./run.sh                     this machine, as the run was
@@ -100,7 +102,12 @@ def run_warnings(source) -> list[str]:
 
 
 def export(
-    source, to_dir, *, nodes: int | None = None, port: int = commands.DEFAULT_PORT, overwrite: bool = False
+    source,
+    to_dir,
+    *,
+    nodes: int | None = None,
+    port: int = launch_commands.DEFAULT_PORT,
+    overwrite: bool = False,
 ) -> Export:
     """Write the export files for `source` (RunConfig, run folder or config file) into `to_dir`."""
     try:
@@ -113,7 +120,7 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     cfg = resolve_config(source)
     if cfg.run.resume_from:  # the export trains from step 0, and travels without that folder
         cfg = cfg.replace(**{"run.resume_from": ""})
-    nodes = nodes if nodes is not None else commands.default_nodes(cfg)
+    nodes = nodes if nodes is not None else launch_commands.default_nodes(cfg)
     if nodes < 2:
         raise ConfigError(f"nodes must be >= 2 for the multi-node command, got {nodes}")
     if not 0 < port < 65536:
@@ -130,8 +137,8 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
 
     result = Export(
         to_dir,
-        single_node=commands.single_node(cfg, port=port),
-        multi_node=commands.multi_node(cfg, nodes, port=port),
+        single_node=launch_commands.single_node(cfg, port=port),
+        multi_node=launch_commands.multi_node(cfg, nodes, port=port),
         warnings=run_warnings(source),
     )
     specs, carried, result.needs = copy_user_code(cfg, to_dir)  # your code and its local modules
@@ -148,9 +155,9 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     recorded = (launched or {}).get("threads")  # the run's own choice, where it came from a run
     texts = {
         "train.py": script_source(cfg, specs, recorded),
-        "commands.md": commands.commands_markdown(cfg, nodes, port),
+        "commands.md": launch_commands.commands_markdown(cfg, nodes, port),
         "run.sh": _run_sh(cfg, nodes, port),
-        JOB_FILE: commands.slurm_job(cfg, nodes, port),
+        JOB_FILE: launch_commands.slurm_job(cfg, nodes, port),
     }
     for name, text in texts.items():
         (to_dir / name).write_text(text)

@@ -21,7 +21,7 @@ from ..config import RunConfig
 from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
 from ..runfolder import RunFolder
 from ..net import free_port
-from .commands import single_node
+from .launch_commands import single_node
 
 METRICS = "reproduce_metrics"
 

@@ -29,7 +29,7 @@ from ..machine.conditions import cache_name, conditions
 from ..machine.peaks import load_ceilings, measured_when
 from ..machine.threads import other_cores_now
 from ..measure import claims
-from ..measure.compare import Ratio, paired_ratio
+from ..measure.ratios import Ratio, paired_ratio
 from ..measure.verdict import FASTER, SLOWER
 from ..trials.calls import timed_calls
 from ..train.precision import DTYPES

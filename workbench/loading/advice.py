@@ -17,7 +17,7 @@ from ..events import SAMPLES_PER_S
 from ..machine.cpu import usable_cores
 from ..measure import claims
 from ..measure.verdict import FASTER
-from .sweep import vs_zero_workers
+from .loader_sweep import vs_zero_workers
 
 
 def wait_share_sentence(data_wait_frac: float) -> str:

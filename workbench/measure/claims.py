@@ -87,7 +87,7 @@ def verdict(
 
 
 def ratio(where: str, r) -> Claim:
-    """The verdict a Ratio (workbench.measure.compare) shows, against its own ratio and interval."""
+    """The verdict a Ratio (workbench.measure.ratios) shows, against its own ratio and interval."""
     interval = (r.low, r.high) if r.low is not None else None
     return verdict(where, r.verdict, r.ratio, interval, r.min_effect)
 

@@ -18,9 +18,9 @@ from ..events import EVENT, PROFILED, RANK, STEP, STEP_NUMBER, STEP_TIME_MS, WOR
 from ..runfolder import RunFolder, read_json
 from ..runstore import read_summary
 from ..train.profiling import PHASES
-from .memory import MemoryBreakdown, memory_breakdown
-from .report import breakdown_text
-from .verdict import GROUPS, Verdict, bound_by, group_shares
+from .memory_breakdown import MemoryBreakdown, memory_breakdown
+from .breakdown_text import breakdown_text
+from .bound_by import GROUPS, Verdict, bound_by, group_shares
 
 SUM_TOLERANCE = 0.10  # the phases must add up to the measured step time within this
 
@@ -158,7 +158,7 @@ def read_breakdown(run_dir: str | Path, recommended_dtype: str | None = None) ->
     if not files:
         raise ConfigError(
             f"{str(run_dir)!r} holds no {folder.profile_file('*').name}: profile a "
-            "config with workbench.profile.run.profile (or run.profile_steps > 0)"
+            "config with workbench.profile.profiled_run.profile (or run.profile_steps > 0)"
         )
     config = folder.config_data()
     records = {

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from ..config import ConfigError, RunConfig
 from ..events import EVENT, LOSS, RANK, STEP, STEP_NUMBER, read_events
 from ..train.activation_checkpointing import suggested
-from ..trials.ab import ABResult, ab_test
+from ..trials.config_ab import ABResult, ab_test
 from .breakdown import Breakdown
-from .memory import mib
-from .run import is_profile_of, profile
+from .memory_breakdown import mib
+from .profiled_run import is_profile_of, profile
 
 LOSS_RTOL = 1e-4  # recompute replays the same arithmetic: the losses should agree to rounding
 
@@ -121,7 +121,7 @@ def checkpoint_trade(
 ) -> CheckpointTrade:
     """Profile `cfg` with and without checkpointing `modules` (default: the config's own
     train.checkpoint, else the built-in model's suggestion) and, when `timed`, A/B test their speed
-    in `rounds` pairs of slices in one warm process (workbench.trials.ab; the losses are compared on
+    in `rounds` pairs of slices in one warm process (workbench.trials.config_ab; the losses are compared on
     the profiles, step by step). `baseline`, a profile of `cfg` without checkpointing already
     made, stands for the profile without (a profile of another config is not used)."""
     modules = trade_modules(cfg, modules)

@@ -21,7 +21,7 @@ import torch
 
 from ..config import ConfigError, RunConfig
 from ..machine.capability import resolve_device, unsupported_reason
-from ..measure.compare import Ratio, paired_ratio
+from ..measure.ratios import Ratio, paired_ratio
 from ..measure.timer import Timing, device_sync
 from ..trials.calls import timed_calls
 from ..train.data import build_data

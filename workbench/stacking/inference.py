@@ -24,7 +24,7 @@ from ..compress.subject import Subject
 from ..config import ConfigError
 from ..events import SAMPLES_PER_S
 from ..measure import claims
-from ..measure.compare import paired_ratio
+from ..measure.ratios import paired_ratio
 from ..measure.verdict import MIN_EFFECT, weighed
 from ..trials.changes import STACK_STEP
 

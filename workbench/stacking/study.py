@@ -20,7 +20,7 @@ from typing import Callable
 from ..config import RunConfig
 from ..events import RANK, SAMPLES_PER_S, STEP_TIME_MS
 from ..measure import claims
-from ..measure.compare import min_rounds
+from ..measure.ratios import min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD
 from ..trials.engine import SLICE_S, Slice, Trial

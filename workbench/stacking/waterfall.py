@@ -6,7 +6,7 @@ it, coloured by verdict: a step that went up within noise is not drawn as a gain
 from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
-from ..measure.compare import speedup_text
+from ..measure.ratios import speedup_text
 from ..trials.changes import STACK_STEP
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .run import BUDGET_ENV, Run, Step  # noqa: F401 - the API
+from .tracked_run import BUDGET_ENV, Run, Step  # noqa: F401 - the API
 
 __all__ = ["track", "Run", "Step", "BUDGET_ENV"]
 
@@ -48,10 +48,10 @@ def track(
         (exit code 0, after recording); False leaves it to the loop to check `run.should_stop`.
     """
     from ..train.rank import RankEnv
-    from ..train.worker import attempt_of
+    from ..train.rank_process import attempt_of
     from . import ending, place
     from .record import script_record
-    from .run import budget_from_env
+    from .tracked_run import budget_from_env
 
     env = RankEnv.from_environ()
     budget = budget_from_env()

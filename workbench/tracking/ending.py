@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 
-from .run import EXIT_STOPPED, Run
+from .tracked_run import EXIT_STOPPED, Run
 
 _ACTIVE: list[Run] = []
 _INSTALLED = False

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
 from ..measure import claims
-from ..measure.compare import Ratio, ratio_of
+from ..measure.ratios import Ratio, ratio_of
 from ..measure.order import order_of
 from ..measure.verdict import MIN_EFFECT
 from ..machine.contention import BUSY_CORES, MIN_WINDOW_S

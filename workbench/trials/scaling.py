@@ -22,7 +22,7 @@ from ..events import SAMPLES_PER_S, STEP_TIME_MS
 from ..machine.capability import resolve_device
 from ..machine.cpu import usable_cores
 from ..machine.fit import cannot_run
-from ..measure.compare import min_rounds, paired_speed_ratio, speedup_text
+from ..measure.ratios import min_rounds, paired_speed_ratio, speedup_text
 from .engine import SLICE_S, Trial
 from .hosts import TrainingHosts
 

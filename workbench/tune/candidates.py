@@ -4,7 +4,7 @@ the numbers a run computes (then its loss is checked too).
     for cand, reason in reachable(baseline): ...   # reason: why it is not tried here, or None
 
 The largest batch that fits a memory budget and activation checkpointing depend on the model's
-measured memory: workbench.tune.memory plans them. Not tried, and said so in every report
+measured memory: workbench.tune.memory_candidates plans them. Not tried, and said so in every report
 (NOT_TRIED): threads, which every run already chooses from what other programs leave free
 (workbench.machine.threads).
 """

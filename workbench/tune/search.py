@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..measure import claims
-from ..measure.compare import CONFIDENCE, median_interval, min_rounds
+from ..measure.ratios import CONFIDENCE, median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..trials.changes import Change
 
@@ -50,7 +50,7 @@ MAX_ROUNDS = 20  # an undecided comparison gives up here: the gain, if any, is t
 MAX_DROPPED = 10  # dropped pairs repeated per comparison before it gives up
 FEWEST = min_rounds(DECIDE_CONFIDENCE)  # rounds before any decision can be made (7)
 
-# What to try first, by what the profile says bounds the step (workbench.profile.verdict).
+# What to try first, by what the profile says bounds the step (workbench.profile.bound_by).
 FIRST = {
     "data": ("loader",),
     "compute": ("precision", "compile", "layout"),

@@ -21,7 +21,7 @@ from ..distributed.launch import launcher
 from ..trials.engine import SLICE_S, Slice, Trial
 from ..trials.hosts import TrainingHosts, TrialError
 from .candidates import NOT_TRIED, reachable
-from .memory import plan_memory
+from .memory_candidates import plan_memory
 from .search import Decision, LossCheck, Prepared, Round, order, search
 
 # How far the mean loss over the same samples seen may move, relative: for bf16, fp16 and compile
@@ -216,7 +216,7 @@ class TuneReport:
 
 def bound_by_of(baseline: RunConfig) -> tuple[str | None, str]:
     """What bounds the baseline's step, from a profiling run (workbench.profile)."""
-    from ..profile.run import profile
+    from ..profile.profiled_run import profile
 
     try:
         b = profile(baseline)

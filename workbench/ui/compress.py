@@ -22,7 +22,7 @@ from .table import html_table
 from ..compress.long_search import search_progress
 from ..compress.stats import busy_note, conditions_line, speedup_label, speedup_short
 from ..compress.subject import Subject
-from ..compress.sweep import SweepConfig, iter_sweep
+from ..compress.prune_sweep import SweepConfig, iter_sweep
 from ..compress.variants import compare_variants, pareto_front
 from .charts import set_title
 from .figure import LiveFigure

@@ -16,7 +16,7 @@ from ..events import EVENT, MFU, STEP, STEP_NUMBER, read_events
 from ..hardware.ceiling import Ceiling
 from ..hardware.chooser import choose
 from ..hardware.microbench import run_benchmarks
-from ..hardware.report import hardware_report
+from ..hardware.machine_report import hardware_report
 from ..hardware.roofline import attainable
 from ..machine import peaks
 from ..machine.cpu import isa_text

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from ..events import DATA_WAIT_MS, EVENT, SAMPLES_PER_S, STEP, STEP_TIME_MS, read_events
 from ..machine.contention import busy_sentence
 from ..loading.advice import recommend, wait_share_sentence
-from ..loading.sweep import MEASURE, run_sweep, summarize_sweep
+from ..loading.loader_sweep import MEASURE, run_sweep, summarize_sweep
 from ..measure.warmup import warmup_steps
 from .figure import LiveFigure
 from .job import BackgroundJob

@@ -16,7 +16,7 @@ from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle
 from ..hardware.lessons import precision_lesson
 from ..machine.monitor import SystemMonitor
-from .compare import CompareView
+from .comparison_view import CompareView
 from .controls import Controls
 from .monitor_view import MonitorView
 from .run_control import RunControl
@@ -100,7 +100,7 @@ class RunPanel(RunControl):
 
     def profile(self, wait: bool = False):
         """The "profile this config" button: profile the controls' config in a worker."""
-        from .profile import ProfileLab
+        from .profile_view import ProfileLab
 
         try:
             cfg = self.config()

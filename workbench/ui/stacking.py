@@ -19,7 +19,7 @@ from ..config import RunConfig
 from ..export import export
 from ..events import SAMPLES_PER_S, STEP_TIME_MS
 from ..trials.changes import CHANGES, STACK_STEP, STACKED, as_change
-from ..measure.compare import min_rounds, speedup_text
+from ..measure.ratios import min_rounds, speedup_text
 from ..stacking.study import run_study
 from ..stacking.waterfall import number, waterfall_records
 from .charts import wrapped

@@ -18,7 +18,7 @@ import re
 
 from ..machine.contention import is_busy
 from ..measure import claims
-from ..measure.compare import speedup_text
+from ..measure.ratios import speedup_text
 from ..measure.verdict import FASTER, is_clean_gain
 from .titles import title
 

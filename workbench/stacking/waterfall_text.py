@@ -3,14 +3,14 @@ samples/s, the ratio to the step before with its interval and rounds, the verdic
 each side ran (under a time budget they differ); a skipped or failed step with its reason, and
 the total against the baseline.
 
-    from workbench.stacking.report import study_text
+    from workbench.stacking.waterfall_text import study_text
     print(study_text(records))   # records: the study's rows as dicts (each with `adds`)
 """
 
 from __future__ import annotations
 
 from ..events import SAMPLES_PER_S
-from ..measure.compare import speedup_text
+from ..measure.ratios import speedup_text
 from ..trials.changes import STACK_STEP
 from .waterfall import number
 

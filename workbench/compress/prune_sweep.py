@@ -5,7 +5,7 @@ the model's weights the pruning touched; `details` lists the layers pruned and t
 why) and sparsity over the pruned layers and over the whole model (`model_sparsity`). The
 amount-0 row is the same model timed against itself: the noise floor of the sweep.
 
-    from workbench.compress.sweep import SweepConfig, run_sweep
+    from workbench.compress.prune_sweep import SweepConfig, run_sweep
     df = run_sweep(subject, SweepConfig(amounts=[0, 0.5, 0.9], finetune_epochs=2))
 """
 
@@ -24,7 +24,7 @@ from ..measure.verdict import FASTER, SLOWER
 from ..train.models import loss_fn
 from ..train.data import iter_batches
 from .coverage import columns
-from .prune import (
+from .unstructured import (
     METHODS,
     SCOPES,
     check_amount,
@@ -35,7 +35,7 @@ from .prune import (
     pruning_coverage,
     refresh_masks,
 )
-from .prune import sparsity as sparsity_of
+from .unstructured import sparsity as sparsity_of
 from .reasons import judge
 from .stats import latencies, num_threads, speedup_short, state_size_bytes
 from .structured import structured_coverage, structured_prune

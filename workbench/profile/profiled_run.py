@@ -1,7 +1,7 @@
 """Profile a run config: a short real run in a worker (one process, or every rank under torchrun)
 with a few steps after warm-up under torch.profiler, read back as a Breakdown.
 
-    from workbench.profile.run import profile, default_transformer
+    from workbench.profile.profiled_run import profile, default_transformer
     b = profile(default_transformer())      # about 20 steps of the small transformer
     print(b.text())
 

@@ -1,7 +1,7 @@
 """The comparison view: pick runs from the run store, overlay their curves, and a table of speedup
 vs the first (baseline) run with its interval, threads, peak memory, final loss, accuracy and the
 contention each run saw (`workbench.runstore.compare`). "Measure properly" runs the first two
-runs' configs as an A/B test (alternating short runs, workbench.trials.ab) and shows its verdict.
+runs' configs as an A/B test (alternating short runs, workbench.trials.config_ab) and shows its verdict.
 
     view = compare_view([run_a, run_b, run_c]); display(view)   # view.frame is the table
 """
@@ -15,10 +15,10 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..events import ATTEMPT, EVENT, LOSS, RANK, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS, read_events
-from ..measure.compare import speedup_text
+from ..measure.ratios import speedup_text
 from ..runfolder import RunFolder
 from ..runstore import compare, list_runs, load_config
-from ..trials.ab import ab_test
+from ..trials.config_ab import ab_test
 from .charts import COLORS, make_figure, publish, thin
 from .job import BackgroundJob
 from .sizing import button

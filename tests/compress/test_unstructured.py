@@ -8,7 +8,7 @@ from torch import nn
 
 from workbench.config import ConfigError
 from workbench.train.models import MLP
-from workbench.compress.prune import (
+from workbench.compress.unstructured import (
     check_amount,
     copy_model,
     has_masks,

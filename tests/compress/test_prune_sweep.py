@@ -12,9 +12,9 @@ import torch
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError, RunConfig
 from workbench.compress.subject import Subject
-from workbench.compress.sweep import SweepConfig, finetune, run_sweep
+from workbench.compress.prune_sweep import SweepConfig, finetune, run_sweep
 from workbench.compress.reasons import judge as verdict
-from workbench.measure.compare import paired_ratio
+from workbench.measure.ratios import paired_ratio
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 FAST = dict(batch_sizes=(1, 32), rounds=6)
@@ -344,7 +344,7 @@ def test_an_a_a_that_reads_faster_marks_the_whole_sweep_unreliable(monkeypatch):
             )
         return {"dense": {f"latency_b{b}_ms": 1.3 for b in batch_sizes}, "pruned": rec}
 
-    monkeypatch.setattr("workbench.compress.sweep.latencies", timed)
+    monkeypatch.setattr("workbench.compress.prune_sweep.latencies", timed)
     subject = Subject.from_config(RunConfig.smoke())
     df = run_sweep(subject, SweepConfig(amounts=[0.0, 0.5], finetune_epochs=0, **FAST))
     assert df["verdict"].iloc[0] == "reference" and df["speedup_b32_verdict"].iloc[0] == "reference"

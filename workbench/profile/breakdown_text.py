@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..events import RANK, STEP_NUMBER
 from ..train.profiling import PHASES
 from ..train.sharding import MEMORY_PARTS, PEAK
-from .memory import mib
+from .memory_breakdown import mib
 
 LABELS = {
     "data": "data loading",

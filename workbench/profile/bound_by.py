@@ -140,7 +140,7 @@ def advice(group: str, cfg: dict, device: str, recommended_dtype: str | None) ->
                 {"loader.num_workers": workers, "loader.persistent_workers": True},
             )
         return (
-            "the workers do not keep up: cache decoded samples (workbench.loading.cache), make "
+            "the workers do not keep up: cache decoded samples (workbench.loading.decoded_cache), make "
             "each sample cheaper, or add workers if cores are free",
             {},
         )

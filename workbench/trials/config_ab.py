@@ -23,7 +23,7 @@ from ..config import RunConfig
 from ..disk import mib
 from ..events import RANK, SAMPLES_PER_S
 from ..machine.contention import BUSY_CORES
-from ..measure.compare import Ratio, min_rounds
+from ..measure.ratios import Ratio, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD, PEAK
 from .engine import SLICE_S, Comparison, Slice, Trial

@@ -1,7 +1,7 @@
 """Unstructured pruning with masks (`torch.nn.utils.prune`), the input checks every pruning path
 shares, and the "make it real" step that removes the masks.
 
-    from workbench.compress.prune import magnitude_prune, make_real, sparsity
+    from workbench.compress.unstructured import magnitude_prune, make_real, sparsity
     magnitude_prune(model, 0.7, scope="global"); make_real(model); print(sparsity(model))
 
 Every matmul weight is a target (Linear, convolutions, Hugging Face's Conv1D, attention's fused

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpucheck_fakes import FakeNVML
-from workbench.hardware import report
+from workbench.hardware import machine_report
 from workbench.machine import cpu as cpu_mod
 from workbench.machine import gpu
 from workbench.machine import peaks as ceilings
@@ -76,13 +76,13 @@ def test_advice_under_the_cap_says_whose_flags_it_read(monkeypatch):
 
 
 def test_report_on_this_machine_works_without_a_gpu():
-    rep = report.hardware_report()
+    rep = machine_report.hardware_report()
     assert rep["cpu"]["logical_cpus"] >= 1 and rep["cpu"]["torch_threads"] >= 1
     assert rep["memory"]["total_gib"] > 0
     assert rep["torch"]["torch"] == torch.__version__
     if not torch.cuda.is_available():
         assert rep["gpu"] == {"count": 0, "gpus": [], "links": []}
-    text = report.format_report(rep)
+    text = machine_report.format_report(rep)
     assert "CPU" in text and "torch" in text and "GPU" in text
 
 
@@ -138,7 +138,7 @@ def test_faked_gpus_report_capability_dtypes_driver_and_nvlink(fake_gpus):
     assert d["dtypes"] == {"fp16": True, "bf16": True, "tf32": True, "int8": True, "fp8": True}
     assert d["pcie_gen"] == 5 and d["power_limit_w"] == 700
     assert g["links"] == [{"a": 0, "b": 1, "peer_access": True, "kind": "NVLink"}]
-    text = report.format_report({**report.hardware_report(), "gpu": g})
+    text = machine_report.format_report({**machine_report.hardware_report(), "gpu": g})
     assert "GPU0 <-> GPU1: NVLink, peer access yes" in text and "fp8" in text
 
 

@@ -23,7 +23,7 @@ from ..config import ConfigError, RunConfig
 from ..events import EVENT, SAMPLES_PER_S
 from ..machine.contention import ContentionMeter
 from ..machine.cpu import usable_cores
-from ..measure.compare import Ratio, paired_speed_ratio
+from ..measure.ratios import Ratio, paired_speed_ratio
 from ..measure.timer import summarize
 from ..train.data import DataBundle, make_loader
 from ..train.models import build_model, loss_fn

@@ -8,8 +8,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from workbench.config import ConfigError
-from workbench.loading import cache as cache_mod
-from workbench.loading.cache import CacheTooLarge, DecodedCache
+from workbench.loading import decoded_cache as cache_mod
+from workbench.loading.decoded_cache import CacheTooLarge, DecodedCache
 from workbench.loading.imageset import generate_image_set
 from workbench.train.images import ImageFolder
 

@@ -9,7 +9,7 @@ import pytest
 from workbench.config import ConfigError, RunConfig
 from workbench.train.profiling import PHASES
 
-ui = pytest.importorskip("workbench.ui.profile")
+ui = pytest.importorskip("workbench.ui.profile_view")
 
 
 def test_the_lab_profiles_on_a_thread_and_draws(runs_root):

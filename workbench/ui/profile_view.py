@@ -17,11 +17,11 @@ import plotly.graph_objects as go
 
 from .table import html_table
 from ..config import RunConfig
-from ..profile.report import LABELS
+from ..profile.breakdown_text import LABELS
 from ..profile.checkpoint import checkpoint_trade
-from ..profile.memory import PARTS, mib
+from ..profile.memory_breakdown import PARTS, mib
 from ..profile.optimizers import IMPLS, compare_optimizers
-from ..profile.run import PROFILE_STEPS, profile
+from ..profile.profiled_run import PROFILE_STEPS, profile
 from ..train.profiling import PHASES
 from .charts import set_title
 from .figure import LiveFigure

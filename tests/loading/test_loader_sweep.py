@@ -10,7 +10,7 @@ from workbench.config import ConfigError
 from workbench.loading.advice import recommend, wait_share_sentence
 from workbench.loading.imageset import generate_image_set
 from workbench.train.images import ImageFolder
-from workbench.loading.sweep import (
+from workbench.loading.loader_sweep import (
     LoaderSetting,
     grid,
     measure_setting,

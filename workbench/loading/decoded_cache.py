@@ -1,6 +1,6 @@
 """A decoded-sample cache: pay for reading and decoding once, keep augmenting per epoch.
 
-    from workbench.loading.cache import DecodedCache
+    from workbench.loading.decoded_cache import DecodedCache
     cached = DecodedCache(ImageFolder(root), mode="memory")     # or mode="disk", cache_dir=...
 
 The cache holds what `dataset.decode(i)` returns (uint8 pixels and the label) and calls

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..config import RunConfig
-from ..measure.compare import speedup_text
+from ..measure.ratios import speedup_text
 from ..events import SAMPLES_PER_S
 from ..trials.scaling import explain, study
 from .charts import COLORS

@@ -41,13 +41,13 @@ from ..events import (
     WORLD_SIZE,
     read_events,
 )
-from ..measure.compare import median_interval, min_rounds
+from ..measure.ratios import median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..measure.warmup import warmup_steps
 from ..runfolder import RunFolder
 from ..runstore import read_summary, runs_root
 from ..tracking.place import RUN_DIR_ENV
-from ..tracking.run import BUDGET_ENV
+from ..tracking.tracked_run import BUDGET_ENV
 from .engine import Comparison, Slice, Trial
 from .hosts import TrialError
 
