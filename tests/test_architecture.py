@@ -228,13 +228,15 @@ def test_no_two_modules_share_a_name():
 
 
 def test_every_module_imports():
-    """Every module is reached at least this far: one that no other test runs still imports, so a
-    rename or a moved name cannot leave it broken unseen."""
+    """Every module is reached at least this far, and every name a package exports resolves (the
+    lazy ones too): one that no other test runs cannot be left broken unseen by a rename."""
     import importlib
 
     for name in modules():
         if not name.endswith("__main__"):  # the command line itself: it runs on import
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            for exported in getattr(module, "__all__", ()):
+                assert getattr(module, exported) is not None, (name, exported)
 
 
 def _run_folder_names() -> set[str]:

@@ -47,8 +47,8 @@ _EXPORTS = {
     "RunPanel": "panel",
     "LiveDashboard": "dashboard",
     "attach": "attaching",
-    "compare_view": "compare",
-    "CompareView": "compare",
+    "compare_view": "comparison_view",
+    "CompareView": "comparison_view",
     "LiveCharts": "charts",
     "Controls": "controls",
 }
