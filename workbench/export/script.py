@@ -26,6 +26,7 @@ from ..measure import warmup as wb_warmup
 from ..train import budget as wb_budget
 from ..train import activation_checkpointing as wb_checkpointing
 from ..train import data as wb_data
+from ..train import loop as wb_loop
 from ..train import models as wb_models
 from ..train import precision as wb_precision
 from ..train import rank as wb_rank
@@ -70,7 +71,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -355,7 +356,8 @@ def _sharding_code() -> str:
 
 
 def _step_code() -> str:
-    """The trainer's own step, optimizer and batch cycle, copied: one loop, not two."""
+    """The trainer's own step, optimizer, batch cycle and loop, copied: one loop, not two; the
+    script attaches its own hooks (its printed lines and metrics) and the thread trial's."""
     impls = f"OPTIMIZER_IMPLS = {wb_step.OPTIMIZER_IMPLS!r}"
     return "\n\n\n".join(
         [
@@ -366,6 +368,10 @@ def _step_code() -> str:
                 wb_step.no_phase,
                 wb_step.StepParts,
                 wb_step.train_step,
+                wb_loop.StepResult,
+                wb_loop.Hook,
+                wb_loop.run_loop,
+                wb_thread_trial.TrialSteps,
             ),
         ]
     )
@@ -430,7 +436,7 @@ def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | No
         ("model", _model_code(cfg)),
         ("data", _data_code(cfg)),
         ("precision, loss and loading", _helpers_code()),
-        ("one training step (the workbench's own)", _step_code()),
+        ("one training step and the loop (the workbench's own)", _step_code()),
         ("resumable state (run.save_every)", _resume_code()),
     ]
     fsdp = cfg.distributed.strategy == "fsdp"

@@ -22,6 +22,24 @@ def pick_device(cfg, local_rank):
     return device
 
 
+class Progress(Hook):
+    """What this script shows of its steps: a line every --log-every steps and the last (rank 0),
+    each step's loss and time in --metrics, and the step times its closing line reports."""
+
+    def __init__(self, rank, log_every, metrics):
+        self.rank, self.log_every, self.metrics = rank, log_every, metrics
+        self.times = []
+
+    def after(self, r):
+        self.times.append(r.seconds)
+        if self.metrics:
+            self.metrics.write(json.dumps({"step": r.step, "loss": r.loss, "step_time_ms": r.seconds * 1e3,
+                                           "samples_per_s": r.samples / r.seconds}) + "\n")
+        if self.rank == 0 and (r.step % self.log_every == 0 or r.last):
+            print(f"step {r.step:5d}  loss {r.loss:.4f}  {r.samples / r.seconds:9.1f} samples/s/rank",
+                  flush=True)
+
+
 def train(cfg, args):
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -75,32 +93,17 @@ def train(cfg, args):
         next(batches)
     if resumed and rank == 0:
         print(f"resumed after step {resumed} from {saved_steps(resume_dir)[resumed]}", flush=True)
-    step_times = []
     budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
     # on a busy machine the warm-up tries the thread counts the choice named and keeps the faster
     trial = ThreadTrial.from_env(warmup_steps(cfg.run.steps - resumed)) if world_size == 1 else None
-    for step in range(resumed + 1, cfg.run.steps + 1):
-        tried = trial.before(step - resumed) if trial else None
-        t0 = time.perf_counter()
-        loss_v, samples, _ = train_step(parts, batches)
-        dt = time.perf_counter() - t0
-        kept = trial.after(step - resumed, dt) if tried is not None else None
-        if kept and rank == 0:
-            print(f"threads: {kept['why']}", flush=True)
-        step_times.append(dt)
-        if metrics:
-            metrics.write(json.dumps({"step": step, "loss": loss_v, "step_time_ms": dt * 1e3,
-                                      "samples_per_s": samples / dt}) + "\n")
-        last = step == cfg.run.steps or budget.spent()  # every rank stops after the same step
-        if cfg.run.save_every and step % cfg.run.save_every == 0 and not last:
-            save_state(parts, step, resume_dir)  # every rank, its part
-        if rank == 0 and (step % args.log_every == 0 or last):
-            print(f"step {step:5d}  loss {loss_v:.4f}  {samples / dt:9.1f} samples/s/rank", flush=True)
-        if last:
-            break
-
-    if trial is not None and trial.unfinished() and rank == 0:
-        print(f"threads: {trial.unfinished()['why']}", flush=True)
+    trial_steps = TrialSteps(trial, resumed + 1) if trial is not None else None
+    progress = Progress(rank, args.log_every, metrics)
+    run_loop(parts, batches, resumed + 1, cfg.run.steps, [h for h in (trial_steps, progress) if h],
+             step_fn=train_step, spent=lambda step: budget.spent(), save_every=cfg.run.save_every,
+             save=lambda step: save_state(parts, step, resume_dir))  # every rank, its part
+    if trial_steps is not None and rank == 0:
+        print(f"threads: {(trial.unfinished() or trial_steps.outcome)['why']}", flush=True)
+    step_times = progress.times
     times = sorted(step_times[warmup_steps(len(step_times)):] or step_times)
     median = times[len(times) // 2]
     if rank == 0:

@@ -39,7 +39,8 @@ class Variant:
         from ..events import EventWriter
         from ..machine.threads import threads_for
         from ..runfolder import RunFolder
-        from .trainer import Phase, measuring, setup
+        from .instruments import measuring
+        from .trainer import Phase, setup
 
         self.label, self.cfg, self.env = label, cfg, env
         self.dir = folder / label

@@ -32,11 +32,9 @@ from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..config import ConfigError, error_line
-from ..events import STEP_NUMBER
+from ..events import STEP_NUMBER, THREADS  # THREADS: the count the saved steps ran
 from ..runfolder import SAVED_STEP, SAVING, RunFolder, saved_steps
 from .rank import unwrap
-
-THREADS = "threads"  # the count the saved steps ran: another sums in another order
 
 
 def state_of(parts, step: int) -> dict:

@@ -19,7 +19,9 @@ import statistics
 
 import torch
 
+from ..events import THREADS
 from ..machine.threads import TRIAL_ENV
+from .loop import Hook
 
 MIN_TIMED = 3  # timed steps of each count at least: one step alone is a coin toss on a busy machine
 
@@ -88,3 +90,22 @@ class ThreadTrial:
             else "the run ended inside the warm-up's thread trial, before it chose"
         )
         return {"kept": first, "why": f"{why}; kept {first}"}
+
+
+class TrialSteps(Hook):
+    """The trial attached to a training loop (workbench.train.loop) whose first step is `first`: a
+    trial step's record says its thread count, and `outcome` is the trial's record once it chose."""
+
+    def __init__(self, trial: ThreadTrial, first: int):
+        self.trial, self.first = trial, first
+        self.tried: int | None = None
+        self.outcome: dict | None = None
+
+    def before(self, step: int, fn):
+        self.tried = self.trial.before(step - self.first + 1)
+        return fn
+
+    def after(self, result) -> None:
+        if self.tried is not None:
+            result.record[THREADS] = self.tried
+            self.outcome = self.trial.after(result.step - self.first + 1, result.seconds) or self.outcome

@@ -14,9 +14,7 @@ import io
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -26,23 +24,14 @@ from ..config import ConfigError, RunConfig
 from ..disk import write_atomic
 from ..events import (
     ADDRESSES,
-    DATA_WAIT_MS,
     GRAD_SCALE,
     INIT,
-    LAST,
-    LOSS,
     MEM_ALLOCATED_GIB,
     NONFINITE_LOSSES,
-    PROFILED,
     RANK,
     READY,
     RESUMED,
-    SAMPLES_PER_S,
     SKIPPED_STEPS,
-    STEP,
-    STEP_NUMBER,
-    STEP_TIME_MS,
-    THREADS,
     WORLD_SIZE,
     EventWriter,
 )
@@ -62,15 +51,12 @@ from .models import build_model, loss_fn
 from .precision import apply_backend_flags, autocast, check_supported, grad_scaler
 from .profiling import StepProfiler
 from .sharding import (
-    ACTIVATIONS,
-    GRADIENTS,
     MEMORY_PARTS,
     MID_STEP,
     PARAMETERS,
     PEAK,
     apply_fsdp,
     comm_bytes,
-    grad_bytes,
     held_bytes,
     per_rank_bytes,
     policy_compute,
@@ -78,7 +64,9 @@ from .sharding import (
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
-from .thread_trial import ThreadTrial
+from .thread_trial import ThreadTrial, TrialSteps
+from .instruments import PhaseNames, Profiling, StepEvents, WarmupEnd
+from .loop import run_loop
 
 
 @dataclass
@@ -262,78 +250,45 @@ def run_steps(
     run_dir=None,
     resumed_from: int = 0,
 ) -> Steps:
-    """The timed loop: one `step` record per optimizer step, from the step after `resumed_from`;
-    with run.save_every, rank 0 keeps a resumable state in `run_dir` every that many steps."""
+    """The timed loop (workbench.train.loop) with this rank's instruments attached: one `step`
+    record per optimizer step, from the step after `resumed_from`; with run.save_every, every rank
+    keeps its part of a resumable state in `run_dir` every that many steps."""
     phase = phase or Phase()
-    fp16 = cfg.precision.dtype == "fp16"
     out = Steps(resumed_from=resumed_from)
-    next_mem = 0.0
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
-    save_every = cfg.run.save_every if run_dir is not None else 0  # every rank writes its part
+    hooks = [
+        WarmupEnd(warmup, meter, budget, cfg.compile.enabled),
+        PhaseNames(phase),
+        Profiling(profiler, s.parts.model, out),
+    ]
     # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
     # would change the order of its sums, and its losses would leave the unbroken run's
     trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from else None
-    for step in range(resumed_from + 1, cfg.run.steps + 1):
-        if step == warmup + 1:
-            if meter is not None:
-                meter.restart()  # the figures leave the warm-up out, so does their noise guard
-            if cfg.compile.enabled:
-                budget.restart()  # a compiled run's first steps are its compile: not its budget's
-        step_fn = profiler.step_fn(step) if profiler else train_step  # profiled: under its ranges
-        if step_fn is train_step and not out.held:  # once: the first step not profiled
-            step_fn = partial(train_step, phase=measuring(s.parts.model, out.held))
-            out.measured = len(out.times) + 1
-        phase.name = f"step {step}"
-        tried = trial.before(step - resumed_from) if trial else None
-        t0 = time.perf_counter()
-        scale_before = s.parts.scaler.get_scale() if fp16 else 1.0
-        loss_v, samples, wait = step_fn(s.parts, s.batches)
-        dt = time.perf_counter() - t0
-        rec = {
-            STEP_NUMBER: step,
-            LOSS: loss_v,
-            STEP_TIME_MS: round(dt * 1e3, 4),
-            DATA_WAIT_MS: round(wait * 1e3, 4),
-            SAMPLES_PER_S: round(samples / dt, 2),
-            **s.mfu.step(dt),
-        }
-        if tried is not None:
-            rec[THREADS] = tried
-            out.thread_trial = trial.after(step - resumed_from, dt) or out.thread_trial
-        if profiler and profiler.profiled(step):
-            rec[PROFILED] = True
-            out.profiled.add(step)
-        if not math.isfinite(loss_v):
-            out.nonfinite += 1
-            out.first_nonfinite = out.first_nonfinite or step
-            rec[NONFINITE_LOSSES] = out.nonfinite
-        if fp16:
-            scale = s.parts.scaler.get_scale()
-            out.skipped += scale < scale_before
-            rec.update({GRAD_SCALE: scale, SKIPPED_STEPS: out.skipped})
-        now = time.perf_counter()
-        if now >= next_mem:
-            next_mem = now + cfg.run.mem_every_s
-            rec.update(memory_readings.sample(s.parts.device))
-        counted = step > warmup or not cfg.compile.enabled  # a compiled run's warm-up: its compile
-        last = step < cfg.run.steps and counted and budget.spent()
-        if last:
-            rec[LAST] = True  # the watchdog: evaluating and saving from here, not stalled
-        events.write(STEP, **rec)
-        if save_every and step % save_every == 0 and step < cfg.run.steps and not last:
-            phase.name = f"saving the resumable state after step {step}"
-            save_state(s.parts, step, RunFolder(run_dir).resume_dir)
-        if out.first_step_s is None:
-            out.first_step_s = time.time() - s.t_launch
-        out.times.append(dt)
-        out.waits.append(wait)
-        out.losses.append(loss_v)
-        if last:
-            break
-    if trial is not None:
-        out.thread_trial = trial.unfinished() or out.thread_trial
+    trial_steps = TrialSteps(trial, resumed_from + 1) if trial is not None else None
+    fp16 = cfg.precision.dtype == "fp16"
+    hooks += [trial_steps] if trial_steps else []
+    hooks.append(StepEvents(events, out, s, cfg.run.mem_every_s, fp16, cfg.run.steps))
+
+    def save(step: int) -> None:
+        phase.name = f"saving the resumable state after step {step}"
+        save_state(s.parts, step, RunFolder(run_dir).resume_dir)
+
+    run_loop(
+        s.parts,
+        s.batches,
+        resumed_from + 1,
+        cfg.run.steps,
+        hooks,
+        step_fn=train_step,
+        # a compiled run's warm-up is its compile: the budget does not end it there
+        spent=lambda step: (step > warmup or not cfg.compile.enabled) and budget.spent(),
+        save_every=cfg.run.save_every if run_dir is not None else 0,
+        save=save,
+    )
+    if trial_steps is not None:
+        out.thread_trial = trial.unfinished() or trial_steps.outcome
     if meter is not None:
         out.contention = meter.read()
     return out
@@ -451,27 +406,6 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
 
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-
-
-def measuring(model: torch.nn.Module, into: dict):
-    """A step's phase context that records what this rank holds mid-step: into[ACTIVATIONS], the
-    bytes autograd saves for backward in the forward of a micro-batch (the largest, when several),
-    and into[GRADIENTS], the gradient bytes as the optimizer part begins (after backward, before
-    they are zeroed)."""
-    plain = unwrap(model)
-
-    @contextmanager
-    def phase(name: str):
-        if name == "forward":
-            with footprint.saved_for_backward(plain) as saved:
-                yield
-            into[ACTIVATIONS] = max(into.get(ACTIVATIONS, 0), sum(nbytes for nbytes, _ in saved.values()))
-            return
-        if name == "optimizer":
-            into[GRADIENTS] = grad_bytes(plain)
-        yield
-
-    return phase
 
 
 def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None) -> dict:
