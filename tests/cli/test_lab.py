@@ -63,18 +63,15 @@ def test_lab_prints_the_real_port_and_keeps_the_token_off_the_command_line(tmp_p
         ) as r:
             assert "started" in json.loads(r.read())
         family = [psutil.Process(lab.pid)] + psutil.Process(lab.pid).children(recursive=True)
+        listening = set()
         for p in family:
             try:
                 command = " ".join(p.cmdline())
+                sockets = p.net_connections("inet")
             except psutil.NoSuchProcess:  # a short-lived helper that ended (or is a zombie) meanwhile
                 continue
             assert token not in command, command
-        listening = {
-            (c.laddr.ip, c.laddr.port)
-            for p in family
-            for c in p.net_connections("inet")
-            if c.status == psutil.CONN_LISTEN
-        }
+            listening |= {(c.laddr.ip, c.laddr.port) for c in sockets if c.status == psutil.CONN_LISTEN}
         assert ("127.0.0.1", port) in listening
         assert all(ip == "127.0.0.1" for ip, _ in listening), listening
     finally:
