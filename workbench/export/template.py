@@ -95,14 +95,14 @@ def train(cfg, args):
         print(f"resumed after step {resumed} from {saved_steps(resume_dir)[resumed]}", flush=True)
     budget = TimeBudget(cfg.run.time_budget_s, world_size, device)  # run.time_budget_s, if set
     # on a busy machine the warm-up tries the thread counts the choice named and keeps the faster
-    trial = ThreadTrial.from_env(warmup_steps(cfg.run.steps - resumed)) if world_size == 1 else None
-    trial_steps = TrialSteps(trial, resumed + 1) if trial is not None else None
+    trial = (TrialSteps.from_env(warmup_steps(cfg.run.steps - resumed), resumed + 1) if world_size == 1
+             else None)
     progress = Progress(rank, args.log_every, metrics)
-    run_loop(parts, batches, resumed + 1, cfg.run.steps, [h for h in (trial_steps, progress) if h],
+    run_loop(parts, batches, resumed + 1, cfg.run.steps, [h for h in (trial, progress) if h],
              step_fn=train_step, spent=lambda step: budget.spent(), save_every=cfg.run.save_every,
              save=lambda step: save_state(parts, step, resume_dir))  # every rank, its part
-    if trial_steps is not None and rank == 0:
-        print(f"threads: {(trial.unfinished() or trial_steps.outcome)['why']}", flush=True)
+    if trial is not None and rank == 0:
+        print(f"threads: {trial.record()['why']}", flush=True)
     step_times = progress.times
     times = sorted(step_times[warmup_steps(len(step_times)):] or step_times)
     median = times[len(times) // 2]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
+from functools import partial
 
 import torch
-from functools import partial
 
 from ..events import (
     DATA_WAIT_MS,
@@ -26,11 +26,10 @@ from ..events import (
     STEP_NUMBER,
     STEP_TIME_MS,
 )
-from . import memory_readings
+from . import footprint, memory_readings
 from .loop import Hook, StepResult
 from .rank import unwrap
 from .sharding import ACTIVATIONS, GRADIENTS, grad_bytes
-from . import footprint
 
 
 class PhaseNames(Hook):

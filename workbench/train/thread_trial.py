@@ -94,12 +94,22 @@ class ThreadTrial:
 
 class TrialSteps(Hook):
     """The trial attached to a training loop (workbench.train.loop) whose first step is `first`: a
-    trial step's record says its thread count, and `outcome` is the trial's record once it chose."""
+    trial step's record says its thread count, and `record()` says what the trial did."""
 
     def __init__(self, trial: ThreadTrial, first: int):
         self.trial, self.first = trial, first
         self.tried: int | None = None
-        self.outcome: dict | None = None
+        self.outcome: dict | None = None  # the trial's record, once it chose
+
+    @classmethod
+    def from_env(cls, warmup: int, first: int) -> "TrialSteps | None":
+        """The trial the launch asked for (ThreadTrial.from_env), attached; None when it asked none."""
+        trial = ThreadTrial.from_env(warmup)
+        return cls(trial, first) if trial is not None else None
+
+    def record(self) -> dict:
+        """Once the loop has ended: what the trial kept and why, or why it kept the launch's count."""
+        return self.trial.unfinished() or self.outcome
 
     def before(self, step: int, fn):
         self.tried = self.trial.before(step - self.first + 1)

@@ -64,7 +64,7 @@ from .sharding import (
 from .resume import restore_state, save_state
 from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
-from .thread_trial import ThreadTrial, TrialSteps
+from .thread_trial import TrialSteps
 from .instruments import PhaseNames, Profiling, StepEvents, WarmupEnd
 from .loop import run_loop
 
@@ -258,18 +258,17 @@ def run_steps(
     warmup = resumed_from + warmup_steps(cfg.run.steps - resumed_from)
     meter = ContentionMeter(run_tree_pid()) if env.rank == 0 else None
     budget = TimeBudget(cfg.run.time_budget_s, env.world_size, s.parts.device)
+    # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
+    # would change the order of its sums, and its losses would leave the unbroken run's
+    may_try = env.world_size == 1 and not resumed_from
+    trial = TrialSteps.from_env(warmup - resumed_from, resumed_from + 1) if may_try else None
     hooks = [
         WarmupEnd(warmup, meter, budget, cfg.compile.enabled),
         PhaseNames(phase),
         Profiling(profiler, s.parts.model, out),
+        *([trial] if trial else []),
+        StepEvents(events, out, s, cfg.run.mem_every_s, cfg.precision.dtype == "fp16", cfg.run.steps),
     ]
-    # a resumed run keeps the thread count its saved steps ran (restored with the state): a trial
-    # would change the order of its sums, and its losses would leave the unbroken run's
-    trial = ThreadTrial.from_env(warmup - resumed_from) if env.world_size == 1 and not resumed_from else None
-    trial_steps = TrialSteps(trial, resumed_from + 1) if trial is not None else None
-    fp16 = cfg.precision.dtype == "fp16"
-    hooks += [trial_steps] if trial_steps else []
-    hooks.append(StepEvents(events, out, s, cfg.run.mem_every_s, fp16, cfg.run.steps))
 
     def save(step: int) -> None:
         phase.name = f"saving the resumable state after step {step}"
@@ -287,8 +286,8 @@ def run_steps(
         save_every=cfg.run.save_every if run_dir is not None else 0,
         save=save,
     )
-    if trial_steps is not None:
-        out.thread_trial = trial.unfinished() or trial_steps.outcome
+    if trial is not None:
+        out.thread_trial = trial.record()
     if meter is not None:
         out.contention = meter.read()
     return out
