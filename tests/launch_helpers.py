@@ -65,7 +65,12 @@ def build(mode="none", rank=1, step=3, attempt=0, ignore_sigterm=False):
 
 def faulty_model(tmp_path: Path) -> str:
     path = tmp_path / "faulty_model.py"
-    path.write_text(FAULTY_MODEL)
+    # Written once: a test that starts several runs calls this for each, and rewriting the file
+    # in place while an earlier run's rank imports it hands that rank an empty module.
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        partial.write_text(FAULTY_MODEL)
+        partial.replace(path)
     return f"{path}:build"
 
 
