@@ -147,6 +147,23 @@ def test_bad_input_is_refused(tmp_path):
         export(cfg, tmp_path / "out2")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a GPU this machine lacks")
+def test_a_script_asked_for_a_gpu_it_cannot_see_says_so_in_one_line(tmp_path):
+    # The script picks its device with the workbench's own rule, copied, and says it as the
+    # workbench does (a config carried from a GPU machine to a CPU one).
+    export(RunConfig.smoke().replace(**{"run.device": "cuda"}), tmp_path / "out")
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--out", ""],
+        cwd=tmp_path / "out",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("train.py: run.device must be 'cpu' or 'auto' on this machine")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
 def test_cli_export(tmp_path, capsys):
     from workbench.cli import main
 

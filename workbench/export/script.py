@@ -19,6 +19,7 @@ from .. import runfolder as wb_runfolder
 from ..config import ConfigError, RunConfig
 from ..events import STEP_NUMBER
 from ..machine import allocator as wb_allocator
+from ..machine import capability as wb_capability
 from ..machine import contention as wb_contention
 from ..machine import cpu as wb_cpu
 from ..machine import threads as wb_threads
@@ -174,6 +175,7 @@ def _helpers_code() -> str:
         [
             dtypes,
             _source(wb_precision.autocast, wb_precision.grad_scaler, wb_models.loss_fn),
+            _source(wb_capability.resolve_device, wb_rank.pick_device, wb_precision.apply_backend_flags),
             _source(
                 wb_data.make_loader,
                 wb_rank.backend_for,

@@ -9,19 +9,6 @@ workbench run's losses step for step.
 MAIN = r'''
 
 # ---- training: the same order of operations as the workbench's trainer --------------------------
-def pick_device(cfg, local_rank):
-    requested = cfg.run.device
-    if requested == "auto":
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(requested)
-    if device.type == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = cfg.precision.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.precision.tf32
-    return device
-
-
 class Progress(Hook):
     """What this script shows of its steps: a line every --log-every steps and the last (rank 0),
     each step's loss and time in --metrics, and the step times its closing line reports."""
@@ -52,6 +39,7 @@ def train(cfg, args):
               f"{cfg.run.allocator!r})", flush=True)
     torch.manual_seed(cfg.run.seed)
     device = pick_device(cfg, local_rank)
+    apply_backend_flags(cfg, device)
     if world_size > 1:
         dist.init_process_group(backend_for(cfg, device),
                                 timeout=timedelta(seconds=cfg.distributed.timeout_s))

@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .data import build_data, sample_batch
 from .models import build_model, loss_fn
 from .precision import autocast
+from .saved_tensors import saved_for_backward
 
 # Optimizer traffic per parameter in bytes (fp32): reads of param, grad and state, writes back.
 OPTIMIZER_BYTES = {"adamw": 28, "sgd": 20}
@@ -106,23 +107,15 @@ def no_trace(model: torch.nn.Module):
 
 def count_step(model, x, y, lossf, amp=None) -> tuple[int, int, int]:
     """(FLOPs, dispatched ops, saved-activation bytes) of one forward + backward on (x, y)."""
-    saved: dict[int, int] = {}
-    params = {p.data_ptr() for p in model.parameters()}
-
-    def pack(t):
-        if isinstance(t, torch.Tensor) and t.data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
     with no_trace(model):
         flop_mode = FlopCounterMode(display=False)
         ops = _OpCounter()
         with flop_mode, ops:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with saved_for_backward(model) as saved:
                 with amp or nullcontext():
                     loss = lossf(model(x), y)
             loss.backward()
-    return int(flop_mode.get_total_flops()), ops.count, sum(saved.values())
+    return int(flop_mode.get_total_flops()), ops.count, sum(b for b, _ in saved.values())
 
 
 def first_batch(dataset, batch_size: int, device):

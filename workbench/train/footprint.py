@@ -5,19 +5,18 @@ allocator's figures and NVML's for the whole device.
     parameter_bytes(model); gradient_bytes(model); optimizer_state_bytes(opt)
     saved_activations(model, x, y, lossf, amp, checkpointed=["blocks.layers.0"])
     batch_activations(model, cfg, data, lossf, amp, device)    # the same, on the config's batch
-    with saved_for_backward(model) as saved: ...               # in a real step: sum(saved.values())
 
 Every count is of distinct storages, so tied weights and a tensor saved by two ops count once.
-Activations are caught with saved-tensor hooks during one forward pass (module hooks say which
-module was running); a checkpointed module saves nothing inside, but the inputs it keeps for its
-recompute are counted, under its name. Parameters are left out, FSDP's gathered ones included:
-a saved tensor whose storage is one of the model's parameters' as it is saved.
+Activations are caught with saved-tensor hooks (saved_tensors.py) during one forward pass (module
+hooks say which module was running); a checkpointed module saves nothing inside, but the inputs it
+keeps for its recompute are counted, under its name. Parameters are left out, FSDP's gathered ones
+included: a saved tensor whose storage is one of the model's parameters' as it is saved.
 """
 
 from __future__ import annotations
 
 import resource
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 
@@ -26,6 +25,7 @@ from ..machine.monitor import NvmlReader
 from .activation_checkpointing import resolve
 from .flops import first_batch, no_trace
 from .memory_readings import rss_gib
+from .saved_tensors import saved_for_backward
 
 OUTSIDE = "(outside any module: the loss)"
 
@@ -63,32 +63,6 @@ def _tensors(value):
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
-
-
-def _storage_of(p: torch.Tensor):
-    return (p.to_local() if hasattr(p, "to_local") else p).untyped_storage()  # an FSDP shard's own
-
-
-@contextmanager
-def saved_for_backward(model: torch.nn.Module, where=lambda: None):
-    """While active, every storage autograd saves for backward, once: {storage: (bytes, where())}.
-    The model's parameters are read as each tensor is saved, since FSDP swaps in the whole
-    parameters it gathers for a block's forward and frees them after."""
-    saved: dict[int, tuple[int, str | None]] = {}
-
-    def pack(t):
-        if isinstance(t, torch.Tensor):
-            s = t.untyped_storage()
-            if (
-                s.nbytes()
-                and s.data_ptr() not in saved
-                and s.data_ptr() not in {_storage_of(p).data_ptr() for p in model.parameters()}
-            ):
-                saved[s.data_ptr()] = (s.nbytes(), where())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield saved
 
 
 def saved_activations(

@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cfg = RunConfig.load(args.config)
         env = RankEnv.from_environ()
-        join_group(cfg, env, pick_device(cfg, env))
+        join_group(cfg, env, pick_device(cfg, env.local_rank))
     conn = _connect(args.address) if rank == 0 else None
     serve(conn, Path(args.folder))
     return 0

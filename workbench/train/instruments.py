@@ -26,7 +26,8 @@ from ..events import (
     STEP_NUMBER,
     STEP_TIME_MS,
 )
-from . import footprint, memory_readings
+from . import memory_readings
+from .saved_tensors import saved_for_backward
 from .loop import Hook, StepResult
 from .rank import unwrap
 from .sharding import ACTIVATIONS, GRADIENTS, grad_bytes
@@ -140,7 +141,7 @@ def measuring(model: torch.nn.Module, into: dict):
     @contextmanager
     def phase(name: str):
         if name == "forward":
-            with footprint.saved_for_backward(plain) as saved:
+            with saved_for_backward(plain) as saved:
                 yield
             into[ACTIVATIONS] = max(into.get(ACTIVATIONS, 0), sum(nbytes for nbytes, _ in saved.values()))
             return

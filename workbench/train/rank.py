@@ -46,10 +46,11 @@ class RankEnv:
         )
 
 
-def pick_device(cfg, env: RankEnv) -> torch.device:
+def pick_device(cfg, local_rank: int) -> torch.device:
+    """The run's device; on a GPU machine this node's `local_rank`-th GPU, made current."""
     device = resolve_device(cfg.run.device)
     if device.type == "cuda":
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
     return device
 

@@ -161,7 +161,7 @@ def setup(cfg: RunConfig, events: EventWriter, env: RankEnv, phase: Phase | None
         wait_policy=wait_policy(),
     )
     torch.manual_seed(cfg.run.seed)
-    device = pick_device(cfg, env)
+    device = pick_device(cfg, env.local_rank)
     check_supported(cfg, device)
     apply_backend_flags(cfg, device)
     t_pg = time.time()
