@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from launch_helpers import steps_seen, wait_for
 from tools.localslurm import LocalSlurm, missing_tools
 
 
@@ -30,6 +31,34 @@ def local_cluster(folder: Path, nodes: int = 1):
     assert not [name for name, pid in started.items() if _alive(pid)]  # every daemon stopped
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert len(namespaces) == nodes and not [ns for ns in namespaces if ns in left]  # hosts removed
+
+
+def wait_for_job_steps(job, ranks: int, step: int = 2, start_s: float = 300, steps_s: float = 180):
+    """Wait for a submitted job to start running (a node still completing an earlier job keeps it
+    pending), then for `ranks` of its ranks to reach `step`. A wait that times out says what SLURM
+    said of the job, the steps each rank recorded and the end of the job's log."""
+
+    def explained(cond, timeout, what):
+        try:
+            return wait_for(cond, timeout, what, interval=0.5)
+        except AssertionError as e:
+            try:
+                state = str(job.state())
+            except Exception as err:  # noqa: BLE001 - the state is only a clue here
+                state = f"unknown ({err})"
+            log = job.folder.log_file
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log yet)"
+            raise AssertionError(
+                f"{e}; SLURM says the job is {state}; steps per rank: {steps_seen(job.run_dir)}; "
+                f"the job's log ends:\n{tail}"
+            ) from None
+
+    explained(lambda: job.state().state != "PENDING", start_s, f"SLURM job {job.job_id} to start")
+    explained(
+        lambda: len([s for s in steps_seen(job.run_dir).values() if s >= step]) >= ranks,
+        steps_s,
+        f"{ranks} rank(s) of job {job.job_id} to reach step {step}",
+    )
 
 
 def _alive(pid: int) -> bool:

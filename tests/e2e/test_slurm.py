@@ -19,8 +19,8 @@ from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
 from workbench.ui.attaching import attach
 
-from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
-from slurm_helpers import local_cluster
+from launch_helpers import assert_all_gone, faulty_model, wait_for
+from slurm_helpers import local_cluster, wait_for_job_steps
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +123,7 @@ def test_a_job_nobody_follows_records_its_own_end(cluster, tmp_path):
 def test_cancel_stops_the_job_and_keeps_its_events(cluster, tmp_path):
     cfg = small(**{"run.steps": 100000, "run.save_weights": False})
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=2)
     pids = {r["pid"] for r in read_events(job.run_dir) if r["event"] == "start"}
     job.cancel()
     summary = job.wait(timeout_s=120)
@@ -138,7 +138,7 @@ def test_a_job_at_its_time_limit_is_named_timeout_with_its_last_step(cluster):
     makes SLURM end it at its next check instead of a minute and a half later."""
     cfg = small(**{"run.steps": 100000, "run.save_weights": False})
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=2)
     pids = {r["pid"] for r in read_events(job.run_dir) if r["event"] == "start"}
     shortened = cluster.run(["scontrol", "update", f"JobId={job.job_id}", "TimeLimit=0"])
     assert shortened.returncode == 0, shortened.stderr
@@ -154,7 +154,7 @@ def test_a_job_at_its_time_limit_is_named_timeout_with_its_last_step(cluster):
 def test_stop_in_the_attached_dashboard_cancels_the_job(cluster):
     cfg = small(**{"run.steps": 100000, "run.save_weights": False})
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=2)
     dash = attach(job.run_dir, start=False, job=Job(job.run_dir, prefix=cluster.prefix, env=cluster.env))
     assert dash.stop_button is not None and dash.stop_button in dash.widget.children
     dash.stop_button.click()
@@ -246,7 +246,7 @@ def test_a_requeued_job_resumes_from_its_last_saved_step_on_the_same_trajectory(
     )
     job = submit(cfg, prefix=cluster.prefix, env=cluster.env)
     assert "#SBATCH --requeue" in RunFolder(job.run_dir).job_file.read_text()
-    wait_for_steps(job.run_dir, ranks=1, step=25, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=25)
     assert cluster.run(["scontrol", "requeue", job.job_id]).returncode == 0
     summary = job.wait(timeout_s=300)
     assert summary["status"] == "completed" and summary["attempts"] == 2, summary
@@ -272,7 +272,7 @@ def test_the_run_panel_submits_a_job_follows_it_and_its_stop_cancels_it(cluster)
     panel = RunPanel(small(**{"run.steps": 100000, "run.save_weights": False}))
     job = panel.submit(Access(cluster.prefix, cluster.env, "the test cluster"))
     assert job is panel.handle and f"as SLURM job {job.job_id}" in panel.status.value
-    wait_for_steps(job.run_dir, ranks=1, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=2)
     panel.stop_button.click()
     assert panel.wait(180)
     assert panel.result["status"] == "stopped" and panel.result["slurm"]["state"] == "CANCELLED"
@@ -289,7 +289,7 @@ def test_a_job_that_ended_unwatched_gets_slurms_cause_when_its_runs_are_listed(
     (tmp_path / "slurm-cluster").symlink_to(cluster.folder)  # where make slurm-up puts it
     monkeypatch.chdir(tmp_path)
     job = submit(small(**{"run.steps": 100_000}), prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, 1, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=1, step=2)
     cluster.run(["scancel", job.job_id])  # from outside: no one follows the job, no stop reason
     wait_for(lambda: not job.running(), 120, "SLURM to end the job")
     own = RunFolder(job.run_dir).summary()  # the job recorded its own end as it ended

@@ -30,7 +30,7 @@ from workbench.runfolder import RunFolder
 from workbench.runstore import list_runs
 
 from launch_helpers import assert_all_gone, faulty_model, wait_for, wait_for_steps
-from slurm_helpers import local_cluster
+from slurm_helpers import local_cluster, wait_for_job_steps
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,7 @@ def test_a_two_node_job_meets_on_the_test_network_and_losing_host_b_names_that_n
     job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
     assert "#SBATCH --nodes=2" in job.folder.job_file.read_text()
     assert job.folder.config().distributed.nnodes == 2
-    wait_for_steps(job.run_dir, ranks=2, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=2, step=2)
     ranks = ranks_by_host(cluster, job.run_dir)  # each rank on its own host
     assert sorted(ranks) == [0, 1]
     agents = {host: psutil.Process(pid).ppid() for host, pid in ranks.items()}
@@ -226,7 +226,7 @@ def test_the_run_panel_submits_a_two_node_job_and_its_stop_cancels_it_on_both_ho
     )
     job = panel.submit(Access(cluster.prefix, cluster.env, "the two-host test cluster"), nodes=2)
     assert job is panel.handle and f"as SLURM job {job.job_id} on 2 rank(s)" in panel.status.value
-    wait_for_steps(job.run_dir, ranks=2, step=2, timeout=180)
+    wait_for_job_steps(job, ranks=2, step=2)
     ranks = ranks_by_host(cluster, job.run_dir)
     assert sorted(ranks) == [0, 1]
     agents = {psutil.Process(pid).ppid() for pid in ranks.values()}
@@ -318,7 +318,7 @@ def test_host_b_cut_off_mid_job_names_that_node_and_nothing_is_left_once_it_is_b
     reports in, SLURM ends what was left of the job there, and node1 is idle again."""
     cfg = two_ranks(model, **{"run.steps": 100000, "distributed.timeout_s": TIMEOUT_S})
     job = submit(cfg, nodes=2, port=PORT, prefix=cluster.prefix, env=cluster.env)
-    wait_for_steps(job.run_dir, ranks=2, step=3, timeout=180)
+    wait_for_job_steps(job, ranks=2, step=3)
     ranks = ranks_by_host(cluster, job.run_dir)
     tree = set(ranks.values()) | {psutil.Process(pid).ppid() for pid in ranks.values()}
     cut = time.monotonic()
