@@ -85,7 +85,12 @@ def test_the_precision_lesson_is_one_answer_per_set_of_conditions(private_cache)
 
     first, again = precision_lesson("cpu"), precision_lesson("cpu")
     said = [c for c in claims.made() if c.kind == "same"]
-    assert first.recommend == again.recommend and all(c.holds for c in said)
+    assert len(said) == 2 and all(c.holds for c in said)
+    under = [c.says.split("]: ")[0] for c in said]  # the conditions each answer was kept under
+    if under[0] == under[1]:  # the second recalled the first: one answer, not a second measurement
+        assert again.recommend == first.recommend and "measured just now" not in again.source
+    else:  # other work began or ended between the calls: each answer is kept under its own load
+        assert ("beside other programs" in first.source) != ("beside other programs" in again.source)
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
