@@ -246,4 +246,13 @@ def test_the_profilers_advice_takes_the_precision_from_the_lesson(private_cache)
     from workbench.hardware.lessons import precision_lesson
     from workbench.profile.profiled_run import recommended_dtype
 
-    assert recommended_dtype(RunConfig.smoke()) == precision_lesson("cpu").recommend
+    from workbench.measure import claims
+
+    claims.clear()
+    lesson = precision_lesson("cpu")
+    advice = recommended_dtype(RunConfig.smoke())
+    first, second = [c.says.split("]: ") for c in claims.made() if c.kind == "same"]
+    claims.clear()
+    assert advice == second[1]  # the answer the lesson gave the profiler, under the load it met
+    if first[0] == second[0]:  # the same conditions (other work may begin or end between the calls)
+        assert advice == lesson.recommend
