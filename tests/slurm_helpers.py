@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launch_helpers import steps_seen, wait_for
+from launch_helpers import steps_seen, wait_for, wait_for_steps
 from tools.localslurm import LocalSlurm, missing_tools
 
 
@@ -37,28 +37,20 @@ def wait_for_job_steps(job, ranks: int, step: int = 2, start_s: float = 300, ste
     """Wait for a submitted job to start running (a node still completing an earlier job keeps it
     pending), then for `ranks` of its ranks to reach `step`. A wait that times out says what SLURM
     said of the job, the steps each rank recorded and the end of the job's log."""
-
-    def explained(cond, timeout, what):
+    try:
+        wait_for(lambda: job.state().state != "PENDING", start_s, f"SLURM job {job.job_id} to start", 0.5)
+        wait_for_steps(job.run_dir, ranks, step, timeout=steps_s)
+    except AssertionError as e:
         try:
-            return wait_for(cond, timeout, what, interval=0.5)
-        except AssertionError as e:
-            try:
-                state = str(job.state())
-            except Exception as err:  # noqa: BLE001 - the state is only a clue here
-                state = f"unknown ({err})"
-            log = job.folder.log_file
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log yet)"
-            raise AssertionError(
-                f"{e}; SLURM says the job is {state}; steps per rank: {steps_seen(job.run_dir)}; "
-                f"the job's log ends:\n{tail}"
-            ) from None
-
-    explained(lambda: job.state().state != "PENDING", start_s, f"SLURM job {job.job_id} to start")
-    explained(
-        lambda: len([s for s in steps_seen(job.run_dir).values() if s >= step]) >= ranks,
-        steps_s,
-        f"{ranks} rank(s) of job {job.job_id} to reach step {step}",
-    )
+            state = str(job.state())
+        except Exception as err:  # noqa: BLE001 - the state is only a clue here
+            state = f"unknown ({err})"
+        log = job.folder.log_file
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log yet)"
+        raise AssertionError(
+            f"{e}; SLURM says the job is {state}; steps per rank: {steps_seen(job.run_dir)}; "
+            f"the job's log ends:\n{tail}"
+        ) from None
 
 
 def _alive(pid: int) -> bool:

@@ -12,14 +12,8 @@ from workbench.machine.gpus import find_gpu
 from workbench.train.flops import StepCost
 
 
-@pytest.fixture(autouse=True)
-def _private(private_cache):
-    return private_cache
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    """These tests check behaviour, not speed: one thread keeps them steady under load."""
+# Behaviour, not speed: one thread keeps these steady under load. Each has a cache of its own.
+pytestmark = pytest.mark.usefixtures("private_cache", "one_thread")
 
 
 def _cost(params, flops, act, ops=100):

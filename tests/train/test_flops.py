@@ -10,14 +10,8 @@ from workbench.config import RunConfig
 from workbench.train.flops import cost_of_config, count_step
 
 
-@pytest.fixture(autouse=True)
-def _private(private_cache):
-    return private_cache
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    """These tests check behaviour, not speed: one thread keeps them steady under load."""
+# Behaviour, not speed: one thread keeps these steady under load. Each has a cache of its own.
+pytestmark = pytest.mark.usefixtures("private_cache", "one_thread")
 
 
 def test_linear_layer_flops_are_forward_plus_weight_gradient():

@@ -22,9 +22,8 @@ from workbench.train.step import StepParts, train_step
 from workbench.train.trainer import Steps
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    """Behaviour, not speed: one thread keeps the steps steady under load."""
+# Behaviour, not speed: one thread keeps these steady under load.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def parts(seed: int = 0) -> StepParts:

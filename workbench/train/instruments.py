@@ -27,9 +27,9 @@ from ..events import (
     STEP_TIME_MS,
 )
 from . import memory_readings
-from .saved_tensors import saved_for_backward
 from .loop import Hook, StepResult
 from .rank import unwrap
+from .saved_tensors import saved_for_backward
 from .sharding import ACTIVATIONS, GRADIENTS, grad_bytes
 
 
