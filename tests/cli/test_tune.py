@@ -50,7 +50,10 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     # measured: pairs of slices in warm processes (busy pairs count; a pair whose load changed is
     # dropped and repeated)
     assert first["rounds"] + first["dropped_pairs"] >= 1 and first["outcome"], first
-    assert first["status"] in ("kept", "dropped", "undecided") and first["conditions"]
+    if first["rounds"]:
+        assert first["status"] in ("kept", "dropped", "undecided") and first["conditions"]
+    else:  # the load of other programs changed inside every pair it had time for: said, not hidden
+        assert first["status"] == "not measured" and "dropped" in first["outcome"], first
     assert decisions["channels_last"]["outcome"].startswith(
         "not measured: this machine cannot run it: channels_last"
     )

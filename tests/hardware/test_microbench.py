@@ -229,6 +229,23 @@ def test_the_precision_lesson_is_measured_once_per_conditions_and_kept_apart(pri
     assert sorted(kept) == [False, True]  # two files: a busy measurement never replaced the quiet
 
 
+def test_a_lesson_meeting_conditions_with_an_answer_already_recalls_that_answer(private_cache, monkeypatch):
+    """It starts quiet, so finds no quiet answer, and meets a busy machine that has one: the busy
+    answer stands, as the page's claim that one set of conditions has one answer needs."""
+    from workbench.hardware import lessons
+
+    real = lessons.measure_precisions
+    monkeypatch.setattr(lessons, "measure_precisions", lambda device: real(device, n=64, rounds=6))
+    monkeypatch.setattr(lessons, "other_cores_now", lambda: 1.5)
+    monkeypatch.setattr(lessons, "ContentionMeter", lambda: _Load(1.5))
+    first = lessons.precision_lesson("cpu")
+    monkeypatch.setattr(lessons, "other_cores_now", lambda: 0.0)  # quiet as it starts, busy inside
+    again = lessons.precision_lesson("cpu")
+    assert "measured just now" in first.source and "measured just now" not in again.source
+    assert again.ratios == first.ratios and again.recommend == first.recommend
+    assert len(list((private_cache / "lessons").glob("precision-*.json"))) == 1  # nothing kept as quiet
+
+
 def test_an_ab_of_training_steps_decides_the_lesson_for_its_model_and_says_so():
     from workbench.hardware.lessons import Lesson
     from workbench.measure.ratios import Ratio

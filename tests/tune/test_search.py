@@ -87,6 +87,15 @@ def test_the_budget_holds_and_what_it_left_out_is_named():
     assert result.spent_s <= 120, result.spent_s
 
 
+def test_a_comparison_whose_every_pair_was_dropped_is_not_measured_and_says_so():
+    """A machine whose load changes inside every pair the budget holds (a busy CI run)."""
+    sim = SimulatedDevice(CANDIDATES, {c.key: 1.5 for c in CANDIDATES}, 4, busy=1.0)
+    d = compare(sim, {}, CANDIDATES[0].settings, deadline=sim.clock() + 20)
+    assert d.rounds == 0 and d.dropped_pairs > 0 and d.status == "not measured" and not d.kept
+    assert d.outcome.startswith("undecided when the budget ran out, after 0 pairs")
+    assert f"and {d.dropped_pairs} dropped (the load of other programs changed in them)" in d.outcome
+
+
 def test_the_order_follows_what_bounds_the_step():
     data = [c.key for c, _ in order(CANDIDATES, "data")]
     assert data[0] == "s0" and data[1:] == ["s1", "s2", "s3", "s4", "s5", "s6"]  # the loader first

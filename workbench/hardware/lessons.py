@@ -9,9 +9,11 @@ alternating), so each 16-bit type gets a speed ratio over fp32 with its interval
 verdict rule. It takes a second or two and carries its conditions: the device and its thread count,
 the instruction sets torch may use, torch's version, and whether other programs held the cores. It
 is kept in a cache file of its own for those conditions (two kernels and a CLI never overwrite each
-other's) and reused only where the conditions match, a busy machine's figure only on a busy machine;
-`refresh=True` measures again. Every notebook, the run panel and the profiler's advice take the
-precision to try first from here (`precision_lesson`), so they say the same thing on one machine.
+other's) and reused only where the conditions match, a busy machine's figure only on a busy machine.
+The first answer kept for a set of conditions stands (a measurement that started under other
+conditions and met these recalls it), so one machine gives one answer; `refresh=True` measures
+again. Every notebook, the run panel and the profiler's advice take the precision to try first from
+here (`precision_lesson`), so they say the same thing on one machine.
 """
 
 from __future__ import annotations
@@ -137,15 +139,21 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
         other = meter.read()["other_cpu_cores"]
         when = "measured just now"
         measured = kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
-        write_json(
-            cache_name(LESSON, measured),
-            {  # best effort: unwritable means measured again next time
-                "conditions": measured,
-                "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                "other_cpu_cores": round(other, 3),
-                "ratios": {k: r.__dict__ for k, r in ratios.items()},
-            },
-        )
+        earlier = {} if refresh else read_json(cache_name(LESSON, measured))
+        if earlier.get("conditions") == measured:  # the load changed as it started, back to one that
+            # has its answer already: that answer stands, so these conditions keep one answer
+            ratios = {k: Ratio(**v) for k, v in earlier["ratios"].items()}
+            when, other = f"measured {earlier['measured_at']}", earlier["other_cpu_cores"]
+        else:
+            write_json(
+                cache_name(LESSON, measured),
+                {  # best effort: unwritable means measured again next time
+                    "conditions": measured,
+                    "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                    "other_cpu_cores": round(other, 3),
+                    "ratios": {k: r.__dict__ for k, r in ratios.items()},
+                },
+            )
     source = f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} thread(s)" + (
         f", beside other programs holding {other:.1f} cores: both sides of each round met them"
         if is_busy(other)

@@ -201,8 +201,9 @@ def compare(
         done = len(ratios) + dropped
         pace = (measure.clock() - t0) / done if done else round_s
         if measure.clock() + pace > deadline:
+            lost = f" and {dropped} dropped (the load of other programs changed in them)" if dropped else ""
             outcome = (
-                f"undecided when the budget ran out, after {len(ratios)} pairs (another "
+                f"undecided when the budget ran out, after {len(ratios)} pairs{lost} (another "
                 f"would take about {pace:.0f} s)"
             )
             break
