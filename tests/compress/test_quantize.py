@@ -8,6 +8,7 @@ from torch import nn
 
 from workbench.compress import quantize as qmod
 from workbench.config import ConfigError
+from workbench.compress.coverage import coverage_note
 from workbench.compress.stats import output_error, state_size_bytes
 from workbench.compress.subject import Subject
 from workbench.train.models import MLP, TinyTransformerLM
@@ -127,3 +128,13 @@ def test_quant_of_an_untrained_model_says_its_accuracy_means_nothing_in_text_and
     assert main(common) == 0
     text = capsys.readouterr().out
     assert text.rstrip().splitlines()[-1] == report["accuracy_note"]
+
+
+def test_quantization_counts_convolutions_and_says_the_result_is_partial(resnet):
+    q, info = quantize(resnet, "dynamic_int8", backend="torch.ao")
+    cov = info["coverage"]
+    convs = [r for r in cov["layers_left"] if r["type"] == "Conv2d"]
+    assert len(convs) == 9 and "static quantization with calibration data" in convs[0]["why"]
+    assert cov["partial"] and cov["coverage"] < 0.05
+    assert coverage_note(cov, "converted").startswith("partial: converted 1 layer holding")
+    assert q(torch.rand(2, 3, 32, 32)).shape == (2, 10)

@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
+from example_models import T, V, tokens
 from workbench.config import ConfigError
 from workbench.train.models import MLP, SmallCNN
 from workbench.compress.unstructured import magnitude_prune
-from workbench.compress.structured import layer_widths, structured_prune
+from workbench.compress.structured import layer_widths, structured_coverage, structured_prune
 
 
 def test_mlp_neurons_removed_and_next_inputs_follow():
@@ -171,3 +172,31 @@ def test_a_search_that_does_not_end_is_refused_in_one_line_naming_where_it_stopp
     assert said and all(s.startswith("structured pruning of LlamaForCausalLM: ") for s in said)
     assert "s of at most 5 s)" in said[-1]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_torch_pruning_shrinks_a_residual_cnn_and_keeps_it_running(resnet):
+    x = torch.rand(2, 3, 32, 32)
+    small = structured_prune(resnet, 0.5, example=x)
+    before = sum(p.numel() for p in resnet.parameters())
+    after = sum(p.numel() for p in small.parameters())
+    assert after < 0.4 * before  # channels halved on both sides of most convolutions
+    assert small(torch.rand(5, 3, 32, 32)).shape == (5, 10)
+    cov = structured_coverage(resnet, small)
+    assert cov["tool"] == "torch-pruning" and cov["coverage"] == 1.0
+    assert small.fc.out_features == 10  # the output layer keeps its size
+
+
+@pytest.mark.parametrize("name", ["gpt", "gpt2"])
+def test_attention_is_left_whole_with_the_reason_and_the_mlp_shrinks(name, request):
+    model = request.getfixturevalue(name)
+    small = structured_prune(model, 0.5, example=tokens())
+    assert small(tokens(3)).shape == (3, T, V)
+    cov = structured_coverage(model, small)
+    left = {
+        r["layer"].rsplit(".", 2)[-2] + "." + r["layer"].rsplit(".", 1)[-1]: r["why"]
+        for r in cov["layers_left"]
+        if "attn" in r["layer"]
+    }
+    assert any("split into attention heads" in why for why in left.values())
+    assert 0.5 < cov["coverage"] < 0.8  # the MLPs: most of the weights, not all
+    assert any("residual stream" in r["why"] for r in cov["layers_left"] if r["type"] == "Embedding")

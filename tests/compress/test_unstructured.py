@@ -14,6 +14,7 @@ from workbench.compress.unstructured import (
     has_masks,
     magnitude_prune,
     make_real,
+    pruning_coverage,
     sparsity,
     to_sparse,
 )
@@ -118,3 +119,17 @@ def test_csr_model_matches_and_needs_masks_removed(mlp):
     assert sparsity(sparse)["sparsity"] == pytest.approx(0.9, abs=0.01)
     with pytest.raises(ConfigError, match="no nn.Linear to convert"):
         to_sparse(nn.Sequential(nn.Conv2d(1, 2, 3)))
+
+
+def test_a_tied_weight_is_pruned_once_and_stays_tied(gpt):
+    inner = gpt.gpt
+    assert inner.lm_head.weight is inner.wte.weight
+    total = sum(p.numel() for p in gpt.parameters())  # parameters() counts a tied tensor once
+    cov = pruning_coverage(gpt)
+    assert cov["model_weights"] == total and "gpt.wte" in cov["layers_touched"]
+    masked = magnitude_prune(copy_model(gpt), 0.6, scope="global")
+    t = masked.gpt
+    assert torch.equal(t.wte.weight, t.lm_head.weight)  # one mask on both holders
+    real = make_real(masked).gpt
+    assert real.lm_head.weight is real.wte.weight  # still one tensor after make_real
+    assert sparsity(masked)["sparsity"] == pytest.approx(0.6, abs=0.01)
