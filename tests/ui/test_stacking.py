@@ -1,6 +1,6 @@
 """The stacking panel without a browser: the button runs the study on a thread, the waterfall and
 the table fill in, and the export button writes the stacked config's script. The study itself is
-replaced by one that replays a table (tests/stacking/test_stacking.py runs real studies)."""
+replaced by one that replays a table (tests/stacking/test_study.py runs a real study)."""
 
 from __future__ import annotations
 
@@ -78,3 +78,36 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     assert (tmp_path / "exported" / "train.py").is_file()
     assert "'bf16'" in (tmp_path / "exported" / "train.py").read_text()
     assert "python train.py" in panel.export_out.value
+
+
+def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
+    import pandas as pd
+    import pytest
+
+    df = pd.DataFrame(
+        [
+            {
+                "step": "baseline",
+                "status": "baseline",
+                "samples_per_s": 100.0,
+                "gain_vs_prev": 1.0,
+                "gain_vs_baseline": 1.0,
+                "reason": "",
+            },
+            {
+                "step": "+ bf16",
+                "status": "within noise",
+                "samples_per_s": 103.0,
+                "gain_vs_prev": 1.03,
+                "gain_vs_baseline": 1.03,
+                "reason": "",
+            },
+        ]
+    )
+    bars = ui.waterfall_figure(df).data[0]
+    assert list(bars.marker.color) == [
+        STATUS_COLORS["baseline"],
+        STATUS_COLORS["within noise"],
+        STATUS_COLORS["baseline"],
+    ]
+    assert list(bars.y) == pytest.approx([100.0, 3.0, 103.0]) and list(bars.base) == [0.0, 100.0, 0.0]
