@@ -1,0 +1,79 @@
+"""The watchdog on recorded events: missing and stalled ranks named, in the post-mortem's words."""
+
+from __future__ import annotations
+
+import time
+
+from workbench.distributed.faults import diagnose
+from workbench.distributed.watchdog import Watchdog
+from recorded_events import write_events
+
+
+def test_watchdog_names_missing_and_stalled_ranks(tmp_path, smoke):
+    cfg = smoke.replace(
+        **{
+            "distributed.nproc": 2,
+            "distributed.start_timeout_s": 5.0,
+            "distributed.timeout_s": 2.0,
+            "run.steps": 100,
+        }
+    )
+    dog = Watchdog(tmp_path, cfg)
+    assert dog.check(now=dog.t0 + 1) is None
+    failure = dog.check(now=dog.t0 + 6)
+    assert failure.cause == "start_timeout" and "rendezvous" in failure.message
+    write_events(tmp_path, 0, ("start", {}), ("ready", {}), ("step", {"step": 1}))
+    write_events(tmp_path, 1, ("start", {}), ("ready", {}), ("step", {"step": 1}))
+    now = time.time()
+    assert Watchdog(tmp_path, cfg).check(now=now + 1) is None
+    write_events(tmp_path, 0, ("step", {"step": 2}))
+    write_events(tmp_path, 1, ("heartbeat", {"step": 1, "where": "forward (model.py:12)"}))
+    failure = Watchdog(tmp_path, cfg).check(now=time.time() + 7.5)
+    assert failure.cause == "stalled" and 1 in failure.failed_ranks
+    assert "rank 1 stalled after step 1" in failure.message
+
+
+def test_the_watchdog_and_the_post_mortem_say_a_stall_alike(tmp_path, smoke):
+    """One Diagnosis, one wording of a stalled rank, one error type derived from the cause: what
+    the watchdog finds while the run goes reads as the rule table's diagnosis after it."""
+    from workbench.distributed.faults import finish_summary
+
+    cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.timeout_s": 2.0, "run.steps": 100})
+    write_events(tmp_path, 0, ("start", {}), ("ready", {}), ("step", {"step": 1}), ("step", {"step": 2}))
+    write_events(
+        tmp_path,
+        1,
+        ("start", {}),
+        ("ready", {}),
+        ("step", {"step": 1}),
+        ("heartbeat", {"step": 1, "where": "forward (model.py:12)"}),
+    )
+    live = Watchdog(tmp_path, cfg).check(now=time.time() + 7.5)
+    assert (live.cause, live.error_type, live.failed_rank) == ("stalled", "Stalled", live.failed_ranks[0])
+    assert 1 in live.failed_ranks
+    assert "rank 1 stalled after step 1: no progress for" in live.message
+    assert "last seen in forward (model.py:12)" in live.message
+    # the same stall found after the run: rank 0 timed out waiting, rank 1 was stopped
+    write_events(
+        tmp_path,
+        0,
+        (
+            "error",
+            {"status": "failed", "error_type": "DistBackendError", "message": "Timed out waiting for recv"},
+        ),
+    )
+    write_events(
+        tmp_path, 1, ("error", {"status": "stopped", "error_type": "RunStopped", "message": "SIGTERM"})
+    )
+    after = diagnose(tmp_path, 1)
+    assert (after["cause"], after["error_type"], after["failed_rank"]) == ("stalled", "Stalled", 1)
+    assert after["message"].startswith("rank 1 stalled after step 1, last seen in forward (model.py:12)")
+    summary = finish_summary(tmp_path, 2, -9, failure=live)
+    assert {k: summary[k] for k in ("status", "cause", "error_type", "failed_rank", "failed_ranks")} == {
+        "status": "failed",
+        "cause": "stalled",
+        "error_type": "Stalled",
+        "failed_rank": live.failed_rank,
+        "failed_ranks": live.failed_ranks,
+    }
+    assert summary["message"] == live.message
