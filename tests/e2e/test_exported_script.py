@@ -1,10 +1,10 @@
-"""Export: the files, the commands, bad input, and the exported script itself, run outside the
-workbench and compared loss for loss with the workbench's own run of the same config and seed."""
+"""The exported script run outside the workbench, compared loss for loss with the workbench's own
+run of the same config and seed: one process, two ranks under torchrun, FSDP, a two-node SLURM
+job on loopback, saved state shared both ways and a restart; its threads chosen by the
+workbench's rule beside other work; a GPU it cannot see refused in one line."""
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import os
 import signal
@@ -15,136 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.config import ConfigError, RunConfig
-from workbench.events import read_events
+from exported_script import BLOCKED_RUNNER, script_losses, workbench_losses
+from workbench.config import RunConfig
 from workbench.export import export
 from workbench.export.launch_commands import single_node
 from workbench.export.verify import reproduce
 from workbench.distributed.launch import run
 from workbench.net import free_port
-
-# The script may only import torch and the standard library; this runs it with the rest blocked.
-BLOCKED_RUNNER = """import runpy, sys
-for name in ("workbench", "sklearn", "numpy", "pandas"):
-    sys.modules[name] = None  # any import of these now fails
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-def workbench_losses(run_dir, rank=0):
-    return [r["loss"] for r in read_events(run_dir) if r["event"] == "step" and r["rank"] == rank]
-
-
-def script_losses(metrics_dir, rank=0):
-    lines = (Path(metrics_dir) / f"rank{rank}.jsonl").read_text().splitlines()
-    return [json.loads(line)["loss"] for line in lines]
-
-
-def import_script(path: Path):
-    spec = importlib.util.spec_from_file_location(f"exported_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_files_and_commands(tmp_path):
-    cfg = RunConfig.smoke().replace(**{"distributed.nproc": 2, "run.label": "demo"})
-    result = export(cfg, tmp_path / "out", nodes=3, port=29612)
-    names = {p.name for p in result.files}
-    assert {"config.json", "train.py", "commands.md", "run.sh", "job.slurm", "data.pt"} <= names
-    assert RunConfig.load(tmp_path / "out" / "config.json") == cfg
-    md = (tmp_path / "out" / "commands.md").read_text()
-    assert (
-        "torchrun --nnodes=1 --nproc-per-node=2 --rdzv-backend=c10d "
-        "--rdzv-endpoint=127.0.0.1:29612 --local-addr 127.0.0.1 train.py"
-    ) in md
-    assert "--nnodes=3 --nproc-per-node=2" in md and "--rdzv-endpoint=HEAD_NODE:29612" in md
-    job = (tmp_path / "out" / "job.slurm").read_text()
-    assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks-per-node=1" in job
-    assert 'srun --kill-on-bad-exit=1 bash -c \'on_node "$@"\' on_node "$@"' in job
-    assert 'exec torchrun --nnodes="$SLURM_NNODES" --nproc-per-node=2' in job
-    assert '--rdzv-endpoint="$head_addr:29612"' in job and 'train.py "$@"' in job
-    for name in ("job.slurm", "run.sh"):
-        subprocess.run(["bash", "-n", str(tmp_path / "out" / name)], check=True)
-    tree = ast.parse((tmp_path / "out" / "train.py").read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    imported |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
-    assert imported - set(sys.stdlib_module_names) == {"torch"}
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {
-            "data.name": "synthetic_images",
-            "model.name": "cnn",
-            "model.width": 8,
-            "data.num_samples": 64,
-            "data.image_size": 16,
-        },
-        {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
-    ],
-)
-def test_script_rebuilds_the_same_data_and_model(tmp_path, changes):
-    from workbench.train.data import build_data
-    from workbench.train.models import build_model
-
-    cfg = RunConfig.smoke().replace(**changes)
-    export(cfg, tmp_path)
-    script = import_script(tmp_path / "train.py")
-    ours, theirs = build_data(cfg), script.build_data(script.settings(script.CONFIG))
-    assert torch.equal(ours.train.x, theirs.train.x) and torch.equal(ours.test.y, theirs.test.y)
-    torch.manual_seed(3)
-    a = build_model(cfg, ours).state_dict()
-    torch.manual_seed(3)
-    b = script.build_model(script.settings(script.CONFIG), theirs).state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def test_user_model_file_travels_with_the_script(tmp_path, monkeypatch):
-    (tmp_path / "mine.py").write_text(
-        "import torch\ndef build(hidden=8):\n"
-        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, hidden),"
-        " torch.nn.ReLU(), torch.nn.Linear(hidden, 10))\n"
-    )
-    monkeypatch.chdir(tmp_path)
-    cfg = RunConfig.smoke().replace(**{"model.name": "mine.py:build", "model.kwargs": {"hidden": 12}})
-    export(cfg, tmp_path / "out")
-    assert (tmp_path / "out" / "mine.py").is_file()
-    (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")  # no mine.py here: the script finds its own copy
-    script = import_script(tmp_path / "out" / "train.py")
-    s = script.settings(script.CONFIG)
-    model = script.build_model(s, script.build_data(s))
-    assert model[1].out_features == 12
-
-
-def test_bad_input_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
-        export(tmp_path / "nope", tmp_path / "out")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="has no config.json"):
-        export(tmp_path / "empty", tmp_path / "out")
-    with pytest.raises(ConfigError, match="nodes must be >= 2"):
-        export(RunConfig.smoke(), tmp_path / "out", nodes=1)
-    export(RunConfig.smoke(), tmp_path / "out")
-    with pytest.raises(ConfigError, match="already holds an export"):
-        export(RunConfig.smoke(), tmp_path / "out")
-    export(RunConfig.smoke(), tmp_path / "out", overwrite=True)
-    cfg = RunConfig.smoke().replace(**{"model.name": "gone.py:build"})
-    with pytest.raises(ConfigError, match="gone.py"):
-        export(cfg, tmp_path / "out2")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a GPU this machine lacks")
@@ -162,17 +39,6 @@ def test_a_script_asked_for_a_gpu_it_cannot_see_says_so_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith("train.py: run.device must be 'cpu' or 'auto' on this machine")
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-
-
-def test_cli_export(tmp_path, capsys):
-    from workbench.cli import main
-
-    cfg_file = tmp_path / "cfg.json"
-    RunConfig.smoke().save(cfg_file)
-    assert main(["export", "--config", str(cfg_file), "--to", str(tmp_path / "out")]) == 0
-    assert "python train.py" in capsys.readouterr().out
-    assert main(["export", "--run", str(tmp_path), "--to", str(tmp_path / "x")]) == 2
-    assert "has no config.json" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -367,20 +233,6 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
         assert script_losses(result.dir / "metrics", rank) == pytest.approx(
             workbench_losses(two_rank_run, rank), abs=1e-4
         )
-
-
-def test_reproduce_reports_a_failing_script(tmp_path):
-    export(RunConfig.smoke(), tmp_path)
-    (tmp_path / "train.py").write_text("import sys\nprint('broken on purpose')\nsys.exit(3)\n")
-    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit code 3\).*broken on purpose"):
-        reproduce(tmp_path)
-
-
-def test_an_export_of_a_resumed_run_trains_from_step_0_without_the_folder_it_resumed(tmp_path):
-    result = export(
-        RunConfig.smoke().replace(**{"run.resume_from": str(tmp_path / "gone")}), tmp_path / "out"
-    )
-    assert RunConfig.load(result.dir / "config.json").run.resume_from == ""
 
 
 @pytest.mark.slow

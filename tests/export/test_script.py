@@ -1,0 +1,40 @@
+"""The exported script builds the same data and model as the workbench from the same config and seed."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from exported_script import import_script
+from workbench.config import RunConfig
+from workbench.export import export
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {
+            "data.name": "synthetic_images",
+            "model.name": "cnn",
+            "model.width": 8,
+            "data.num_samples": 64,
+            "data.image_size": 16,
+        },
+        {"data.name": "text", "model.name": "transformer", "model.width": 32, "data.num_samples": 64},
+    ],
+)
+def test_script_rebuilds_the_same_data_and_model(tmp_path, changes):
+    from workbench.train.data import build_data
+    from workbench.train.models import build_model
+
+    cfg = RunConfig.smoke().replace(**changes)
+    export(cfg, tmp_path)
+    script = import_script(tmp_path / "train.py")
+    ours, theirs = build_data(cfg), script.build_data(script.settings(script.CONFIG))
+    assert torch.equal(ours.train.x, theirs.train.x) and torch.equal(ours.test.y, theirs.test.y)
+    torch.manual_seed(3)
+    a = build_model(cfg, ours).state_dict()
+    torch.manual_seed(3)
+    b = script.build_model(script.settings(script.CONFIG), theirs).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,37 @@
+"""Reading an exported train.py and its runs: its losses beside the workbench's run of the same
+config, the script imported as a module, and a runner that blocks every import but torch's and
+the standard library's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from workbench.events import read_events
+
+# The script may only import torch and the standard library; this runs it with the rest blocked.
+BLOCKED_RUNNER = """import runpy, sys
+for name in ("workbench", "sklearn", "numpy", "pandas"):
+    sys.modules[name] = None  # any import of these now fails
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def workbench_losses(run_dir, rank=0):
+    return [r["loss"] for r in read_events(run_dir) if r["event"] == "step" and r["rank"] == rank]
+
+
+def script_losses(metrics_dir, rank=0):
+    lines = (Path(metrics_dir) / f"rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def import_script(path: Path):
+    spec = importlib.util.spec_from_file_location(f"exported_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up here
+    spec.loader.exec_module(module)
+    return module
