@@ -128,32 +128,30 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
     device = torch.device(device)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
     now = conditions(device, is_busy(other_cores_now()))
-    cached = {} if refresh else read_json(cache_name(LESSON, now))
     kept_under = now
-    if cached.get("conditions") == now:
-        ratios = {k: Ratio(**v) for k, v in cached["ratios"].items()}
-        when, other = f"measured {cached['measured_at']}", cached["other_cpu_cores"]
-    else:
+    kept = _kept(now, refresh)
+    if kept is None:
         meter = ContentionMeter()
         ratios = measure_precisions(device)
         other = meter.read()["other_cpu_cores"]
         when = "measured just now"
-        measured = kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
-        earlier = {} if refresh else read_json(cache_name(LESSON, measured))
-        if earlier.get("conditions") == measured:  # the load changed as it started, back to one that
-            # has its answer already: that answer stands, so these conditions keep one answer
-            ratios = {k: Ratio(**v) for k, v in earlier["ratios"].items()}
-            when, other = f"measured {earlier['measured_at']}", earlier["other_cpu_cores"]
-        else:
+        kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
+        # where the load changed as it started, to conditions that have their answer already, that
+        # answer stands: these conditions keep one answer
+        kept = _kept(kept_under, refresh)
+        if kept is None:
             write_json(
-                cache_name(LESSON, measured),
+                cache_name(LESSON, kept_under),
                 {  # best effort: unwritable means measured again next time
-                    "conditions": measured,
+                    "conditions": kept_under,
                     "measured_at": time.strftime("%Y-%m-%d %H:%M"),
                     "other_cpu_cores": round(other, 3),
                     "ratios": {k: r.__dict__ for k, r in ratios.items()},
                 },
             )
+    if kept is not None:
+        ratios = {k: Ratio(**v) for k, v in kept["ratios"].items()}
+        when, other = f"measured {kept['measured_at']}", kept["other_cpu_cores"]
     source = f"{ROUNDS} interleaved rounds of a matmul, {when}, {torch.get_num_threads()} thread(s)" + (
         f", beside other programs holding {other:.1f} cores: both sides of each round met them"
         if is_busy(other)
@@ -165,6 +163,12 @@ def precision_lesson(device="cpu", refresh: bool = False) -> Lesson:
         "precision lesson", "the precision to try first", cache_name(LESSON, kept_under), lesson.recommend
     )
     return lesson
+
+
+def _kept(under: dict, refresh: bool) -> dict | None:
+    """The answer kept for the conditions `under`, or None: none kept, or a refresh asked."""
+    record = {} if refresh else read_json(cache_name(LESSON, under))
+    return record if record.get("conditions") == under else None
 
 
 def pick(ratios: dict[str, Ratio], device) -> str:
