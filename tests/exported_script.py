@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,3 +36,17 @@ def import_script(path: Path):
     sys.modules[spec.name] = module  # its dataclass looks its module up here
     spec.loader.exec_module(module)
     return module
+
+
+def run_blocked(export_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The export's train.py run from its folder with BLOCKED_RUNNER (written beside the folder),
+    its output captured."""
+    runner = Path(export_dir).parent / "blocked.py"
+    runner.write_text(BLOCKED_RUNNER)
+    return subprocess.run(
+        [sys.executable, str(runner), "train.py", *args],
+        cwd=export_dir,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )

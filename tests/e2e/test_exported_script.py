@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from exported_script import BLOCKED_RUNNER, script_losses, workbench_losses
+from exported_script import run_blocked, script_losses, workbench_losses
 from workbench.config import RunConfig
 from workbench.export import export
 from workbench.export.launch_commands import single_node
@@ -56,14 +56,7 @@ def test_script_one_rank_reproduces_the_run(tmp_path):
     summary = run(cfg, tmp_path / "run", timeout_s=180)
     assert summary["status"] == "completed", summary
     export(summary["run_dir"], tmp_path / "out")
-    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
-    proc = subprocess.run(
-        [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--metrics", "metrics"],
-        cwd=tmp_path / "out",
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_blocked(tmp_path / "out", "--metrics", "metrics")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "eval: loss" in proc.stdout and (tmp_path / "out" / "out" / "model.pt").is_file()
     ours = workbench_losses(summary["run_dir"])
@@ -105,15 +98,8 @@ def test_the_script_chooses_its_threads_by_the_workbenchs_rule_beside_other_work
         ),
         tmp_path / "out",
     )
-    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)  # no workbench import: a copy of the rule
-    with OtherWork(2):
-        proc = subprocess.run(
-            [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", ""],
-            cwd=tmp_path / "out",
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+    with OtherWork(2):  # no workbench import: a copy of the rule
+        proc = run_blocked(tmp_path / "out", "--out", "")
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stdout.splitlines() if line.startswith("threads: ")]
     assert said and said[0].startswith("threads: other processes held"), proc.stdout
@@ -250,16 +236,9 @@ def test_the_script_and_the_workbench_go_on_from_each_others_saved_state(tmp_pat
     assert summary["status"] == "completed", summary
     one = base.replace(**{"loader.batch_size": 32})
     export(one, tmp_path / "out")
-    (tmp_path / "blocked.py").write_text(BLOCKED_RUNNER)
 
     def script(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, str(tmp_path / "blocked.py"), "train.py", "--out", "", *args],
-            cwd=tmp_path / "out",
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        return run_blocked(tmp_path / "out", "--out", "", *args)
 
     proc = script("--resume", "--state", summary["run_dir"], "--metrics", "from_ddp")
     assert proc.returncode == 0, proc.stderr[-3000:]
