@@ -80,19 +80,6 @@ def test_check_lists_what_holds_and_a_claim_shown_twice_is_kept_once():
     assert "1 claim(s) on this page" in done.summary() and "within noise" in done._repr_html_()
 
 
-def test_the_precision_lesson_is_one_answer_per_set_of_conditions(private_cache):
-    from workbench.hardware.lessons import precision_lesson
-
-    first, again = precision_lesson("cpu"), precision_lesson("cpu")
-    said = [c for c in claims.made() if c.kind == "same"]
-    assert len(said) == 2 and all(c.holds for c in said)
-    under = [c.says.split("]: ")[0] for c in said]  # the conditions each answer was kept under
-    if under[0] == under[1]:  # the second recalled the first: one answer, not a second measurement
-        assert again.recommend == first.recommend and "measured just now" not in again.source
-    else:  # other work began or ended between the calls: each answer is kept under its own load
-        assert ("beside other programs" in first.source) != ("beside other programs" in again.source)
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_notebook_ends_by_checking_its_claims(notebook):
     cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]

@@ -39,3 +39,15 @@ def test_compression_and_stacking_rows_that_lost_accuracy_are_never_painted_as_g
     assert status_color(row["verdict"]) != STATUS_COLORS["faster"]
     assert status_color("faster, partial: 40% of the weights") == STATUS_COLORS["faster"]
     assert judge("structured", timing, 0.5, accuracy=(0.995, 0.99))["verdict"] == "faster"
+
+
+def test_a_comparison_is_decided_when_faster_slower_or_inside_the_band_of_no_gain():
+    from workbench.measure.ratios import Ratio
+    from workbench.measure.verdict import CANNOT_TELL, answer, decided
+
+    faster = Ratio(1.3, 1.2, 1.4, 8, "faster")
+    same = Ratio(1.01, 0.97, 1.04, 12, "within noise")
+    wide = Ratio(1.01, 0.8, 1.3, 8, "within noise")
+    none = Ratio(1.01, None, None, 4, "within noise")
+    assert [decided(r) for r in (faster, same, wide, none)] == [True, True, False, False]
+    assert [answer(r) for r in (faster, same, wide)] == ["faster", "the same within 5%", CANNOT_TELL]

@@ -1,18 +1,20 @@
-"""What bf16 and fp16 buy over fp32 on this machine, for training: each an A/B test in alternating
-slices of one warm process (workbench.trials.config_ab), the median speed ratio with its interval and the
-verdict, beside the matmul lesson of the same machine (workbench.hardware.lessons).
+"""What bf16 and fp16 buy over fp32 on this machine, for training, and why: each model's precision
+lesson (workbench.hardware.lessons: its own steps in fp32, bf16 and fp16, interleaved in one warm
+process until decided or out of budget), beside this machine's curve of 16-bit matmul speed by
+matrix side (workbench.hardware.size_curve), on which each model's matmuls are placed.
 
-    python -m tools.bench precision [--rounds 8]     # or: make bench
+    python -m tools.bench precision [--busy N]     # or: make bench
 """
 
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 
 from workbench.config import RunConfig
 from workbench.hardware.lessons import precision_lesson
-from workbench.quick import scaled
-from workbench.trials.config_ab import ab_test
+from workbench.hardware.size_curve import size_curve
+from workbench.procs import OtherWork
 from .results import recorded
 
 MODELS = {
@@ -32,17 +34,22 @@ MODELS = {
 }
 
 
-@recorded("precision", "What bf16 and fp16 buy over fp32, for training")
+@recorded("precision", "What bf16 and fp16 buy over fp32, for training, and why")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench precision", description=__doc__)
-    p.add_argument("--rounds", type=int, default=scaled(8, 6))
+    p.add_argument("--busy", type=int, default=0, help="busy processes held beside the measurement")
     args = p.parse_args(argv)
-    print(precision_lesson("cpu", refresh=True).text)
-    for name, base in MODELS.items():
-        base = base.replace(**{"run.device": "cpu"})
-        for dtype in ("bf16", "fp16"):
-            result = ab_test(base, base.replace(**{"precision.dtype": dtype}), args.rounds, ("fp32", dtype))
-            print(f"\n{name}: {result.text()}")
+    with OtherWork(args.busy) if args.busy else nullcontext():
+        curve = size_curve("cpu", refresh=True)
+        print(f"This machine's curve ({curve.source}):\n")
+        print("| side | " + " | ".join(f"{d} over fp32" for d in curve.points) + " |")
+        print("|---|" + "---|" * len(curve.points))
+        for side in sorted({s for d in curve.points for s in curve.sides(d)}):
+            cells = [(r.label() if (r := curve.ratio(d, side)) else "not measured") for d in curve.points]
+            print(f"| {side} | " + " | ".join(cells) + " |")
+        for name, base in MODELS.items():
+            lesson = precision_lesson(base.replace(**{"run.device": "cpu"}), refresh=True)
+            print(f"\n{name}: {lesson.text}")
     return 0
 
 

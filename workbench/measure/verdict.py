@@ -53,3 +53,27 @@ def weighed(
 def is_clean_gain(status: str | None) -> bool:
     """A faster verdict that cost nothing beyond its tolerance: the only kind drawn as a gain."""
     return bool(status) and status.startswith(FASTER) and BUT not in status
+
+
+CANNOT_TELL = "cannot tell apart here"
+
+
+def decided(ratio) -> bool:
+    """Whether a comparison (a Ratio) has its answer: faster or slower, or an interval that lies
+    inside the band of gains too small to count (the same, within its minimum effect). Anything
+    else cannot tell the two apart yet, and more pairs may."""
+    if ratio.verdict in (FASTER, SLOWER):
+        return True
+    if ratio.low is None or ratio.high is None:
+        return False
+    return ratio.low >= 1 / (1 + ratio.min_effect) and ratio.high <= 1 + ratio.min_effect
+
+
+def answer(ratio) -> str:
+    """A comparison's answer in words: 'faster', 'slower', 'the same within 5 %', or that this
+    machine cannot tell them apart (never a recommendation)."""
+    if ratio.verdict in (FASTER, SLOWER):
+        return ratio.verdict
+    if decided(ratio):
+        return f"the same within {ratio.min_effect:.0%}"
+    return CANNOT_TELL

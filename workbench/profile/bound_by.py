@@ -168,12 +168,19 @@ def advice(group: str, cfg: dict, device: str, recommended_dtype: str | None) ->
                 {"compile.enabled": True},
             )
         return ("a bigger batch gives each operator more work", {})
-    if prec.get("dtype", "fp32") == "fp32" and recommended_dtype and recommended_dtype != "fp32":
-        return (
-            f"mixed precision: this device's recommended dtype is {recommended_dtype} "
-            "(workbench hw says why); if memory limits the batch, activation checkpointing "
-            "(train.checkpoint) frees it",
-            {"precision.dtype": recommended_dtype},
+    if prec.get("dtype", "fp32") == "fp32" and recommended_dtype != "fp32":
+        if recommended_dtype:  # measured on this model's own steps: the precision lesson
+            return (
+                f"mixed precision: the precision lesson measured {recommended_dtype} faster than fp32 "
+                "on this model's own training steps here (workbench.hardware.lessons); if memory "
+                "limits the batch, activation checkpointing (train.checkpoint) frees it",
+                {"precision.dtype": recommended_dtype},
+            )
+        return (  # nothing measured for this model: say what to measure, recommend nothing
+            "mixed precision, not measured for this model yet: its precision lesson "
+            "(precision_lesson(cfg), notebook 01) times bf16 against fp32 on its own steps, and "
+            "the line below does the same from a terminal",
+            {"precision.dtype": "bf16"},
         )
     if not cfg.get("compile", {}).get("enabled"):
         return (

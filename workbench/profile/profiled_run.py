@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import run
-from ..machine.capability import resolve_device
 from .breakdown import Breakdown, read_breakdown
 from .presets import default_transformer  # noqa: F401 - where the notebooks and benches find it
 
@@ -67,11 +66,13 @@ def is_profile_of(b: Breakdown, cfg: RunConfig) -> bool:
 
 
 def recommended_dtype(cfg: RunConfig) -> str | None:
-    """The precision to try first on the run's device: the one precision lesson
-    (workbench.hardware.lessons), measured on this machine, as the notebooks and the panel say it."""
-    from ..hardware.lessons import precision_lesson  # measures: only once the profile has run
+    """The precision to try first for this model on its device, from the precision lesson kept for
+    it (workbench.hardware.lessons), as the notebooks and the panel say it; None where no lesson of
+    this model is kept (then the advice says how to measure one, and says nothing it did not measure)."""
+    from ..hardware.lessons import precision_lesson
 
     try:
-        return precision_lesson(resolve_device(cfg.run.device)).recommend
+        lesson = precision_lesson(cfg, measure=False)
     except (ConfigError, RuntimeError):
         return None
+    return lesson.recommend if lesson is not None else None

@@ -7,8 +7,9 @@ rank 0 takes the requests and hands each to the other ranks.
 
 Requests are dicts over a Unix socket that only this machine's owner can open: build a variant,
 run a slice of one or several (their steps interleaved in short chunks, A B B A ...), report a
-variant's memory per rank, save its weights, drop it, close. A slice reports its samples, its wall
-time, the CPU time of this process tree and the cores other programs held meanwhile, and its losses.
+variant's memory per rank or the shapes of its matrix products, save its weights, drop it, close.
+A slice reports its samples, its wall time, the CPU time of this process tree and the cores other
+programs held meanwhile, and its losses.
 """
 
 from __future__ import annotations
@@ -84,6 +85,20 @@ class Variant:
         from .trainer import memory_per_rank
 
         return memory_per_rank(self.cfg, self.s, self.env, self.held)
+
+    def matmuls(self) -> list[dict]:
+        """The matrix products of one forward on the first batch of its data, with their shapes
+        (workbench.train.matmul_shapes): what the precision lesson places on the size curve."""
+        import torch
+
+        from .flops import first_batch
+        from .matmul_shapes import matmul_shapes
+        from .rank import unwrap
+
+        x, _ = first_batch(self.s.data.train, self.cfg.loader.batch_size, self.s.parts.device)
+        if self.cfg.precision.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return matmul_shapes(unwrap(self.s.parts.model), x, self.s.parts.amp)
 
     def save(self) -> None:
         """Its weights as a run saves them (model.pt, whole under FSDP): what it has trained so far."""
@@ -208,6 +223,8 @@ def serve(conn: Connection | None, folder: Path) -> None:
                 reply = {"slices": interleave(chosen, msg["plan"])}
             elif op == "memory":
                 reply = {"memory": variants[msg["label"]].memory()}
+            elif op == "matmuls":
+                reply = {"matmuls": variants[msg["label"]].matmuls()}
             elif op == "save":
                 variants[msg["label"]].save()
                 reply = {}

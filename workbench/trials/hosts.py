@@ -174,6 +174,10 @@ class ProcessHost:
     def memory(self, label: str) -> dict:
         return self.ask({"op": "memory", "label": label})["memory"]
 
+    def matmuls(self, label: str) -> list[dict]:
+        """The shapes of the matrix products of one forward of `label` (workbench.train.matmul_shapes)."""
+        return self.ask({"op": "matmuls", "label": label})["matmuls"]
+
     def save(self, label: str) -> None:
         """Its weights in its folder (model.pt), as a run saves them."""
         self.ask({"op": "save", "label": label})

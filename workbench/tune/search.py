@@ -11,8 +11,9 @@ code that runs on the machine.
 
 How a comparison decides. Each round gives the candidate's speed over the best's, the two run side
 by side. After every round the median ratio's distribution-free interval is read at 98 %, each of
-its ends a one-sided 99 % bound, stricter than the 95 % reported: the comparison looks many times,
-and each look is a chance to be fooled. Each decision needs only its own side:
+its ends a one-sided 99 % bound, stricter than the 95 % of a single comparison: the comparison looks
+many times, and each look is a chance to be fooled. That interval is the one a decision prints.
+Each decision needs only its own side:
 - kept when the lower bound lies above 1 + the minimum effect: faster by more than it is worth;
 - dropped early when the upper bound lies below 1 + the minimum effect: it cannot bring that gain;
 - dropped as undecided after `max_rounds`, or when the budget left cannot hold another round.
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..measure import claims
-from ..measure.ratios import CONFIDENCE, median_interval, min_rounds
+from ..measure.ratios import median_interval, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..trials.changes import Change
 
@@ -116,7 +117,8 @@ class Decision:
     kept: bool
     why: str  # why it was tried when it was (the order)
     outcome: str  # why it was kept or dropped, in words
-    ratio: float | None = None  # median speed over the best so far, with the 95 % interval
+    ratio: float | None = None  # median speed over the best so far, with the interval that decides
+    # (DECIDE_CONFIDENCE: each end a one-sided 99 % bound; None before FEWEST pairs)
     low: float | None = None
     high: float | None = None
     rounds: int = 0  # pairs used
@@ -125,6 +127,13 @@ class Decision:
     loss_check: str | None = None  # for a setting that changes the numbers: how far the loss moved
     ratios: list = field(default_factory=list, repr=False)
     settings: dict = field(default_factory=dict)  # the config fields it sets ({"loader.batch_size": 256})
+
+    def interval_text(self) -> str:
+        """'1.13x [1.04, 1.22] over 9 pairs', the interval the decision was made on."""
+        if self.ratio is None:
+            return self.outcome
+        interval = f" [{self.low:.2f}, {self.high:.2f}]" if self.low is not None else ""
+        return f"{self.ratio:.2f}x{interval} over {self.rounds} pairs"
 
     @property
     def status(self) -> str:
@@ -159,6 +168,19 @@ class TuneResult:
     settings: dict  # the kept settings, on top of the baseline
     decisions: list[Decision]
     spent_s: float
+
+
+def follows(d: Decision, min_effect: float = MIN_EFFECT) -> bool:
+    """Whether a decision follows from the interval it prints, by the rule that decides: kept only
+    above 1 + the minimum effect, 'slower' only below 1, 'cannot bring the minimum gain' only
+    below 1 + the minimum effect."""
+    if d.kept:
+        return d.low is not None and d.low > 1 + min_effect
+    if d.outcome == "slower":
+        return d.high is not None and d.high < 1
+    if d.outcome.startswith("cannot bring"):
+        return d.high is not None and d.high < 1 + min_effect
+    return True
 
 
 def order(candidates: list[Change], bound_by: str | None) -> list[tuple[Change, str]]:
@@ -230,7 +252,7 @@ def compare(
         if decide[1] < 1 + min_effect:
             outcome = "slower" if decide[1] < 1 else f"cannot bring the minimum gain of {min_effect:.0%}"
             break
-    shown = median_interval(ratios, CONFIDENCE)
+    shown = median_interval(ratios, DECIDE_CONFIDENCE)  # the interval that decided, and is printed
     return Decision(
         setting="",
         kept=faster,
@@ -266,13 +288,8 @@ def search(
     def decided(d: Decision) -> None:
         d.settings = dict(cand.settings)
         decisions.append(d)
-        # a kept setting is one its shown interval calls faster; others claim no gain
         claims.record(
-            "the tune",
-            "verdict",
-            f"{cand.key}: {d.status}",
-            not d.kept or (d.low is not None and d.low > 1),
-            f"{d.ratio:.2f}x [{d.low}, {d.high}] over {d.rounds} pairs" if d.ratio else d.outcome,
+            "the tune", "verdict", f"{cand.key}: {d.status}", follows(d, min_effect), d.interval_text()
         )
         if on_decision is not None:
             on_decision(d)

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..config import ConfigError, RunConfig
+from ..hardware.lessons import reasons
 from ..distributed.launch import launcher
 from ..trials.engine import SLICE_S, Slice, Trial
 from ..trials.hosts import TrainingHosts, TrialError
 from .candidates import NOT_TRIED, reachable
 from .memory_candidates import plan_memory
-from .search import Decision, LossCheck, Prepared, Round, order, search
+from .search import DECIDE_CONFIDENCE, Decision, LossCheck, Prepared, Round, order, search
 
 # How far the mean loss over the same samples seen may move, relative: for bf16, fp16 and compile
 # the same steps; for a larger batch fewer, larger steps over the same data, so a batch that learns
@@ -158,6 +159,15 @@ class TrialMeasure:
     def clock(self) -> float:
         return time.monotonic()
 
+    def matmuls(self) -> list[dict]:
+        """The baseline's matrix products (built here, as its first comparison needs it): what the
+        precision rows' reason places on this machine's size curve."""
+        try:
+            label = self._built({})
+            return self.hosts.variants[label].matmuls(label)
+        except TrialError:
+            return []
+
     def close(self) -> None:
         self.hosts.close()
 
@@ -175,6 +185,22 @@ class TuneReport:
     memory_budget_gib: float | None = None
     memory_note: str = ""
     not_tried: dict = field(default_factory=lambda: dict(NOT_TRIED))
+    precision_why: dict = field(default_factory=dict)  # dtype -> why it pays or not for this model
+
+    def precision_lines(self) -> list[str]:
+        """The precision lesson of this model as the tune measured it: each 16-bit row's decision
+        with the interval it was made on, and the reason from the model's matmuls on this machine's
+        size curve (workbench.hardware.lessons)."""
+        out = []
+        for d in self.decisions:
+            dtype = d.settings.get("precision.dtype")
+            if dtype not in self.precision_why:
+                continue
+            measured = f"{d.status}, {d.interval_text()}" if d.ratio is not None else d.status
+            out.append(f"precision lesson for this model: {dtype} {measured}")
+            if self.precision_why[dtype]:
+                out.append(f"  why: {self.precision_why[dtype]}")
+        return out
 
     def as_dict(self) -> dict:
         return {
@@ -188,6 +214,7 @@ class TuneReport:
             "memory_budget_gib": self.memory_budget_gib,
             "memory_note": self.memory_note,
             "not_tried": self.not_tried,
+            "precision_why": self.precision_why,
         }
 
     def text(self) -> str:
@@ -195,19 +222,18 @@ class TuneReport:
             f"tuned in {self.spent_s:.0f} s of {self.budget_s:.0f} s; {self.bound_by_note}",
             self.memory_note,
         ]
+        lines.append(
+            f"  intervals: {DECIDE_CONFIDENCE:.0%} of the median ratio, each end a one-sided "
+            f"{(1 + DECIDE_CONFIDENCE) / 2:.0%} bound: the ones each decision was made on"
+        )
         for d in self.decisions:
-            ratio = (
-                f"{d.ratio:.2f}x"
-                + (f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
-                + f" over {d.rounds} pairs"
-                if d.ratio is not None
-                else ""
-            )
+            ratio = d.interval_text() if d.ratio is not None else ""
             dropped = f", {d.dropped_pairs} dropped" if d.dropped_pairs else ""
             where = f", {d.conditions}" if d.conditions else ""
             loss = f"; {d.loss_check}" if d.loss_check and d.loss_check not in d.outcome else ""
             said = d.outcome.removeprefix(f"{d.status}: ")  # the status leads the line already
             lines.append(f"  {d.status:12s} {d.setting:14s} {ratio}{dropped}{where}: {said}{loss} ({d.why})")
+        lines += self.precision_lines()
         kept = ", ".join(f"{k}={v}" for k, v in self.settings.items()) or "nothing: the baseline"
         lines.append(f"recommended: {kept}")
         lines.append("not tried: " + "; ".join(f"{k} ({v})" for k, v in self.not_tried.items()))
@@ -260,6 +286,7 @@ def tune(
     skipped = [(c, r) for c, r in options if r]
     measure = TrialMeasure(baseline, slice_s, on_slice, stop)
     try:
+        matmuls = measure.matmuls() if any(c.kind == "precision" for c in tried) else []
         spent = time.monotonic() - t0
         result = search(
             order(tried, bound_by), measure, budget_s=max(budget_s - spent, 1.0), on_decision=on_decision
@@ -280,4 +307,5 @@ def tune(
         budget_s,
         memory.budget_gib,
         memory.note,
+        precision_why=reasons(baseline, matmuls) if matmuls else {},
     )

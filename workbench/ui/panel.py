@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 
 import ipywidgets as widgets
-import torch
 
 from ..config import ConfigError, RunConfig
 from ..distributed.launch import RunHandle
@@ -34,13 +33,10 @@ class RunPanel(RunControl):
         self.progress = widgets.IntProgress(
             value=0, min=0, max=1, description="progress", layout=widgets.Layout(width="360px")
         )
-        # Measured here (a second or two the first time on a machine, then remembered), before any
-        # run can start: a measurement beside a run would disturb the run's own figures.
-        self.lesson = precision_lesson(torch.device(self.controls.device.value))
-        self.recommendation = widgets.HTML(
-            f"<span class='wb-recommendation'>Recommended here: <b>{self.lesson.recommend}</b> — "
-            f"{html.escape(self.lesson.text)}</span>"
-        )
+        # The lesson kept for this model and conditions, never measured here: a measurement beside
+        # a run would disturb the run's own figures, and it is the same lesson every page reads.
+        self.lesson = precision_lesson(self.controls.config(), measure=False)
+        self.recommendation = widgets.HTML(recommendation_html(self.lesson))
         self.dashboard.on_update(self._on_update)
         self.monitor_view = MonitorView()
         self.monitor = SystemMonitor(self.monitor_view.update)
@@ -126,3 +122,18 @@ def _close_tree(widget) -> None:
     for child in getattr(widget, "children", ()):
         _close_tree(child)
     widget.close()
+
+
+def recommendation_html(lesson) -> str:
+    """The panel's line: the precision lesson kept for its model, or how to measure one."""
+    if lesson is None:
+        return (
+            "<span class='wb-recommendation'>No precision lesson for this model under these "
+            "conditions yet: <code>precision_lesson(cfg)</code> (notebook 01's first cell) measures "
+            "bf16 and fp16 against fp32 on its own training steps.</span>"
+        )
+    said = html.escape(lesson.text).replace("\n", "<br>")
+    return (
+        f"<span class='wb-recommendation'>Precision to try first for this model: "
+        f"<b>{html.escape(lesson.answer)}</b><br>{said}</span>"
+    )

@@ -24,7 +24,7 @@ from .sizing import FULL_LABEL, button
 COLUMNS = (
     "setting",
     "decision",
-    "ratio [95 % interval]",
+    "ratio [98 % interval: what decided]",
     "pairs",
     "dropped",
     "conditions",
@@ -35,11 +35,7 @@ COLUMNS = (
 
 
 def decision_row(d: Decision) -> list[str]:
-    ratio = (
-        ""
-        if d.ratio is None
-        else f"{d.ratio:.2f}x" + (f" [{d.low:.2f}, {d.high:.2f}]" if d.low is not None else "")
-    )
+    ratio = "" if d.ratio is None else d.interval_text().rsplit(" over ", 1)[0]
     return [
         d.setting,
         d.status,
