@@ -78,7 +78,7 @@ def measured(monkeypatch, private_cache):
         return json.loads(json.dumps(answers.pop(0)))
 
     monkeypatch.setattr(lessons, "measure_lesson", measure)
-    monkeypatch.setattr(lessons, "size_curve", lambda device: CURVE)
+    monkeypatch.setattr(lessons, "size_curve", lambda device, threads=None: CURVE)
     claims.clear()
     yield answers, calls
     claims.clear()
@@ -123,6 +123,10 @@ def test_the_reason_is_generated_from_the_curve_and_the_models_matmuls():
     narrow = sum(m["flops"] for m in MATMULS[::3]) / sum(m["flops"] for m in MATMULS)
     assert f"2 of this model's 4 matmuls ({narrow:.0%} of their FLOPs) are narrower than 256" in why
     assert "lists AMX-BF16" in why
+    alone = CURVE.matmuls_speedup("bf16", MATMULS)
+    assert f"by the curve its matmuls alone would run {alone:.2f}x" in why and 1 < alone < 6.2
+    slower = lessons.reason("bf16", MATMULS, CURVE, [], _ratio(0.6, 0.55, 0.65, "slower"))
+    assert "its steps measured 0.60x: the rest of the step" in slower
     # the sentence follows the numbers: a curve with no faster side says so
     flat = SizeCurve({"bf16": {64: _ratio(0.5, 0.4, 0.6, "slower"), 1024: _ratio(0.9, 0.8, 0.97, "slower")}})
     why = lessons.reason("bf16", MATMULS, flat, ["avx2"])

@@ -102,6 +102,24 @@ def add_parser(sub):
     return p
 
 
+def precision_only(a, b) -> str | None:
+    """The 16-bit type of an A/B whose sides differ in precision alone, against fp32; else None."""
+    d = a.differences(b)
+    if set(d) != {"precision.dtype"} or "fp32" not in d["precision.dtype"]:
+        return None
+    return next(x for x in d["precision.dtype"] if x != "fp32")
+
+
+def precision_why(a, dtype: str | None, matmuls: list, measured) -> str:
+    """Why that type pays or not for this model: its matmuls on this machine's size curve, beside
+    what this A/B measured (`measured`: B's speed over A's, where A is fp32)."""
+    if dtype is None or not matmuls or a.precision.dtype != "fp32":
+        return ""
+    from ..hardware.lessons import reasons
+
+    return reasons(a, matmuls, {dtype: measured}).get(dtype, "")
+
+
 CONFIG_FLAGS = ("config", "model", "set", "a", "b")  # what --cmd cannot take: they set configs
 
 
@@ -133,10 +151,25 @@ def main(args) -> int:
 
     from ..trials.config_ab import ab_test  # torch: only once the input is checked
 
+    sixteen = precision_only(a, b)
     with Interrupt("ab", quiet=args.json) as interrupted:  # Ctrl-C: the pairs so far are the result
-        result = ab_test(a, b, args.rounds, labels, slice_s=args.slice_s, on_slice=progress, stop=interrupted)
-    out = {**result.as_dict(), **({"interrupted": interrupted.asked} if interrupted() else {})}
-    print(json.dumps(out, indent=2) if args.json else result.text())
+        result = ab_test(
+            a,
+            b,
+            args.rounds,
+            labels,
+            slice_s=args.slice_s,
+            on_slice=progress,
+            stop=interrupted,
+            matmuls=sixteen is not None,
+        )
+    why = precision_why(a, sixteen, result.matmuls, result.ratio)
+    out = {
+        **result.as_dict(),
+        **({"why": why} if why else {}),
+        **({"interrupted": interrupted.asked} if interrupted() else {}),
+    }
+    print(json.dumps(out, indent=2) if args.json else result.text() + (f"\n  why: {why}" if why else ""))
     if interrupted() and not args.json:
         print(interrupted.said(), file=sys.stderr)
     return interrupted.exit_code(0)

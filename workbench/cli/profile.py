@@ -1,5 +1,5 @@
 """`workbench profile`: where a config's step time and memory go. A few profiled steps in a real
-worker; prints the phases, the verdict and what to try next, the memory beside the estimate, the
+worker; prints the phases, the verdict and what to measure next, the memory beside the estimate, the
 top operators and where the trace is.
 
     workbench profile --preset transformer                  # the small transformer

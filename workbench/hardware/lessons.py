@@ -107,7 +107,8 @@ class Lesson:
     def why(self, dtype: str) -> str:
         """The reason, from data: where the curve says `dtype` pays on this device, where the
         model's matrix products fall on it, and the instruction sets that explain the curve."""
-        return reason(dtype, self.matmuls, self.curve, self.flags)
+        c = self.comparisons.get(dtype)
+        return reason(dtype, self.matmuls, self.curve, self.flags, c.ratio if c else None)
 
     def layers(self) -> list[dict]:
         """Each matrix product of the model's forward with its side and the curve's ratio there."""
@@ -129,7 +130,9 @@ def _cell(r: Ratio) -> str:
     return f"{r.ratio:.2f}x" + (f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None else "")
 
 
-def reason(dtype: str, matmuls: list, curve: SizeCurve | None, flags: list | None) -> str:
+def reason(
+    dtype: str, matmuls: list, curve: SizeCurve | None, flags: list | None, measured: Ratio | None = None
+) -> str:
     """'bf16 matmuls run faster than fp32 here from 256 wide (1.41x [1.3, 1.5]) to 1024 wide
     (6.20x [...]); 3 of this model's 4 matmuls (2 % of its matmul FLOPs) are narrower than 256;
     this CPU lists AMX-BF16', generated from the numbers it names."""
@@ -165,10 +168,27 @@ def reason(dtype: str, matmuls: list, curve: SizeCurve | None, flags: list | Non
                 f"{len(narrow)} of this model's {len(matmuls)} matmuls ({share:.0%} of their FLOPs) are "
                 f"narrower than {start} (they are {_span(matmuls)} wide, as square matmuls of their FLOPs)"
             )
+    alone = curve.matmuls_speedup(dtype, matmuls)
+    if alone is not None:
+        parts.append(f"by the curve its matmuls alone would run {alone:.2f}x" + _beside(measured, alone))
     units = units_text(dtype, flags)
     if units:
         parts.append(units)
     return "; ".join(parts)
+
+
+def _beside(measured: Ratio | None, alone: float) -> str:
+    """How the model's measured steps compare with what its matmuls alone would gain."""
+    if measured is None or measured.low is None:
+        return ""
+    if measured.high < alone / 1.1:
+        return (
+            f", and its steps measured {measured.ratio:.2f}x: the rest of the step (its other "
+            f"operators, conversions, a convolution's kernels) costs more than the matmuls gain"
+        )
+    if measured.low > alone * 1.1:
+        return f", and its steps measured {measured.ratio:.2f}x: more than its matmuls explain"
+    return f", as its steps measured ({measured.ratio:.2f}x)"
 
 
 def _span(matmuls: list) -> str:
@@ -192,14 +212,18 @@ def place(matmuls: list, curve: SizeCurve | None) -> list[dict]:
     return out
 
 
-def reasons(cfg: RunConfig, matmuls: list) -> dict[str, str]:
+def reasons(cfg: RunConfig, matmuls: list, measured: dict | None = None) -> dict[str, str]:
     """Each 16-bit type the device runs -> why it pays or not for a model with these matmuls: the
-    reason a tune or an A/B prints beside its own measurement of the model."""
+    reason a tune or an A/B prints beside its own measurement of the model (`measured`: dtype ->
+    the Ratio it measured, set beside what the matmuls alone would gain)."""
+    measured = measured or {}
     device = resolve_device(cfg.run.device)
-    curve = size_curve(device)
+    curve = size_curve(device, threads=choose_threads(cfg, other_cores_now()).threads)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
     return {
-        d: reason(d, matmuls, curve, flags) for d in SIXTEEN if unsupported_reason(cfg, device, d) is None
+        d: reason(d, matmuls, curve, flags, measured.get(d))
+        for d in SIXTEEN
+        if unsupported_reason(cfg, device, d) is None
     }
 
 
@@ -248,7 +272,7 @@ def precision_lesson(
         if not measure:
             return None
         meter = ContentionMeter()
-        curve = size_curve(device)
+        curve = size_curve(device, threads=choice.threads)  # the curve at the model's threads
         fresh = measure_lesson(cfg, device, choice, budget or budget_s())
         other = meter.read()["other_cpu_cores"]
         kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected

@@ -73,6 +73,28 @@ class SizeCurve:
             return None
         return min(sides, key=lambda s: abs(math.log2(s / max(width, 1e-9))))
 
+    def at(self, dtype: str, side: float) -> float | None:
+        """The curve's ratio at any side: read between its measured sides on log-log axes, held
+        flat past its ends."""
+        xs = self.sides(dtype)
+        if not xs:
+            return None
+        side = min(max(side, xs[0]), xs[-1])
+        for lo, hi in zip(xs, xs[1:]):
+            if lo <= side <= hi:
+                t = math.log(side / lo) / math.log(hi / lo)
+                a, b = self.ratio(dtype, lo).ratio, self.ratio(dtype, hi).ratio
+                return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+        return self.ratio(dtype, xs[0]).ratio
+
+    def matmuls_speedup(self, dtype: str, matmuls: list) -> float | None:
+        """What these matmuls alone would gain in `dtype` by the curve: their fp32 time over their
+        16-bit time, each matmul's time its FLOPs over the curve's ratio at its side."""
+        ratios = [self.at(dtype, m["side"]) for m in matmuls]
+        if not matmuls or None in ratios:
+            return None
+        return sum(m["flops"] for m in matmuls) / sum(m["flops"] / r for m, r in zip(matmuls, ratios))
+
     def as_dict(self) -> dict:
         return {
             "points": {d: {str(s): r.__dict__ for s, r in p.items()} for d, p in self.points.items()},
@@ -88,15 +110,16 @@ class SizeCurve:
 
 
 @contextmanager
-def rule_threads():
-    """torch's threads set by the thread rule for what other programs leave free, then restored."""
+def rule_threads(threads: int | None = None):
+    """torch's threads set to `threads`, or by the thread rule for what other programs leave free;
+    then restored. Yields the count."""
     from ..config import RunConfig
 
-    choice = choose_threads(RunConfig.default(), other_cores_now())
+    count = threads or choose_threads(RunConfig.default(), other_cores_now()).threads
     before = torch.get_num_threads()
-    torch.set_num_threads(choice.threads)
+    torch.set_num_threads(count)
     try:
-        yield choice
+        yield count
     finally:
         torch.set_num_threads(before)
 
@@ -142,12 +165,13 @@ def measure_curve(device, sides=SIDES, slice_s: float | None = None) -> tuple[di
     return {d: p for d, p in points.items() if p}, left_out
 
 
-def size_curve(device="cpu", refresh: bool = False) -> SizeCurve:
-    """This device's curve: recalled from a measurement under the same conditions, or measured now
-    (a few seconds) and kept. The first curve kept for a set of conditions stands."""
+def size_curve(device="cpu", refresh: bool = False, threads: int | None = None) -> SizeCurve:
+    """This device's curve at `threads` (None: the thread rule's count): recalled from a measurement
+    under the same conditions, or measured now (seconds) and kept. The first curve kept for a set
+    of conditions stands."""
     device = torch.device(device)
-    with rule_threads() as choice:
-        now = {**conditions(device, is_busy(other_cores_now())), "threads": choice.threads}
+    with rule_threads(threads) as count:
+        now = {**conditions(device, is_busy(other_cores_now())), "threads": count}
         kept = {} if refresh else read_json(cache_name(CURVE, now))
         if kept.get("conditions") == now:
             return SizeCurve.from_dict(kept["curve"])
@@ -162,8 +186,8 @@ def size_curve(device="cpu", refresh: bool = False) -> SizeCurve:
     curve = SizeCurve(
         points,
         left_out,
-        choice.threads,
-        f"square matmuls measured {time.strftime('%Y-%m-%d %H:%M')}, {choice.threads} thread(s), {load}",
+        count,
+        f"square matmuls measured {time.strftime('%Y-%m-%d %H:%M')}, {count} thread(s), {load}",
     )
     write_json(cache_name(CURVE, met), {"conditions": met, "curve": curve.as_dict()})
     return curve

@@ -1,8 +1,8 @@
-"""What a step is bound by, and what to try next, from the measured shares of its time.
+"""What a step is bound by, and what to measure next, from the measured shares of its time.
 
     v = bound_by(shares, spread, cfg, device="cpu")
     v.bound_by     # 'data', 'compute', 'communication', 'optimizer' or 'framework overhead'
-    v.text()       # the reason with the figures, and the next thing to try
+    v.text()       # the reason with the figures, and the next setting to measure
 
 The rule, one place: the phases fall into five groups (data = data loading + host-to-device copy;
 communication = the gradient all-reduce the step waits for; optimizer = the optimizer step;
@@ -11,7 +11,8 @@ compute = forward and backward less those small operators). A group other than c
 when its share of the step reaches its threshold (the largest share wins when several do); else
 the step is bound by compute. Each threshold is where removing that time alone would give at least
 the speedup 1 / (1 - threshold). The suggestion is a setting to measure with an A/B test (paired
-rounds, an interval, the one verdict rule), never a promise that it is faster.
+rounds, an interval, the one verdict rule), never a promise that it is faster, and it says so; only
+the precision comes from a measurement of this model already, its precision lesson, where one is kept.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Verdict:
             lines.append("  borderline: the share crossed its threshold in some profiled steps only")
         if self.also:
             lines.append("  also worth a look: " + ", ".join(self.also))
-        lines.append(f"try next: {self.try_next}")
+        lines.append(f"to measure next (a hypothesis, not measured by this profile): {self.try_next}")
         if self.changes:
             vs = " ".join(f"--b {k}={_arg(v)}" for k, v in self.changes.items())
             lines.append(f"  measure it: workbench ab --config CONFIG {vs}")

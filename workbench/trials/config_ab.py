@@ -43,6 +43,7 @@ class ABResult:
     # label -> {"predicted": [...], "measured": [...]}: each rank's bytes, by part (several ranks)
     memory_per_rank: dict = field(default_factory=dict)
     differences: dict = field(default_factory=dict)  # field -> (A's value, B's value)
+    matmuls: list = field(default_factory=list)  # A's matrix products, when asked (train.matmul_shapes)
 
     def sides_text(self) -> str:
         """What the two sides differ in, said first: a ratio measures all of it together."""
@@ -114,15 +115,18 @@ def ab_test(
     on_slice: Callable[[Slice], None] | None = None,
     stop: Callable[[], bool] | None = None,
     folder: str | Path | None = None,
+    matmuls: bool = False,
 ) -> ABResult:
     """`rounds` pairs of slices of A and B (default: the fewest that carry a 95 % interval), each
-    about `slice_s` seconds of steps; see the module."""
+    about `slice_s` seconds of steps; see the module. `matmuls`: also report A's matrix products
+    (what a precision A/B's reason places on this machine's size curve)."""
     rounds = rounds or min_rounds()
     if labels[0] == labels[1]:
         raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")
     with TrainingHosts(a, folder) as hosts:
         for label, cfg in zip(labels, (a, b)):
             hosts.add(label, cfg)
+        shapes = hosts.variants[labels[0]].matmuls(labels[0]) if matmuls else []
 
         def heard(s: Slice) -> None:
             hosts.record(s)
@@ -150,6 +154,7 @@ def ab_test(
             hosts.threads.why,
             memory,
             a.differences(b),
+            shapes,
         )
 
 

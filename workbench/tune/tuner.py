@@ -240,6 +240,20 @@ class TuneReport:
         return "\n".join(lines)
 
 
+def precision_ratios(decisions: list[Decision]) -> dict:
+    """dtype -> what the tune measured of it (a Ratio), for the precision rows' reason."""
+    from ..measure.ratios import Ratio
+    from ..measure.verdict import verdict
+
+    return {
+        d.settings["precision.dtype"]: Ratio(
+            d.ratio, d.low, d.high, d.rounds, verdict(d.ratio, (d.low, d.high))
+        )
+        for d in decisions
+        if d.settings.get("precision.dtype") and d.ratio is not None and d.low is not None
+    }
+
+
 def bound_by_of(baseline: RunConfig) -> tuple[str | None, str]:
     """What bounds the baseline's step, from a profiling run (workbench.profile)."""
     from ..profile.profiled_run import profile
@@ -307,5 +321,5 @@ def tune(
         budget_s,
         memory.budget_gib,
         memory.note,
-        precision_why=reasons(baseline, matmuls) if matmuls else {},
+        precision_why=reasons(baseline, matmuls, precision_ratios(result.decisions)) if matmuls else {},
     )

@@ -8,8 +8,6 @@ model and not another on the same machine.
 
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 
 from ..hardware.size_curve import SizeCurve
@@ -17,20 +15,6 @@ from .charts import set_title
 from .figure import LiveFigure
 
 _COLORS = {"bf16": "#2ca02c", "fp16": "#ff7f0e"}
-
-
-def on_curve(curve: SizeCurve, dtype: str, side: float) -> float | None:
-    """The curve's ratio at any side, read between its measured sides on log-log axes."""
-    xs = curve.sides(dtype)
-    if not xs:
-        return None
-    side = min(max(side, xs[0]), xs[-1])
-    for lo, hi in zip(xs, xs[1:]):
-        if lo <= side <= hi:
-            t = math.log(side / lo) / math.log(hi / lo)
-            a, b = curve.ratio(dtype, lo).ratio, curve.ratio(dtype, hi).ratio
-            return math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
-    return curve.ratio(dtype, xs[0]).ratio
 
 
 def size_curve_figure(curve: SizeCurve, lesson=None) -> go.FigureWidget:
@@ -68,7 +52,7 @@ def size_curve_figure(curve: SizeCurve, lesson=None) -> go.FigureWidget:
             for dtype in curve.points:
                 fig.add_scatter(
                     x=[m["side"] for m in lesson.matmuls],
-                    y=[on_curve(curve, dtype, m["side"]) for m in lesson.matmuls],
+                    y=[curve.at(dtype, m["side"]) for m in lesson.matmuls],
                     mode="markers",
                     marker={"symbol": "x", "size": 11, "color": _COLORS.get(dtype)},
                     name=f"{lesson.model}'s matmuls ({dtype})",

@@ -1,5 +1,5 @@
 """Widgets of the profiling lab: where a config's step time and memory go, in one screen. A stacked
-bar per rank (one colour per phase), the verdict and what to try next, the top operators, the memory
+bar per rank (one colour per phase), the verdict and what to measure next, the top operators, the memory
 beside the chooser's estimate; buttons that measure the checkpointing trade and the optimizer
 implementations. Every measurement runs on a BackgroundJob (the profile itself in a worker).
 
