@@ -44,7 +44,7 @@ NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb"))
 # Without Chromium (and where the suite does not demand it) each notebook still runs, in a kernel
 # of its own, and its last cell still checks its claims: only what a page looks like goes unchecked.
 BROWSER = os.path.exists(CHROMIUM) or os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1"
-LESSON = re.compile(r"the precision to try first \[([^\]]+)\]: (fp32|bf16|fp16)")
+LESSON = re.compile(r"the precision to try first \[([^\]]+)\]: (fp32|bf16|fp16|cannot tell apart here)")
 LESSONS: dict[str, tuple[str, str]] = {}  # conditions -> (precision, the notebook that said it first)
 
 
@@ -101,7 +101,10 @@ def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name, monkeypatch
         screenshot_whole(page, OUT / "notebooks" / f"{name[:-6]}.png")
         assert seen["problems"] == [], seen
         text = page.locator(".jp-Notebook").evaluate("el => el.textContent")
-        for key, precision in LESSON.findall(text):  # one lesson per machine's conditions
+        said = LESSON.findall(text)
+        with open(OUT / "notebooks" / "lessons.txt", "a") as kept:  # for a person comparing two sessions
+            kept.writelines(f"{name} [{key}]: {precision}\n" for key, precision in said)
+        for key, precision in said:  # one lesson per model and machine's conditions
             first = LESSONS.setdefault(key, (precision, name))
             assert precision == first[0], f"{name} says {precision}, {first[1]} said {first[0]}"
 

@@ -36,6 +36,7 @@ from ..trials.calls import LocalHost
 from ..trials.engine import Trial
 
 SIDES = (32, 64, 128, 256, 512, 1024)
+QUICK_SIDES = (32, 128, 512)  # quick mode: fewer sides, the same path
 SIXTEEN = ("bf16", "fp16")
 ROUNDS_MAX = 12
 CALL_CAP_S = 0.25  # one call slower than this: that type is left out from this side on
@@ -135,9 +136,10 @@ def _one_call_s(fn, device) -> float:
     return time.perf_counter() - t0
 
 
-def measure_curve(device, sides=SIDES, slice_s: float | None = None) -> tuple[dict, dict]:
+def measure_curve(device, sides=None, slice_s: float | None = None) -> tuple[dict, dict]:
     """(points, left_out): each 16-bit type's speed over fp32's at each side, see the module."""
     device = torch.device(device)
+    sides = sides or (QUICK_SIDES if quick() else SIDES)
     slice_s = slice_s or (0.04 if quick() else 0.1)
     g = torch.Generator().manual_seed(0)
     live = ["fp32", *SIXTEEN]
