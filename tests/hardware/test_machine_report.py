@@ -64,15 +64,15 @@ def test_onednn_s_isa_cap_turns_off_the_flags_it_forbids_and_says_so(value, usab
         )
 
 
-def test_advice_under_the_cap_says_whose_flags_it_read(monkeypatch):
-    from workbench.machine.capability import recommend_precision
+def test_a_lessons_reason_under_the_cap_says_whose_flags_it_read(monkeypatch):
+    from workbench.hardware.lessons import units_text
 
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     flags = {f for f, on in cpu_mod.cap_flags(cpu_mod.parse_cpuinfo(SPR_CPUINFO))["flags"].items() if on}
-    dtype, why = recommend_precision(torch.device("cpu"), flags)
-    assert dtype == "fp32" and why.startswith("this CPU under ONEDNN_MAX_CPU_ISA=AVX2 lists no bf16"), why
+    why = units_text("bf16", sorted(flags))
+    assert why == "this CPU under ONEDNN_MAX_CPU_ISA=AVX2 lists no bf16 instructions", why
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    assert recommend_precision(torch.device("cpu"), flags)[1].startswith("this CPU lists no bf16")
+    assert units_text("bf16", sorted(flags)) == "this CPU lists no bf16 instructions"
 
 
 def test_report_on_this_machine_works_without_a_gpu():

@@ -11,7 +11,6 @@ import torch
 from workbench.config import ConfigError, RunConfig
 from workbench.ui.choices import ChoiceButtons
 from workbench.ui.controls import Controls
-from workbench.machine.capability import recommend_precision
 
 
 @pytest.fixture
@@ -67,7 +66,6 @@ def test_old_gpu_disables_bf16_and_tf32(fake_gpu):
     assert c.toggles["tf32"].disabled and "Ampere" in c.toggles["tf32"].tooltip
     with pytest.raises(ValueError, match="'bf16' is not available here"):
         c.precision.value = "bf16"
-    assert recommend_precision(torch.device("cuda"))[0] == "fp16"
 
 
 def test_ampere_gpu_enables_everything(fake_gpu):
@@ -76,16 +74,6 @@ def test_ampere_gpu_enables_everything(fake_gpu):
     assert not c.precision.buttons["bf16"].disabled and not c.toggles["tf32"].disabled
     c.set(tf32=True, precision="bf16")
     assert c.config().precision.tf32 and c.config().run.device == "cuda"
-    dtype, reason = recommend_precision(torch.device("cuda"))
-    assert dtype == "bf16" and "no loss scaling" in reason
-
-
-def test_cpu_recommendation_reads_the_flags():
-    cpu = torch.device("cpu")
-    assert recommend_precision(cpu, {"amx_bf16", "avx512f"})[0] == "bf16"
-    assert "AMX" in recommend_precision(cpu, {"amx_bf16"})[1]
-    assert recommend_precision(cpu, {"avx512_bf16"})[0] == "bf16"
-    assert recommend_precision(cpu, {"avx2"})[0] == "fp32"
 
 
 def test_choice_buttons_act_as_one_choice():

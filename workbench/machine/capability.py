@@ -3,7 +3,7 @@ channels_last", asked by the precision checks, the hardware report, the recommen
 controls. Plain torch only warns when, say, bf16 autocast is asked of a GPU without bf16, then
 silently runs fp32; the workbench refuses instead.
 
-    resolve_device("auto"); unsupported_reason(cfg, device, "bf16"); recommend_precision(device)
+    resolve_device("auto"); unsupported_reason(cfg, device, "bf16")
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from ..config import ConfigError, RunConfig
-from .cpu import cpu_flags, flags_owner
 from .gpu import gpu_dtypes
 
 OPTIONS = ("bf16", "fp16", "tf32", "channels_last")
@@ -73,37 +72,3 @@ def fused_optimizer_reason(optimizer: str, device: torch.device) -> str | None:
             f"{', '.join(devices)}, not on {device.type}; use optim.impl 'foreach' or 'for-loop'"
         )
     return None
-
-
-def recommend_precision(device: torch.device, flags: set[str] | None = None) -> tuple[str, str]:
-    """(dtype, reason) from what the device lists, before anything is measured: on a GPU its
-    tensor-core dtypes; on a CPU its instruction sets. It says what to try first, not how fast it
-    is: workbench.hardware.lessons measures that on the machine in front of you."""
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        name = torch.cuda.get_device_name(device)
-        if gpu_has("bf16", device):
-            return "bf16", (
-                f"{name} (compute capability {major}.{minor}) runs bf16 on its tensor "
-                "cores: fp16's speed with fp32's range, so no loss scaling is needed"
-            )
-        return "fp16", (
-            f"{name} (compute capability {major}.{minor}) has no bf16; fp16 tensor cores "
-            "with a gradient scaler are the fast path"
-        )
-    flags = cpu_flags() if flags is None else flags
-    listed = [
-        f.upper().replace("_", "-")
-        for f in ("amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16")
-        if f in flags
-    ]
-    if "amx_bf16" in flags or "avx512_bf16" in flags:
-        return "bf16", (
-            f"{flags_owner()} lists {', '.join(listed)} (instructions for 16-bit matrix "
-            "work), so bf16 is the one to try first; measure it against fp32"
-        )
-    return "fp32", (
-        f"{flags_owner()} lists no bf16 matrix instructions"
-        + (f" ({', '.join(listed)} only)" if listed else "")
-        + ", so fp32 is the one to try first; measure bf16 and fp16 against it"
-    )
