@@ -40,22 +40,25 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
         "samples/s",
         "vs",
         "the",
-        "step",
+        "best",
         "before",
         "verdict",
+        "kept",
         "steps",
         "(this",
         "/",
         "before)",
     ]
     assert "+ pinned memory: skipped: pin_memory needs a GPU" in text
-    assert "over 2 rounds" in text and "x the baseline's" in text
-    inference = workbench("--inference", bf16["run_dir"], "--rounds", "6", "--json")
+    assert "over 2 pairs" in text and "kept: nothing: the baseline; their product 1.00x the baseline" in text
+    assert report["kept"] == {} and report["product"] == 1.0 and bf16["kept"] is False
+    # the inference end starts from the best config's weights: here the baseline's, as nothing was kept
+    inference = workbench("--inference", base["run_dir"], "--rounds", "6", "--json")
     assert inference.returncode == 0, inference.stderr
-    trained, pruned, int8 = json.loads(inference.stdout)["study"]  # the bf16 step's trained model
+    trained, pruned, int8 = json.loads(inference.stdout)["study"]
     # the run's own saved weights, whatever accuracy its 0.5 s of steps reached on this machine
     # (0.24 on a loaded one; a step count's accuracy is not this test's question)
-    saved = Subject.from_run(bf16["run_dir"])
+    saved = Subject.from_run(base["run_dir"])
     assert trained["status"] == "baseline"
     assert trained["accuracy"] == pytest.approx(saved.evaluate(saved.model), abs=1e-9)
     assert pruned["step"] == "+ structured pruning 50%" and pruned["rounds"] == 6

@@ -29,29 +29,43 @@ def _trial(**rates):
     from workbench.trials.engine import Trial
 
     host = _Rates(rates)
-    return Trial({k: host for k in rates}, "base").run(len(next(iter(rates.values()))))
+    return Trial({k: host for k in rates}, next(iter(rates))).run(len(next(iter(rates.values()))))
 
 
-def test_rows_say_faster_slower_and_skipped_from_paired_slices():
+def test_rows_say_faster_slower_and_skipped_from_paired_slices_and_keep_only_faster():
     step = PlannedStep(CHANGES["workers"], RunConfig.smoke())
-    prev, base = [1000, 1010, 990, 1000, 1005, 995], [500] * 6
-    slow = _trial(base=base, prev=prev, new=[800, 810, 790, 800, 805, 795])
-    assert step_row(step, slow, "new", "prev", "base")["status"] == "slower"
-    fast = _trial(base=base, prev=prev, new=[1500, 1515, 1485, 1500, 1507, 1492])
-    row = step_row(step, fast, "new", "prev", "base")
-    assert row["status"] == "faster" and row["gain_low"] > 1.4 and row["rounds"] == 6
+    prev = [1000, 1010, 990, 1000, 1005, 995]
+    slow = _trial(prev=prev, new=[800, 810, 790, 800, 805, 795])
+    row = step_row(step, slow, "new", "prev", 2.0)
+    assert row["status"] == "slower" and row["kept"] is False and "not kept" in row["note"]
+    fast = _trial(prev=prev, new=[1500, 1515, 1485, 1500, 1507, 1492])
+    row = step_row(step, fast, "new", "prev", 2.0)
+    assert row["status"] == "faster" and row["kept"] is True and row["gain_low"] > 1.4 and row["rounds"] == 6
     assert row["gain_vs_prev"] == pytest.approx(1.5, rel=0.01)
-    assert row["gain_vs_baseline"] == pytest.approx(3.0, rel=0.01)
-    same = _trial(base=base, prev=prev, new=[1010, 1000, 1000, 990, 1010, 1000])
-    assert step_row(step, same, "new", "prev", "base")["status"] == "within noise"
-    few = step_row(step, _trial(base=[500] * 2, prev=[1000] * 2, new=[1500] * 2), "new", "prev", "base")
-    assert few["status"] == "within noise" and "too few" in few["note"]
-    failed = step_row(step, None, None, "prev", "base", failed="new: RuntimeError: boom")
-    assert failed["status"] == "failed" and "boom" in failed["reason"]
-    skipped = step_row(
-        PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, None, "prev", "base"
-    )
+    assert row["gain_vs_baseline"] == pytest.approx(3.0, rel=0.01)  # on top of the 2.0 kept before it
+    same = _trial(prev=prev, new=[1010, 1000, 1000, 990, 1010, 1000])
+    row = step_row(step, same, "new", "prev", 2.0)
+    assert row["status"] == "within noise" and row["kept"] is False
+    few = step_row(step, _trial(prev=[1000] * 2, new=[1500] * 2), "new", "prev", 1.0)
+    assert few["status"] == "within noise" and "too few" in few["note"] and few["kept"] is False
+    failed = step_row(step, None, None, "prev", failed="new: RuntimeError: boom")
+    assert failed["status"] == "failed" and "boom" in failed["reason"] and failed["kept"] is False
+    skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, None, "prev")
     assert skipped["status"] == "skipped" and skipped["reason"] == "no GPU"
+
+
+def test_the_total_row_says_whether_the_product_lies_inside_the_measured_interval():
+    from workbench.measure import claims
+    from workbench.stacking.study import total_row
+
+    claims.clear()
+    trial = _trial(base=[1000] * 6, best=[1500, 1510, 1490, 1505, 1495, 1500])
+    inside = total_row(trial, "base", "best", 1.5, None)
+    assert "lies inside this interval" in inside["note"] and inside["gain_vs_baseline"] == 1.5
+    outside = total_row(trial, "base", "best", 2.4, None)
+    assert "lies outside this interval" in outside["note"]
+    assert all(c.holds for c in claims.made())
+    claims.clear()
 
 
 def test_a_step_whose_every_pair_was_dropped_reads_not_measured_never_nan():
@@ -65,14 +79,14 @@ def test_a_step_whose_every_pair_was_dropped_reads_not_measured_never_nan():
             s.other_cores = 1.0 if label == "new" else 0.0
             return s
 
-    rates = {"base": [500] * 3, "prev": [1000] * 3, "new": [1500] * 3}
-    trial = Trial({k: _Changing(rates) for k in rates}, "base").run(3)
-    row = step_row(PlannedStep(CHANGES["workers"], RunConfig.smoke()), trial, "new", "prev", "base")
+    rates = {"prev": [1000] * 3, "new": [1500] * 3}
+    trial = Trial({k: _Changing(rates) for k in rates}, "prev").run(3)
+    row = step_row(PlannedStep(CHANGES["workers"], RunConfig.smoke()), trial, "new", "prev")
     assert row["status"] == "not measured" and row["gain_vs_prev"] is None
 
 
 @pytest.mark.slow
-def test_real_study_runs_each_step_in_alternating_rounds(tmp_path):
+def test_a_real_study_measures_each_step_against_the_best_so_far_and_keeps_only_faster(tmp_path):
     seen = []
     df = run_study(
         RunConfig.smoke(),
@@ -81,18 +95,70 @@ def test_real_study_runs_each_step_in_alternating_rounds(tmp_path):
         on_update=lambda table: seen.append(list(table["step"])),
         timeout_s=180,
     )
-    assert len(seen) == 3  # a table after each of the 2 rounds, and the final one
-    assert seen[-1] == ["baseline", "+ bf16", "+ pinned memory"]
+    assert seen[-1] == ["baseline", "+ bf16", "+ pinned memory"]  # no total: nothing was kept
     assert list(df["status"])[0] == "baseline" and df["status"][2] == "skipped"
     # the claim the plan table makes before the study is what the study then did, step by step
     planned = plan_table(RunConfig.smoke(), ["bf16", "pin_memory"])
     assert list(planned["will_run"]) == [status != "skipped" for status in df["status"]]
-    assert df["status"][1] == "within noise" and "too few" in df["note"][1]  # 2 rounds: no verdict
+    assert df["status"][1] == "within noise" and "too few" in df["note"][1]  # 2 pairs: no verdict
+    assert list(df["kept"]) == [True, False, False] and df.attrs["kept"] == {} and df.attrs["product"] == 1.0
     assert list(df["rounds"][:2]) == [2, 2]
     assert (df["samples_per_s"][:2] > 0).all() and (df["mem_held_gib"][:2] > 0).all()
-    # the gain is the median of the rounds' paired ratios, not the ratio of the medians
-    assert df["gain_vs_baseline"][1] == pytest.approx(df["gain_vs_prev"][1])
     assert df["gain_low"].isna()[1] and df["gain_high"].isna()[1]  # 2 pairs carry no interval
     from workbench.runstore import load_config
 
     assert load_config(df["run_dir"][1]).precision.dtype == "bf16"
+    assert load_config(df.attrs["best_run_dir"]).precision.dtype == "fp32"  # what to export: the baseline
+
+
+def test_a_kept_step_is_stacked_under_the_next_and_the_total_is_measured(monkeypatch):
+    """With a host whose bf16 is faster and whose workers are slower (stand-ins for the warm
+    processes), the study keeps bf16, measures workers on top of it, drops it, and measures the
+    kept config against the baseline: the export holds bf16 alone."""
+    from workbench.stacking import study
+    from workbench.trials.engine import Slice
+
+    speed = {"fp32": 1000.0, "bf16": 1500.0}
+
+    class Hosts:
+        def __init__(self, baseline, timeout_s=None):
+            self.variants, self.built, self.cfgs = {}, {}, {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def add(self, label, cfg):
+            self.cfgs[label] = cfg
+            self.variants[label] = self
+            self.built[label] = {"run_dir": f"runs/{label}"}
+
+        def slice(self, label, seconds):
+            cfg = self.cfgs[label]
+            rate = speed[cfg.precision.dtype] * (0.7 if cfg.loader.num_workers else 1.0)
+            return Slice(label, rate, 1.0, 1.0, 0.0, steps=10, losses=[1.0] * 10)
+
+        def of(self, labels):
+            return {k: self for k in labels}
+
+        def memory(self, label):
+            return None
+
+        def drop(self, label):
+            self.variants.pop(label)
+
+        def save(self, label):
+            pass
+
+        def record(self, s):
+            pass
+
+    monkeypatch.setattr(study, "TrainingHosts", Hosts)
+    df = run_study(RunConfig.smoke(), ["bf16", "workers"], rounds=6)
+    assert list(df["step"]) == ["baseline", "+ bf16", "+ 2 loader workers", study.TOTAL]
+    assert list(df["kept"][:3]) == [True, True, False] and df.attrs["kept"] == {"precision.dtype": "bf16"}
+    assert df["gain_vs_prev"][2] == pytest.approx(0.7) and df["gain_vs_baseline"][2] == pytest.approx(1.05)
+    assert df.attrs["product"] == pytest.approx(1.5) and df["gain_vs_prev"][3] == pytest.approx(1.5)
+    assert df.attrs["best_run_dir"] == "runs/stack1-bf16"

@@ -14,6 +14,7 @@ ROWS = [
     {
         "step": "baseline",
         "status": "baseline",
+        "kept": True,
         "samples_per_s": 1000.0,
         "gain_vs_prev": 1.0,
         "gain_vs_baseline": 1.0,
@@ -24,6 +25,7 @@ ROWS = [
     {
         "step": "+ bf16",
         "status": "faster",
+        "kept": True,
         "samples_per_s": 1500.0,
         "gain_vs_prev": 1.5,
         "gain_vs_baseline": 1.5,
@@ -34,6 +36,7 @@ ROWS = [
     {
         "step": "+ pinned memory",
         "status": "skipped",
+        "kept": False,
         "samples_per_s": None,
         "gain_vs_prev": None,
         "gain_vs_baseline": None,
@@ -56,7 +59,9 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
         asked.append([c.key for c in changes])
         for n in range(1, len(rows) + 1):
             on_update(pd.DataFrame(rows[:n], columns=COLUMNS))
-        return pd.DataFrame(rows, columns=COLUMNS)
+        out = pd.DataFrame(rows, columns=COLUMNS)
+        out.attrs.update(kept={"precision.dtype": "bf16"}, product=1.5, best_run_dir=run_dirs[1])
+        return out
 
     monkeypatch.setattr(ui, "run_study", replay)
     panel = ui.StackingPanel(cfg, selected=["bf16", "pin_memory"], export_dir=str(tmp_path / "exported"))
@@ -72,12 +77,21 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
     ]
     assert "pin_memory needs a GPU" in waterfall.hovertext[2] and waterfall.text[2] == ""  # why: on hover
     assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
-    assert "skipped" in panel.table.value and "x1.50" in panel.status.value
+    assert "skipped" in panel.table.value and "kept + bf16: 1.50x the baseline" in panel.status.value
     assert not panel.export_button.disabled
     panel.export_button.click()
     assert (tmp_path / "exported" / "train.py").is_file()
     assert "'bf16'" in (tmp_path / "exported" / "train.py").read_text()
     assert "python train.py" in panel.export_out.value
+    assert "the baseline with what was measured faster: precision.dtype=bf16" in panel.export_out.value
+
+
+def test_the_panel_runs_its_list_in_the_order_given_and_shows_that_plan():
+    panel = ui.StackingPanel(RunConfig.smoke(), selected=["workers", "bf16"])
+    assert [c.key for c in panel.selected_changes()] == ["workers", "bf16"]
+    assert list(panel.plan()["step"])[1:] == [c.label for c in panel.selected_changes()]
+    panel.boxes["channels_last"].value = True  # ticked later: tried after the list
+    assert [c.key for c in panel.selected_changes()] == ["workers", "bf16", "channels_last"]
 
 
 def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
@@ -110,4 +124,5 @@ def test_a_step_up_within_noise_is_coloured_as_noise_not_as_a_gain():
         STATUS_COLORS["within noise"],
         STATUS_COLORS["baseline"],
     ]
-    assert list(bars.y) == pytest.approx([100.0, 3.0, 103.0]) and list(bars.base) == [0.0, 100.0, 0.0]
+    # not kept: the total stays at the baseline
+    assert list(bars.y) == pytest.approx([100.0, 3.0, 100.0]) and list(bars.base) == [0.0, 100.0, 0.0]

@@ -1,7 +1,8 @@
-"""`workbench stack`: the stacking study on your model: from a baseline, add changes one at a time,
-cumulatively, every step built once in a warm process and their steps alternating in slices, and
-print the waterfall as a table: what each step added, samples/s, the ratio to the step before with
-its interval, the verdict, the pairs used and dropped, and every skipped step with the reason.
+"""`workbench stack`: the stacking study on your model: from a baseline, try changes one at a time,
+each against the best config so far (both built once in warm processes, their steps alternating
+in slices), keep only what is measured faster, and print the waterfall as a table: what each step
+added, samples/s, the ratio to the best before it with its interval, the verdict, whether it was
+kept, every skipped step with the reason, and the kept config measured against the baseline.
 
     workbench stack --model mynet.py:build --data dataset --data-factory mydata.py:build
     workbench stack --preset smoke --changes bf16,workers,ddp --rounds 8 --json
@@ -14,7 +15,6 @@ import json
 import sys
 
 from ..config import BUILTIN_MODELS, ConfigError
-from ..events import SAMPLES_PER_S
 from ..runfolder import RunFolder
 from ..trials.changes import CHANGES, STACK_STEP
 from ..trials.engine import SLICE_S
@@ -132,6 +132,8 @@ def inference(args) -> int:
                     "batch": args.batch,
                     "accuracy_note": note or None,
                     "study": records,
+                    "kept": df.attrs.get("kept", {}),
+                    "product": df.attrs.get("product"),
                 },
                 indent=2,
             )
@@ -196,6 +198,8 @@ def main(args) -> int:
                     "rounds": rounds,
                     "slice_s": args.slice_s,
                     "study": records,
+                    "kept": df.attrs.get("kept", {}),
+                    "product": df.attrs.get("product"),
                     **({"interrupted": interrupted.asked} if interrupted() else {}),
                 },
                 indent=2,
@@ -205,12 +209,9 @@ def main(args) -> int:
         from ..stacking.waterfall_text import study_text
 
         print(study_text(records))
-        last = [r for r in records if r.get("run_dir") and r.get(SAMPLES_PER_S)]
-        if last and RunFolder(last[-1]["run_dir"]).weights_file.is_file():
-            print(
-                f"next, the inference end on the last step's model: workbench stack --inference "
-                f"{last[-1]['run_dir']}"
-            )
+        best = df.attrs.get("best_run_dir")
+        if best and RunFolder(best).weights_file.is_file():
+            print(f"next, the inference end on the best config's model: workbench stack --inference {best}")
         if interrupted():
             print(interrupted.said(), file=sys.stderr)
     return interrupted.exit_code(0)

@@ -1,36 +1,44 @@
-"""The stacking study: from a baseline config, apply changes one at a time, cumulatively, and
-tabulate what each step added, through the trial engine (workbench.trials.engine): every step's
-config is built once in a warm host process (a step with ranks or loader workers in one of its own),
-their steps alternate in slices, round after round in alternating order, and each gain is the median
-ratio over the pairs with its interval, the pairs dropped, the conditions and the one verdict rule.
+"""The stacking study: from a baseline config, try changes one at a time, in the order listed, and
+keep a change only when it is measured faster than the best config so far; the next change is
+measured on top of what was kept. Each comparison is a trial (workbench.trials.engine): the best
+config and the candidate built once in warm host processes, their steps alternating in slices,
+round after round in alternating order, the gain the median ratio over the pairs with its interval,
+the pairs dropped, the conditions and the one verdict rule.
 
     from workbench.stacking.study import run_study
     df = run_study(RunConfig.smoke(), ["bf16", "channels_last", "workers", "pin_memory", "ddp"], rounds=8)
+    df.attrs["kept"]      # the settings kept, on top of the baseline: what helped, and only that
 
-A change that cannot run on this hardware stays in the table as "skipped" with the reason; a change
-that slows the run down is marked "slower" (and still stacked: the list is the user's choice).
-Fewer than 6 pairs give no verdict ("within noise", and the note says why).
+A change that cannot run here stays in the table as "skipped" with the reason; one measured slower,
+within noise or without a verdict is dropped and said so. The total is the product of the kept
+steps' ratios, and beside it a last trial of the stacked config against the baseline, side by side,
+whose interval says whether the steps add up as measured (they can interact). Fewer than 6 pairs
+give no verdict, so nothing is kept from them.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Callable
 
 from ..config import RunConfig
 from ..events import RANK, SAMPLES_PER_S, STEP_TIME_MS
+from ..machine.capability import resolve_device
 from ..measure import claims
 from ..measure.ratios import min_rounds
-from ..measure.verdict import MIN_EFFECT
+from ..measure.verdict import FASTER, MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD
 from ..trials.engine import SLICE_S, Slice, Trial
 from ..trials.hosts import TrainingHosts, TrialError
 from ..trials.changes import STACK_STEP
 from .plan import PlannedStep, plan
 
+TOTAL = "all kept, against the baseline"  # the last row: the stacked config measured side by side
 COLUMNS = [
     STACK_STEP,
     "status",
+    "kept",
     SAMPLES_PER_S,
     "gain_vs_prev",
     "gain_low",
@@ -63,18 +71,20 @@ def step_row(
     trial: Trial | None,
     label: str | None,
     prev: str | None,
-    base: str | None,
+    level: float = 1.0,
     *,
     memory: dict | None = None,
     run_dir: str | None = None,
     failed: str | None = None,
 ) -> dict:
-    """One table row: a skipped step (no trial), a failed one, or a measured one against the
-    previous measured step and the baseline (None for the baseline itself)."""
+    """One table row: a skipped step (no trial), a failed one, the baseline (`prev` None), or a
+    measured one against the best config so far (`prev`), whose gain over the baseline so far is
+    `level`. `kept` says whether the study keeps it: the baseline, and a step measured faster."""
     row = {c: None for c in COLUMNS}
     row.update(
         {STACK_STEP: planned.change.label},
         status="skipped",
+        kept=False,
         reason=planned.reason or "",
         note=planned.note,
         run_dir=run_dir,
@@ -98,22 +108,63 @@ def step_row(
         final_loss=losses[-1] if losses else None,
         other_cpu_cores=max(s.other_cores or 0.0 for s in done),
     )
-    if base is None:
-        row.update(status="baseline", gain_vs_prev=1.0, gain_vs_baseline=1.0)
+    if prev is None:
+        row.update(status="baseline", kept=True, gain_vs_prev=1.0, gain_vs_baseline=1.0)
         return row
-    gain, total = trial.compare(label, prev), trial.compare(label, base)
+    gain = trial.compare(label, prev)
     r = gain.ratio
+    kept = r.verdict == FASTER
     row.update(  # no verdict before its first pair (a dropped one, mid-study): "not measured", never a
         status=r.verdict or "not measured",  # None that pandas would turn into NaN
+        kept=kept,
         gain_vs_prev=r.ratio,
         gain_low=r.low,
         gain_high=r.high,
-        gain_vs_baseline=total.ratio.ratio,
+        gain_vs_baseline=None if r.ratio is None else level * r.ratio,
         rounds=gain.pairs,
         dropped=gain.dropped,
     )
+    why = "" if kept else "not kept: only a step measured faster is kept; the next is measured without it"
     busy = gain.conditions if gain.busy_pairs else ""
-    row["note"] = "; ".join(n for n in (row["note"], r.note, busy) if n)
+    row["note"] = "; ".join(n for n in (row["note"], r.note, busy, why) if n)
+    return row
+
+
+def total_row(trial: Trial, base: str, best: str, product: float, run_dir: str | None) -> dict:
+    """The stacked config against the baseline, measured side by side: the check on the product."""
+    c = trial.compare(best, base)
+    r = c.ratio
+    row = {col: None for col in COLUMNS}
+    inside = r.low is not None and r.low <= product <= r.high
+    said = (
+        f"the kept steps' product, {product:.2f}x, lies inside this interval"
+        if inside
+        else f"the kept steps' product, {product:.2f}x, lies outside this interval: the steps "
+        "interact, or the machine changed between their trials"
+        if r.low is not None
+        else f"the kept steps' product is {product:.2f}x; {r.note}"
+    )
+    claims.record(
+        "the stacking total",
+        "product",
+        said,
+        (r.low is not None and (r.low <= product <= r.high) == inside) or r.low is None,
+        f"product of the kept steps {product:.4f}, measured {r.label()}",
+    )
+    row.update(
+        {STACK_STEP: TOTAL, SAMPLES_PER_S: round(statistics.median(s.rate for s in trial.slices[best]), 2)},
+        status=r.verdict or "not measured",
+        kept=None,
+        gain_vs_prev=r.ratio,
+        gain_low=r.low,
+        gain_high=r.high,
+        gain_vs_baseline=product,
+        rounds=c.pairs,
+        dropped=c.dropped,
+        note=said,
+        reason="",
+        run_dir=run_dir,
+    )
     return row
 
 
@@ -129,8 +180,10 @@ def run_study(
     slice_s: float = SLICE_S,
     on_slice: Callable[[Slice], None] | None = None,
 ):
-    """Build the baseline and every applicable change, cumulatively, and run `rounds` rounds of
-    slices (default: the fewest that carry a 95 % interval); returns a pandas DataFrame.
+    """Try each change in order on top of the best config so far, `rounds` rounds of slices a step
+    (default: the fewest that carry a 95 % interval), keeping what is measured faster; then the
+    stacked config against the baseline. Returns a pandas DataFrame whose attrs hold the kept
+    settings (`kept`), their product (`product`) and the best step's run folder (`best_run_dir`).
 
     `on_update(table)` is called after every round with the table so far (the UI redraws from it),
     `on_slice(slice)` after every slice (a terminal prints a line); `stop()` returning True ends
@@ -140,71 +193,107 @@ def run_study(
 
     rounds = rounds or min_rounds()
     steps = plan(baseline, changes)
-    labels = {i: f"stack{i}-{s.change.key}"[:50] for i, s in enumerate(steps) if s.reason is None}
-    failed: dict[int, str] = {}
+    device = resolve_device(baseline.run.device)
+    rows: list[dict] = []
+    kept: dict = {}
+    product = 1.0
+
+    def table():
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+    def measured(trial, label, prev, planned, hosts) -> dict:
+        memory = hosts.variants[label].memory(label)
+        run_dir = hosts.built.get(label, {}).get("run_dir")
+        return step_row(planned, trial, label, prev, product, memory=memory, run_dir=run_dir)
+
     with TrainingHosts(baseline, timeout_s=timeout_s) as hosts:
-        for i, label in labels.items():
-            try:
-                hosts.add(label, steps[i].config)
-            except TrialError as e:
-                failed[i] = str(e)
-        built = {i: label for i, label in labels.items() if i not in failed}
-        trial = None
 
         def heard(s: Slice) -> None:
             hosts.record(s)
             if on_slice is not None:
                 on_slice(s)
 
-        memory: dict[str, dict] = {}
-
-        def table():
-            rows, prev, base = [], None, None
-            for i, planned in enumerate(steps):
-                label = built.get(i)
-                row = step_row(
-                    planned,
-                    trial,
-                    label,
-                    prev,
-                    base,
-                    memory=memory.get(label),
-                    run_dir=hosts.built.get(label, {}).get("run_dir"),
-                    failed=failed.get(i),
-                )
-                if row[SAMPLES_PER_S] is not None:
-                    prev, base = label, base or label
-                elif i == 0 and row["status"] == "failed":
-                    row["reason"] = "the baseline failed, so the study stopped: " + row["reason"]
-                    rows.append(row)
-                    break
-                rows.append(row)
-            return pd.DataFrame(rows, columns=COLUMNS)
-
-        if 0 in built:
-            trial = Trial(
-                hosts.of(built.values()), built[0], slice_s=slice_s, min_effect=min_effect, on_slice=heard
-            )
+        def trial_of(a: str, b: str) -> Trial:
+            trial = Trial(hosts.of([a, b]), a, slice_s=slice_s, min_effect=min_effect, on_slice=heard)
             for _ in range(rounds):
                 if stop is not None and stop():
                     break
                 trial.round()
                 if on_update is not None:
                     on_update(table())
-            for label in built.values():
-                memory[label] = hosts.variants[label].memory(label)
-            last = list(built.values())[-1]
-            hosts.variants[last].save(last)  # the inference end starts from its weights
-        out = table()
+            return trial
+
+        base = best = "stack0-baseline"
+        best_cfg = baseline
+        try:
+            hosts.add(base, baseline)
+        except TrialError as e:
+            row = step_row(steps[0], None, None, None, failed=str(e))
+            row["reason"] = "the baseline failed, so the study stopped: " + row["reason"]
+            rows.append(row)
+            return _ended(table(), steps, kept, product, None, on_update)
+        first = True
+        for i, planned in enumerate(steps[1:], 1):
+            if planned.reason is not None:
+                rows.append(step_row(planned, None, None, best))
+                continue
+            if stop is not None and stop():
+                row = step_row(planned, None, None, best)
+                rows.append({**row, "status": "not measured", "reason": "the study was stopped before it"})
+                continue
+            cfg, reason = planned.change.applied(best_cfg, device)
+            if reason:  # what the launch would refuse on top of what was kept
+                rows.append(step_row(PlannedStep(planned.change, cfg, reason), None, None, best))
+                continue
+            label = f"stack{i}-{planned.change.key}"[:50]
+            try:
+                hosts.add(label, cfg)
+            except TrialError as e:
+                rows.append(step_row(planned, None, None, best, failed=str(e)))
+                continue
+            trial = trial_of(best, label)
+            if first:  # the baseline's row, from its first trial
+                rows.insert(0, measured(trial, best, None, steps[0], hosts))
+                first = False
+            row = measured(trial, label, best, planned, hosts)
+            rows.append(row)
+            if row["kept"]:
+                product *= row["gain_vs_prev"]
+                kept.update(planned.change.settings)
+                if best != base:
+                    hosts.drop(best)
+                best, best_cfg = label, cfg
+            else:
+                hosts.drop(label)
+            if on_update is not None:
+                on_update(table())
+        if first:  # nothing was measured against it: the baseline alone
+            rows.insert(0, step_row(steps[0], None, None, None))
+            rows[0].update(status="baseline", kept=True, gain_vs_prev=1.0, gain_vs_baseline=1.0)
+        best_dir = hosts.built.get(best, {}).get("run_dir")
+        if best != base and not (stop is not None and stop()):
+            rows.append(total_row(trial_of(base, best), base, best, product, best_dir))
+        hosts.variants[best].save(best)  # the inference end starts from the best config's weights
+    return _ended(table(), steps, kept, product, best_dir, on_update)
+
+
+def _ended(out, steps, kept: dict, product: float, best_dir, on_update):
+    out.attrs.update(kept=dict(kept), product=product, best_run_dir=best_dir)
+    measured = {r[STACK_STEP]: r["status"] not in ("skipped", "failed") for r in out.to_dict("records")}
     claims.plan(
         "the stacking plan",
         {s.change.label: s.reason is None for s in steps},
-        {r[STACK_STEP]: r["status"] not in ("skipped", "failed") for r in out.to_dict("records")},
+        {s.change.label: measured.get(s.change.label, False) for s in steps},
     )
+    claims.record(
+        "the stacking study",
+        "kept",
+        f"kept {', '.join(f'{k}={v}' for k, v in kept.items()) or 'nothing: the baseline'}",
+        all(r["status"] == FASTER for r in out.to_dict("records") if r["kept"] and r["status"] != "baseline"),
+        "every kept step measured faster than the best config before it",
+    )
+    if not math.isfinite(product):
+        raise ValueError(f"the kept steps' product is not a number: {product}")
     if on_update is not None:
         on_update(out)
     return out
-
-
-class _BaselineFailed(Exception):
-    """Nothing to compare with: the study stops rather than call a later step the baseline."""

@@ -1,6 +1,12 @@
 """What a waterfall chart of a study's samples/s needs, from its table: labels, measures, deltas,
 where each bar starts, each bar's verdict and hover text (plain data; workbench.ui.stacking draws
 it, coloured by verdict: a step that went up within noise is not drawn as a gain).
+
+The bars are drawn from the ratios each step was measured at, not from rates of different trials:
+the baseline's samples/s, then each measured step's change from the level of what was kept before
+it. A kept step raises (or lowers) the level; a dropped one shows what it did and leaves the level
+where it was, so the kept steps' bars add up to the total, which is the baseline times their product.
+The stacked config measured against the baseline, when the study ran it, stands beside the total.
 """
 
 from __future__ import annotations
@@ -15,44 +21,65 @@ def number(value) -> float | None:
     return None if value is None or value != value else float(value)
 
 
-def waterfall_records(df) -> dict:
-    """What a waterfall chart of samples/s needs: labels, measures, deltas and hover text.
+def is_kept(row: dict) -> bool:
+    kept = row.get("kept")
+    if kept is None or kept != kept:  # a table without the column: what its verdicts would keep
+        return row["status"] in ("baseline", "faster")
+    return bool(kept)
 
-    The baseline is an absolute bar, each step a relative one (0 for a skipped or failed step, with
-    the reason as its text), and the last bar the total reached. `base` is where each bar starts
-    (the level before a step), `status` its verdict."""
+
+def waterfall_records(df) -> dict:
+    """What a waterfall chart of samples/s needs: labels, measures, deltas and hover text (see the
+    module). `base` is where each bar starts, `status` its verdict."""
+    from .study import TOTAL
+
     x, measure, y, text, base, status = [], [], [], [], [], []
-    prev = None
+    level = start = None
+    measured_total = None
     for row in df.to_dict("records"):
-        sps = number(row[SAMPLES_PER_S])
+        if row[STACK_STEP] == TOTAL:
+            measured_total = row
+            continue
+        ratio = number(row.get("gain_vs_prev"))
         x.append(row[STACK_STEP])
         status.append(row["status"])
-        base.append(0.0 if row["status"] == "baseline" or prev is None else prev)
         if row["status"] == "baseline":
+            start = level = number(row[SAMPLES_PER_S])
             measure.append("absolute")
-            y.append(sps)
-            text.append(f"{sps:,.0f}/s")
-        elif sps is None:
-            measure.append("relative")
+            y.append(level)
+            base.append(0.0)
+            text.append(f"{level:,.0f}/s" if level is not None else "not measured")
+            continue
+        measure.append("relative")
+        base.append(level if level is not None else 0.0)
+        if ratio is None or level is None:
             y.append(0.0)
             text.append(f"{row['status']}: {row['reason']}"[:80])
-        else:
-            measure.append("relative")
-            y.append(sps - prev)
-            gain = speedup_text(
-                row["gain_vs_prev"], number(row.get("gain_low")), number(row.get("gain_high"))
-            )
-            rounds = number(row.get("rounds"))
-            over = f", {rounds:.0f} rounds" if rounds else ""
-            text.append(f"{gain} ({row['status']}{over})")
-        if sps is not None:
-            prev = sps
-    done = [r for r in df.to_dict("records") if number(r[SAMPLES_PER_S]) is not None]
-    if done and done[0]["status"] == "baseline":
-        x.append("total")
+            continue
+        y.append(level * (ratio - 1))
+        gain = speedup_text(ratio, number(row.get("gain_low")), number(row.get("gain_high")))
+        rounds = number(row.get("rounds"))
+        over = f", {rounds:.0f} pairs" if rounds else ""
+        text.append(f"{gain} ({row['status']}{over}{', kept' if is_kept(row) else ', not kept'})")
+        if is_kept(row):
+            level *= ratio
+    if start is not None and len(x) > 1:
+        x.append("total (kept)")
         measure.append("total")
-        y.append(done[-1][SAMPLES_PER_S])
-        text.append(f"x{done[-1]['gain_vs_baseline']:.2f} vs baseline")
+        y.append(level)
+        text.append(f"x{level / start:.2f} vs baseline (the kept steps' product)")
         base.append(0.0)
         status.append("baseline")
+    total = measured_total or {}
+    if start is not None and number(total.get("gain_vs_prev")):
+        r = number(total["gain_vs_prev"])
+        x.append("measured")
+        measure.append("absolute")
+        y.append(start * r)
+        gain = speedup_text(
+            r, number(measured_total.get("gain_low")), number(measured_total.get("gain_high"))
+        )
+        text.append(f"{gain} vs baseline, measured side by side")
+        base.append(0.0)
+        status.append(total["status"])
     return {"x": x, "measure": measure, "y": y, "text": text, "base": base, "status": status}

@@ -1,7 +1,7 @@
 """A stacking study's table as text, the waterfall read top to bottom: each step, what it added,
-samples/s, the ratio to the step before with its interval and rounds, the verdict, and the steps
-each side ran (under a time budget they differ); a skipped or failed step with its reason, and
-the total against the baseline.
+samples/s, the ratio to the best config before it with its interval and pairs, the verdict, whether
+it was kept, and the steps each side ran; a skipped or failed step with its reason; then what was
+kept, their product, and the stacked config measured against the baseline.
 
     from workbench.stacking.waterfall_text import study_text
     print(study_text(records))   # records: the study's rows as dicts (each with `adds`)
@@ -12,9 +12,10 @@ from __future__ import annotations
 from ..events import SAMPLES_PER_S
 from ..measure.ratios import speedup_text
 from ..trials.changes import STACK_STEP
-from .waterfall import number
+from .study import TOTAL
+from .waterfall import is_kept, number
 
-HEADER = ("step", "adds", "samples/s", "vs the step before", "verdict", "steps (this / before)")
+HEADER = ("step", "adds", "samples/s", "vs the best before", "verdict", "kept", "steps (this / before)")
 
 
 def _adds(settings: dict) -> str:
@@ -23,12 +24,13 @@ def _adds(settings: dict) -> str:
 
 def _row(rec: dict, before: dict | None) -> tuple:
     sps = number(rec.get(SAMPLES_PER_S))
+    kept = "yes" if is_kept(rec) else "no"
     if sps is None:
-        return (rec[STACK_STEP], _adds(rec.get("adds", {})), "-", "-", rec["status"], "-")
+        return (rec[STACK_STEP], _adds(rec.get("adds", {})), "-", "-", rec["status"], "no", "-")
     steps = number(rec.get("steps"))
     ran = f"{steps:,.0f}" if steps is not None else "-"
     if before is None:
-        return (rec[STACK_STEP], _adds(rec.get("adds", {})), f"{sps:,.0f}", "-", rec["status"], ran)
+        return (rec[STACK_STEP], _adds(rec.get("adds", {})), f"{sps:,.0f}", "-", rec["status"], kept, ran)
     gain = speedup_text(
         number(rec.get("gain_vs_prev")), number(rec.get("gain_low")), number(rec.get("gain_high"))
     )
@@ -38,8 +40,9 @@ def _row(rec: dict, before: dict | None) -> tuple:
         rec[STACK_STEP],
         _adds(rec.get("adds", {})),
         f"{sps:,.0f}",
-        f"{gain} over {rounds:.0f} rounds" if rounds else gain,
+        f"{gain} over {rounds:.0f} pairs" if rounds else gain,
         rec["status"],
+        kept if rec[STACK_STEP] != TOTAL else "-",
         f"{ran} / {prev:,.0f}" if prev is not None else ran,
     )
 
@@ -49,7 +52,7 @@ def study_text(records: list[dict]) -> str:
     rows, before = [HEADER], None
     for rec in records:
         rows.append(_row(rec, before))
-        if number(rec.get(SAMPLES_PER_S)) is not None:
+        if number(rec.get(SAMPLES_PER_S)) is not None and is_kept(rec):
             before = rec
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
@@ -58,11 +61,16 @@ def study_text(records: list[dict]) -> str:
         said = "; ".join(s for s in said if s)
         if said:
             lines.append(f"{rec[STACK_STEP]}: {rec['status']}: {said}")
-    done = [r for r in records if number(r.get(SAMPLES_PER_S)) is not None]
-    if len(done) > 1 and done[0]["status"] == "baseline":
-        lines.append(
-            f"total: {done[-1][SAMPLES_PER_S]:,.0f} samples/s, "
-            f"{number(done[-1]['gain_vs_baseline']):.2f}x the baseline's "
-            f"{done[0][SAMPLES_PER_S]:,.0f} (the median of the rounds' paired ratios)"
+    kept = [r for r in records if is_kept(r) and r["status"] != "baseline" and r[STACK_STEP] != TOTAL]
+    product = 1.0
+    for r in kept:
+        product *= number(r["gain_vs_prev"])
+    names = ", ".join(r[STACK_STEP] for r in kept) or "nothing: the baseline"
+    lines.append(f"kept: {names}; their product {product:.2f}x the baseline")
+    total = next((r for r in records if r[STACK_STEP] == TOTAL), None)
+    if total is not None and number(total.get("gain_vs_prev")) is not None:
+        gain = speedup_text(
+            number(total["gain_vs_prev"]), number(total.get("gain_low")), number(total.get("gain_high"))
         )
+        lines.append(f"measured side by side against the baseline: {gain}, {total['status']}")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """The stacking panel: pick changes, run the study on a thread, watch a waterfall of samples/s fill
-in step by step (with peak memory and final loss beside it), then export the stacked config.
+in step by step (with peak memory and final loss beside it), then export what was kept: the config
+of the steps measured faster, and only those.
 
     from workbench.ui.stacking import StackingPanel
     panel = StackingPanel(RunConfig.default(), ["bf16", "workers", "ddp"]); display(panel)
@@ -17,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from ..config import RunConfig
 from ..export import export
-from ..events import SAMPLES_PER_S, STEP_TIME_MS
+from ..events import STEP_TIME_MS
 from ..trials.changes import CHANGES, STACK_STEP, STACKED, as_change
 from ..measure.ratios import min_rounds, speedup_text
 from ..stacking.study import run_study
@@ -119,6 +120,9 @@ def table_html(df) -> str:
     shown = [c for c in df.columns if c not in hidden]
     rows = []
     for r in records:
+        if "kept" in r:
+            kept = r["kept"]
+            r["kept"] = "" if kept is None or kept != kept else ("yes" if kept else "no")
         if "gain_low" in r:
             r["gain_vs_prev"] = speedup_text(
                 number(r["gain_vs_prev"]), number(r["gain_low"]), number(r["gain_high"])
@@ -144,6 +148,7 @@ class StackingPanel(w.VBox):
         self.rounds = rounds or min_rounds()
         choices = [as_change(c) for c in (choices or [CHANGES[k] for k in STACKED])]
         chosen = {as_change(c).key for c in selected}
+        self.order = [as_change(c).key for c in selected]  # the list the study runs, in its order
         self.boxes = {
             c.key: w.Checkbox(
                 value=c.key in chosen,
@@ -158,7 +163,7 @@ class StackingPanel(w.VBox):
         self.run_button = button("Run study", button_style="primary", icon="play")
         self.stop_button = button("Stop after this run", icon="stop", disabled=True)
         self.export_dir = w.Text(value=export_dir, description="export to", layout=w.Layout(width="320px"))
-        self.export_button = button("Export stacked config", icon="download", disabled=True)
+        self.export_button = button("Export what was kept", icon="download", disabled=True)
         self.status = w.HTML("Pick the changes, then run. Each step is a real training run.")
         self.waterfall = Waterfall()
         self.fig = self.waterfall.fig
@@ -183,7 +188,17 @@ class StackingPanel(w.VBox):
         )
 
     def selected_changes(self) -> list:
-        return [self.changes[k] for k, box in self.boxes.items() if box.value]
+        """The ticked changes in the order the study tries them: the order given, then any ticked
+        later in the order of the boxes."""
+        ticked = [k for k, box in self.boxes.items() if box.value]
+        ordered = [k for k in self.order if k in ticked] + [k for k in ticked if k not in self.order]
+        return [self.changes[k] for k in ordered]
+
+    def plan(self):
+        """The plan of the ticked changes, as the study will run them (a DataFrame)."""
+        from ..stacking.plan import plan_table
+
+        return plan_table(self.baseline, self.selected_changes())
 
     @property
     def result(self):
@@ -203,7 +218,8 @@ class StackingPanel(w.VBox):
         self._stop.clear()
         self.stop_button.disabled, self.export_button.disabled = False, True
         self.status.value = (
-            f"building {len(changes) + 1} steps, then {self.rounds} rounds of slices in alternating order..."
+            f"trying {len(changes)} change(s) one at a time, each in {self.rounds} rounds of slices "
+            "against the best config so far..."
         )
         return self.job.start(lambda: self._work(changes, n_runs))
 
@@ -215,16 +231,16 @@ class StackingPanel(w.VBox):
             self.rows = df.to_dict("records")
             self.waterfall.update(df)
             self.table.value = table_html(df)
-            self.status.value = f"round {min(runs[0], n_runs)}/{n_runs} done"
+            self.status.value = f"{runs[0]} round(s) of slices done; {len(df)} row(s) decided"
 
         result = run_study(
             self.baseline, changes, rounds=self.rounds, on_update=on_update, stop=self._stop.is_set
         )
         self.rows = result.to_dict("records")
+        self.kept = dict(result.attrs.get("kept", {}))
+        self._best = result.attrs.get("best_run_dir")
         stopped = " (stopped early)" if self._stop.is_set() else ""
-        done = [r for r in self.rows if number(r[SAMPLES_PER_S]) is not None]
-        total = f": x{done[-1]['gain_vs_baseline']:.2f} samples/s vs baseline" if done else ""
-        self.status.value = f"done{stopped}{total}"
+        self.status.value = html.escape(f"done{stopped}: {kept_sentence(result)}")
         return result
 
     def _ended(self, job: BackgroundJob) -> None:
@@ -236,9 +252,8 @@ class StackingPanel(w.VBox):
         return self.job.wait(timeout)
 
     def best_run_dir(self) -> str | None:
-        """The last step that ran: it holds every change that applied, stacked."""
-        done = [r for r in self.rows if number(r[SAMPLES_PER_S]) is not None and r["run_dir"]]
-        return done[-1]["run_dir"] if done else None
+        """The run folder of the best config the study measured: the baseline with what was kept."""
+        return getattr(self, "_best", None)
 
     def export(self, to_dir: str | None = None):
         run_dir = self.best_run_dir()
@@ -251,9 +266,36 @@ class StackingPanel(w.VBox):
             self.export_out.value = f"<b>export failed</b>: {html.escape(str(e))}"
             return None
         files = ", ".join(p.name for p in result.files)
+        kept = ", ".join(f"{k}={v}" for k, v in getattr(self, "kept", {}).items())
+        holds = (
+            f"the baseline with what was measured faster: {kept}"
+            if kept
+            else "the baseline: no step was measured faster here, so nothing is called what helped"
+        )
         self.export_out.value = (
-            f"Wrote {html.escape(files)} to <code>{html.escape(str(result.dir))}</code>"
+            f"Wrote {html.escape(files)} to <code>{html.escape(str(result.dir))}</code>: "
+            f"{html.escape(holds)}"
             f"<br>one node: <code>{html.escape(shlex.join(result.single_node))}</code>"
             f"<br>multi-node: <code>{html.escape(shlex.join(result.multi_node))}</code>"
         )
         return result
+
+
+def kept_sentence(df) -> str:
+    """'kept + bf16, + 2 loader workers: 1.42x the baseline by their product; measured side by side
+    1.38x [1.30, 1.47]', from the study's table."""
+    from ..stacking.study import TOTAL
+
+    rows = df.to_dict("records")
+    kept = [r[STACK_STEP] for r in rows if r.get("kept") is True and r["status"] != "baseline"]
+    if not kept:
+        return "no step was measured faster than the baseline: nothing kept"
+    product = df.attrs.get("product", 1.0)
+    said = f"kept {', '.join(kept)}: {product:.2f}x the baseline by their product"
+    total = next((r for r in rows if r[STACK_STEP] == TOTAL), None)
+    if total and number(total.get("gain_vs_prev")) is not None:
+        gain = speedup_text(
+            number(total["gain_vs_prev"]), number(total.get("gain_low")), number(total.get("gain_high"))
+        )
+        said += f"; measured side by side against the baseline {gain}, {total['status']}"
+    return said
