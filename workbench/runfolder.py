@@ -84,6 +84,7 @@ class Summary(TypedDict, total=False):
     steps_planned: int  # run.steps, when the time budget ended the steps first
     ended_by: str  # steps | time_budget
     ended_note: str  # what ended the steps, in words
+    trial_variant: bool  # a trial's variant (workbench.train.host): its steps ran in slices
     resumed_from_step: int  # the step a restarted attempt continued after
     restarted: str  # "restarted once, resumed after step 4; attempt 0: ..." (the supervisor)
     final_loss: float

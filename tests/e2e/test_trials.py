@@ -132,3 +132,29 @@ def test_ab_cli_refuses_bad_settings_in_one_line(capsys):
     assert cli(["ab", "--preset", "smoke", "--a", "loader.batch_size"]) == 2
     assert "--a needs FIELD=VALUE" in capsys.readouterr().err
     assert cli(["ab", "--preset", "smoke", "--rounds", "0"]) == 2
+
+
+def test_a_trials_variant_folder_reads_as_a_completed_run_whose_steps_the_export_reproduces(smoke, tmp_path):
+    """Every step a variant runs is recorded in its folder as a run's step, and its end as a run's
+    end: the run store lists it completed with its figures, and its export reproduces its losses."""
+    from workbench.events import LOSS, STEP, read_events
+    from workbench.export import export
+    from workbench.export.verify import reproduce
+    from workbench.runstore import compare, read_summary
+
+    cfg = smoke.replace(**{"run.device": "cpu"})
+    result = ab_test(
+        cfg, cfg.replace(**{"optim.lr": 2e-3}), rounds=2, labels=("A", "B"), folder=tmp_path / "t"
+    )
+    folder = tmp_path / "t" / "A"
+    steps = [r for r in read_events(folder) if r["event"] == STEP]
+    summary = read_summary(folder)
+    assert summary["status"] == "completed" and summary["trial_variant"] and summary["steps"] == len(steps)
+    assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
+    assert summary["final_loss"] == steps[-1][LOSS] and summary["samples_per_s"] > 0
+    table = compare([folder, tmp_path / "t" / "B"])
+    assert list(table["status"]) == ["completed", "completed"] and table["samples_per_s"].notna().all()
+    export(folder, tmp_path / "exported")
+    check = reproduce(tmp_path / "exported", run_dir=folder, steps=min(5, len(steps)))
+    assert check["abs_diff"].notna().all() and check["abs_diff"].max() < 1e-5, check
+    assert result.comparison.pairs + result.comparison.dropped == 2

@@ -54,6 +54,9 @@ class Variant:
         self.s = setup(cfg, self.events, env, self.phase)
         self.held: dict = {}
         self.step_s = None
+        self.steps_done = 0
+        self.step_times: list[float] = []  # seconds of each step after the build's
+        self.last_loss = None
         self.losses_at_build = []
         for i in range(PACE_STEPS):  # the first measures what a step holds (untimed), as a run does
             t0 = time.perf_counter()
@@ -63,10 +66,28 @@ class Variant:
             self.step_s = time.perf_counter() - t0
 
     def _step(self, phase=None) -> float:
+        """One training step, recorded in its folder as a run's step is (its number, loss, time and
+        rate), so the folder reads as a run: compared, exported, reproduced."""
+        from ..events import LOSS, SAMPLES_PER_S, STEP, STEP_NUMBER, STEP_TIME_MS
         from .step import train_step
 
+        t0 = time.perf_counter()
         loss, samples, _ = train_step(self.s.parts, self.s.batches, *([phase] if phase else []))
+        took = time.perf_counter() - t0
         self.samples_per_step = samples * self.env.world_size
+        self.steps_done += 1
+        self.last_loss = loss
+        if self.steps_done > PACE_STEPS:
+            self.step_times.append(took)
+        self.events.write(
+            STEP,
+            **{
+                STEP_NUMBER: self.steps_done,
+                LOSS: loss,
+                STEP_TIME_MS: round(took * 1e3, 4),
+                SAMPLES_PER_S: round(samples / took, 2) if took > 0 else None,
+            },
+        )
         return loss
 
     def chunk(self, steps: int) -> tuple[float, list[float]]:
@@ -118,6 +139,34 @@ class Variant:
             write_atomic(RunFolder(self.dir).weights_file, buffer.getvalue())
 
     def close(self) -> None:
+        """Its end, as a run's: a done record and (rank 0) the summary, marked a trial variant whose
+        steps ran in slices beside other variants' (its step times are the slices', not a run's)."""
+        import statistics
+
+        from ..events import DONE, SAMPLES_PER_S
+        from ..runfolder import RunFolder
+        from . import memory_readings
+
+        median = statistics.median(self.step_times) if self.step_times else None
+        summary = {
+            "status": "completed",
+            "steps": self.steps_done,
+            "final_loss": self.last_loss,
+            "precision": self.cfg.precision.dtype,
+            "threads": self.threads,
+            "world_size": self.env.world_size,
+            "step_time_ms_median": None if median is None else round(median * 1e3, 4),
+            SAMPLES_PER_S: None if not median else round(self.samples_per_step / median, 2),
+            **memory_readings.sample(self.s.parts.device),  # the host's: its variants share it
+            "trial_variant": True,
+            "ended_note": "a trial's variant: its steps ran in slices interleaved with other variants'",
+        }
+        try:
+            self.events.write(DONE, **summary)
+            if self.env.rank == 0:
+                RunFolder(self.dir).write_summary(summary)
+        except (OSError, ValueError):
+            pass  # a full disk: the slices already reported what they measured
         self.events.close()
 
 
