@@ -26,6 +26,9 @@ def test_files_and_commands(tmp_path):
         "--rdzv-endpoint=127.0.0.1:29612 --local-addr 127.0.0.1 train.py"
     ) in md
     assert "--nnodes=3 --nproc-per-node=2" in md and "--rdzv-endpoint=HEAD_NODE:29612" in md
+    # what the script does with threads and the allocator, from the rules it runs (not OMP_NUM_THREADS)
+    assert "OMP_NUM_THREADS is not read" in md and "uses every core" not in md
+    assert "WORKBENCH_THREADS=N python train.py" in md and "run.allocator ('auto')" in md
     job = (tmp_path / "out" / "job.slurm").read_text()
     assert "#SBATCH --nodes=3" in job and "#SBATCH --ntasks-per-node=1" in job
     assert 'srun --kill-on-bad-exit=1 bash -c \'on_node "$@"\' on_node "$@"' in job

@@ -1,6 +1,7 @@
 """An honest answer to "does it speed up?" for each compressed variant: the verdict of the paired
 speedup's interval at the largest batch (`workbench.measure.ratios`: faster or slower only when
-the interval excludes 1 by more than the minimum effect, else within noise), the reason that
+the median is beyond 1 by more than the minimum effect and the whole interval lies on that side
+of 1, else within noise), the reason that
 holds for that kind of compression, and what the measurement leaves out: a result that touched
 under half of the model's weights says so in its verdict, one timed on a busy machine in its why.
 

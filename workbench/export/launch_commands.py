@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 
 from ..config import RunConfig
+from ..machine.allocator import rule_text as allocator_rule
+from ..machine.threads import THREADS_ENV, rule_text as thread_rule
 from ..distributed.slurm import shell_word, slurm_job as slurm_template
 from ..distributed.torchrun import RESTART_ENV_WORDS, TORCHRUN, torchrun_args
 from ..net import LOOPBACK
@@ -160,8 +162,12 @@ Each rank keeps its batch of {batch} samples (`loader.batch_size` x `optim.grad_
 global batch grows from {batch * d.world_size} to {batch * world}; scale `optim.lr` if you need the same
 training dynamics.
 
-torchrun gives each rank one CPU thread (OMP_NUM_THREADS=1) unless you set OMP_NUM_THREADS
-yourself; plain `python train.py` uses every core. On CPU nodes, set it to the cores per rank.
+## Threads and memory allocator
+
+{thread_rule(cfg)} To choose yourself: `{THREADS_ENV}=N python train.py`, or `"threads"` under
+`"run"` in the CONFIG at the top of `train.py`.
+
+{allocator_rule(cfg.run.allocator)} To choose yourself: `"allocator"` under `"run"` in that CONFIG.
 
 ## SLURM
 

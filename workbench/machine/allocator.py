@@ -65,6 +65,16 @@ def allocator_env(choice: str, base: dict[str, str] | None = None) -> dict[str, 
     return {"LD_PRELOAD": " ".join([tcmalloc_path(), *kept]), **QUIET}
 
 
+def rule_text(choice: str) -> str:
+    """The allocator rule in words, for a reader outside the workbench."""
+    return (
+        f"The memory allocator follows run.allocator ({choice!r}): 'auto' starts the process on "
+        f"tcmalloc where it is installed ({INSTALL_HINT}) and on the C library's malloc elsewhere, "
+        "'tcmalloc' requires it, 'system' keeps malloc. tcmalloc is loaded through LD_PRELOAD, so "
+        "the script starts itself again once with it; it prints the allocator it runs on."
+    )
+
+
 def allocator_in_use() -> str:
     """'tcmalloc' when this process runs on it, else 'system' (read from its own mappings)."""
     try:

@@ -47,6 +47,19 @@ def thread_count(cfg) -> tuple[int, str]:
     return max(1, cores // ranks), auto_source(cfg)
 
 
+def rule_text(cfg) -> str:
+    """The thread rule in words, as a script or a reader outside the workbench needs it: where the
+    count comes from, what is not read, and how the threads wait."""
+    fixed = f"here {cfg.run.threads}" if cfg.run.threads else "here 0: not set"
+    return (
+        f"Each process takes run.threads when it is set ({fixed}), else ${THREADS_ENV}, else the "
+        "node's usable cores shared by its ranks; OMP_NUM_THREADS is not read (torchrun sets it to 1 "
+        f"for every rank). Its threads wait passively ({WAIT_ENV}=PASSIVE) when other programs hold "
+        f"{BUSY_CORES:g} cores or more as it starts, since spinning threads collapse then; "
+        f"{WAIT_ENV} set in the environment is kept. The script prints what it chose and why."
+    )
+
+
 def auto_source(cfg) -> str:
     """Where the thread count comes from when the workbench chose it."""
     return f"{cpu.usable_cores()} usable core(s) shared by {cfg.distributed.nproc} rank(s)"
