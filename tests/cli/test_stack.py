@@ -31,7 +31,7 @@ def test_a_short_study_on_the_smoke_preset(runs_root):
     assert base["step"] == "baseline" and base["status"] == "baseline" and base["samples_per_s"] > 0
     assert bf16["adds"] == {"precision.dtype": "bf16"} and bf16["samples_per_s"] > 0
     assert bf16["rounds"] == 2 and bf16["steps"] >= 1 and base["steps"] >= 1  # a slice each round
-    assert bf16["status"] == "within noise" and "too few" in bf16["note"]  # 2 rounds: no verdict
+    assert bf16["status"] == "undecided" and "too few" in bf16["note"]  # 2 rounds: no verdict
     assert pinned["status"] == "skipped" and "pin_memory needs a GPU" in pinned["reason"]
     text = study_text(report["study"])  # what the command prints without --json
     assert text.splitlines()[0].split() == [

@@ -43,7 +43,7 @@ def test_clear_win_clear_loss_overlap_and_tiny_effect():
 
 def test_too_few_rounds_give_no_verdict_and_say_why():
     r = paired_ratio([10, 10, 10], [5, 5, 5])
-    assert r.ratio == 2 and r.verdict == "within noise" and r.low is None
+    assert r.ratio == 2 and r.verdict == "undecided" and r.low is None  # never "within noise"
     assert "too few" in r.note and "6" in r.note and "3 rounds" in r.label()
 
 

@@ -28,7 +28,8 @@ def test_mlp_is_pruned_then_quantized():
     df = inference_study(saved_run(RunConfig.smoke()), amount=0.5, rounds=3)
     assert list(df["step"]) == ["trained model (fp32)", "+ structured pruning 50%", "+ dynamic int8"]
     assert df["status"][0] == "baseline"
-    assert {s.split(",")[0] for s in df["status"][1:]} <= {"faster", "slower", "within noise"}
+    # 3 rounds carry no interval: undecided, never "within noise"
+    assert {s.split(",")[0] for s in df["status"][1:]} == {"undecided"}
     assert "this model has not learned" in df.attrs["accuracy_note"]  # an untrained model's weights
     assert df["rounds"][1] == 3 and df["coverage"][1] == 1.0  # paired rounds, and all of it
     assert (df["samples_per_s"] > 0).all() and df["size_mib"][2] < df["size_mib"][1] < df["size_mib"][0]

@@ -47,7 +47,7 @@ def test_rows_say_faster_slower_and_skipped_from_paired_slices_and_keep_only_fas
     row = step_row(step, same, "new", "prev", 2.0)
     assert row["status"] == "within noise" and row["kept"] is False
     few = step_row(step, _trial(prev=[1000] * 2, new=[1500] * 2), "new", "prev", 1.0)
-    assert few["status"] == "within noise" and "too few" in few["note"] and few["kept"] is False
+    assert few["status"] == "undecided" and "too few" in few["note"] and few["kept"] is False
     failed = step_row(step, None, None, "prev", failed="new: RuntimeError: boom")
     assert failed["status"] == "failed" and "boom" in failed["reason"] and failed["kept"] is False
     skipped = step_row(PlannedStep(CHANGES["pin_memory"], RunConfig.smoke(), "no GPU"), None, None, "prev")
@@ -100,7 +100,7 @@ def test_a_real_study_measures_each_step_against_the_best_so_far_and_keeps_only_
     # the claim the plan table makes before the study is what the study then did, step by step
     planned = plan_table(RunConfig.smoke(), ["bf16", "pin_memory"])
     assert list(planned["will_run"]) == [status != "skipped" for status in df["status"]]
-    assert df["status"][1] == "within noise" and "too few" in df["note"][1]  # 2 pairs: no verdict
+    assert df["status"][1] == "undecided" and "too few" in df["note"][1]  # 2 pairs: no verdict
     assert list(df["kept"]) == [True, False, False] and df.attrs["kept"] == {} and df.attrs["product"] == 1.0
     assert list(df["rounds"][:2]) == [2, 2]
     assert (df["samples_per_s"][:2] > 0).all() and (df["mem_held_gib"][:2] > 0).all()

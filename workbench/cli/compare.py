@@ -41,7 +41,7 @@ def check_run_dirs(run_dirs) -> list[Path]:
 
 
 def format_table(df) -> str:
-    words = df.select_dtypes(include="object").columns  # None in a column of words reads "-" too
+    words = [c for c in df.columns if df[c].dtype == object]  # None in a column of words reads "-" too
     df = df.copy()
     df[words] = df[words].fillna("-")
     return df.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")

@@ -22,7 +22,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from .verdict import ACCURACY_TOLERANCE, MIN_EFFECT, WITHIN_NOISE, is_clean_gain, verdict as verdict_of
+from .verdict import ACCURACY_TOLERANCE, MIN_EFFECT, UNDECIDED, is_clean_gain, verdict as verdict_of
 
 
 @dataclass
@@ -70,15 +70,12 @@ def verdict(
     min_effect: float = MIN_EFFECT,
 ) -> Claim:
     """A shown verdict ("faster", "within noise, but accuracy ...") against the one verdict rule
-    applied to its ratio and interval; without an interval nothing may be called faster or slower.
+    applied to its ratio and interval; without an interval it must read "undecided": neither
+    faster, slower nor within noise.
     Showing no verdict (None: withheld) claims nothing and always holds."""
     measured = ratio is not None and ratio == ratio
     rule = (
-        verdict_of(ratio, interval, min_effect)
-        if interval and measured
-        else WITHIN_NOISE
-        if measured
-        else None
+        verdict_of(ratio, interval, min_effect) if interval and measured else UNDECIDED if measured else None
     )
     span = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
     holds = said is None or said.split(",")[0] == rule

@@ -20,7 +20,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from .verdict import MIN_EFFECT, WITHIN_NOISE, verdict
+from .verdict import MIN_EFFECT, UNDECIDED, verdict
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -103,7 +103,7 @@ def ratio_of(ratios: list[float], min_effect: float = MIN_EFFECT, paired: bool =
             None,
             None,
             len(ratios),
-            WITHIN_NOISE,
+            UNDECIDED,
             paired,
             f"{len(ratios)} rounds are too few for a {CONFIDENCE:.0%} interval; use at least {min_rounds()}",
         )
@@ -143,7 +143,7 @@ def unpaired_ratio(
     n = min(len(a), len(b))
     if n < 10:
         return Ratio(
-            med, None, None, n, WITHIN_NOISE, False, f"{n} steps are too few for an interval; run longer"
+            med, None, None, n, UNDECIDED, False, f"{n} steps are too few for an interval; run longer"
         )
     rng = random.Random(seed)
     boots = sorted(

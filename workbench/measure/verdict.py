@@ -6,7 +6,8 @@
 
 A ratio is the variant's speed over the reference's (above 1: faster). It is called faster or
 slower only when it differs from 1 by more than `min_effect` and, when an interval is known, the
-whole interval lies on that side of 1.
+whole interval lies on that side of 1. A measurement without an interval (too few pairs) is
+"undecided" wherever it is shown (workbench.measure.ratios), never "within noise".
 
 A variant that lost accuracy is not simply faster: `weighed` adds what was lost to the verdict
 when accuracy fell by more than ACCURACY_TOLERANCE, and `is_clean_gain` tells a chart or table
@@ -18,6 +19,7 @@ whether it may paint the row as a gain.
 from __future__ import annotations
 
 FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
+UNDECIDED = "undecided"  # too few pairs for an interval: no verdict, and never "within noise"
 MIN_EFFECT = 0.05  # smaller gains are not worth a setting, whatever the interval says
 
 

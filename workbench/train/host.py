@@ -143,7 +143,7 @@ class Variant:
         steps ran in slices beside other variants' (its step times are the slices', not a run's)."""
         import statistics
 
-        from ..events import DONE, SAMPLES_PER_S
+        from ..events import DONE, SAMPLES_PER_S, WORLD_SIZE
         from ..runfolder import RunFolder
         from . import memory_readings
 
@@ -154,7 +154,7 @@ class Variant:
             "final_loss": self.last_loss,
             "precision": self.cfg.precision.dtype,
             "threads": self.threads,
-            "world_size": self.env.world_size,
+            WORLD_SIZE: self.env.world_size,
             "step_time_ms_median": None if median is None else round(median * 1e3, 4),
             SAMPLES_PER_S: None if not median else round(self.samples_per_step / median, 2),
             **memory_readings.sample(self.s.parts.device),  # the host's: its variants share it

@@ -27,6 +27,7 @@ STATUS_COLORS = {
     "faster": "#2ca02c",
     "slower": "#d62728",
     "within noise": "#7f7f7f",
+    "undecided": "#bcbd22",
     "skipped": "#c7c7c7",
     "failed": "#000000",
 }
