@@ -21,7 +21,7 @@ class _Rates:
 
         n = self.calls[label]
         self.calls[label] += 1
-        rate = self.rates[label][max(0, n - 1)]  # the first call is the warm-up
+        rate = self.rates[label][min(max(0, n - 1), len(self.rates[label]) - 1)]  # the first: warm-up
         return Slice(label, rate, 1.0, 1.0, 0.0, steps=20, losses=[1.0] * 20)
 
 

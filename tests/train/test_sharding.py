@@ -214,7 +214,8 @@ def test_an_ab_of_ddp_against_fsdp_puts_throughput_and_memory_per_rank_side_by_s
     )
     result = ab_test(ddp, ddp.replace(**{"distributed.strategy": "fsdp"}), rounds=2, labels=("ddp", "fsdp"))
     # a pair whose two slices met different loads (the suite's other tests) is dropped, as always
-    assert result.comparison.pairs + result.comparison.dropped == 2
+    c = result.comparison  # a dropped pair is measured again, up to as many extra rounds
+    assert c.pairs == 2 or c.pairs + c.dropped == 4
     assert len(result.samples_per_s["fsdp"]) == 2
     memory = result.memory_per_rank
     held = {label: [sum(r[k] for k in HELD) for r in sides["measured"]] for label, sides in memory.items()}

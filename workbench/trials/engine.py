@@ -17,8 +17,9 @@ programs held meanwhile. A round gives one pair per variant: its rate over the r
 
 Busy is paired, not discarded: both sides of a pair share the contention of their moment. A pair is
 dropped only when the contention changed inside it (the two slices saw other programs hold cores
-that differ by CHANGED_CORES or more), and every comparison says how many pairs it used and dropped
-and under which conditions. The first `warmup` slices of every variant pair with nothing.
+that differ by CHANGED_CORES or more) and is measured again (`run`: up to as many extra rounds as
+were asked), and every comparison says how many pairs it used and dropped and under which
+conditions. The first `warmup` slices of every variant pair with nothing.
 """
 
 from __future__ import annotations
@@ -203,11 +204,24 @@ class Trial:
         return out
 
     def run(self, rounds: int, stop: Callable[[], bool] | None = None) -> "Trial":
+        """`rounds` pairs for every variant: a pair dropped because the load changed inside it is
+        measured again, up to as many extra rounds as were asked (then the comparison says how
+        many it kept and dropped)."""
         for _ in range(rounds):
+            if stop is not None and stop():
+                return self
+            self.round()
+        extra = 0
+        while extra < rounds and self._short_of(rounds):
             if stop is not None and stop():
                 break
             self.round()
+            extra += 1
         return self
+
+    def _short_of(self, pairs: int) -> bool:
+        """Whether some variant has fewer than `pairs` kept pairs against the reference."""
+        return any(len(self.pairs(k)[0]) < pairs for k in self.labels if k != self.reference)
 
     def pairs(self, label: str, against: str | None = None) -> tuple[list[tuple[Slice, Slice]], int]:
         """(kept pairs of (reference slice, variant slice), pairs dropped) over the rounds so far."""
