@@ -73,6 +73,7 @@ def test_bad_arguments_are_refused_in_one_line_naming_the_field(runs_root):
         ),
         (["--changes", ","], "workbench stack: --changes must name at least one of bf16"),
         (["--rounds", "0"], "workbench stack: --rounds must be >= 1, got 0"),
+        (["--budget-s", "3"], "workbench stack: --budget-s was removed: a step is now --rounds pairs"),
         (["--slice-s", "0"], "workbench stack: --slice-s must be between 0.01 and 60 seconds, got 0.0"),
         (["--set", "loader.batch_size=0"], "workbench stack: loader.batch_size must be >= 1, got 0"),
         (["--inference", "runs/x", "--amount", "1.5"], "workbench stack: --amount must be between 0 and 1"),

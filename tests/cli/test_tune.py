@@ -69,6 +69,11 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert report["spent_s"] <= 15 + 60  # the budget, and at most one round more
     bad = subprocess.run(cmd[:4] + ["--memory-budget", "0"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().endswith("--memory-budget must be > 0 GiB, got 0.0")
+    # --set, as every command that builds a config has it: applied to the baseline, checked at once
+    bad = subprocess.run(
+        cmd[:4] + ["--set", "loader.batch_size=0"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("loader.batch_size must be >= 1, got 0")
 
 
 def test_the_panel_refuses_a_bad_budget_and_draws_each_decision(tmp_path):

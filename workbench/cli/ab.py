@@ -26,7 +26,7 @@ import sys
 from ..config import BUILTIN_MODELS, ConfigError
 from ..trials.engine import SLICE_S
 from ._interrupt import Interrupt
-from .run import add_data_args, base_config, parse_settings
+from .run import add_data_args, add_set_arg, base_config, parse_settings
 
 
 def add_parser(sub):
@@ -42,13 +42,7 @@ def add_parser(sub):
         help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]) + " (both sides)",
     )
     add_data_args(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=JSON",
-        help="a setting of both sides (repeatable), as --set means in every command",
-    )
+    add_set_arg(p, "a setting of both sides")
     p.add_argument(
         "--a",
         action="append",

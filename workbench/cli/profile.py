@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
-from .run import add_data_args, base_config, parse_settings
+from .run import add_data_args, add_set_arg, base_config, parse_settings
 
 FLAGS = {
     "precision": "precision.dtype",
@@ -45,13 +45,7 @@ def add_parser(sub):
     p.add_argument("--nproc", type=int, help="ranks on this machine (torchrun); one profile per rank")
     p.add_argument("--device", help=" | ".join(choices("run.device")))
     p.add_argument("--threads", type=int, help="intra-op threads per process (run.threads)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=JSON",
-        help="any config field, e.g. --set train.checkpoint='[\"blocks.layers.*\"]'",
-    )
+    add_set_arg(p)
     p.add_argument("--profile-steps", type=int, default=5, help="steps under the profiler (5)")
     p.add_argument("--top", type=int, default=10, help="operators to list (10)")
     p.add_argument(

@@ -18,7 +18,7 @@ import sys
 
 from ..config import BUILTIN_DATA, BUILTIN_MODELS, ConfigError, RunConfig
 from ._interrupt import Interrupt
-from .run import refuse_beside, say_trust
+from .run import add_set_arg, refuse_beside, say_trust
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 TRAIN_EPOCHS = 5  # in-process training of a fresh model: seconds on digits, about 95 % accuracy
@@ -45,13 +45,7 @@ def add_subject_args(p) -> None:
         "--data-factory", help="your Dataset factory for --data dataset, 'file.py:build' or 'pkg.mod:build'"
     )
     p.add_argument("--data-path", help="the image folder for --data image_folder")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=JSON",
-        help="any config field, e.g. --set data.seq_len=32 (repeatable)",
-    )
+    add_set_arg(p)
     p.add_argument("--eval", help="your scoring function model -> float, 'pkg.mod:fn' or 'file.py:fn'")
     p.add_argument(
         "--train-epochs",

@@ -80,13 +80,7 @@ def add_parser(sub):
         help="run even when ranks x threads or loader workers outnumber this machine's "
         "cores (run.oversubscribe; slow, but allowed)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=JSON",
-        help="any config field, e.g. --set loader.num_workers=2 (repeatable)",
-    )
+    add_set_arg(p)
     p.add_argument("--run-dir", help="folder for this run (default: a new one under runs/)")
     p.add_argument(
         "--resume",
@@ -102,6 +96,17 @@ def add_parser(sub):
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
+
+
+def add_set_arg(p, what: str = "any config field") -> None:
+    """`--set FIELD=JSON`, repeatable, the same flag in every command that builds a config."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help=f"{what}, e.g. --set loader.num_workers=2 or --set data.seq_len=32 (repeatable)",
+    )
 
 
 def add_data_args(p) -> None:

@@ -11,6 +11,7 @@ kept, every skipped step with the reason, and the kept config measured against t
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -20,7 +21,7 @@ from ..trials.changes import CHANGES, STACK_STEP
 from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
 from ._interrupt import Interrupt
-from .run import OWN_CONFIG, add_data_args, base_config, parse_settings, refuse_beside, say_trust
+from .run import OWN_CONFIG, add_data_args, add_set_arg, base_config, parse_settings, refuse_beside, say_trust
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
 
@@ -36,13 +37,7 @@ def add_parser(sub):
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=JSON",
-        help="a setting of the baseline (repeatable)",
-    )
+    add_set_arg(p, "a setting of the baseline")
     p.add_argument(
         "--changes",
         default=DEFAULT_CHANGES,
@@ -60,6 +55,7 @@ def add_parser(sub):
         help="rounds of slices of every step (default: the fewest that carry a 95%% interval)",
     )
     p.add_argument("--json", action="store_true", help="print the study as JSON")
+    p.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)  # removed: refused with its successor
     inference = p.add_argument_group(
         "the inference study: a trained run's model, + structured "
         "pruning, + int8, inference samples/s timed interleaved"
@@ -153,7 +149,16 @@ def inference(args) -> int:
     return 0
 
 
+REMOVED = {  # flag -> what replaces it, refused for one release (docs/changelog.md)
+    "budget_s": "--budget-s was removed: a step is now --rounds pairs of --slice-s seconds of steps "
+    "a side against the best config so far; use --slice-s",
+}
+
+
 def main(args) -> int:
+    for flag, said in REMOVED.items():
+        if getattr(args, flag, None) is not None:
+            raise ConfigError(said)
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {args.rounds}")
     if args.inference:

@@ -15,7 +15,7 @@ from ..config import BUILTIN_MODELS, ConfigError
 from ..trials.engine import SLICE_S
 from ..tune.search import FIRST
 from ._interrupt import Interrupt
-from .run import add_data_args, base_config
+from .run import add_data_args, add_set_arg, base_config, parse_settings
 
 
 def add_parser(sub):
@@ -28,6 +28,7 @@ def add_parser(sub):
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
     add_data_args(p)
+    add_set_arg(p, "a setting of the baseline")
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
     p.add_argument(
         "--slice-s",
@@ -50,6 +51,8 @@ def add_parser(sub):
 
 def main(args) -> int:
     base = base_config(args)
+    shared = parse_settings(args.set, "--set")
+    base = base.replace(**shared) if shared else base
     if not args.budget_min > 0:
         raise ConfigError(f"--budget-min must be > 0 minutes, got {args.budget_min}")
     if not 0.01 <= args.slice_s <= 60:
