@@ -103,7 +103,7 @@ def test_a_real_study_measures_each_step_against_the_best_so_far_and_keeps_only_
     assert df["status"][1] == "undecided" and "too few" in df["note"][1]  # 2 pairs: no verdict
     assert list(df["kept"]) == [True, False, False] and df.attrs["kept"] == {} and df.attrs["product"] == 1.0
     assert list(df["rounds"][:2]) == [2, 2]
-    assert (df["samples_per_s"][:2] > 0).all() and (df["mem_held_gib"][:2] > 0).all()
+    assert (df["samples_per_s"][:2] > 0).all() and (df["mem_held_mib"][:2] > 0).all()
     assert df["gain_low"].isna()[1] and df["gain_high"].isna()[1]  # 2 pairs carry no interval
     from workbench.runstore import load_config
 

@@ -18,7 +18,7 @@ ROWS = [
         "samples_per_s": 1000.0,
         "gain_vs_prev": 1.0,
         "gain_vs_baseline": 1.0,
-        "mem_held_gib": 0.3,
+        "mem_held_mib": 300.0,
         "final_loss": 2.0,
         "reason": "",
     },
@@ -29,7 +29,7 @@ ROWS = [
         "samples_per_s": 1500.0,
         "gain_vs_prev": 1.5,
         "gain_vs_baseline": 1.5,
-        "mem_held_gib": 0.31,
+        "mem_held_mib": 310.0,
         "final_loss": 2.01,
         "reason": "",
     },
@@ -40,7 +40,7 @@ ROWS = [
         "samples_per_s": None,
         "gain_vs_prev": None,
         "gain_vs_baseline": None,
-        "mem_held_gib": None,
+        "mem_held_mib": None,
         "final_loss": None,
         "reason": "pin_memory needs a GPU",
     },
@@ -76,7 +76,7 @@ def test_panel_runs_a_study_and_exports(tmp_path, monkeypatch):
         STATUS_COLORS[s] for s in ("baseline", rows[1]["status"], "skipped", "baseline")
     ]
     assert "pin_memory needs a GPU" in waterfall.hovertext[2] and waterfall.text[2] == ""  # why: on hover
-    assert list(panel.fig.data[1].y)[:2] == [0.3, 0.31]
+    assert list(panel.fig.data[1].y)[:2] == [300.0, 310.0]
     assert "skipped" in panel.table.value and "kept + bf16: 1.50x the baseline" in panel.status.value
     assert not panel.export_button.disabled
     panel.export_button.click()

@@ -47,7 +47,7 @@ COLUMNS = [
     "rounds",
     "dropped",
     "steps",
-    "mem_held_gib",
+    "mem_held_mib",
     "final_loss",
     STEP_TIME_MS,
     "threads",
@@ -58,12 +58,12 @@ COLUMNS = [
 ]
 
 
-def held_gib(memory: dict | None) -> float | None:
+def held_mib(memory: dict | None) -> float | None:
     """What rank 0 held for the step: parameters, gradients, optimizer state and activations."""
     if not memory:
         return None
     got = next((m for m in memory["measured"] if m.get(RANK) == 0), memory["measured"][0])
-    return round(sum(got.get(k, 0) for k in (*HELD, ACTIVATIONS)) / 2**30, 4)
+    return round(sum(got.get(k, 0) for k in (*HELD, ACTIVATIONS)) / 2**20, 2)  # GiB read 0.0006 here
 
 
 def step_row(
@@ -104,7 +104,7 @@ def step_row(
         steps=statistics.median(s.steps for s in done),
         rounds=len(done),
         threads=done[0].threads,
-        mem_held_gib=held_gib(memory),
+        mem_held_mib=held_mib(memory),
         final_loss=losses[-1] if losses else None,
         other_cpu_cores=max(s.other_cores or 0.0 for s in done),
     )

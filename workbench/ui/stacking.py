@@ -30,7 +30,7 @@ from .sizing import button
 from .table import html_table, load_line, status_color
 
 # held: weights, gradients, optimizer state and activations, as the table's note says
-TRAINING_SIDE = (("mem_held_gib", "held by rank 0 (GiB)"), ("final_loss", "final loss"))
+TRAINING_SIDE = (("mem_held_mib", "held by rank 0 (MiB)"), ("final_loss", "final loss"))
 INFERENCE_SIDE = (("size_mib", "model size (MiB)"), ("accuracy", "accuracy"))
 
 

@@ -13,7 +13,7 @@ TITLES = {
     STEP_TIME_MS: "step (ms)",
     "step_time_ms_median": "step (ms)",
     "peak_mem_gib": "peak memory (GiB)",
-    "mem_held_gib": "held by rank 0 (GiB)",
+    "mem_held_mib": "held by rank 0 (MiB)",
     "eval_accuracy": "accuracy",
     "other_cpu_cores": "others' cores",
     "gain_vs_prev": "gain over the step before",
