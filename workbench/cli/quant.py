@@ -83,7 +83,7 @@ def quantize_report(
                 "accuracy": accuracy,
                 "output_error": output_error(dense, models[method], x),
                 "size_bytes": size,
-                "size_ratio": round(float_size / size, 3),
+                "size_ratio": round(size / float_size, 3),  # of the float model's size
                 **times[method],
                 **judge(method, times[method], coverage=cov, accuracy=(out["float"]["accuracy"], accuracy)),
             }
@@ -141,8 +141,8 @@ def main(args) -> int:
     for r in report["results"]:
         speed = "; ".join(f"b{b} {speedup_label(r, b, conditions=False)}" for b in batch_sizes)
         print(
-            f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']}x "
-            f"smaller; {speed}\n  {r['verdict']}: {r['why']}"
+            f"{r['method']} ({r['backend']}): accuracy {r['accuracy']}, {r['size_ratio']:.2f} of the "
+            f"float size; {speed}\n  {r['verdict']}: {r['why']}"
         )
         for n in r["notes"]:
             print(f"  note: {n}")

@@ -205,6 +205,9 @@ def quantize(
     if skipped:
         notes.append(f"left in float: {', '.join(skipped[:6])}" + (" ..." if len(skipped) > 6 else ""))
     q._workbench_quantized = True
+    # its parameters as the float model counted them: packed int8 weights are not parameters, and a
+    # table that fell back to the dense model's count said a pruned-then-quantized model had them all
+    q._workbench_params = sum(p.numel() for p in model.parameters())
     modules = dict(model.named_modules())
     touched = {}
     for group in shared_groups([(n, modules[n], "weight") for n in converted]):

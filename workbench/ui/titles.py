@@ -31,7 +31,7 @@ TITLES = {
     "cold_because": "why it started cold",
     "skip_reason": "why not",
     "need_gib": "needs (GiB)",
-    "size_ratio": "size vs dense",
+    "size_ratio": "size, share of dense",
     "speedup_b1": "speedup, batch 1",
     "speedup_b64": "speedup, batch 64",
     "accuracy_finetuned": "accuracy after fine-tune",
