@@ -61,6 +61,20 @@ def test_a_table_never_shows_nan_or_none():
     assert not bad.holds and "verdict" in bad.checked
 
 
+def test_a_blank_where_a_value_is_required_fails_as_a_nan_does():
+    """Notebook 06's reproduction printed a blank loss column on every row and passed as filled."""
+    from workbench.ui.table import html_table
+
+    rows = [{"step": 1, "script_loss": 2.3, "workbench_loss": float("nan"), "abs_diff": float("nan")}]
+    assert claims.filled("live", [{"step": "1", "workbench_loss": ""}]).holds  # not measured yet
+    planted = claims.filled("reproduced", [{"step": "1", "workbench_loss": ""}], required=("workbench_loss",))
+    assert not planted.holds and "workbench_loss" in planted.checked
+    claims.clear()
+    html_table(rows, where="the script against the run", required=("workbench_loss", "abs_diff"))
+    with pytest.raises(claims.ClaimsDisagree, match="the script against the run"):
+        claims.check()
+
+
 def test_a_drawn_table_fails_the_check_on_a_lost_verdict_or_a_nan_inside_its_text():
     from workbench.ui.table import html_table
 

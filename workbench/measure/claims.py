@@ -167,17 +167,23 @@ def same(where: str, what: str, key: str, value) -> Claim:
 MISSING = re.compile(r"(?<![A-Za-z])(nan|NaN|None)(?![A-Za-z])")  # also inside "nanx [nan, nan]"
 
 
-def filled(where: str, rows: list[dict], verdicts: tuple[str, ...] = ()) -> Claim:
+def filled(
+    where: str, rows: list[dict], verdicts: tuple[str, ...] = (), required: tuple[str, ...] = ()
+) -> Claim:
     """A shown table never reads 'nan' or 'None' where a reader expects a value: `rows` hold each
     cell as shown, and `verdicts` names the columns whose verdict was lost when the value behind
     the cell was a number that is not one (a verdict column of a DataFrame filled with NaN). A
-    blank cell is a value not measured yet, which a live table shows."""
+    blank cell is a value not measured yet, which a live table shows, except in a `required`
+    column: a finished table whose page reads a figure from it (a reproduction's losses) must
+    hold one in every row."""
     bad = sorted(
         {
             k
             for r in rows
             for k, v in r.items()
-            if MISSING.search(str(v)) or (k in verdicts and isinstance(v, float) and v != v)
+            if MISSING.search(str(v))
+            or (k in verdicts and isinstance(v, float) and v != v)
+            or (k in required and not str(v).strip())
         }
     )
     return record(
@@ -185,7 +191,9 @@ def filled(where: str, rows: list[dict], verdicts: tuple[str, ...] = ()) -> Clai
         "filled",
         f"a table of {len(rows)} row(s)",
         not bad,
-        f"'nan' or 'None' shown in: {', '.join(bad)}" if bad else "every cell a value or blank",
+        f"'nan', 'None' or a blank where a value is required, in: {', '.join(bad)}"
+        if bad
+        else "every cell a value" + (", or blank where none is required" if not required else ""),
     )
 
 

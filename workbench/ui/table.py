@@ -128,10 +128,12 @@ def html_table(
     where: str = "a table",
     colors: dict[int, str] | None = None,
     css: str = "",
+    required: tuple[str, ...] = (),
 ) -> str:
     """`rows` as an HTML table of `columns` (default: the first row's keys); `above` and `below`
     are one-line notes the whole table shares; `colors` gives a row's text colour by index; `css`
-    an extra class a page or test finds the table by."""
+    an extra class a page or test finds the table by; `required` the columns every row must fill
+    (a blank there fails the page's claims check)."""
     columns = list(columns or (rows[0].keys() if rows else []))
     # the text a reader sees, and a verdict column's value behind it (a lost verdict is a NaN)
     claims.filled(
@@ -141,6 +143,7 @@ def html_table(
             for r in rows
         ],
         verdicts=CHIPS,
+        required=tuple(required),
     )
     head = "".join(f"<th>{html.escape(title(c))}</th>" for c in columns)
     colors = colors or {}
