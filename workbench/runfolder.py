@@ -126,6 +126,7 @@ class Summary(TypedDict, total=False):
     mfu_measured: float  # of the measured peak
     mfu_error: str  # why there is no MFU, or why a peak is wrong
     peak_tflops: float
+    peak_when: str  # which measurement the measured peak is: when, and under which load
     spec_basis: str
     spec_tflops: float
     measured_tflops: float

@@ -112,8 +112,9 @@ def test_cache_keeps_the_highest_ceiling_and_peak_for_prefers_it(private_cache):
 
 
 def test_a_busy_ceiling_has_a_file_of_its_own_and_says_so_where_it_is_shown(private_cache):
-    """Two writers under different conditions never overwrite each other; a busy figure is used
-    only where no quiet one exists, and is named busy wherever it is shown."""
+    """Two writers under different conditions never overwrite each other; the newest figure is the
+    one used (the page that measured it a moment ago reads it), named busy and dated wherever it is
+    shown."""
     from workbench.hardware.lessons import int8_ceiling_line
 
     busy = [_ceiling("fp32", 40.0), _ceiling("int8", 60.0)]
@@ -129,6 +130,12 @@ def test_a_busy_ceiling_has_a_file_of_its_own_and_says_so_where_it_is_shown(priv
     assert json.loads(busy_file.read_text())["compute_gflops"]["fp32"] == 40.0  # not replaced
     assert ceilings.load_ceilings("cpu")["compute_gflops"] == {"fp32": 150.0}
     assert ceilings.peak_for("cpu", "fp32")["basis"] == "measured"
+    ceilings.save_ceilings(busy, "cpu")  # measured again, busy: the newest, so the one an MFU uses
+    p = ceilings.peak_for("cpu", "fp32")
+    assert p["basis"] == "measured busy" and p["peak_tflops"] == pytest.approx(0.04)
+    assert "beside other programs holding 1.6 cores" in p["peak_when"] and p["peak_when"].startswith(
+        "measured 2"
+    )
 
 
 def test_cache_from_another_torch_is_ignored(private_cache, monkeypatch):

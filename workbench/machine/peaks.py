@@ -55,6 +55,7 @@ def save_ceilings(ceilings, device, path: Path | None = None) -> Path:
     entry = {
         "conditions": conds,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "measured_t": time.time(),  # which of two entries is the newer, to the second and below
         "torch": torch.__version__,
         "busy": busy,
         "other_cpu_cores": round(other, 2),
@@ -83,15 +84,17 @@ def _read(path: Path) -> dict | None:
 
 
 def load_ceilings(device) -> dict | None:
-    """The ceilings measured on this device under this machine's conditions: the quiet measurement
-    when there is one (a ceiling is what the device can do), else one taken beside other programs,
-    marked `busy` with the cores they held, so whoever shows it says so. None when neither exists."""
+    """The ceilings last measured on this device under this machine's conditions, quiet or beside
+    other programs (then marked `busy` with the cores they held, so whoever shows it says so): the
+    newest, so a page that measured its ceilings a moment ago reads those, not an older figure it
+    would not name. None when neither exists."""
+    found = []
     for busy in (False, True):
         conds = conditions(device, busy)
         entry = _read(cache_file(conds))
         if entry and entry.get("conditions") == conds:
-            return entry
-    return None
+            found.append(entry)
+    return max(found, key=lambda e: (e.get("measured_t", 0.0), e.get("measured_at", ""))) if found else None
 
 
 def measured_when(entry: dict) -> str:
@@ -138,7 +141,7 @@ def peak_for(device, dtype: str) -> dict:
     """Every peak known for (device, dtype) and which one MFU should use: measured when cached
     ("measured busy" when only a busy measurement is)."""
     spec, basis, source = spec_peak(device, dtype)
-    cached = load_ceilings(device)
+    cached = load_ceilings(device) or {}
     measured = None
     if cached:
         g = cached["compute_gflops"].get(dtype)
@@ -148,6 +151,7 @@ def peak_for(device, dtype: str) -> dict:
     return {
         "peak_tflops": use[1],
         "basis": use[0] if use[1] else None,
+        "peak_when": measured_when(cached) if measured else "",  # which measurement: named
         "spec_tflops": spec,
         "spec_basis": basis,
         "spec_source": source,

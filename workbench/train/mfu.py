@@ -126,6 +126,8 @@ class MfuMeter:
                 wrong.append(f"{share:.0%} of the {basis} peak ({peak * 1e3:.4g} GFLOP/s)")
         if self.peak:
             out.update(mfu_basis=p.get("basis"), peak_tflops=_sig(self.peak))
+            if p.get("peak_when"):
+                out["peak_when"] = p["peak_when"]
         if p.get("spec_tflops"):
             out.update(spec_basis=p["spec_basis"], spec_tflops=_sig(p["spec_tflops"]))
         if p.get("measured_tflops"):

@@ -184,7 +184,7 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
                 mode="markers",
                 hovertext=[f"{p['model']} {p['dtype']}"],
                 marker={"size": 11, "color": _COLORS.get(p["dtype"], "black"), "symbol": "diamond"},
-                name=f"{p['model']} step ({p['gflops']:.3g} GFLOP/s)",
+                name=f"{p['model']} step in {p['dtype']} ({p['gflops']:.3g} GFLOP/s)",
             )
         default = f"Roofline (memory roof: copy at {bw:.3g} GB/s)" if bw else "Roofline (no copy figure)"
         set_title(fig, title or default)
@@ -222,9 +222,10 @@ def mfu_figure(run_dir) -> go.FigureWidget:
         )
         peak = (s.get("peak_tflops") or 0) * 1e3
         if s.get(MFU) is not None:
+            when = f" ({s['peak_when']})" if s.get("peak_when") else ""
             title = (
                 f"MFU per step: {mfu_text(s[MFU])} at the median step, against the "
-                f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s"
+                f"{s.get('mfu_basis', '?')} peak of {peak:.4g} GFLOP/s{when}"
             )
         else:
             title = f"MFU: {s.get('mfu_error', 'not measured')}"
