@@ -2,7 +2,9 @@
 intensity (FLOPs per byte moved) and the FLOP/s it reaches, under the measured ceilings.
 
 A few training steps run in-process (inference-sized work, seconds), timed with
-workbench.measure.timer.measure; FLOPs come from workbench.train.flops.
+workbench.measure.timer.measure at the thread rule's threads (one where this process's threads
+would spin beside busy programs: a collapsed step is no point on a roofline); FLOPs come from
+workbench.train.flops. Each point says its threads.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def model_point(cfg: RunConfig, device="cpu", repeats: int = 5) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    t = measure(step, device=device, warmup=2, repeats=repeats)
+    from .size_curve import rule_threads
+
+    with rule_threads(cfg.run.threads or None) as threads:
+        t = measure(step, device=device, warmup=2, repeats=repeats)
     return {
         "model": cfg.model.name,
         "dtype": cfg.precision.dtype,
@@ -82,6 +87,7 @@ def model_point(cfg: RunConfig, device="cpu", repeats: int = 5) -> dict:
         "spread": t.spread,
         "gflops": cost.flops / t.median_ms / 1e6,
         "params": cost.params,
+        "threads": threads,
     }
 
 

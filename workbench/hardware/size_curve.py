@@ -18,6 +18,7 @@ conditions, as the ceilings are: the curve is a fact of the machine; a lesson is
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -112,11 +113,17 @@ class SizeCurve:
 
 @contextmanager
 def rule_threads(threads: int | None = None):
-    """torch's threads set to `threads`, or by the thread rule for what other programs leave free;
-    then restored. Yields the count."""
+    """torch's threads in this process set to `threads`, or by the thread rule for what other
+    programs leave free; then restored. Yields the count. Where the rule would have several threads
+    wait passively (others hold the cores) and this process's OpenMP spins (its wait policy is set
+    once, at its start), one thread is used: spinning threads collapse beside busy programs."""
     from ..config import RunConfig
+    from ..machine.threads import WAIT_ENV, waits_passively
 
-    count = threads or choose_threads(RunConfig.default(), other_cores_now()).threads
+    other = other_cores_now()
+    count = threads or choose_threads(RunConfig.default(), other).threads
+    if waits_passively(count, other) and os.environ.get(WAIT_ENV, "").upper() != "PASSIVE":
+        count = 1
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
