@@ -79,7 +79,7 @@ def test_phases_add_up_to_the_measured_step_and_profiled_steps_are_marked(runs_r
     assert sum(parts.values()) == b.memory.device["peak_rss_bytes"] or rest == 0, parts
     assert parts["the step's tensors (counted above)"] == b.memory.total
     assert parts["Python and torch, loaded (the pre-launch check's base)"] > 0
-    assert "process peak" in b.text()
+    assert "the process's peak when the profiled steps ended" in b.text()  # the moment it was read
     assert "bound by" in b.text() and "top operators" in b.text()
     assert read_breakdown(b.run_dir).as_dict()["phases_ms"] == d["phases_ms"]  # from the files alone
     assert is_profile_of(b, small_transformer())
@@ -218,3 +218,13 @@ def test_two_ranks_profile_each_with_the_all_reduce(runs_root):
         # CI once saw one of two 20 ms steps miss by 17 %: the median of three is robust to that
         assert median_gap(r) <= SUM_TOLERANCE, r.steps
     assert "rank 1" in b.text()
+
+
+def test_the_checkpointing_backward_line_follows_its_numbers():
+    """A few profiled steps once showed backward shorter with checkpointing beside an A/B that said
+    slower, under the words 'the recompute runs there': the words now follow the numbers."""
+    from workbench.profile.checkpoint import backward_line
+
+    assert "(longer: the recompute runs there)" in backward_line(7.8, 12.5)
+    shorter = backward_line(1850.08, 1385.08)
+    assert "not longer" in shorter and "the A/B below" in shorter and "longer:" not in shorter

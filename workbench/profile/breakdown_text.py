@@ -92,8 +92,9 @@ def memory_lines(b) -> list[str]:
         )
     elif "rss_bytes" in d:
         lines.append(
-            f"  process memory: {mib(d['rss_bytes'])} resident, peak {mib(d['peak_rss_bytes'])} "
-            "(everything the process holds: torch, Python, data)"
+            f"  process memory when the profiled steps ended: {mib(d['rss_bytes'])} resident, the "
+            f"highest so far {mib(d['peak_rss_bytes'])} (everything the process holds: torch, "
+            "Python, data)"
         )
         if m.peak_sentence():
             lines.append(f"  {m.peak_sentence()}")
@@ -107,7 +108,7 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
     if not per_rank:
         return []
     parts = (*MEMORY_PARTS, PEAK)
-    label = f"per rank ({per_rank['strategy'].upper()}):"
+    label = f"per rank ({per_rank['strategy'].upper()}; peak: the highest resident set up to the run's end):"
     lines = [
         f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
         f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts),

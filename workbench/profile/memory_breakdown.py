@@ -103,7 +103,8 @@ class MemoryBreakdown:
         if not parts:
             return None
         split = " + ".join(f"{name} {mib(b)}" for name, b in parts.items())
-        return f"process peak {mib(self.device['peak_rss_bytes'])} = {split}"
+        peak = mib(self.device["peak_rss_bytes"])
+        return f"the process's peak when the profiled steps ended, {peak} = {split}"
 
     def accumulation_sentence(self) -> str | None:
         """What gradient accumulation bought: the effective batch, and what it would cost at once."""
