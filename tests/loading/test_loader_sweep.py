@@ -105,9 +105,17 @@ def test_recommendation_respects_cores_per_process():
     assert one_each["config_changes"]["loader.pin_memory"] is False
 
 
-def test_recommendation_keeps_the_simple_setting_within_noise():
+def test_recommendation_keeps_the_simple_setting_within_noise_and_says_why_as_a_claim():
+    from workbench.measure import claims
+
+    claims.clear()
     advice = recommend(_table({(0, False): 100, (2, True): 103}), cores=2, cuda=False)
-    assert advice["loader"]["num_workers"] == 0 and "within the noise" in advice["text"]
+    assert advice["loader"]["num_workers"] == 0 and "not called faster" in advice["text"]
+    # it says what it measured, not "1.00x the samples/s of 0 workers" of 0 workers themselves
+    assert advice["text"].startswith("Use 0w b32: no setting with workers was measured faster than it")
+    (said,) = [c for c in claims.made() if c.where == "the loader advice"]
+    assert said.holds and said.says == "use 0w b32"
+    claims.clear()
 
 
 def test_recommendation_mentions_pinning_with_a_gpu():

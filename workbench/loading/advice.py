@@ -54,6 +54,8 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
         f"{cores} usable core(s) and {nproc} training process(es): at most {per_proc} "
         f"loader worker(s) per process; settings with more were not considered"
     ]
+    fastest = best
+    gain = None
     if base is not None and base is not best:
         gain = vs_zero_workers(
             base.get("rates") or [base[SAMPLES_PER_S]], best.get("rates") or [best[SAMPLES_PER_S]]
@@ -61,21 +63,27 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
         if gain.verdict != "faster":
             reasons.append(
                 f"the fastest ({best['setting']}) against 0 workers: {gain.label()}, "
-                "within the noise: keep the simpler setting"
+                "not called faster: keep the simpler setting"
             )
             best = base
         else:
             reasons.append(
                 f"{best['setting']} against 0 workers at batch size {best['batch_size']}: {gain.label()}"
             )
-        # the advice names a busier setting only where the interval calls it faster
-        claims.record(
-            "the loader advice",
-            "verdict",
-            f"use {best['setting']}",
-            best is base or gain.verdict == FASTER,
-            f"against 0 workers: {gain.label()}",
-        )
+    # the advice is a claim: a busier setting only where its interval calls it faster, and 0 workers
+    # only where nothing measured beat it
+    claims.record(
+        "the loader advice",
+        "verdict",
+        f"use {best['setting']}",
+        (best is base and (gain is None or gain.verdict != FASTER))
+        or (gain is not None and gain.verdict == FASTER),
+        f"the fastest, {fastest['setting']}, against 0 workers: {gain.label()}"
+        if gain is not None
+        else "the fastest setting measured was itself the simplest (0 workers)"
+        if base is not None
+        else "no 0-worker setting was measured to compare with",
+    )
     speedup = (
         vs_zero_workers(
             base.get("rates") or [base[SAMPLES_PER_S]], best.get("rates") or [best[SAMPLES_PER_S]]
@@ -112,6 +120,11 @@ def recommend(table, nproc: int = 1, cores: int | None = None, cuda: bool | None
     loader = {k: (int(v) if isinstance(v, float) else v) for k, v in loader.items()}
     versus = (
         f"{speedup:.2f}x the samples/s of 0 workers"
+        if base is not None and best is not base
+        else f"no setting with workers was measured faster than it (the fastest, {fastest['setting']}: "
+        f"{gain.label()})"
+        if gain is not None
+        else "the fastest setting measured"
         if base is not None
         else "no 0-worker setting was measured to compare with"
     )
