@@ -109,8 +109,8 @@ class Breakdown:
             "notes": self.notes,
         }
 
-    def text(self, top: int = 10) -> str:
-        return breakdown_text(self, top)
+    def text(self, top: int = 10, tables: bool = True) -> str:
+        return breakdown_text(self, top, tables)
 
     def ops_frame(self, top: int = 10, rank: int = 0):
         """The top operators of one rank as a DataFrame (time per step, calls, shapes, phase)."""

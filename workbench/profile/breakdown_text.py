@@ -69,16 +69,22 @@ def step_line(b) -> str:
     return line
 
 
-def memory_lines(b) -> list[str]:
+def memory_lines(b, tables: bool = True) -> list[str]:
+    """The memory in lines; without `tables`, what a page shows as tables of its own (the parts
+    measured against the estimate, the activations by module) is left out, not said twice."""
     m = b.memory
-    lines = [f"  {'':<18} {'measured':>14} {'estimate':>14}"]
-    for row in m.rows:
-        lines.append(f"  {row['part']:<18} {mib(row['measured_bytes']):>14} {mib(row['estimate_bytes']):>14}")
-    if m.context_bytes:
-        lines.append(f"  (the estimate also allows {mib(m.context_bytes)} for a CUDA context on a GPU)")
-    top = list(m.per_module.items())[:6]
-    if top:
-        lines.append("  activations by module: " + ", ".join(f"{k} {mib(v)}" for k, v in top))
+    lines = []
+    if tables:
+        lines.append(f"  {'':<18} {'measured':>14} {'estimate':>14}")
+        for row in m.rows:
+            lines.append(
+                f"  {row['part']:<18} {mib(row['measured_bytes']):>14} {mib(row['estimate_bytes']):>14}"
+            )
+        if m.context_bytes:
+            lines.append(f"  (the estimate also allows {mib(m.context_bytes)} for a CUDA context on a GPU)")
+        top = list(m.per_module.items())[:6]
+        if top:
+            lines.append("  activations by module: " + ", ".join(f"{k} {mib(v)}" for k, v in top))
     acc = m.accumulation_sentence()
     if acc:
         lines.append("  " + acc)
@@ -141,17 +147,19 @@ def op_lines(b, top: int) -> list[str]:
     return lines
 
 
-def breakdown_text(b, top: int = 10) -> str:
+def breakdown_text(b, top: int = 10, tables: bool = True) -> str:
+    """The whole breakdown as text (a terminal's); `tables=False` leaves out what a notebook shows
+    as tables beside it (the memory parts, the activations by module, the top operators)."""
     clock = "device" if b.ranks[0].device.startswith("cuda") else "self"
+    ops = [f"top operators per step (rank 0, by {clock} time):", *op_lines(b, top)] if tables else []
     lines = [
         header(b),
         step_line(b),
         *phase_lines(b),
         b.verdict.text(),
         "memory:",
-        *memory_lines(b),
-        f"top operators per step (rank 0, by {clock} time):",
-        *op_lines(b, top),
+        *memory_lines(b, tables),
+        *ops,
         f"trace: {b.ranks[0].trace} (open it in https://ui.perfetto.dev)",
     ]
     lines += [f"note: {n}" for n in b.notes]
