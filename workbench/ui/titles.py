@@ -16,7 +16,7 @@ TITLES = {
     "mem_held_mib": "held by rank 0 (MiB)",
     "eval_accuracy": "accuracy",
     "other_cpu_cores": "others' cores",
-    "gain_vs_prev": "gain over the step before",
+    "gain_vs_prev": "gain over the config before it",
     "gain_vs_baseline": "gain over the baseline",
     "rounds": "pairs",
     "dropped": "pairs dropped",
