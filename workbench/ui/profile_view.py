@@ -171,7 +171,8 @@ class ProfileLab:
                 widgets.HBox([*buttons, self.status]),
                 self.phases,
                 self.verdict,
-                widgets.HBox([self.memory, self.ops]),
+                self.memory,
+                self.ops,  # full width under the chart: beside it, its columns wrapped letter by letter
                 self.results,
             ]
         )
