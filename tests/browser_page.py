@@ -129,6 +129,15 @@ LEGIBILITY_JS = """() => {
     .filter(x => /^[a-z0-9]+(_[a-z0-9]+)+$/.test(x)).map(x => 'a field name for a title: ' + x));
   const blank = tables.flatMap(t => [...t.querySelectorAll('td')].map(td => td.innerText.trim())
     .filter(x => ['nan', 'NaN', 'None', '<NA>'].includes(x)).map(x => 'a placeholder for no value: ' + x));
+  // a table squeezed beside something wider: its rows grow many lines tall (07's operators once);
+  // a long note folds behind <details>, so a legible row is a few lines at most
+  const squeezed = tables.flatMap(t => [...t.querySelectorAll('td')].filter(c => {
+    const style = getComputedStyle(c);
+    const lh = parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize) || 16;
+    const inner = c.clientHeight - parseFloat(style.paddingTop || 0) - parseFloat(style.paddingBottom || 0);
+    return c.innerText.trim() && inner / lh > 8;
+  }).map(c => 'a table row over 8 lines tall (a column too narrow for its text): '
+                + c.innerText.trim().replace(/\\s+/g, ' ').slice(0, 40)));
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);
   const clipped = plots.flatMap(gd => {
     const svg = gd.querySelector('svg.main-svg');
@@ -152,7 +161,7 @@ LEGIBILITY_JS = """() => {
     return out;
   });
   return {labels: labels.length, tables: tables.length, charts: plots.length,
-          problems: [...new Set([...cut, ...wide, ...raw, ...blank, ...clipped, ...overlap])]};
+          problems: [...new Set([...cut, ...wide, ...raw, ...blank, ...squeezed, ...clipped, ...overlap])]};
 }"""
 
 
