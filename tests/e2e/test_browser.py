@@ -79,7 +79,7 @@ def test_mixed_precision_notebook_in_a_real_browser(tmp_path):
         assert page.locator(".js-plotly-plot").count() >= 6, "the charts did not render"
         names = [p.name for p in runs.iterdir() if p.name != "trials"]
         assert len(names) == 3, names  # the panel's fp32, bf16, fp16
-        (trial,) = (runs / "trials").iterdir()  # the precision lesson: one trial, its precisions in one process
+        (trial,) = (runs / "trials").iterdir()  # the precision lesson: one trial, in one process
         slices = (trial / "slices.jsonl").read_text().splitlines()
         assert len(slices) >= 2 * 6, slices  # every slice of its pairs kept
 
