@@ -134,9 +134,10 @@ LEGIBILITY_JS = """() => {
   const squeezed = tables.flatMap(t => [...t.querySelectorAll('td')].filter(c => {
     const style = getComputedStyle(c);
     const lh = parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize) || 16;
-    const inner = c.clientHeight - parseFloat(style.paddingTop || 0) - parseFloat(style.paddingBottom || 0);
-    return c.innerText.trim() && inner / lh > 8;
-  }).map(c => 'a table row over 8 lines tall (a column too narrow for its text): '
+    const text = document.createRange();  // the cell's own text, not the row's height it shares
+    text.selectNodeContents(c);
+    return c.innerText.trim() && text.getBoundingClientRect().height / lh > 8;
+  }).map(c => 'a table cell over 8 lines tall (a column too narrow for its text): '
                 + c.innerText.trim().replace(/\\s+/g, ' ').slice(0, 40)));
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);
   const clipped = plots.flatMap(gd => {

@@ -24,7 +24,7 @@ SQUEEZED = f"<div style='width:160px'>{TABLE}</div>"
     "body, problem",
     [
         (TABLE, None),
-        (SQUEEZED, "a table row over 8 lines tall"),
+        (SQUEEZED, "a table cell over 8 lines tall"),
         (TABLE.replace(">1.54<", ">None<"), "a placeholder for no value: None"),
         (TABLE.replace(">operator<", ">self_ms_per_step<"), "a field name for a title"),
     ],

@@ -25,7 +25,8 @@ def test_lab_sweeps_compares_and_draws():
     lab.compare(wait=True)
     variants = lab.variants[lab.variants["verdict"] != "skipped"]
     assert len(lab.pareto_fig.data) == 1 + len(variants) and "verdict" in lab.table.value
-    assert "coverage" in lab.table.value and "pairs:" in lab.table.value  # speedups with intervals
+    assert "coverage" in lab.table.value and "pairs" in lab.table.value  # speedups with intervals, pairs once
+    assert "semi_structured_2_4 skipped: 2:4" in lab.table.value  # a skipped variant's reason below
     named = [t.name for t in lab.pareto_fig.data[1:]]  # each variant in the legend, with its speedup
     assert "dense" in named[0] and any("pairs" in n for n in named[1:])
     assert not lab.sweep_button.disabled

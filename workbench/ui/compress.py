@@ -18,6 +18,7 @@ import threading
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from ..measure.ratios import speedup_text
 from .table import html_table
 from ..compress.long_search import search_progress
 from ..compress.stats import busy_note, conditions_line, speedup_label, speedup_short
@@ -41,8 +42,7 @@ TABLE_COLUMNS = [
     "speedup b1",
     "speedup b{big}",
     "verdict",
-    "why",
-]
+]  # each row's why is printed beside the table (a why column squeezed the table to a word a line)
 
 
 def _figure(title: str, x: str, y: str) -> go.FigureWidget:
@@ -260,14 +260,29 @@ class CompressLab:
                 self.table.value = self.table_html(df)
 
     def table_html(self, df) -> str:
-        """The variants table: coverage, each speedup with its interval and rounds, verdicts."""
+        """The variants table: coverage, each speedup with its interval, verdicts; the pairs and the
+        load said once above it, the skipped variants' reasons below it."""
         shown = df.copy()
+        records = df.to_dict("records")
         for b in (1, self.big):
             shown[f"speedup b{b}"] = [
-                speedup_label(r, b, conditions=False) if r.get("verdict") != "skipped" else ""
-                for r in df.to_dict("records")
+                speedup_text(r.get(f"speedup_b{b}"), r.get(f"speedup_b{b}_low"), r.get(f"speedup_b{b}_high"))
+                if r.get("verdict") != "skipped"
+                else ""
+                for r in records
             ]
         cols = [c.format(big=self.big) for c in TABLE_COLUMNS]
         cols = [c for c in cols if c in shown.columns]
-        said = conditions_line(df.to_dict("records"))  # once above the rows, not in every cell
-        return html_table(shown[cols].to_dict("records"), cols, above=said, where="the compression table")
+        pairs = sorted(
+            {int(r[k]) for r in records for k in r if k.endswith("_rounds") and r[k] == r[k] and r[k]}
+        )
+        said = conditions_line(records)  # once above the rows, not in every cell
+        said += (
+            f"; each speedup against the dense model over {', '.join(map(str, pairs))} pairs" if pairs else ""
+        )
+        skipped = "; ".join(
+            f"{r['variant']} skipped: {r.get('why', '')}" for r in records if r.get("verdict") == "skipped"
+        )
+        return html_table(
+            shown[cols].to_dict("records"), cols, above=said, below=skipped, where="the compression table"
+        )
