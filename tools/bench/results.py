@@ -10,6 +10,7 @@ import functools
 import io
 import json
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -120,9 +121,13 @@ def recorded(name: str, title: str):
             with contextlib.redirect_stdout(_Both(sys.stdout, kept)):
                 code = main(argv)
             if code == 0:
+                args = list(sys.argv[2:] if argv is None else argv)
+                command = shlex.join(["python", "-m", "tools.bench", name, *args])
                 write_results(
                     [
                         f"# {title}",
+                        "",
+                        f"Command: `{command}`",
                         "",
                         f"Machine: {machine_line()}",
                         "",
