@@ -23,7 +23,8 @@ def test_what_a_benchmark_prints_becomes_its_results_file(tmp_path, monkeypatch,
     shown = capsys.readouterr().out
     assert "1.20x [1.10, 1.30]" in shown and "half a table" in shown  # shown as it went
     text = (tmp_path / "some-machine" / "demo.md").read_text()
-    assert text.startswith("# A demonstration\n\nMachine: ")
+    # the exact command that wrote it, then the machine
+    assert text.startswith("# A demonstration\n\nCommand: `python -m tools.bench demo`\n\nMachine: ")
     assert "```text\nvariant  ratio\nA        1.20x [1.10, 1.30]\n```" in text
     assert "Load during the run: programs outside this benchmark's processes held" in text
     assert not (tmp_path / "some-machine" / "broken.md").exists()
