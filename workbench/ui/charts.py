@@ -220,3 +220,14 @@ def _title(base: str, series: RunSeries) -> str:
     if series.status in ("stopped", "failed"):
         return f"{base} · {series.status} at step {series.last_step}"
     return base
+
+
+def log_log(fig: go.FigureWidget, title: str, x: str, y: str, height: int) -> None:
+    """A log-log chart's title, axes and legend, as every such chart here draws them."""
+    set_title(fig, title)
+    fig.update_layout(
+        xaxis={"type": "log", "title": x},
+        yaxis={"type": "log", "title": y},
+        height=height,
+        legend={"font": {"size": 10}},
+    )

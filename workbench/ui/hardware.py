@@ -23,7 +23,7 @@ from ..machine.cpu import isa_text
 from ..runstore import read_summary
 from .curve import RollingMedian
 from .dashboard import mfu_text
-from .charts import set_title
+from .charts import log_log, set_title
 from .figure import LiveFigure
 from .job import BackgroundJob
 from .refusing import RefusingFloatLogSlider
@@ -187,13 +187,7 @@ def roofline_figure(ceilings: list[Ceiling], points: list[dict] = (), title: str
                 name=f"{p['model']} step in {p['dtype']} ({p['gflops']:.3g} GFLOP/s)",
             )
         default = f"Roofline (memory roof: copy at {bw:.3g} GB/s)" if bw else "Roofline (no copy figure)"
-        set_title(fig, title or default)
-        fig.update_layout(
-            xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte moved)"},
-            yaxis={"type": "log", "title": "GFLOP/s"},
-            height=450,
-            legend={"font": {"size": 10}},
-        )
+        log_log(fig, title or default, "arithmetic intensity (FLOP per byte moved)", "GFLOP/s", 450)
     return fig
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..hardware.size_curve import SizeCurve
-from .charts import set_title
+from .charts import log_log
 from .figure import LiveFigure
 
 _COLORS = {"bf16": "#2ca02c", "fp16": "#ff7f0e"}
@@ -58,11 +58,11 @@ def size_curve_figure(curve: SizeCurve, lesson=None) -> go.FigureWidget:
                     name=f"{lesson.model}'s matmuls ({dtype})",
                     hovertext=[f"{m['m']}x{m['k']} @ {m['k']}x{m['n']} ({m['op']})" for m in lesson.matmuls],
                 )
-        set_title(fig, f"16-bit matmul speed over fp32 by matrix side ({curve.source})")
-        fig.update_layout(
-            xaxis={"type": "log", "title": "side of a square matmul (a model's: of its FLOPs)"},
-            yaxis={"type": "log", "title": "speed over fp32 (x)"},
-            height=420,
-            legend={"font": {"size": 10}},
+        log_log(
+            fig,
+            f"16-bit matmul speed over fp32 by matrix side ({curve.source})",
+            "side of a square matmul (a model's: of its FLOPs)",
+            "speed over fp32 (x)",
+            420,
         )
     return fig
