@@ -131,12 +131,18 @@ LEGIBILITY_JS = """() => {
     .filter(x => ['nan', 'NaN', 'None', '<NA>'].includes(x)).map(x => 'a placeholder for no value: ' + x));
   // a table squeezed beside something wider: its rows grow many lines tall (07's operators once);
   // a long note folds behind <details>, so a legible row is a few lines at most
+  const folded = n => { const d = n.parentElement.closest('details');
+                        return d && !d.open && !n.parentElement.closest('summary'); };
   const squeezed = tables.flatMap(t => [...t.querySelectorAll('td')].filter(c => {
-    const style = getComputedStyle(c);
-    const lh = parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize) || 16;
-    const text = document.createRange();  // the cell's own text, not the row's height it shares
-    text.selectNodeContents(c);
-    return c.innerText.trim() && text.getBoundingClientRect().height / lh > 8;
+    const tops = new Set();  // the cell's own lines as shown (a folded note's hidden lines left out)
+    const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (!n.textContent.trim() || folded(n)) continue;
+      const r = document.createRange();
+      r.selectNodeContents(n);
+      for (const box of r.getClientRects()) if (box.width) tops.add(Math.round(box.top));
+    }
+    return tops.size > 8;
   }).map(c => 'a table cell over 8 lines tall (a column too narrow for its text): '
                 + c.innerText.trim().replace(/\\s+/g, ' ').slice(0, 40)));
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);

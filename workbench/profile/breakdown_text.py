@@ -114,7 +114,7 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
     if not per_rank:
         return []
     parts = (*MEMORY_PARTS, PEAK)
-    label = f"per rank ({per_rank['strategy'].upper()}; peak: the highest resident set up to the run's end):"
+    label = f"per rank ({per_rank['strategy'].upper()}):"
     lines = [
         f"  {label:<16}" + "".join(f"{p:>26}" for p in parts),
         f"  {'':<16}" + f"{'predicted':>13}{'measured':>13}" * len(parts),
@@ -125,6 +125,7 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
             f"  rank {got[RANK]:<11}"
             + "".join(f"{mib(want.get(p)):>13}{m:>13}" for p, m in zip(parts, measured))
         )
+    lines.append("  peak: each rank's highest memory up to the run's end (the resident set on a CPU)")
     lines.append(
         f"  not measured per rank: {', '.join(per_rank['not_measured']) or 'nothing'}; "
         f"not predicted: {', '.join(per_rank['not_predicted']) or 'nothing'}"
