@@ -56,15 +56,28 @@ def test_rows_say_faster_slower_and_skipped_from_paired_slices_and_keep_only_fas
 
 def test_the_total_row_says_whether_the_product_lies_inside_the_measured_interval():
     from workbench.measure import claims
-    from workbench.stacking.study import total_row
+    from workbench.stacking.study import total_claim, total_row
 
-    claims.clear()
     trial = _trial(base=[1000] * 6, best=[1500, 1510, 1490, 1505, 1495, 1500])
     inside = total_row(trial, "base", "best", 1.5, None)
     assert "lies inside this interval" in inside["note"] and inside["gain_vs_baseline"] == 1.5
     outside = total_row(trial, "base", "best", 2.4, None)
     assert "lies outside this interval" in outside["note"]
+    kept = {"step": "+ bf16", "status": "faster", "kept": True, "gain_vs_prev": 1.5}
+    base = {"step": "baseline", "status": "baseline", "kept": True, "gain_vs_prev": 1.0}
+    claims.clear()
+    total_claim([base, kept, inside])  # the product, recomputed from the kept rows, and the sentence
     assert all(c.holds for c in claims.made())
+    # planted: a total whose product is not the kept steps' (1.5 x 1.2 = 1.8, said 1.5)
+    claims.clear()
+    total_claim([base, kept, {**kept, "step": "+ workers", "gain_vs_prev": 1.2}, inside])
+    assert not claims.made()[-1].holds
+    # planted: a sentence that says inside where the printed interval has the product outside
+    claims.clear()
+    total_claim(
+        [base, {**kept, "gain_vs_prev": 2.4}, {**outside, "note": inside["note"].replace("1.50", "2.40")}]
+    )
+    assert not claims.made()[-1].holds
     claims.clear()
 
 
@@ -155,8 +168,13 @@ def test_a_kept_step_is_stacked_under_the_next_and_the_total_is_measured(monkeyp
         def record(self, s):
             pass
 
+    from workbench.measure import claims
+
     monkeypatch.setattr(study, "TrainingHosts", Hosts)
+    claims.clear()
     df = run_study(RunConfig.smoke(), ["bf16", "workers"], rounds=6)
+    assert all(c.holds for c in claims.made()) and any(c.kind == "product" for c in claims.made())
+    claims.clear()
     assert list(df["step"]) == ["baseline", "+ bf16", "+ 2 loader workers", study.TOTAL]
     assert list(df["kept"][:3]) == [True, True, False] and df.attrs["kept"] == {"precision.dtype": "bf16"}
     assert df["gain_vs_prev"][2] == pytest.approx(0.7) and df["gain_vs_baseline"][2] == pytest.approx(1.05)

@@ -159,3 +159,15 @@ def test_a_needed_setting_goes_first_and_is_kept_though_slower_unless_its_loss_m
     sim = SimulatedDevice(CANDIDATES, effects, 6, loss_moves={"s5": 0.1})
     first = search(order(cands, "data"), sim, budget_s=10**6).decisions[0]
     assert not first.kept and first.outcome.startswith("needed, but its loss moved: moved 10.")
+
+
+def test_a_decision_that_its_printed_interval_does_not_give_fails_its_claim():
+    """Planted: kept with a lower bound under 1 + the minimum effect, 'slower' with an upper bound
+    over 1, 'cannot bring the minimum gain' with an upper bound over it."""
+    from workbench.tune.search import Decision, follows
+
+    assert follows(Decision("bf16", True, "", "faster by more than 5%", 1.2, 1.08, 1.3, 9))
+    assert not follows(Decision("bf16", True, "", "faster by more than 5%", 1.2, 1.02, 1.3, 9))
+    assert follows(Decision("fp16", False, "", "slower", 0.8, 0.7, 0.9, 9))
+    assert not follows(Decision("fp16", False, "", "slower", 0.9, 0.8, 1.01, 9))
+    assert not follows(Decision("x", False, "", "cannot bring the minimum gain of 5%", 1.0, 0.9, 1.08, 9))

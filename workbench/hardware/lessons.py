@@ -74,10 +74,6 @@ class Lesson:
     stopped: str = ""  # why the rounds ended: decided, or the budget
 
     @property
-    def ratios(self) -> dict[str, Ratio]:
-        return {d: c.ratio for d, c in self.comparisons.items()}
-
-    @property
     def answer(self) -> str:
         return self.recommend or CANNOT_TELL
 
