@@ -183,19 +183,19 @@ def test_busy_and_quiet_lessons_are_kept_apart_and_the_first_answer_for_a_set_of
     ]
     assert sorted(kept) == [False, True]
     # quiet as it starts, busy inside, where an answer is kept already: that answer stands
-    monkeypatch.setattr(lessons, "_kept", _only_after_measuring(lessons._kept))
+    monkeypatch.setattr(lessons, "kept_under", _only_after_measuring(lessons.kept_under))
     _load(monkeypatch, 0.0, inside=1.5)
     assert lessons.precision_lesson(RunConfig.default(), refresh=False).recommend == "bf16"
     assert len(calls) == 3
 
 
 def _only_after_measuring(kept):
-    """_kept that finds nothing before the measurement (as if the quiet answer were not there)."""
+    """kept_under that finds nothing before the measurement (as if the quiet answer were not there)."""
     seen = []
 
-    def wrapped(under, refresh):
+    def wrapped(kind, under, refresh):
         seen.append(under)
-        return None if len(seen) == 1 else kept(under, refresh)
+        return None if len(seen) == 1 else kept(kind, under, refresh)
 
     return wrapped
 

@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 
 
-from ..cache import read_json, write_json
+from ..cache import write_json
 from ..config import RunConfig
 from ..machine.capability import resolve_device, unsupported_reason
 from ..machine.contention import ContentionMeter, is_busy
 from ..machine.cpu import cpu_flags, flags_owner
-from ..machine.conditions import cache_name, conditions
+from ..machine.conditions import cache_name, conditions, kept_under
 from ..machine.peaks import load_ceilings, measured_when
 from ..machine.threads import choose_threads, other_cores_now
 from ..measure import claims
@@ -262,8 +262,8 @@ def precision_lesson(
     device = resolve_device(cfg.run.device)
     choice = choose_threads(cfg, other_cores_now())
     now = _conditions(cfg, device, is_busy(choice.other_cpu_cores), choice.threads)
-    kept = _kept(now, refresh)
-    kept_under = now
+    kept = kept_under(LESSON, now, refresh)
+    under = now  # the conditions its answer is kept under
     if kept is None:
         if not measure:
             return None
@@ -271,8 +271,8 @@ def precision_lesson(
         curve = size_curve(device, threads=choice.threads)  # the curve at the model's threads
         fresh = measure_lesson(cfg, device, choice, budget or budget_s())
         other = meter.read()["other_cpu_cores"]
-        kept_under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
-        kept = _kept(kept_under, refresh)  # the load changed as it started: an answer there stands
+        under = {**now, "busy": is_busy(other)}  # what it met, not what was expected
+        kept = kept_under(LESSON, under, refresh)  # the load changed as it started: an answer there stands
         if kept is None:
             load = f"beside other programs holding {other:.1f} cores" if is_busy(other) else "quiet"
             fresh.update(
@@ -280,9 +280,9 @@ def precision_lesson(
                 source=f"measured {time.strftime('%Y-%m-%d %H:%M')}, {choice.threads} thread(s), {load}",
             )
             if fresh["recommend"] is not None:  # an undecided lesson is not repeated by the next reader
-                write_json(cache_name(LESSON, kept_under), {"conditions": kept_under, **fresh})
+                write_json(cache_name(LESSON, under), {"conditions": under, **fresh})
             kept = fresh
-    lesson = _lesson(kept, cfg, device, cache_name(LESSON, kept_under))
+    lesson = _lesson(kept, cfg, device, cache_name(LESSON, under))
     recomputed = pick(lesson.comparisons)
     claims.record(
         "precision lesson",
@@ -294,12 +294,6 @@ def precision_lesson(
     # one answer per model and conditions, whichever page asks: notebooks 01, 04 and the panel agree
     claims.same("precision lesson", "the precision to try first", lesson.key, lesson.answer)
     return lesson
-
-
-def _kept(under: dict, refresh: bool) -> dict | None:
-    """The answer kept for the conditions `under`, or None: none kept, or a refresh asked."""
-    record = {} if refresh else read_json(cache_name(LESSON, under))
-    return record if record.get("conditions") == under else None
 
 
 def _lesson(record: dict, cfg: RunConfig, device, key: str) -> Lesson:

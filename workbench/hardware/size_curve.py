@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..cache import read_json, write_json
-from ..machine.conditions import cache_name, conditions
+from ..cache import write_json
+from ..machine.conditions import cache_name, conditions, kept_under
 from ..machine.contention import ContentionMeter, is_busy
 from ..machine.threads import choose_threads, other_cores_now
 from ..measure.ratios import Ratio, min_rounds
@@ -181,15 +181,15 @@ def size_curve(device="cpu", refresh: bool = False, threads: int | None = None) 
     device = torch.device(device)
     with rule_threads(threads) as count:
         now = {**conditions(device, is_busy(other_cores_now())), "threads": count}
-        kept = {} if refresh else read_json(cache_name(CURVE, now))
-        if kept.get("conditions") == now:
+        kept = kept_under(CURVE, now, refresh)
+        if kept is not None:
             return SizeCurve.from_dict(kept["curve"])
         meter = ContentionMeter()
         points, left_out = measure_curve(device)
         other = meter.read()["other_cpu_cores"]
     met = {**now, "busy": is_busy(other)}
-    kept = {} if refresh else read_json(cache_name(CURVE, met))
-    if kept.get("conditions") == met:  # the load changed as it started: that answer stands
+    kept = kept_under(CURVE, met, refresh)
+    if kept is not None:  # the load changed as it started: that answer stands
         return SizeCurve.from_dict(kept["curve"])
     load = f"beside other programs holding {other:.1f} cores" if is_busy(other) else "quiet"
     curve = SizeCurve(

@@ -43,3 +43,11 @@ def cache_name(kind: str, conds: dict) -> str:
     measured under `conds`."""
     digest = hashlib.sha256(json.dumps(conds, sort_keys=True).encode()).hexdigest()[:16]
     return f"{kind}-{digest}.json"
+
+
+def kept_under(kind: str, conds: dict, refresh: bool = False) -> dict | None:
+    """The record of `kind` kept for exactly `conds`, or None: none kept, or a refresh asked."""
+    from ..cache import read_json
+
+    record = {} if refresh else read_json(cache_name(kind, conds))
+    return record if record.get("conditions") == conds else None
