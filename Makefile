@@ -16,7 +16,7 @@ OUT   ?= gpucheck-out
 SLURM_DIR ?= slurm-cluster
 SLURM_NODES ?= 1
 
-.PHONY: setup lab test bench docs docs-serve strip gpu-check clean slurm-up slurm-down
+.PHONY: setup tcmalloc lab test bench docs docs-serve strip gpu-check clean slurm-up slurm-down
 
 setup: $(STAMP)
 
@@ -26,7 +26,23 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==$(TORCH)"
 	$(PY) -m pip install -q -e '.[dev]'
+	@$(MAKE) -s tcmalloc
 	touch $(STAMP)
+
+# Runs start with tcmalloc where it is installed, and only there is a CPU rank's peak predicted
+# (workbench.train.trainer.peak_unpredictable): the setup brings it where it can, and says so where not.
+tcmalloc:
+	@if $(PY) -c "import sys; from workbench.machine.allocator import tcmalloc_path; sys.exit(not tcmalloc_path())"; then \
+		echo "setup: tcmalloc is installed; runs start with it (run.allocator: auto)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && \
+		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1; }; }; then \
+		echo "setup: installed tcmalloc (libtcmalloc-minimal4); runs start with it (run.allocator: auto)"; \
+	else \
+		echo "setup: tcmalloc is not installed and could not be installed from here (as root: apt install libtcmalloc-minimal4);" \
+			"runs use the C library's malloc, and a CPU rank's peak memory is not predicted"; \
+	fi
 
 lab: $(STAMP)
 	$(VENV)/bin/workbench lab --dir notebooks

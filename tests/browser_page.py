@@ -113,7 +113,8 @@ def lab_page(tmp_path: Path, env: dict, name: str, timeout_ms: int):
 # What a reader cannot read, on the whole page: a button or description label whose text is wider
 # than its box (cut to "Measure prop..."), a table wider than the output cell it sits in, a table
 # titled by field names (`samples_per_s`) or showing 'nan' for no value, a chart title, axis title
-# or subplot title running past its chart's edges, and text labels (points or bars) that overlap.
+# or subplot title running past its chart's edges, text labels (points or bars) that overlap, a
+# legend over a title, and the workbench's own information in an error-coloured (stderr) box.
 LEGIBILITY_JS = """() => {
   const shown = el => el.offsetParent !== null;
   const labels = [...document.querySelectorAll('.widget-button, .widget-inline-hbox > .widget-label')]
@@ -167,8 +168,25 @@ LEGIBILITY_JS = """() => {
     }
     return out;
   });
+  // a legend drawn over an axis or chart title (02's legend once sat on its x-axis title)
+  const hidden = plots.flatMap(gd => {
+    const legend = gd.querySelector('.legend .bg');
+    if (!legend) return [];
+    const a = legend.getBoundingClientRect();
+    return [...gd.querySelectorAll('.infolayer [class$="title"] text')]
+      .filter(t => { const b = t.getBoundingClientRect();
+                     return b.width && a.left < b.right - 1 && b.left < a.right - 1
+                            && a.top < b.bottom - 1 && b.top < a.bottom - 1; })
+      .map(t => 'a legend over a title: ' + t.textContent.slice(0, 60));
+  });
+  // the workbench's own information printed to stderr shows in an error's red box
+  const alarming = [...document.querySelectorAll(
+      ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")]
+    .filter(el => shown(el) && /^workbench: /m.test(el.innerText))
+    .map(el => 'information in an error box: ' + el.innerText.trim().slice(0, 60));
   return {labels: labels.length, tables: tables.length, charts: plots.length,
-          problems: [...new Set([...cut, ...wide, ...raw, ...blank, ...squeezed, ...clipped, ...overlap])]};
+          problems: [...new Set([...cut, ...wide, ...raw, ...blank, ...squeezed, ...clipped, ...overlap,
+                                 ...hidden, ...alarming])]};
 }"""
 
 

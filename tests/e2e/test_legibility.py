@@ -19,6 +19,23 @@ TABLE = html_table(ROWS, where="planted")  # the workbench's own table and its s
 SQUEEZED = f"<div style='width:160px'>{TABLE}</div>"
 
 
+def _chart(legend_y: float) -> str:
+    """A chart with an x-axis title, its legend at `legend_y` (below -0.3 clears the title)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(name="predicted", x=["rank 0", "rank 1"], y=[1, 2]))
+    fig.add_bar(name="measured", x=["rank 0", "rank 1"], y=[2, 1])
+    fig.update_layout(
+        width=600, height=360, xaxis_title="the ranks of the run", legend=dict(orientation="h", y=legend_y)
+    )
+    return fig.to_html(include_plotlyjs=True, full_html=False)
+
+
+STDERR = (
+    "<div class='jp-OutputArea-output' data-mime-type='application/vnd.jupyter.stderr'><pre>{}</pre></div>"
+)
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize(
     "body, problem",
@@ -27,8 +44,21 @@ SQUEEZED = f"<div style='width:160px'>{TABLE}</div>"
         (SQUEEZED, "a table cell over 8 lines tall"),
         (TABLE.replace(">1.54<", ">None<"), "a placeholder for no value: None"),
         (TABLE.replace(">operator<", ">self_ms_per_step<"), "a field name for a title"),
+        (_chart(-0.45), None),
+        (_chart(-0.12), "a legend over a title"),
+        (STDERR.format("UserWarning: a library's warning"), None),
+        (STDERR.format("workbench: tracking this run in runs/x"), "information in an error box"),
     ],
-    ids=["legible", "squeezed", "placeholder", "field-name"],
+    ids=[
+        "legible",
+        "squeezed",
+        "placeholder",
+        "field-name",
+        "legend-clear",
+        "legend-over-title",
+        "library-warning",
+        "info-as-error",
+    ],
 )
 def test_each_legibility_problem_planted_on_a_page_is_found(body, problem):
     needs_browser()

@@ -52,3 +52,20 @@ def test_the_load_is_said_once_only_when_it_was_busy():
 
     assert load_line([0.0, None, float("nan"), 0.1]) == ""
     assert load_line([0.2, 1.62, None]) == "other programs held up to 1.6 cores while these ran"
+
+
+def test_a_shown_verdict_is_weighed_against_the_accuracy_its_row_kept():
+    """The page's own cell is what is checked: a row that lost accuracy and shows only 'faster'
+    fails the claims check, whatever columns the table picked; the fine-tuned accuracy counts
+    where the row has one."""
+    claims.clear()
+    lost = {"variant": "structured 50%", "verdict": "faster", "dense_accuracy": 0.977, "accuracy": 0.744}
+    html_table([lost], ["variant", "verdict"], where="planted")
+    wrong = [c for c in claims.made() if not c.holds]
+    assert [c.where for c in wrong] == ["planted"] and "0.977 -> 0.744" in wrong[0].checked
+    claims.clear()
+    said = {**lost, "verdict": "faster, but accuracy 0.977 -> 0.744"}
+    recovered = {**lost, "amount": 0.5, "accuracy_finetuned": 0.975}
+    html_table([said, recovered], ["variant", "verdict"], where="honest")
+    assert all(c.holds for c in claims.made()) and len(claims.made()) == 3  # filled + 2 weighed
+    claims.clear()

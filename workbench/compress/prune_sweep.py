@@ -148,6 +148,7 @@ def iter_sweep(subject: Subject, scfg: SweepConfig, stop: threading.Event | None
             "method": scfg.method,
             "scope": scfg.scope,
             "accuracy": subject.evaluate(pruned),
+            "dense_accuracy": dense_accuracy,  # what a shown verdict is weighed against
         }
         if scfg.finetune_epochs:
             finetune(pruned, subject, scfg.finetune_epochs, scfg.lr, seed=scfg.seed)

@@ -166,6 +166,7 @@ def compare_variants(
         size = state_size_bytes(model)
         row.update(
             accuracy=accuracy[name],
+            dense_accuracy=accuracy["dense"],  # what a shown verdict is weighed against
             output_error=round(output_error(dense, model, x), 5),
             params=counts.get("params", getattr(model, "_workbench_params", None)),
             nonzero_weights=counts.get("nonzero_weights"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..events import RANK, STEP_NUMBER
 from ..train.profiling import PHASES
-from ..train.sharding import MEMORY_PARTS, PEAK
+from ..measure import claims
+from ..train.sharding import MEMORY_PARTS, PEAK, PEAK_TOLERANCE
 from .memory_breakdown import mib
 
 LABELS = {
@@ -125,7 +126,19 @@ def per_rank_lines(per_rank: dict | None) -> list[str]:
             f"  rank {got[RANK]:<11}"
             + "".join(f"{mib(want.get(p)):>13}{m:>13}" for p, m in zip(parts, measured))
         )
-    lines.append("  peak: each rank's highest memory up to the run's end (the resident set on a CPU)")
+        if want.get(PEAK) and got.get(PEAK):  # a predicted peak shown is a claim
+            claims.prediction(
+                "the per-rank memory",
+                f"rank {got[RANK]} peak",
+                want[PEAK] / 2**20,
+                got[PEAK] / 2**20,
+                PEAK_TOLERANCE,
+                unit=" MiB",
+            )
+    lines.append(
+        "  peak: each rank's highest memory when its steps ended, before evaluation and the "
+        "profiler's trace (the resident set on a CPU)"
+    )
     lines.append(
         f"  not measured per rank: {', '.join(per_rank['not_measured']) or 'nothing'}; "
         f"not predicted: {', '.join(per_rank['not_predicted']) or 'nothing'}"

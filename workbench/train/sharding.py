@@ -68,6 +68,7 @@ HELD = (PARAMETERS, GRADIENTS, OPTIMIZER)  # what a strategy shards (FSDP) or re
 MEMORY_PARTS = (*HELD, ACTIVATIONS)
 MID_STEP = (GRADIENTS, ACTIVATIONS)  # held only inside a step, so read there
 PEAK = "peak"  # beside the parts: the rank's peak, predicted (not exactly) and measured
+PEAK_TOLERANCE = 0.15  # a peak predicted within this fraction of the measured one holds
 
 COMPUTE_DTYPE = torch.bfloat16  # fsdp_mixed_precision: the parameters' dtype in forward and backward
 REDUCE_DTYPE = torch.float32  # and the gradients' as they are reduce-scattered

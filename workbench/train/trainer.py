@@ -109,6 +109,7 @@ class Steps:
     held: dict = field(default_factory=dict)  # bytes held mid-step: gradients, activations
     measured: int | None = None  # the step (from 1 in this attempt) that measured them: untimed
     thread_trial: dict | None = None  # the warm-up's thread counts and the one kept (busy machine)
+    peak: int | None = None  # the process's peak when its steps ended (workbench.train.memory_readings)
 
     @property
     def done(self) -> int:
@@ -338,7 +339,7 @@ def finish(cfg: RunConfig, s: Setup, st: Steps, env: RankEnv, run_dir) -> Summar
     mem = memory_readings.sample(s.parts.device)
     summary.update({k: v for k, v in mem.items() if k != MEM_ALLOCATED_GIB})
     if s.memory_plan is not None:  # every rank's bytes, gathered to rank 0's summary
-        summary["memory_per_rank"] = memory_per_rank(cfg, s, env, st.held)
+        summary["memory_per_rank"] = memory_per_rank(cfg, s, env, st.held, st.peak)
     if cfg.run.save_weights:
         state = full_state(plain, cfg)  # under FSDP every rank gathers; rank 0 writes
         if env.rank == 0:
@@ -367,6 +368,8 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))
     st = run_steps(cfg, s, events, env, profiler, phase, run_dir, resumed_from)
+    # the peak the steps reached, read before the profiler's trace and the evaluation add their own
+    st.peak = memory_readings.peak_bytes(s.parts.device)
     phase.name = "evaluating and saving the weights"
     profiled = profiler.close(s, run_dir)  # trace and breakdown, before the group is torn down
     return {**finish(cfg, s, st, env, run_dir), **profiled}
@@ -407,16 +410,19 @@ def full_state(model: torch.nn.Module, cfg: RunConfig) -> dict:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None) -> dict:
+def memory_per_rank(
+    cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | None = None, peak: int | None = None
+) -> dict:
     """Predicted and measured bytes per rank: parameters and optimizer state held (local shards),
     the gradients and saved activations held in one step (`mid_step`: they are freed at every
-    step's end), and the peak (the allocator's on a GPU, the process's resident set on a CPU).
+    step's end), and the peak (the allocator's on a GPU, the process's resident set on a CPU) when
+    the steps ended (`peak`, read then) or now.
     The peak is predicted by each rank from what it held once set up, plus what its steps add:
     gradients, optimizer state, activations and communication buffers."""
     params_opt = held_bytes(unwrap(s.parts.model), s.parts.opt)
     mid_step = mid_step or {}
     held = {**params_opt, **{k: mid_step[k] for k in MID_STEP if k in mid_step}}
-    held[PEAK] = memory_readings.peak_bytes(s.parts.device)
+    held[PEAK] = peak if peak is not None else memory_readings.peak_bytes(s.parts.device)
     plan = s.memory_plan[env.rank]
     added = [k for k in MEMORY_PARTS if k != PARAMETERS]  # by the steps (AdamW's state is lazy)
     mine = {
@@ -429,12 +435,28 @@ def memory_per_rank(cfg: RunConfig, s: Setup, env: RankEnv, mid_step: dict | Non
         dist.all_gather_object(measured, mine)
     else:
         measured = [mine]
-    predicted = [{**p, PEAK: m.pop("predicted_peak")} for p, m in zip(s.memory_plan, measured)]
+    unpredictable = peak_unpredictable(s.parts.device)
+    peaks = [m.pop("predicted_peak") for m in measured]
+    predicted = [{**p, PEAK: None if unpredictable else peak} for p, peak in zip(s.memory_plan, peaks)]
     strategy = cfg.distributed.strategy if env.world_size > 1 else "one process"
     return {
         "strategy": strategy,
         "predicted": predicted,
         "measured": measured,
         "not_measured": [k for k in MID_STEP if k not in held],
-        "not_predicted": [],
+        "not_predicted": [f"{PEAK} ({unpredictable})"] if unpredictable else [],
     }
+
+
+def peak_unpredictable(device: torch.device) -> str:
+    """Why a rank's peak cannot be predicted here ('' where it can): on a CPU the peak is the
+    resident set, and the C library's malloc keeps freed block-sized buffers resident by an amount
+    that depends on the order of frees (workbench.machine.allocator); tcmalloc reuses them, and a
+    GPU's peak is its caching allocator's, which counts tensors."""
+    if device.type != "cpu" or allocator_in_use() == "tcmalloc":
+        return ""
+    return (
+        "the C library's malloc keeps freed buffers resident by an amount no count of tensors "
+        "predicts; with tcmalloc installed (apt install libtcmalloc-minimal4) runs start with it "
+        "and the peak is predicted"
+    )

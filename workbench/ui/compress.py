@@ -284,5 +284,5 @@ class CompressLab:
             f"{r['variant']} skipped: {r.get('why', '')}" for r in records if r.get("verdict") == "skipped"
         )
         return html_table(
-            shown[cols].to_dict("records"), cols, above=said, below=skipped, where="the compression table"
+            shown.to_dict("records"), cols, above=said, below=skipped, where="the compression table"
         )

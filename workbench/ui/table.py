@@ -145,6 +145,8 @@ def html_table(
         verdicts=CHIPS,
         required=tuple(required),
     )
+    for r in rows:
+        _weigh_shown(where, r, columns)
     head = "".join(f"<th>{html.escape(title(c))}</th>" for c in columns)
     colors = colors or {}
     body = "".join(
@@ -158,6 +160,20 @@ def html_table(
         f"{STYLE}{note(above)}<table class='wb-table {css}'><thead><tr>{head}</tr></thead>"
         f"<tbody>{body}</tbody></table>{note(below)}"
     )
+
+
+def _weigh_shown(where: str, row: dict, columns: list[str]) -> None:
+    """A verdict a row shows, weighed against the accuracy its variant kept: a row that carries
+    the reference's accuracy (`dense_accuracy`) and its own (fine-tuned where it was) must not
+    show a clean gain after losing more than the tolerance, whatever the columns shown."""
+    said, reference = row.get("verdict"), row.get("dense_accuracy")
+    if "verdict" not in columns or not isinstance(said, str) or not isinstance(reference, numbers.Number):
+        return
+    kept = row.get("accuracy_finetuned")
+    kept = kept if isinstance(kept, numbers.Number) and kept == kept else row.get("accuracy")
+    if isinstance(kept, numbers.Number):
+        label = next((str(row[k]) for k in ("variant", "amount") if k in row), "a row")
+        claims.weighed(where, label, said, float(reference), float(kept))
 
 
 class Table:
