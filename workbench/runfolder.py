@@ -37,6 +37,7 @@ WEIGHTS = "model.pt"  # the trained weights (rank 0)
 RESUME = "resume"
 SAVED_STEP = "step{step:08d}"  # one complete saved state in RESUME
 SAVING = ".partial"  # a state still being written there: never loaded
+STATE_INDEX = "workbench-index.json"  # a saved state's files, their bytes and SHA-256 (no torch to read)
 EARLIER_STATES = ("resume.pt", "resume_sharded")  # what versions before that one format wrote
 RUN_ID = ".workbench-run"  # a random id, written once when the folder is claimed (provenance)
 EVENTS = "rank{rank}.jsonl"

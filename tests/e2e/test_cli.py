@@ -93,7 +93,7 @@ def test_run_takes_your_model_and_your_dataset_by_flag(tmp_path, runs_root):
     assert result["status"] == "completed" and result["steps"] == 3 and result["params"] == 15
 
 
-def test_run_resume_goes_on_from_a_runs_saved_state_in_a_new_folder(runs_root):
+def test_run_resume_extends_a_finished_run_in_a_new_folder(runs_root):
     from workbench.events import read_events
 
     def losses(run_dir):
@@ -106,10 +106,11 @@ def test_run_resume_goes_on_from_a_runs_saved_state_in_a_new_folder(runs_root):
     done = workbench("run", "--resume", first["run_dir"], "--steps", "8", "--json")
     assert done.returncode == 0, done.stderr
     more = json.loads(done.stdout)
-    assert more["status"] == "completed" and more["resumed_from_step"] == 2 and more["steps"] == 8
-    assert more["run_dir"] != first["run_dir"] and set(losses(more["run_dir"])) == set(range(3, 9))
+    # the finished run kept its last step's state: the new run goes on from step 4
+    assert more["status"] == "completed" and more["resumed_from_step"] == 4 and more["steps"] == 8
+    assert more["run_dir"] != first["run_dir"] and set(losses(more["run_dir"])) == set(range(5, 9))
     whole = json.loads(workbench("run", "--preset", "smoke", "--steps", "8", *quiet).stdout)
-    expected = {k: v for k, v in losses(whole["run_dir"]).items() if k > 2}
+    expected = {k: v for k, v in losses(whole["run_dir"]).items() if k > 4}
     assert losses(more["run_dir"]) == pytest.approx(expected, abs=1e-6)
     for args, said in [
         (
@@ -117,6 +118,7 @@ def test_run_resume_goes_on_from_a_runs_saved_state_in_a_new_folder(runs_root):
             "--resume takes RUN_DIR's own config; drop --model",
         ),
         (["--resume", whole["run_dir"]], "holds no resumable state"),
+        (["--resume", first["run_dir"]], "run.steps 4 is not past the resumable state, saved after step 4"),
     ]:
         refused = workbench("run", *args)
         assert refused.returncode != 0 and said in refused.stderr and refused.stderr.count("\n") == 1
@@ -135,7 +137,7 @@ def test_a_resume_runs_its_saved_thread_count_and_repeats_the_unbroken_runs_loss
         **{"run.steps": 12, "run.eval_batches": 0, "run.threads": 1, "model.width": 128}
     )
     whole = run(cfg, timeout_s=180)
-    cut = run(cfg.replace(**{"run.steps": 8, "run.save_every": 4}), timeout_s=180)
+    cut = run(cfg.replace(**{"run.steps": 4, "run.save_every": 4}), timeout_s=180)
     # resumed with another thread count asked and a busy launch's thread trial in its environment:
     # the saved steps' count stands and no trial runs, so every sum keeps its order
     more = run(

@@ -223,14 +223,20 @@ def test_slurm_job_runs_two_nodes_on_loopback(tmp_path, two_rank_run):
 
 @pytest.mark.slow
 def test_the_script_and_the_workbench_go_on_from_each_others_saved_state(tmp_path):
-    """One format: a 2-rank DDP workbench run of 16 samples a rank saves after step 6, and the
-    one-process script of 32 a batch (the same samples a step) goes on from it with `--resume
-    --state RUN_DIR`; the script saves after step 3, and a workbench run goes on from that
-    (run.resume_from). Each continues the unbroken run's losses, within 1e-5 (a batch's mean is
-    summed in another order on 1 rank than across 2)."""
+    """One format: a 2-rank DDP workbench run of 16 samples a rank runs 6 steps and keeps its last
+    step's state, and the one-process script of 32 a batch (the same samples a step) goes on from it
+    with `--resume --state RUN_DIR`; the script runs 6 steps saving every 3, and a workbench run
+    goes on from that (run.resume_from). Each continues the unbroken script's losses, within 1e-5
+    (a batch's mean is summed in another order on 1 rank than across 2)."""
     base = RunConfig.smoke().replace(**{"run.steps": 8, "run.eval_batches": 0, "run.threads": 1})
     ddp = base.replace(
-        **{"run.save_every": 3, "distributed.nproc": 2, "loader.batch_size": 16, "run.oversubscribe": True}
+        **{
+            "run.steps": 6,
+            "run.save_every": 3,
+            "distributed.nproc": 2,
+            "loader.batch_size": 16,
+            "run.oversubscribe": True,
+        }
     )
     summary = run(ddp, tmp_path / "run", timeout_s=240)
     assert summary["status"] == "completed", summary
@@ -240,26 +246,25 @@ def test_the_script_and_the_workbench_go_on_from_each_others_saved_state(tmp_pat
     def script(*args: str) -> subprocess.CompletedProcess:
         return run_blocked(tmp_path / "out", "--out", "", *args)
 
+    unbroken = script("--metrics", "unbroken")
+    assert unbroken.returncode == 0, unbroken.stderr[-3000:]
     proc = script("--resume", "--state", summary["run_dir"], "--metrics", "from_ddp")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed after step 6 from {summary['run_dir']}/resume/step00000006" in proc.stdout
     steps = [json.loads(ln)["step"] for ln in (tmp_path / "out" / "from_ddp" / "rank0.jsonl").open()]
     assert steps == [7, 8]
-    both_ranks = [
-        (a + b) / 2
-        for a, b in zip(workbench_losses(summary["run_dir"], 0), workbench_losses(summary["run_dir"], 1))
-    ]
-    assert script_losses(tmp_path / "out" / "from_ddp") == pytest.approx(both_ranks[6:], abs=1e-5)
+    expected = script_losses(tmp_path / "out" / "unbroken")[6:]
+    assert script_losses(tmp_path / "out" / "from_ddp") == pytest.approx(expected, abs=1e-5)
 
-    unbroken = script("--save-every", "3", "--state", "saved", "--metrics", "unbroken")
-    assert unbroken.returncode == 0, unbroken.stderr[-3000:]
+    half = script("--steps", "6", "--save-every", "3", "--state", "saved", "--metrics", "half")
+    assert half.returncode == 0, half.stderr[-3000:]
     going_on = run(
         one.replace(**{"run.resume_from": str(tmp_path / "out" / "saved")}), tmp_path / "on", timeout_s=180
     )
     assert going_on["status"] == "completed" and going_on["resumed_from_step"] == 6, going_on
-    assert workbench_losses(going_on["run_dir"]) == pytest.approx(
-        script_losses(tmp_path / "out" / "unbroken")[6:], abs=1e-5
-    )
+    assert workbench_losses(going_on["run_dir"]) == pytest.approx(expected, abs=1e-5)
+    done = script("--resume", "--state", "saved", "--steps", "6")  # its last step: nothing to train
+    assert done.returncode == 2 and "run.steps 6 is not past the resumable state" in done.stderr
 
     nothing = script("--resume", "--state", "nowhere")
     assert nothing.returncode == 2 and "--resume: there is no saved state in nowhere/resume" in nothing.stderr

@@ -1,6 +1,6 @@
 """The one training loop's contract with its hooks, on a step function that only counts: the order
 hooks are called in, a step function a hook hands back, the record the hooks share, an early end,
-and saves every N steps but never after the last."""
+and saves every N steps and after the last, so a finished run can go on."""
 
 from __future__ import annotations
 
@@ -61,12 +61,12 @@ def test_a_hook_can_hand_back_another_step_and_spent_ends_the_loop_early():
         save=saved.append,
     )
     assert calls == ["measured"] and last == 6 and parts["calls"] == 6
-    assert saved == [2, 4]  # never after the last step: the run ends there and saves its weights
+    assert saved == [2, 4, 6]  # and after the last step the budget allowed: a run can be extended
 
 
-def test_the_last_step_of_the_steps_is_never_saved_and_spent_is_not_asked_there():
+def test_the_last_step_of_the_steps_is_saved_and_spent_is_not_asked_there():
     asked, saved = [], []
     run_loop(
         {"calls": 0}, None, 1, 4, step_fn=counting_step, spent=asked.append, save_every=2, save=saved.append
     )
-    assert saved == [2] and asked == [1, 2, 3]  # every rank asks as often: a collective under several
+    assert saved == [2, 4] and asked == [1, 2, 3]  # every rank asks as often: a collective under several

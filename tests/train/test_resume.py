@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from launch_helpers import faulty_model
 from workbench.config import ConfigError, RunConfig
 from workbench.distributed.launch import run, worker_command
 from workbench.events import STEP, read_events
-from workbench.runfolder import SAVING, RunFolder
+from workbench.runfolder import SAVING, STATE_INDEX, RunFolder
 from workbench.train.resume import load_state, restore_state, save_state
 
 
@@ -83,29 +84,33 @@ def test_a_save_that_died_half_way_is_never_loaded(tmp_path):
 
 def _damage(path, how: str) -> None:
     shard = next(p for p in sorted(path.iterdir()) if p.suffix == ".distcp")
-    index = path / ".metadata"
-    if how == "no index":
-        index.unlink()
-    elif how == "index garbage":
-        index.write_bytes(b"not an index")
+    metadata = path / ".metadata"
+    if how.startswith("without the workbench's index: "):  # as the exported script's state is
+        (path / STATE_INDEX).unlink()
+        how = how.split(": ", 1)[1]
+    if how == "no metadata":
+        metadata.unlink()
+    elif how == "metadata garbage":
+        metadata.write_bytes(b"not an index")
     elif how == "shard missing":
         shard.unlink()
     elif how == "shard cut short":
         shard.write_bytes(shard.read_bytes()[:10])
+    elif how == "shard altered":  # the same length, other bytes: only the checksum sees it
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    elif how == "workbench index garbage":
+        (path / STATE_INDEX).write_text("{not json")
 
 
 @pytest.mark.parametrize(
     "how, message",
     [
         (
-            "no index",
-            r"has no index of its parts \('.*/step00000002/\.metadata' is missing\); the "
+            "no metadata",
+            r"'.*/step00000002/\.metadata' is missing: the resumable state's index names it; the "
             r"folder is damaged",
-        ),
-        (
-            "index garbage",
-            r"the index of the resumable state '.*/step00000002' cannot be read \("
-            r"UnpicklingError: .*\); the folder is damaged",
         ),
         (
             "shard missing",
@@ -114,6 +119,36 @@ def _damage(path, how: str) -> None:
         ),
         (
             "shard cut short",
+            r"'.*/step00000002/__0_0\.distcp' holds 10 bytes, the resumable state's "
+            r"index says \d+; the folder is damaged \(cut short\)",
+        ),
+        (
+            "shard altered",
+            r"'.*/step00000002/__0_0\.distcp' does not hold what was saved \(its SHA-256 differs "
+            r"from the resumable state's index\); the folder is damaged",
+        ),
+        (
+            "workbench index garbage",
+            r"the index of the resumable state '.*/step00000002/workbench-index\.json' cannot be "
+            r"read \(JSONDecodeError\); the folder is damaged",
+        ),
+        (
+            "without the workbench's index: no metadata",
+            r"has no index of its parts \('.*/step00000002/\.metadata' is missing\); the "
+            r"folder is damaged",
+        ),
+        (
+            "without the workbench's index: metadata garbage",
+            r"the index of the resumable state '.*/step00000002' cannot be read \("
+            r"UnpicklingError: .*\); the folder is damaged",
+        ),
+        (
+            "without the workbench's index: shard missing",
+            r"'.*/step00000002/__0_0\.distcp' is missing: the resumable state's index "
+            r"names it; the folder is damaged",
+        ),
+        (
+            "without the workbench's index: shard cut short",
             r"'.*/step00000002/__0_0\.distcp' holds 10 bytes, the resumable state's "
             r"index needs \d+; the folder is damaged \(cut short\)",
         ),
@@ -125,6 +160,25 @@ def test_a_damaged_state_is_one_line_naming_the_file(tmp_path, how, message):
     with pytest.raises(ConfigError, match=message) as e:
         load_from(_setup(1), tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_the_damage_check_before_launch_reads_no_torch(tmp_path):
+    """The CLI and the launcher tell a damaged state from the workbench's index alone: a fresh
+    interpreter that checks it imports no torch (which takes seconds on a busy machine)."""
+    save_in(_setup(0), 2, tmp_path)
+    _damage(RunFolder(tmp_path).saved_steps()[2], "shard cut short")
+    probe = (
+        "import sys\n"
+        "from workbench.config import ConfigError\n"
+        "from workbench.train.state_index import check_saved_state\n"
+        "try:\n"
+        f"    check_saved_state({str(tmp_path)!r})\n"
+        "except ConfigError as e:\n"
+        "    print(e)\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "holds 10 bytes" in out and out.strip().endswith("no torch"), out
 
 
 def test_a_state_of_another_model_is_refused_in_one_line(tmp_path):
@@ -141,7 +195,7 @@ def test_a_state_of_another_model_is_refused_in_one_line(tmp_path):
 # --- real ranks ----------------------------------------------------------------------------------
 def _cfg(smoke, tmp_path, nproc: int = 2, batch: int = 16, strategy: str = "fsdp", **kwargs):
     """A small MLP (the test model that can fail on a chosen rank and step), 8 steps, the state
-    saved after step 4 (the last step is never saved: the run ends there)."""
+    saved after step 4 and after the last."""
     return smoke.replace(
         **{
             "distributed.nproc": nproc,
@@ -196,16 +250,17 @@ def test_a_restart_resumes_the_shards_on_the_same_trajectory(smoke, tmp_path):
         assert resumed.keys() == never_failed.keys() == {5, 6, 7, 8}
         assert resumed == never_failed  # the same shards, data and collectives: exactly equal
     saved = RunFolder(failed["run_dir"]).saved_steps()
-    assert list(saved) == [4]
-    files = {p.name for p in saved[4].iterdir()}
+    assert list(saved) == [8]  # the last step's, kept so that the run can be extended
+    files = {p.name for p in saved[8].iterdir()}
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= files  # each rank wrote its own shards
     assert clean["param_sum"] == pytest.approx(failed["param_sum"], abs=1e-9)
 
 
 @pytest.mark.slow
 def test_a_ddp_state_goes_on_under_fsdp_and_then_in_one_process(smoke, tmp_path):
-    """One format under every strategy: 2 DDP ranks of 16 samples a batch save after step 4; a new
-    2-rank FSDP run loads that state and trains steps 5-8, saving after step 6; a new 1-process run
+    """One format under every strategy, and a finished run extended: 2 DDP ranks of 16 samples a
+    batch run 4 steps and keep their last step's state; a new 2-rank FSDP run loads that state and
+    trains steps 5-6, keeping step 6's; a new 1-process run
     of 32 a batch (the same samples a step: both shuffle with the run's seed and the 2 ranks take
     alternate samples) loads that and trains steps 7-8. Each continues the unbroken DDP run's
     losses step by step, within 1e-5 (a batch's mean and its gradient are summed in another order
@@ -213,15 +268,19 @@ def test_a_ddp_state_goes_on_under_fsdp_and_then_in_one_process(smoke, tmp_path)
     ddp = run(_cfg(smoke, tmp_path, strategy="ddp", mode="none"), timeout_s=300)
     assert ddp["status"] == "completed", ddp
     whole_batch = _losses(ddp["run_dir"])
+    first_half = run(_cfg(smoke, tmp_path, strategy="ddp", mode="none").replace(**{"run.steps": 4}))
+    assert list(RunFolder(first_half["run_dir"]).saved_steps()) == [4]  # its last step's state
     fsdp = _run_by_hand(
-        _cfg(smoke, tmp_path, mode="none").replace(**{"run.save_every": 2}), tmp_path / "fsdp", ddp["run_dir"]
+        _cfg(smoke, tmp_path, mode="none").replace(**{"run.steps": 6}),
+        tmp_path / "fsdp",
+        first_half["run_dir"],
     )
     assert fsdp["status"] == "completed" and fsdp["resumed_from_step"] == 4, fsdp
     for rank in (0, 1):
         under_fsdp = _losses(tmp_path / "fsdp", rank)
-        assert under_fsdp.keys() == {5, 6, 7, 8}
+        assert under_fsdp.keys() == {5, 6}
         assert under_fsdp == pytest.approx(
-            {s: v for s, v in _losses(ddp["run_dir"], rank).items() if s > 4}, abs=1e-5
+            {s: v for s, v in _losses(ddp["run_dir"], rank).items() if 4 < s <= 6}, abs=1e-5
         )
     assert list(RunFolder(tmp_path / "fsdp").saved_steps()) == [6]
     one = _run_by_hand(
@@ -248,7 +307,16 @@ def test_an_earlier_versions_state_or_a_damaged_one_is_one_line(tmp_path):
         restore_state(_setup(1), tmp_path / "saved", accum=1)
 
 
-@pytest.mark.parametrize("how", ["shard missing", "shard cut short", "no index", "earlier version"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "shard missing",
+        "shard cut short",
+        "shard altered",
+        "without the workbench's index: no metadata",
+        "earlier version",
+    ],
+)
 def test_a_damaged_state_is_refused_before_launch(tmp_path, how):
     from workbench.distributed.launch import launcher
 
@@ -313,7 +381,8 @@ def test_a_damaged_saved_state_is_refused_in_one_line_without_a_new_folder(tmp_p
     runs = tmp_path / "runs"
     run_dir = runs / saved_run.name
     shutil.copytree(saved_run, run_dir)
-    saved = next(RunFolder(run_dir).saved_steps()[2].glob("*.distcp"))
+    steps = RunFolder(run_dir).saved_steps()
+    saved = next(steps[max(steps)].glob("*.distcp"))
     if how == "cut short":
         saved.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
     elif how == "garbage":

@@ -160,6 +160,9 @@ def resumed_config(args) -> RunConfig:
             f"--resume {args.resume!r} is not a run folder (no "
             f"{folder.config_file.name}); pick one from `workbench runs`"
         )
+    from ..train.state_index import check_saved_state
+
+    check_saved_state(folder.path)  # damage told in a second, before torch is imported
     cfg = folder.config()
     say_trust("workbench run", "resuming", folder.path, cfg, args.trust_code)
     return cfg.replace(**{"run.resume_from": str(folder.path.resolve())})

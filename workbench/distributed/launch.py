@@ -171,7 +171,7 @@ def check_resume_from(cfg: RunConfig) -> None:
     source = cfg.run.resume_from
     if not source:
         return
-    from ..train.resume import check_saved_state  # torch's checkpoint reader: only to resume
+    from ..train.state_index import check_saved_state, refuse_nothing_to_train
 
     check_saved_state(source)  # an earlier version's state is named first: it is not "none"
     if not RunFolder(source).holds_resumable_state():
@@ -179,6 +179,7 @@ def check_resume_from(cfg: RunConfig) -> None:
             f"run.resume_from {source!r} holds no resumable state (a whole step in "
             f"{RESUME}/): resume a run that had run.save_every > 0"
         )
+    refuse_nothing_to_train(max(RunFolder(source).saved_steps()), cfg.run.steps)
 
 
 def check_saves_are_shared(cfg: RunConfig) -> None:

@@ -32,6 +32,7 @@ from ..train import models as wb_models
 from ..train import precision as wb_precision
 from ..train import rank as wb_rank
 from ..train import resume as wb_resume
+from ..train import state_index as wb_state_index
 from ..train import sharding as wb_sharding
 from ..train import step as wb_step
 from ..train import thread_trial as wb_thread_trial
@@ -379,8 +380,11 @@ def _step_code() -> str:
     )
 
 
-RESUME_IMPORTS = """import shutil
+RESUME_IMPORTS = """import hashlib
+import json
+import shutil
 import warnings
+from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader
@@ -399,6 +403,8 @@ def _resume_code() -> str:
             ("RESUME", f.RESUME),
             ("SAVED_STEP", f.SAVED_STEP),
             ("SAVING", f.SAVING),
+            ("STATE_INDEX", f.STATE_INDEX),
+            ("CHUNK", wb_state_index.CHUNK),
         ]
     )
     code = _source(
@@ -408,9 +414,13 @@ def _resume_code() -> str:
         r._rank,
         r._cause,
         r._checkpoint,
+        wb_state_index._sha256,
+        wb_state_index.write_index,
+        wb_state_index.check_index,
+        wb_state_index.check_whole,
+        wb_state_index.refuse_nothing_to_train,
         r.save_state,
         r.load_state,
-        r.check_whole,
     )
     return "\n\n\n".join([RESUME_IMPORTS, names, code])
 

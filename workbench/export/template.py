@@ -77,6 +77,7 @@ def train(cfg, args):
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT")
                     or 0)
     resumed = load_state(parts, resume_dir) if args.resume or restarted else 0
+    refuse_nothing_to_train(resumed, cfg.run.steps)
     for _ in range(resumed * accum):  # the same data order as a run never interrupted
         next(batches)
     if resumed and rank == 0:

@@ -10,7 +10,8 @@ instrumentation (its hooks print and write metrics) and the workbench's ranks at
 A hook's `before(step, fn)` may hand back another step function (the profiler's, or one that
 measures what a step holds) and its `after(result)` sees the step's result; a hook may add fields
 to `result.record`, which the hooks after it read (the trainer's last hook writes it as the step's
-event). Every `save_every` steps, never after the last, `save(step)` keeps the resumable state.
+event). Every `save_every` steps, and after the last one, `save(step)` keeps the resumable state, so
+a finished run can be extended (`workbench run --resume RUN --steps N`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def run_loop(
         result = StepResult(step, loss, samples, wait, seconds, step == steps or spent(step))
         for hook in hooks:
             hook.after(result)
-        if save_every and step % save_every == 0 and not result.last:
+        if save_every and (step % save_every == 0 or result.last):
             save(step)
         if result.last:
             break

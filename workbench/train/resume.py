@@ -28,13 +28,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import CheckpointException, FileSystemReader
+from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..config import ConfigError, error_line
 from ..events import STEP_NUMBER, THREADS  # THREADS: the count the saved steps ran
 from ..runfolder import SAVED_STEP, SAVING, RunFolder, saved_steps
 from .rank import unwrap
+from .state_index import check_index, check_whole, refuse_earlier_format, write_index
 
 
 def state_of(parts, step: int) -> dict:
@@ -81,7 +82,8 @@ def save_state(parts, step: int, resume_dir) -> None:
         _checkpoint(dcp.save, state_of(parts, step), checkpoint_id=partial)
     except CheckpointException as e:
         raise _cause(e) from None
-    if _rank() == 0:
+    if _rank() == 0:  # every rank has written: index the files, then make the state whole at once
+        write_index(partial)
         done = resume_dir / SAVED_STEP.format(step=step)
         shutil.rmtree(done, ignore_errors=True)  # a state of this step from an earlier attempt
         partial.rename(done)
@@ -99,7 +101,8 @@ def load_state(parts, resume_dir) -> int:
         return 0
     step = max(saved)
     path = saved[step]
-    check_whole(path)
+    if not check_index(path):
+        check_whole(path)
     state = state_of(parts, 0)
     try:
         _checkpoint(dcp.load, state, checkpoint_id=path)
@@ -121,67 +124,14 @@ def load_state(parts, resume_dir) -> int:
     return step
 
 
-def check_whole(path: Path) -> None:
-    """Every file the state's index names is there and long enough, or a one-line ConfigError
-    naming the file: a damaged folder is told before any rank reads a tensor from it."""
-    try:
-        index = FileSystemReader(path).read_metadata()
-    except FileNotFoundError as e:
-        raise ConfigError(
-            f"the resumable state {str(path)!r} has no index of its parts "
-            f"({e.filename!r} is missing); the folder is damaged"
-        ) from None
-    except Exception as e:  # noqa: BLE001 - any unreadable index is the same damage
-        raise ConfigError(
-            f"the index of the resumable state {str(path)!r} cannot be read "
-            f"({type(e).__name__}: {e}); the folder is damaged"
-        ) from None
-    need: dict[str, int] = {}
-    for item in index.storage_data.values():
-        need[item.relative_path] = max(need.get(item.relative_path, 0), item.offset + item.length)
-    for name, size in sorted(need.items()):
-        file = path / name
-        if not file.is_file():
-            raise ConfigError(
-                f"{str(file)!r} is missing: the resumable state's index names it; the folder is damaged"
-            )
-        held = file.stat().st_size
-        if held < size:
-            raise ConfigError(
-                f"{str(file)!r} holds {held} bytes, the resumable state's index "
-                f"needs {size}; the folder is damaged (cut short)"
-            )
-
-
 def restore_state(s, run_dir, accum: int, resume_from: str = "") -> int:
     """Load the saved state, if any, into the set-up model, optimizer and scaler, and advance the
     batches past the steps it covers. The run's own folder first (a restarted attempt), else the
     folder it resumes from (run.resume_from). Returns the step it was saved after (0: none)."""
     if resume_from and not RunFolder(run_dir).holds_resumable_state():
         run_dir = resume_from
-    _refuse_earlier_format(run_dir)
+    refuse_earlier_format(run_dir)
     step = load_state(s.parts, RunFolder(run_dir).resume_dir)
     for _ in range(step * accum):  # the same data order as a run never interrupted
         next(s.batches)
     return step
-
-
-def check_saved_state(run_dir) -> None:
-    """Before launch, in the launcher: the state a run would go on from is whole and readable, or
-    a one-line ConfigError naming the file, before any folder or rank exists (the ranks ask the
-    same again as they load it)."""
-    _refuse_earlier_format(run_dir)
-    steps = RunFolder(run_dir).saved_steps()
-    if steps:
-        check_whole(steps[max(steps)])
-
-
-def _refuse_earlier_format(run_dir) -> None:
-    """A folder with only an earlier version's state would start from step 0 without a word."""
-    folder = RunFolder(run_dir)
-    earlier = folder.earlier_state()
-    if earlier is not None and not folder.holds_resumable_state():
-        raise ConfigError(
-            f"{str(earlier)!r} is a resumable state in the format of an earlier version, which "
-            "this one does not read: go on with the version that saved it, or start in a new folder"
-        )

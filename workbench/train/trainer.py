@@ -62,6 +62,7 @@ from .sharding import (
     policy_compute,
 )
 from .resume import restore_state, save_state
+from .state_index import refuse_nothing_to_train
 from .rank import RankEnv, join_group, leave_group, pick_device, unwrap
 from .step import StepParts, cycle_batches, make_optimizer, train_step
 from .thread_trial import TrialSteps
@@ -364,6 +365,7 @@ def train(cfg: RunConfig, events: EventWriter, env: RankEnv, run_dir, phase: Pha
             cfg.optim.grad_accum_steps,
             resume_from=cfg.run.resume_from,
         )
+        refuse_nothing_to_train(resumed_from, cfg.run.steps)  # a worker started by hand or a job
         if resumed_from:
             events.write(RESUMED, from_step=resumed_from)
     profiler = StepProfiler.for_run(cfg, env, s.parts.device, warmup_steps(cfg.run.steps))

@@ -86,6 +86,12 @@ def set_title(fig: go.FigureWidget, text: str, font_px: int = 14) -> None:
     fig.layout.margin.t = 24 + int(1.4 * font_px) * (text.count("<br>") + 1)
 
 
+# A legend under the chart: its top anchored below the x-axis title (the axis title drawn close to
+# its ticks), so more entries grow it downward and never over the title
+LEGEND_BELOW = {"orientation": "h", "y": -0.35, "yanchor": "top", "font": {"size": 10}}
+AXIS_TITLE_STANDOFF = 4
+
+
 def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250) -> go.FigureWidget:
     fig = LiveFigure()
     fig.update_layout(
@@ -95,8 +101,9 @@ def make_figure(title: str, ylabel: str, xlabel: str = "step", height: int = 250
         margin={"l": 55, "r": 10, "t": 36, "b": 36},
         template="plotly_white",
         showlegend=True,
-        legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
+        legend=LEGEND_BELOW,
         xaxis_title=xlabel,
+        xaxis_title_standoff=AXIS_TITLE_STANDOFF,
         yaxis_title=ylabel,
         uirevision="keep",
     )

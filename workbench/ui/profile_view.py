@@ -23,7 +23,7 @@ from ..profile.memory_breakdown import PARTS, mib
 from ..profile.optimizers import IMPLS, compare_optimizers
 from ..profile.profiled_run import PROFILE_STEPS, profile
 from ..train.profiling import PHASES
-from .charts import set_title
+from .charts import AXIS_TITLE_STANDOFF, LEGEND_BELOW, set_title
 from .figure import LiveFigure
 from .job import BackgroundJob, show
 from .sizing import button
@@ -148,9 +148,10 @@ class ProfileLab:
                 barmode="stack",
                 height=260,
                 xaxis_title="ms per step",
+                xaxis_title_standoff=AXIS_TITLE_STANDOFF,
                 title="not profiled yet",
                 margin=dict(t=40, b=40, l=70, r=10),
-                legend=dict(orientation="h", y=-0.35),
+                legend=LEGEND_BELOW,
             ),
         )
         self.memory = LiveFigure(
