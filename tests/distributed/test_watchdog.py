@@ -77,3 +77,35 @@ def test_the_watchdog_and_the_post_mortem_say_a_stall_alike(tmp_path, smoke):
         "failed_ranks": live.failed_ranks,
     }
     assert summary["message"] == live.message
+
+
+def test_a_rank_still_finishing_beside_one_that_is_done_is_not_stalled(tmp_path, smoke):
+    """Rank 1 wrote done while rank 0, past its last step, still saves the weights (slow on a busy
+    machine): nobody failed, so nobody is waited for and nobody is stalled."""
+    cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.timeout_s": 2.0, "run.steps": 40})
+    t = time.time()
+    for rank in (0, 1):
+        write_events(
+            tmp_path, rank, ("start", {"t": t}), ("ready", {"t": t}), ("step", {"step": 40, "t": t + 1})
+        )
+    write_events(
+        tmp_path, 0, ("heartbeat", {"step": 40, "where": "memory_per_rank (trainer.py:429)", "t": t + 60})
+    )
+    write_events(tmp_path, 1, ("done", {"t": t + 30}))
+    assert Watchdog(tmp_path, cfg).check(now=t + 61) is None
+
+
+def test_the_patience_follows_the_step_times_seen_and_is_said(tmp_path, smoke):
+    """Steps 4 s apart (a loaded machine): 12 s without progress is a slow step, not a stall; at
+    5x the slowest step the rank is stalled, and the diagnosis says what patience it was given."""
+    cfg = smoke.replace(**{"distributed.nproc": 1, "distributed.timeout_s": 2.0, "run.steps": 100})
+    t = time.time()
+    steps = [("step", {"step": i, "t": t + 4 * i}) for i in range(1, 4)]
+    write_events(tmp_path, 0, ("start", {"t": t}), ("ready", {"t": t}), *steps)
+    last = t + 12
+    assert Watchdog(tmp_path, cfg).check(now=last + 12) is None
+    failure = Watchdog(tmp_path, cfg).check(now=last + 21)
+    assert (
+        failure.cause == "stalled"
+        and "the patience was 20 s without progress: 5x its slowest step" in failure.message
+    )

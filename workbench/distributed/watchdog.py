@@ -50,6 +50,7 @@ from .faults import Diagnosis, is_knock_on, stall_message
 from .torchrun import WORKER
 
 STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+PATIENCE = 5  # a rank is given this many times its slowest step seen on this machine, at least
 
 
 def stall_after_s(timeout_s: float) -> float:
@@ -63,6 +64,7 @@ class RankState:
     ready_t: float | None = None
     progress_t: float | None = None  # last ready/step record
     step: int = 0
+    slowest_step_s: float = 0.0  # the longest wait between two of its step records (after step 1)
     last_step: bool = False  # its time budget ended its steps: evaluating and saving now
     ended: str | None = None  # done | failed | stopped
     beat_t: float | None = None
@@ -98,6 +100,8 @@ class Watchdog:
                 s.ready_t = s.progress_t = t
                 s.addresses = list(r.get(ADDRESSES) or [])
             elif event == STEP:
+                if s.step and s.progress_t:  # the first step (compiling, warming up) left out
+                    s.slowest_step_s = max(s.slowest_step_s, t - s.progress_t)
                 s.progress_t, s.step = t, int(r.get(STEP_NUMBER, s.step))
                 s.last_step = bool(r.get(LAST))
             elif event == HEARTBEAT:
@@ -133,11 +137,13 @@ class Watchdog:
         d = self.cfg.distributed
         ranks = self.current()
         self.observe(now)
-        ended = [s for s in ranks.values() if s.ended]
-        if ended:
-            if any(s.own_error for s in ended):
+        # a rank that ended done is not a failure: the others may still evaluate or save (rank 0
+        # writes the weights); only ranks that ended failing have others to wait for
+        failed = [s for s in ranks.values() if s.ended and s.ended != "done"]
+        if failed:
+            if any(s.own_error for s in failed):
                 return None  # a rank raised by itself: the diagnosis names it from its record
-            return self._straggler(ranks, min(s.ended_t for s in ended), now) or self.unreachable()
+            return self._straggler(ranks, min(s.ended_t for s in failed), now) or self.unreachable()
         starts = [s.started_t for s in ranks.values() if s.started_t]
         window_start = self.t0 if self.attempt() == 0 or not starts else min(starts)
         ready = [r for r, s in ranks.items() if s.ready_t]
@@ -149,17 +155,29 @@ class Watchdog:
                 self._start_message(ranks, ready),
                 failed_ranks=sorted(set(ranks) - set(ready)),
             )
-        stall_s = stall_after_s(d.timeout_s)
         stalled = []
         for rank, s in ranks.items():
-            if s.step >= self.cfg.run.steps or s.last_step:
-                continue  # evaluating and saving after the last step
-            limit = stall_s if s.step else max(stall_s, d.start_timeout_s)  # first step may compile
-            if s.frozen_since is not None:
-                limit = d.timeout_s  # stopped, not slow: no need to give it longer
-            if now - s.progress_t > limit:
+            if s.ended or s.step >= self.cfg.run.steps or s.last_step:
+                continue  # done, or evaluating and saving after the last step
+            if now - s.progress_t > self.patience(s)[0]:
                 stalled.append(rank)
         return self._stalled(ranks, stalled, now)
+
+    def patience(self, s: RankState) -> tuple[float, str]:
+        """How long `s` may go without progress, and why: the collective timeout's chance first,
+        and on a machine whose steps are slow (a busy one) PATIENCE times its slowest step; the
+        first step may compile (the start timeout); a stopped process gets no more than the
+        collective timeout."""
+        d = self.cfg.distributed
+        if s.frozen_since is not None:
+            return d.timeout_s, "distributed.timeout_s, its process being stopped"
+        limit, why = stall_after_s(d.timeout_s), f"distributed.timeout_s={d.timeout_s:g} and a margin"
+        if not s.step and d.start_timeout_s > limit:
+            limit, why = d.start_timeout_s, "distributed.start_timeout_s: the first step may compile"
+        if PATIENCE * s.slowest_step_s > limit:
+            limit = PATIENCE * s.slowest_step_s
+            why = f"{PATIENCE}x its slowest step seen, {s.slowest_step_s:.1f} s"
+        return limit, why
 
     def _straggler(self, ranks: dict[int, RankState], end_t: float, now: float) -> Diagnosis | None:
         """Ranks ended with knock-on errors (a collective timed out): the rank they waited for is
@@ -224,7 +242,11 @@ class Watchdog:
         if not stalled:
             return None
         parts = [self._stall_text(r, ranks[r], now) for r in sorted(stalled)]
-        timeout = f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g})"
+        limit, why = self.patience(ranks[sorted(stalled)[0]])
+        timeout = (
+            f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g}; "
+            f"the patience was {limit:.0f} s without progress: {why})"
+        )
         return Diagnosis("stalled", "; ".join(parts) + timeout, failed_ranks=sorted(stalled))
 
     def _start_message(self, ranks: dict[int, RankState], ready: list[int]) -> str:
