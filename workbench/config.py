@@ -151,8 +151,15 @@ def _check_type(path: str, value: Any, hint: Any) -> None:
             _check_type(f"{path}[{i}]", item, args[0])
 
 
-def _check_plain(path: str, value: Any) -> None:
-    """Data, never code: strings, numbers, booleans, null, lists and objects with string keys."""
+MAX_NESTING = 32  # levels of lists and objects in a config value: deeper is a mistake, and breaks copies
+
+
+def _check_plain(path: str, value: Any, depth: int = 0) -> None:
+    """Data, never code: strings, numbers, booleans, null, lists and objects with string keys,
+    nested at most MAX_NESTING deep."""
+    if depth > MAX_NESTING:
+        head = path.split(".")[0] + "." + path.split(".")[1] if path.count(".") else path
+        raise ConfigError(f"{head} must be nested at most {MAX_NESTING} levels deep, got deeper")
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):
@@ -161,13 +168,13 @@ def _check_plain(path: str, value: Any) -> None:
         return
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_plain(f"{path}[{i}]", v)
+            _check_plain(f"{path}[{i}]", v, depth + 1)
         return
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 _fail(path, k, "an object with string keys")
-            _check_plain(f"{path}.{k}", v)
+            _check_plain(f"{path}.{k}", v, depth + 1)
         return
     _fail(path, value, "plain JSON data (strings, numbers, booleans, null, lists, objects)")
 

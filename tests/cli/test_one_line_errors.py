@@ -74,6 +74,14 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
         (["run", "--preset", "smoke", "--run-dir", ""], "run dir is empty: name a new folder"),
         (["run", "--config", "BINARY"], "is not UTF-8 text (byte 0xff at position 0): a config is a JSON"),
         (["run", "--config", "NESTED"], "its JSON is nested too deeply to read"),
+        (
+            ["run", "--preset", "smoke", "--set", "DEEP_SET"],
+            "--set model.kwargs: its value is nested too deeply",
+        ),
+        (
+            ["run", "--preset", "smoke", "--set", "DEEPISH_SET"],
+            "model.kwargs must be nested at most 32 levels",
+        ),
         (["run", "--preset", "smoke", "--set", "run.label=" + "y" * 3000], "yyy... (3,002 characters)"),
         (["run", "--preset", "smoke", "--batch-size", "9" * 3000], "999... (3,000 characters); use a"),
         (["run", "--preset", "smoke", "--run-dir", "FILE"], "a_file' is a file; choose a new folder"),
@@ -117,6 +125,8 @@ def test_bad_paths_and_values_are_one_line(argv, words, tmp_path, images, corrup
         "CONFIG": str(config),
         "IMAGES": str(images),
         "CORRUPT": str(corrupt),
+        "DEEP_SET": "model.kwargs=" + '{"a":' * 10_000 + "1" + "}" * 10_000,
+        "DEEPISH_SET": "model.kwargs=" + '{"a":' * 900 + "1" + "}" * 900,
     }
     argv = [subs.get(a, a.replace("FILE/", f"{afile}/")) for a in argv]
     err = one_line(capsys, cli(argv))

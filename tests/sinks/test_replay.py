@@ -95,11 +95,36 @@ def test_what_cannot_be_sent_is_refused_in_one_line(runs_root, capsys):
     assert cli(["runs", "export", str(runs_root / "none"), "--to", "mlflow", "x.db"]) == 2
     assert "does not exist" in capsys.readouterr().err
     (runs_root / "empty").mkdir(parents=True)
-    assert cli(["runs", "export", str(runs_root / "empty"), "--to", "wandb", "x"]) == 2
+    assert cli(["runs", "export", str(runs_root / "empty"), "--to", "mlflow", "x.db"]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+    assert cli(["runs", "export", str(runs_root / "empty"), "--to", "wandb", "x"]) == 2
+    assert "--to 'wandb' is not a place runs go" in capsys.readouterr().err  # the target first
     with pytest.raises(
         ConfigError,
         match=r"^TensorBoard needs the not_a_package package: "
         r"pip install 'workbench\[tensorboard\]'$",
     ):
         needs("not_a_package", "tensorboard", "TensorBoard")
+
+
+def test_an_mlflow_target_is_checked_before_anything_is_written(runs_root, tmp_path, capsys, monkeypatch):
+    """A malformed URI, a server that does not answer and a database URI without a file are each
+    one line naming what is allowed, with nothing written; `file:DIR` is the folder DIR, not a
+    folder named 'file:' in the working folder."""
+    from workbench.cli import main as cli
+    from workbench.net import free_port
+    from workbench.sinks.mlflow import tracking_uri
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = runs_root / "some-run"
+    for target, said in [
+        ("htp://localhost:5000", "its scheme 'htp' is not one MLflow stores to"),
+        (f"http://127.0.0.1:{free_port()}", "does not answer"),
+        ("http://[::1", "is malformed"),
+        ("sqlite:///", "names no database file"),
+    ]:
+        assert cli(["runs", "export", str(run_dir), "--to", "mlflow", target]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # nothing written where it ran
+    assert tracking_uri("file:store") == (tmp_path / "store").as_uri()

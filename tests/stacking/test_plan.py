@@ -81,3 +81,19 @@ def test_ddp_on_cpu_says_what_it_holds_equal(monkeypatch):
     assert pinned.reason.startswith("distributed.nproc=2 rank(s) x 2 thread(s) (run.threads) = 4 busy")
     anyway = plan(RunConfig.smoke().replace(**{"run.threads": 2, "run.oversubscribe": True}), ["ddp"])[1]
     assert "a different number of threads in total (2 vs 4)" in anyway.note
+
+
+def test_a_step_that_fits_alone_but_not_beside_an_earlier_one_runs_if_that_one_is_not_kept(fake_cores):
+    """2 cores: 2 DDP ranks leave no room for 2 loader workers each, yet DDP may be measured slower
+    and not kept, and then the workers fit: the plan says the workers will run if the kept steps
+    leave room, and the study judges it on what was kept (workbench.stacking.study)."""
+    from workbench.stacking.plan import IF_ROOM
+
+    fake_cores(2)
+    steps = {s.change.key: s for s in plan(cnn(), ["ddp", "workers"])}
+    assert steps["ddp"].reason is None and steps["workers"].reason is None
+    assert (
+        steps["workers"].note.startswith(IF_ROOM)
+        and "loader processes on 2 usable core" in steps["workers"].note
+    )
+    assert steps["workers"].config.distributed.nproc == 2 and steps["workers"].config.loader.num_workers == 0

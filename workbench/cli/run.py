@@ -186,6 +186,11 @@ def parse_settings(items: list[str], flag: str) -> dict:
             changes[field] = json.loads(raw)
         except json.JSONDecodeError:
             changes[field] = raw
+        except RecursionError:
+            raise ConfigError(
+                f"{flag} {field}: its value is nested too deeply to read (a config value is a few "
+                "levels of lists and objects)"
+            ) from None
     return changes
 
 

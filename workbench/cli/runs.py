@@ -56,6 +56,7 @@ def export(args) -> int:
     from .compare import check_run_dirs
 
     kind, target = args.to
+    sink_for(kind, target)  # the target checked (a malformed URI, a server that does not answer) first
     for run_dir in check_run_dirs(args.run_dirs):
         sink = sink_for(kind, target, run_dir.name)
         steps = export_run(run_dir, sink)

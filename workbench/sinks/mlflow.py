@@ -9,9 +9,12 @@ Live, metrics are sent in batches about once a second, so a step never waits on 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from ..config import ConfigError
 from .base import final_figures, needs, scalars_of
 
 EXPERIMENT = "workbench"
@@ -19,11 +22,49 @@ FLUSH_S = 1.0
 STATUS = {"completed": "FINISHED", "diverged": "FINISHED", "stopped": "KILLED"}  # else FAILED
 
 
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "databricks")
+CONNECT_S = 3.0  # a tracking server that does not accept a connection in this long is not there
+
+
 def tracking_uri(target: str) -> str:
-    """What MLflow is given: a database URI as it is, a folder as a file store (absolute)."""
-    if "://" in target:
-        return target
-    return Path(target).absolute().as_uri()
+    """What MLflow is given, checked before anything is written: a database or server URI as it
+    is (a server must accept a connection), `file:DIR` or a folder as a file store (absolute); a
+    malformed URI is a one-line ConfigError naming what is allowed."""
+    if target.startswith("file:") and "://" not in target:  # file:DIR names the folder DIR
+        target = target[len("file:") :]
+    if "://" not in target:
+        if not target:
+            raise ConfigError("mlflow target '': name a folder or a tracking URI (sqlite:///mlflow.db)")
+        return Path(target).absolute().as_uri()
+    scheme, _, rest = target.partition("://")
+    if scheme.split("+")[0] not in SCHEMES:
+        raise ConfigError(
+            f"mlflow tracking URI {target!r}: its scheme {scheme!r} is not one MLflow stores to; "
+            f"use {', '.join(s + '://' for s in SCHEMES)}, or a folder"
+        )
+    if scheme == "sqlite" and not rest.lstrip("/"):
+        raise ConfigError(f"mlflow tracking URI {target!r} names no database file: sqlite:///PATH")
+    if scheme in ("http", "https"):
+        _check_server(target)
+    return target
+
+
+def _check_server(uri: str) -> None:
+    """A tracking server's address parses and accepts a connection, or a one-line ConfigError."""
+    try:
+        url = urlsplit(uri)
+        host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    except ValueError as e:
+        raise ConfigError(f"mlflow tracking URI {uri!r} is malformed: {e}") from None
+    if not host:
+        raise ConfigError(f"mlflow tracking URI {uri!r} names no host: http://HOST:PORT")
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_S).close()
+    except OSError as e:
+        raise ConfigError(
+            f"the MLflow server at {uri!r} does not answer ({e.strerror or type(e).__name__}): "
+            "start it (mlflow server) or export to a folder or sqlite:///mlflow.db"
+        ) from None
 
 
 class MlflowSink:

@@ -37,15 +37,28 @@ def side_effects(before: RunConfig, after: RunConfig, device) -> str:
     )
 
 
+ON_TOP = "on top of what was kept: "  # a step that fits alone but not with the steps kept before it
+IF_ROOM = "runs if the steps kept before it leave room for it; on top of all of them: "
+
+
 def plan(baseline: RunConfig, changes) -> list[PlannedStep]:
-    """The cumulative configs, without running anything. Skipped changes are not stacked."""
+    """The cumulative configs, without running anything. A change this machine cannot run even on
+    the baseline is skipped, with the reason; one that fits the baseline but not on top of every
+    change before it will run if the ones kept leave room (the study keeps only faster steps, so
+    which ones are kept is known only as it goes), and says so. Skipped changes are not stacked."""
     require_config(baseline)
     device = resolve_device(baseline.run.device)
     steps, cfg = [PlannedStep(Change("baseline", label="baseline"), baseline)], baseline
+    earlier: set[str] = set()  # the fields the changes before set (one set twice is refused)
     for item in changes:
         change = as_change(item)
         after, reason = change.applied(cfg, device)
+        if reason and not set(change.settings) & earlier and change.applied(baseline, device)[1] is None:
+            steps.append(PlannedStep(change, cfg, None, IF_ROOM + reason))
+            earlier.update(change.settings)
+            continue  # not stacked: the next steps are planned on what fits
         steps.append(PlannedStep(change, after, reason, "" if reason else side_effects(cfg, after, device)))
+        earlier.update(change.settings)
         cfg = after
     return steps
 

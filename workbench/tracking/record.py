@@ -76,13 +76,23 @@ def params_of(config) -> dict:
     return flatten(data)
 
 
-def flatten(data: dict, prefix: str = "") -> dict:
-    """{'optim': {'lr': 0.1}} -> {'optim.lr': 0.1}; values that are not JSON become their text."""
+MAX_DEPTH = 32  # levels of sections in a script's own config: deeper is a mistake (or a cycle)
+
+
+def flatten(data: dict, prefix: str = "", _inside: tuple = ()) -> dict:
+    """{'optim': {'lr': 0.1}} -> {'optim.lr': 0.1}; values that are not JSON become their text. A
+    config that holds itself, or is nested past MAX_DEPTH, is a one-line ConfigError."""
+    if id(data) in _inside:
+        raise ConfigError(
+            f"track(config=...): {prefix.rstrip('.')} holds the config it is inside; pass plain values"
+        )
+    if len(_inside) >= MAX_DEPTH:
+        raise ConfigError(f"track(config=...): {prefix.rstrip('.')} is nested over {MAX_DEPTH} levels deep")
     out = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
+            out.update(flatten(value, name + ".", (*_inside, id(data))))
         elif value is None or isinstance(value, (bool, int, float, str)):
             out[name] = value
         elif isinstance(value, (list, tuple)) and all(

@@ -203,19 +203,28 @@ class Trial:
         self.rounds += 1
         return out
 
-    def run(self, rounds: int, stop: Callable[[], bool] | None = None) -> "Trial":
+    def run(
+        self,
+        rounds: int,
+        stop: Callable[[], bool] | None = None,
+        on_round: Callable[[], None] | None = None,
+    ) -> "Trial":
         """`rounds` pairs for every variant: a pair dropped because the load changed inside it is
         measured again, up to as many extra rounds as were asked (then the comparison says how
-        many it kept and dropped)."""
+        many it kept and dropped). `on_round` is called after each round (a live table)."""
         for _ in range(rounds):
             if stop is not None and stop():
                 return self
             self.round()
+            if on_round is not None:
+                on_round()
         extra = 0
         while extra < rounds and self._short_of(rounds):
             if stop is not None and stop():
                 break
             self.round()
+            if on_round is not None:
+                on_round()
             extra += 1
         return self
 

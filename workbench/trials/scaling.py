@@ -157,10 +157,7 @@ def study(
             for key, c in configs.items():
                 built[key] = hosts.add(key, c)
             trial = Trial(hosts.of(configs), slice_s=slice_s, on_slice=hosts.record)
-            for _ in range(rounds):
-                trial.round()
-                if on_update is not None:
-                    on_update(rows())
+            trial.run(rounds, on_round=None if on_update is None else lambda: on_update(rows()))
     return pd.DataFrame(rows()).drop(columns=["_rates"])
 
 

@@ -114,12 +114,17 @@ def table_html(df) -> str:
     by step (each run's steps, threads, step time, the folder) stays in the DataFrame; the load
     other programs put on the machine is said once above."""
     records = df.to_dict("records")
+    # a reason (skipped, failed) and a note (what else the step changed) share one column, and the
+    # dropped pairs sit beside the pairs: the table fits a notebook's cell
     hidden = {"run_dir", "gain_low", "gain_high", "steps", STEP_TIME_MS, "threads", "other_cpu_cores"}
-    if not any(number(r.get("dropped")) for r in records):
-        hidden.add("dropped")
-    shown = [c for c in df.columns if c not in hidden]
+    hidden |= {"dropped", "reason", "note"}
+    shown = [c for c in df.columns if c not in hidden] + ["why"]
     rows = []
     for r in records:
+        r["why"] = "; ".join(str(r[k]) for k in ("reason", "note") if r.get(k) and r[k] == r[k])
+        dropped = number(r.get("dropped"))
+        if dropped and number(r.get("rounds")) is not None:
+            r["rounds"] = f"{int(number(r['rounds']))} ({int(dropped)} dropped)"
         if "kept" in r:
             kept = r["kept"]
             r["kept"] = "" if kept is None or kept != kept else ("yes" if kept else "no")
