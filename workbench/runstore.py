@@ -238,7 +238,11 @@ def read_summary(run_dir: str | Path) -> Summary:
             cause="vanished",
             error_type=error_type_of("vanished"),
             message=f"ended without a record after step {last}: every process of the run is "
-            "gone (killed together with its supervisor, or the machine restarted)",
+            + (
+                "gone (killed with SIGKILL, which no process can record, or the machine restarted)"
+                if RunFolder(run_dir).is_script()
+                else "gone (killed together with its supervisor, or the machine restarted)"
+            ),
         )
     elif not records:
         out["status"] = "empty"

@@ -130,6 +130,7 @@ def test_a_stopped_or_killed_script_is_named_as_a_rank_would_be(runs_root, sig, 
     assert s["status"] == status and words in s["message"], s
     if sig == signal.SIGKILL:
         assert s["cause"] == "vanished"  # no process of it is left to write anything
+        assert "killed with SIGKILL" in s["message"] and "supervisor" not in s["message"]  # it has none
     else:
         assert s["returncode"] == code and s["steps"] >= 3
 
@@ -276,3 +277,22 @@ def test_a_script_that_spins_on_a_busy_machine_is_told_what_to_measure(monkeypat
     assert wait_advice(1, 1.4) is None and wait_advice(2, 0.1) is None  # one thread; quiet
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert wait_advice(2, 1.4) is None  # already what the rule would choose
+
+
+def test_ab_cmd_ends_a_script_that_makes_no_step_and_says_so(runs_root, capsys, monkeypatch):
+    """A script that tracks a run and then hangs before its loop is ended once the first step's
+    allowance has passed (distributed.start_timeout_s; 3 s here), and the one line says it made no
+    step, not that a signal killed it; a command that cannot start leaves no folder behind."""
+    import workbench.trials.script_ab as script_ab
+    from workbench.cli import main as cli
+
+    monkeypatch.setattr(script_ab, "FIRST_STEP_S", 3.0)
+    hangs = f"{sys.executable} -c 'import time, workbench; workbench.track(config={{}}); time.sleep(600)'"
+    assert cli(["ab", "--cmd", hangs, "--rounds", "6", "--warmup-runs", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "made no step within 3 s of starting (distributed.start_timeout_s)" in err and "\n" not in err
+    assert "SIGTERM" not in err
+    before = sorted(runs_root.iterdir())
+    assert cli(["ab", "--cmd", "/no/such/command --flag", "--rounds", "6"]) == 2
+    assert "cannot start" in capsys.readouterr().err
+    assert sorted(runs_root.iterdir()) == before  # the refused comparison made no folder

@@ -75,6 +75,15 @@ def test_live_sinks_and_export_carry_the_same_figures(tracked, tmp_path, capsys)
         assert run.data.params["steps"] == "12" and run.data.params["fail_at"] == "0"
         assert run.info.status == "FINISHED" and run.data.tags["status"] == "completed"
         assert run.data.metrics["summary.steps"] == 12
+    # a damaged event line: the export leaves that step out and says so, never silently
+    events = run_dir / "rank0.jsonl"
+    lines = events.read_text().splitlines(keepends=True)
+    step5 = next(i for i, ln in enumerate(lines) if '"event":"step"' in ln and '"step":5,' in ln)
+    lines[step5] = lines[step5][:30] + "\n"
+    events.write_text("".join(lines))
+    assert cli(["runs", "export", str(run_dir), "--to", "tensorboard", str(tmp_path / "damaged-tb")]) == 0
+    said = capsys.readouterr().out
+    assert "tracked: 11 steps -> tensorboard" in said and "1 damaged event line(s) left out: " in said
 
 
 def test_a_workbench_run_exports_its_config_as_parameters(runs_root, tmp_path):

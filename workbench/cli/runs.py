@@ -61,7 +61,12 @@ def export(args) -> int:
         sink = sink_for(kind, target, run_dir.name)
         steps = export_run(run_dir, sink)
         where = f"run {sink.run_id}" if getattr(sink, "run_id", None) else target
-        print(f"{run_dir.name}: {steps} steps -> {kind} {where}")
+        left = (
+            f"; {len(steps.skipped)} damaged event line(s) left out: {steps.skipped[0]}"
+            if steps.skipped
+            else ""
+        )
+        print(f"{run_dir.name}: {steps} steps -> {kind} {where}{left}")
     return 0
 
 

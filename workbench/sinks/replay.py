@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError
-from ..events import EVENT, RANK, STEP, STEP_NUMBER, read_events
+from ..events import EVENT, RANK, STEP, STEP_NUMBER, read_events_checked
 from ..runfolder import RunFolder
 from ..runstore import read_summary
 from .base import Sink
@@ -48,15 +48,24 @@ def record_of(run_dir: Path) -> dict:
     }
 
 
-def export_run(run_dir: str | Path, sink: Sink) -> int:
-    """Send one run to `sink`; returns the steps sent."""
+class Exported(int):
+    """The steps sent (an int), with `skipped`: a line for each damaged event line left out."""
+
+    skipped: list[str]
+
+
+def export_run(run_dir: str | Path, sink: Sink) -> Exported:
+    """Send one run to `sink`; returns the steps sent, and names the damaged lines left out."""
     run_dir = Path(run_dir)
     if not RunFolder(run_dir).holds_run():
         raise ConfigError(f"RUN_DIR {str(run_dir)!r} is not a run folder; `workbench runs` lists them")
     record = record_of(run_dir)
     sink.start(record)
-    steps = [r for r in read_events(run_dir) if r.get(EVENT) == STEP and r.get(RANK, 0) == 0]
+    records, problems = read_events_checked(run_dir)
+    steps = [r for r in records if r.get(EVENT) == STEP and r.get(RANK, 0) == 0]
     for r in steps:
         sink.step(r[STEP_NUMBER], r)
     sink.finish({**read_summary(run_dir), "tags": record.get("tags") or {}})
-    return len(steps)
+    sent = Exported(len(steps))
+    sent.skipped = problems
+    return sent

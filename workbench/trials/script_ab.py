@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import ConfigError
+from ..config import ConfigError, DistributedConfig
 from ..disk import make_dirs, open_log
 from ..distributed.faults import finish_summary
 from ..events import (
@@ -39,6 +40,7 @@ from ..events import (
     STEP,
     STEP_TIME_MS,
     WORLD_SIZE,
+    RunTail,
     read_events,
 )
 from ..measure.ratios import median_interval, min_rounds
@@ -53,6 +55,8 @@ from .hosts import TrialError
 
 BUDGET_S = 5.0  # seconds of steps a run: its setup and warm-up come on top
 START_ALLOWANCE_S = 300.0  # a run's Python, imports, data and model before its first step
+FIRST_STEP_S = DistributedConfig.start_timeout_s  # a run with no step by then hangs: ended, and said
+NO_STEP = -1000  # _run's answer for a run the workbench ended for making no step
 
 
 @dataclass(frozen=True)
@@ -118,16 +122,33 @@ class CommandHost:
         command = self.commands[label]
         env = {**os.environ, **command.env, RUN_DIR_ENV: str(run_dir), BUDGET_ENV: f"{seconds:g}"}
         env.pop("WORKBENCH_TREE_PID", None)  # the run is its own tree, not this process's
+        tail = RunTail(run_dir)
+        stepped = lambda: any(r.get(EVENT) == STEP for r in tail.poll())  # noqa: E731
         with open_log(self.folder / f"{name}.log") as log:
-            code = _run(command.argv(), env, self.cwd, log, seconds + START_ALLOWANCE_S, self.stop)
+            code = _run(command.argv(), env, self.cwd, log, seconds + START_ALLOWANCE_S, self.stop, stepped)
+        if code == NO_STEP:
+            raise TrialError(
+                f"{label}: `{command.text()}` made no step within {FIRST_STEP_S:g} s of starting "
+                f"(distributed.start_timeout_s), so the workbench ended it: does it hang before its "
+                f"loop, or wait for input? Its output: {self.folder / f'{name}.log'}"
+            )
         s, self.ends[run_dir] = _slice_of(label, command, run_dir, code, self.folder / f"{name}.log")
         return s
 
 
-def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float, stop: Callable[[], bool]) -> int:
+def _run(
+    argv: list[str],
+    env: dict,
+    cwd: str | None,
+    log,
+    timeout_s: float,
+    stop: Callable[[], bool],
+    stepped: Callable[[], bool] = lambda: True,
+) -> int:
     """Run one command in a session of its own (every process it starts ends with it); its return
-    code, its end by SIGTERM when it outlived `timeout_s`. A stop asked meanwhile ends it at once
-    and raises Interrupted."""
+    code, its end by SIGTERM when it outlived `timeout_s`, or NO_STEP when it made no step
+    (`stepped`) within FIRST_STEP_S. A stop asked meanwhile ends it at once and raises
+    Interrupted."""
     try:
         proc = subprocess.Popen(
             argv,
@@ -140,7 +161,8 @@ def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float, sto
         )
     except OSError as e:
         raise ConfigError(f"--cmd {shlex.join(argv)!r} cannot start: {e.strerror}") from None
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline, first_step = started + timeout_s, False
     try:
         while time.monotonic() < deadline:
             try:
@@ -149,6 +171,10 @@ def _run(argv: list[str], env: dict, cwd: str | None, log, timeout_s: float, sto
                 if stop():
                     _end(proc)
                     raise Interrupted() from None
+                first_step = first_step or stepped()
+                if not first_step and time.monotonic() - started > FIRST_STEP_S:
+                    _end(proc)
+                    return NO_STEP
         return _end(proc)
     finally:
         if proc.poll() is None:  # Ctrl-C here, or the timeout: nothing of it stays behind
@@ -302,9 +328,10 @@ def command_ab(
     rounds = rounds or min_rounds()
     if labels[0] == labels[1]:
         raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")
+    made = folder is None  # the comparison's own folder: removed again if nothing could start
     folder = Path(folder) if folder else runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_ab-cmd"
+    host = CommandHost(dict(zip(labels, (a, b))), folder, cwd, stop)  # refuses before any folder
     make_dirs(folder)
-    host = CommandHost(dict(zip(labels, (a, b))), folder, cwd, stop)
     trial = Trial(
         {label: host for label in labels},
         labels[0],
@@ -317,6 +344,10 @@ def command_ab(
         trial.run(rounds, stop)
     except Interrupted:
         pass  # the rounds completed before it are the result; the one under way counts nowhere
+    except ConfigError:  # a command that cannot start: refused, and nothing left behind
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     comparison = trial.compare(labels[1])
     runs = {}
     for label in labels:
