@@ -56,3 +56,18 @@ def test_the_curve_is_measured_once_per_set_of_conditions(private_cache, monkeyp
     monkeypatch.setattr(sc, "ContentionMeter", lambda: _Load(1.5))
     sc.size_curve("cpu")
     assert len(measured) == 2 and len(list((private_cache / "lessons").glob("size-curve-*"))) == 2
+
+
+def test_a_command_asked_to_stop_measures_no_curve(private_cache, monkeypatch):
+    """An interrupted tune prints its reasons from a curve kept already, never measures one (that
+    took 45 s after Ctrl-C on a machine whose fp16 matmuls are emulated)."""
+    measured = []
+    monkeypatch.setattr(
+        sc, "measure_curve", lambda device: measured.append(1) or ({"bf16": {64: _r(2.0, "faster")}}, {})
+    )
+    monkeypatch.setattr(sc, "other_cores_now", lambda: 0.0)
+    monkeypatch.setattr(sc, "ContentionMeter", lambda: _Load(0.0))
+    assert sc.size_curve("cpu", measure=False) is None and measured == []
+    kept = sc.size_curve("cpu")
+    assert sc.size_curve("cpu", measure=False).ratio("bf16", 64) == kept.ratio("bf16", 64)
+    assert measured == [1]

@@ -38,6 +38,15 @@ def test_without_tcmalloc_auto_keeps_the_system_allocator_and_tcmalloc_is_refuse
     assert cannot_run(RunConfig.smoke(), torch.device("cpu")) is None
 
 
+def test_an_ab_of_an_allocator_not_installed_is_refused_with_no_folder(no_tcmalloc, runs_root, capsys):
+    from workbench.cli import main as cli
+
+    assert cli(["ab", "--preset", "smoke", "--b", "run.allocator=tcmalloc", "--rounds", "6"]) == 2
+    err = capsys.readouterr().err
+    assert "run.allocator 'tcmalloc' is not installed" in err and err.count("\n") == 1
+    assert not runs_root.exists() or not any(runs_root.rglob("*.jsonl"))  # no trial folder was made
+
+
 def test_tcmalloc_goes_first_in_the_preload_and_a_persons_own_preloads_stay(monkeypatch):
     monkeypatch.setattr(allocator, "tcmalloc_path", lambda: "/lib/libtcmalloc_minimal.so.4")
     env = allocator.allocator_env("auto", {"LD_PRELOAD": "/opt/mine.so:/old/libtcmalloc.so.4"})

@@ -208,13 +208,17 @@ def place(matmuls: list, curve: SizeCurve | None) -> list[dict]:
     return out
 
 
-def reasons(cfg: RunConfig, matmuls: list, measured: dict | None = None) -> dict[str, str]:
+def reasons(
+    cfg: RunConfig, matmuls: list, measured: dict | None = None, measure_curve: bool = True
+) -> dict[str, str]:
     """Each 16-bit type the device runs -> why it pays or not for a model with these matmuls: the
     reason a tune or an A/B prints beside its own measurement of the model (`measured`: dtype ->
-    the Ratio it measured, set beside what the matmuls alone would gain)."""
+    the Ratio it measured, set beside what the matmuls alone would gain). Without
+    `measure_curve` (a command asked to stop) only a curve kept already is read."""
     measured = measured or {}
     device = resolve_device(cfg.run.device)
-    curve = size_curve(device, threads=choose_threads(cfg, other_cores_now()).threads)
+    threads = choose_threads(cfg, other_cores_now()).threads
+    curve = size_curve(device, threads=threads, measure=measure_curve)
     flags = sorted(cpu_flags()) if device.type == "cpu" else None
     return {
         d: reason(d, matmuls, curve, flags, measured.get(d))

@@ -174,16 +174,21 @@ def measure_curve(device, sides=None, slice_s: float | None = None) -> tuple[dic
     return {d: p for d, p in points.items() if p}, left_out
 
 
-def size_curve(device="cpu", refresh: bool = False, threads: int | None = None) -> SizeCurve:
+def size_curve(
+    device="cpu", refresh: bool = False, threads: int | None = None, measure: bool = True
+) -> SizeCurve | None:
     """This device's curve at `threads` (None: the thread rule's count): recalled from a measurement
-    under the same conditions, or measured now (seconds) and kept. The first curve kept for a set
-    of conditions stands."""
+    under the same conditions, or measured now (seconds) and kept, unless `measure` is False (then
+    None: a command asked to stop measures nothing new). The first curve kept for a set of
+    conditions stands."""
     device = torch.device(device)
     with rule_threads(threads) as count:
         now = {**conditions(device, is_busy(other_cores_now())), "threads": count}
         kept = kept_under(CURVE, now, refresh)
         if kept is not None:
             return SizeCurve.from_dict(kept["curve"])
+        if not measure:
+            return None
         meter = ContentionMeter()
         points, left_out = measure_curve(device)
         other = meter.read()["other_cpu_cores"]

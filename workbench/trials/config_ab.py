@@ -22,12 +22,14 @@ from typing import Callable
 from ..config import RunConfig
 from ..disk import mib
 from ..events import RANK, SAMPLES_PER_S
+from ..machine.capability import resolve_device
 from ..machine.contention import BUSY_CORES
+from ..machine.fit import cannot_run
 from ..measure.ratios import Ratio, min_rounds
 from ..measure.verdict import MIN_EFFECT
 from ..train.sharding import ACTIVATIONS, HELD, PEAK
 from .engine import SLICE_S, Comparison, Slice, Trial
-from .hosts import TrainingHosts
+from .hosts import TrainingHosts, TrialError
 
 
 @dataclass
@@ -123,6 +125,10 @@ def ab_test(
     rounds = rounds or min_rounds()
     if labels[0] == labels[1]:
         raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")
+    for label, cfg in zip(labels, (a, b)):  # what the machine cannot run: refused before any folder
+        reason = cannot_run(cfg, resolve_device(cfg.run.device))
+        if reason:
+            raise TrialError(f"{label}: {reason}")
     with TrainingHosts(a, folder) as hosts:
         for label, cfg in zip(labels, (a, b)):
             hosts.add(label, cfg)

@@ -321,5 +321,10 @@ def tune(
         budget_s,
         memory.budget_gib,
         memory.note,
-        precision_why=reasons(baseline, matmuls, precision_ratios(result.decisions)) if matmuls else {},
+        precision_why=(
+            # once asked to stop, only a size curve kept already gives the reason: none is measured
+            reasons(baseline, matmuls, precision_ratios(result.decisions), not (stop and stop()))
+            if matmuls
+            else {}
+        ),
     )
