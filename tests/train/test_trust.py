@@ -176,6 +176,13 @@ def test_built_in_models_need_no_trust(runs_root):
     model = build_model(RunConfig.smoke(), build_data(RunConfig.smoke()))
     torch.save(model.state_dict(), run_dir / "model.pt")
     assert isinstance(load_model(run_dir), torch.nn.Module)
+    # a forged folder: weights of another shape under this config are one line, not a traceback
+    torch.save({"net.0.weight": torch.zeros(3, 3)}, run_dir / "model.pt")
+    with pytest.raises(
+        ConfigError, match=r"does not fit the model its folder's config builds \(mlp\): "
+    ) as e:
+        load_model(run_dir)
+    assert "\n" not in str(e.value)
 
 
 REEXPORT = {

@@ -61,5 +61,12 @@ def load_model(run_dir: str | Path, trust_code: bool = False):
     cfg = RunFolder(run_dir).config()
     check_trust(run_dir, cfg, trust_code)  # before any of its code is imported
     model = build_model(cfg, build_data(cfg))
-    model.load_state_dict(load_saved(path))
+    try:
+        model.load_state_dict(load_saved(path))
+    except RuntimeError as e:  # names and shapes that are not this model's (a forged or mixed folder)
+        first = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e).splitlines()[0])
+        raise ConfigError(
+            f"weights file {str(path)!r} does not fit the model its folder's config builds "
+            f"({cfg.model.name}): {first[:300]}"
+        ) from None
     return model.eval()
