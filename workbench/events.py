@@ -288,3 +288,24 @@ def read_events_checked(run_dir: str | Path) -> tuple[list[dict], list[str]]:
     """The usable records, and a line for each one skipped."""
     tail = RunTail(run_dir)
     return tail.poll(), tail.problems
+
+
+# Errors a rank raises because another rank died or hung, not because of its own code.
+KNOCK_ON = (
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "distbackenderror",
+    "communicator was aborted",
+    "socket",
+    "recv",
+    "peer",
+)
+
+
+def is_knock_on(record: dict) -> bool:
+    """Whether an error record (its type and message) is a reaction to another rank's end."""
+    text = f"{record.get('error_type', '')} {record.get(MESSAGE, '')}".lower()
+    return any(k in text for k in KNOCK_ON)

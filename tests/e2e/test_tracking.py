@@ -177,6 +177,9 @@ def test_torchrun_ranks_share_a_folder_and_the_rank_at_fault_is_named(runs_root,
     assert bad.wait(180) != 0
     assert [p.name for p in RunFolder(runs_root / "ddp").events_files()] == ["rank0.jsonl", "rank1.jsonl"]
     assert read_summary(runs_root / "ddp")["world_size"] == 2
+    # as the run ends, before any listing settles it: rank 1, whose own error it was, is named
+    early = read_summary(runs_root / "ddp-fails")
+    assert (early["status"], early.get("failed_rank")) == ("failed", 1), early
     assert cli(["runs"]) == 0  # settles the failed run: no process of it is left
     s = read_summary(runs_root / "ddp-fails")
     assert (s["status"], s.get("cause"), s.get("failed_rank")) == ("failed", "raised", 1), s

@@ -40,6 +40,7 @@ from ..events import (
     EVENT,
     HEARTBEAT,
     MESSAGE,
+    is_knock_on,
     NODE,
     PID,
     RANK,
@@ -55,19 +56,6 @@ from ..procs import same_process
 from ..runfolder import FINAL_KEY, RunFolder, Summary, error_type_of
 from ..runstore import processes_alive, read_summary
 
-# Errors a rank raises because another rank died or hung, not because of its own code.
-KNOCK_ON = (
-    "connection closed",
-    "connection reset",
-    "broken pipe",
-    "timed out",
-    "timeout",
-    "distbackenderror",
-    "communicator was aborted",
-    "socket",
-    "recv",
-    "peer",
-)
 _AGENT_SIGNAL = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 # srun's word for a task (one node's torchrun agent) that died by a signal, not by exiting.
 _SRUN_LOST = re.compile(
@@ -78,11 +66,6 @@ _SRUN_LOST = re.compile(
 # srun's word for a node that slurmctld set DOWN under the job (it stopped answering: SlurmdTimeout).
 _SRUN_NODE_FAILED = re.compile(r"^srun: error: Node failure on (\S+)", re.M)
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
-
-
-def is_knock_on(record: dict) -> bool:
-    text = f"{record.get('error_type', '')} {record.get(MESSAGE, '')}".lower()
-    return any(k in text for k in KNOCK_ON)
 
 
 def signal_name(code: int) -> str:

@@ -33,6 +33,7 @@ import torch
 from ..config import ConfigError
 from ..disk import write_atomic
 from ..events import (
+    is_knock_on,
     DATA_WAIT_MS,
     DONE,
     ERROR,
@@ -388,6 +389,7 @@ class Run:
                 ended_note=f"ended by its time budget "
                 f"({self._budget_s:g} s, ${BUDGET_ENV}) after {len(self._times)} steps",
             )
+        own_failure = False  # failed by its own error, not in reaction to another rank's end
         try:
             if status in ("completed", "diverged"):
                 if self._losses and summary.get("final_loss") != summary.get("final_loss"):
@@ -397,6 +399,7 @@ class Run:
             else:
                 record, info = self._failure(status, error, message)
                 summary.update(info)
+                own_failure = status == "failed" and not is_knock_on(record)
                 self._events.write(ERROR, status=status, **record)
         except (OSError, ValueError):
             pass  # a full disk: the summary below may still fit
@@ -406,12 +409,25 @@ class Run:
         if self.world_size == 1:  # several ranks: a reader names the rank at fault once all end
             summary[FINAL_KEY] = returncode  # (workbench.distributed.faults.settle_tracked)
         self._tell_sinks("finish", {**summary, "tags": self.record.get("tags") or {}})
-        if self.rank == 0:
+        # rank 0 writes the summary, and so does a rank that failed by its own error, as it ends:
+        # torchrun then stops rank 0, whose knock-on error or stop does not replace that rank's
+        if (self.rank == 0 and not self._another_rank_failed()) or (self.world_size > 1 and own_failure):
             try:
                 self._folder.write_summary(summary)
             except OSError:
                 pass
         self._events.close()
+
+    def _another_rank_failed(self) -> bool:
+        """Whether another rank has written the summary of its own failure."""
+        try:
+            written = self._folder.summary() or {}
+        except (ConfigError, OSError, ValueError):
+            return False
+        return written.get("cause") in ("raised", "exited") and written.get("failed_rank") not in (
+            None,
+            self.rank,
+        )
 
     def _failure(self, status: str, error: BaseException | None, message: str) -> tuple[dict, dict]:
         """The error record's fields (the exception's own message, as a rank writes it) and the
