@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import subprocess
 import sys
 
@@ -60,7 +61,8 @@ def test_a_short_tune_reports_every_setting_and_exports_what_it_recommends(tmp_p
     assert not any("drop" in d["status"] for d in report["decisions"] if not d["rounds"])
     # the precision lesson of this model: why bf16 pays or not, from its matmuls on this machine's curve
     if "cannot run it" not in decisions["bf16"]["outcome"]:
-        assert "of this model's" in report["precision_why"]["bf16"], report["precision_why"]
+        why = report["precision_why"]["bf16"]  # worded by where bf16 pays on this CPU's curve
+        assert re.search(r"this model's \d+ matmuls", why), report["precision_why"]
     assert all(d["outcome"] for d in report["decisions"])
     tuned = RunConfig.from_dict(report["config"])  # a valid config: the baseline + what was kept
     smoke = RunConfig.smoke()
