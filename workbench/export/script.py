@@ -418,6 +418,7 @@ def _resume_code() -> str:
         wb_state_index.write_index,
         wb_state_index.check_index,
         wb_state_index.check_whole,
+        wb_state_index.check_state,
         wb_state_index.refuse_nothing_to_train,
         r.save_state,
         r.load_state,

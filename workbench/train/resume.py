@@ -35,7 +35,7 @@ from ..config import ConfigError, error_line
 from ..events import STEP_NUMBER, THREADS  # THREADS: the count the saved steps ran
 from ..runfolder import SAVED_STEP, SAVING, RunFolder, saved_steps
 from .rank import unwrap
-from .state_index import check_index, check_whole, refuse_earlier_format, write_index
+from .state_index import check_state, refuse_earlier_format, write_index
 
 
 def state_of(parts, step: int) -> dict:
@@ -101,8 +101,7 @@ def load_state(parts, resume_dir) -> int:
         return 0
     step = max(saved)
     path = saved[step]
-    if not check_index(path):
-        check_whole(path)
+    check_state(path)
     state = state_of(parts, 0)
     try:
         _checkpoint(dcp.load, state, checkpoint_id=path)

@@ -78,8 +78,16 @@ def check_saved_state(run_dir) -> None:
     load it). An earlier version's state is named first: it is not "none"."""
     refuse_earlier_format(run_dir)
     steps = RunFolder(run_dir).saved_steps()
-    if steps and not check_index(steps[max(steps)]):
-        check_whole(steps[max(steps)])
+    if steps:
+        check_state(steps[max(steps)])
+
+
+def check_state(path: Path) -> None:
+    """One saved step whole, or a one-line ConfigError naming the damaged file: by the workbench's
+    index where the state has one, else by torch's own (`check_whole`). Copied into exported
+    scripts."""
+    if not check_index(path):
+        check_whole(path)
 
 
 def check_whole(path: Path) -> None:
