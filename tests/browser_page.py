@@ -147,6 +147,8 @@ LEGIBILITY_JS = """() => {
   }).map(c => 'a table cell over 8 lines tall (a column too narrow for its text): '
                 + c.innerText.trim().replace(/\\s+/g, ' ').slice(0, 40)));
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(shown);
+  const overlaps = (a, b) =>  // two boxes that share more than a pixel each way
+    a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
   const clipped = plots.flatMap(gd => {
     const svg = gd.querySelector('svg.main-svg');
     if (!svg) return [];
@@ -162,8 +164,7 @@ LEGIBILITY_JS = """() => {
       .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([s, r]) => s && r.width);
     const out = [];
     for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-      const a = boxes[i][1], b = boxes[j][1];
-      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+      if (overlaps(boxes[i][1], boxes[j][1]))
         out.push('chart labels overlap: ' + boxes[i][0] + ' / ' + boxes[j][0]);
     }
     return out;
@@ -174,9 +175,7 @@ LEGIBILITY_JS = """() => {
     if (!legend) return [];
     const a = legend.getBoundingClientRect();
     return [...gd.querySelectorAll('.infolayer [class$="title"] text')]
-      .filter(t => { const b = t.getBoundingClientRect();
-                     return b.width && a.left < b.right - 1 && b.left < a.right - 1
-                            && a.top < b.bottom - 1 && b.top < a.bottom - 1; })
+      .filter(t => { const b = t.getBoundingClientRect(); return b.width && overlaps(a, b); })
       .map(t => 'a legend over a title: ' + t.textContent.slice(0, 60));
   });
   // the workbench's own information printed to stderr shows in an error's red box
