@@ -11,9 +11,12 @@ Here a figure's module is a few lines that set up at once. plotly's bundle trave
 in one shared widget (PlotlyCode), and is evaluated once per page; each figure then hands its model
 to plotly's own widget code and draws with it. Evaluating the bundle holds the page for seconds in
 one piece (2.0 s on a quiet 2-core machine, 10 s with the page 5x slower, measured), and a figure
-whose module is still loading meanwhile misses its 2 s as well and then drops every message: so the
+whose model is being set up meanwhile misses its 2 s as well and then drops every message: so the
 page evaluates it only once every figure its kernels announced (PlotlyCode.figures) has set up and
-none came for a moment. A figure that comes later is set up after that piece, within its 2 s.
+none came for a moment, and evaluates it at once in that moment, as a function rather than an
+imported module: an import fetches and parses first, and a figure whose model arrived in between
+was caught by the evaluation that followed (once on CI, 1 of 8). A figure that comes later is set
+up after that piece, within its 2 s.
 
 The messages a figure received before plotly's code was there are replayed to it in order, minus
 those a newer copy of the figure's whole data or layout already holds (ui.charts.publish sends one
@@ -24,6 +27,7 @@ of falling behind the kernel.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import anywidget
@@ -72,10 +76,18 @@ export default {
   initialize({ model }) {
     const slot = plotlyCode();
     const code = model.get("code");
-    slot.load ??= () => {
-      const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
-      import(url).then(slot.resolve, slot.reject).finally(() => URL.revokeObjectURL(url));
-    };
+    slot.load ??= model.get("as_function")
+      ? () => {  // in this task, where nothing was waiting for its set-up
+        try {
+          slot.resolve(new Function(new TextDecoder().decode(code))());
+        } catch (error) {
+          slot.reject(error);
+        }
+      }
+      : () => {
+        const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+        import(url).then(slot.resolve, slot.reject).finally(() => URL.revokeObjectURL(url));
+      };
     const kernel = {};  // this model's entry in slot.expected
     const count = () => {
       slot.expected.set(kernel, model.get("figures"));
@@ -237,13 +249,38 @@ export default () => {
 )
 
 
+# The bundle is an ES module whose last statement exports plotly's widget; licence comments follow.
+_LAST_EXPORT = re.compile(r"export\s*\{([^{}]*)\}\s*;?\s*(?:/\*.*?\*/\s*)*\Z", re.S)
+
+
+def bundle_as_function(module: str) -> str | None:
+    """The bundle as the body of a function that returns what the module exports (evaluated at
+    once where it is called), or None where its exports are not one last `export {...}`: then
+    the page imports it as a module."""
+    last = _LAST_EXPORT.search(module)
+    if last is None:
+        return None
+    names = []
+    for item in last.group(1).split(","):
+        local, _, exported = (part.strip() for part in item.partition(" as "))
+        names.append(f"{json.dumps(exported or local)}: {local}")
+    return f'"use strict";\n{module[: last.start()]}\nreturn {{{", ".join(names)}}};\n'
+
+
 class PlotlyCode(anywidget.AnyWidget):
     """plotly's widget bundle, sent to the page once for every LiveFigure of this kernel, and how
     many of them are open: the page evaluates the bundle once those have set up."""
 
     _esm = _CODE_JS % json.dumps(plotly.__version__)
     code = traitlets.Bytes().tag(sync=True)
+    as_function = traitlets.Bool(False).tag(sync=True)  # code is a function's body, else a module
     figures = traitlets.Int(0).tag(sync=True)
+
+    @classmethod
+    def of_bundle(cls, figures: int) -> PlotlyCode:
+        module = PLOTLY_BUNDLE.read_text(encoding="utf-8")
+        body = bundle_as_function(module)
+        return cls(code=(body or module).encode(), as_function=body is not None, figures=figures)
 
 
 _shared: PlotlyCode | None = None
@@ -254,7 +291,7 @@ def announce_figure() -> PlotlyCode:
     figure before that figure's model reaches the page."""
     global _shared
     if _shared is None or _shared.comm is None:
-        _shared = PlotlyCode(code=PLOTLY_BUNDLE.read_bytes(), figures=1)
+        _shared = PlotlyCode.of_bundle(figures=1)
     else:
         _shared.figures += 1
     return _shared
