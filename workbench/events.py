@@ -60,6 +60,9 @@ PID, CREATED_T, WORLD_SIZE = "pid", "created_t", "world_size"  # the start recor
 NODE = "node"  # the start record, in a SLURM job: the rank's node, as srun names it
 ADDRESSES = "addresses"  # the ready record, across machines: each rank's address toward rank 0
 STATUS, MESSAGE = "status", "message"  # an end record: how the rank ended, in words
+WHERE = "where"  # a heartbeat: the frame the rank's main thread is in ("forward (model.py:12)")
+PART = "part"  # a heartbeat: the part of a step the rank is in, one of STEP_PARTS ('' between)
+STEP_PARTS = ("data", "copy", "forward", "backward", "optimizer")  # in the order a step runs them
 
 MAX_LINE = 3800  # stay under 4 KiB so an append is one write, never interleaved or split
 

@@ -109,3 +109,41 @@ def test_the_patience_follows_the_step_times_seen_and_is_said(tmp_path, smoke):
         failure.cause == "stalled"
         and "the patience was 20 s without progress: 5x its slowest step" in failure.message
     )
+
+
+def _held_in_a_collective(tmp_path, t, rank1_part="forward"):
+    """Rank 0 finished step 5 and waits in the backward of step 6 (DDP's all-reduce); rank 1
+    finished step 5 half a second later and is in `rank1_part` of step 6."""
+    for rank, late, part, where in (
+        (0, 0.0, "backward", "train_step (step.py:91)"),
+        (1, 0.5, rank1_part, "forward (model.py:12)"),
+    ):
+        steps = [("step", {"step": i, "t": t + i + late}) for i in range(1, 6)]
+        beat = ("heartbeat", {"step": 5, "where": where, "part": part, "t": t + 30})
+        write_events(tmp_path, rank, ("start", {"t": t}), ("ready", {"t": t}), *steps, beat)
+
+
+def test_a_rank_held_in_a_collective_by_a_slow_peer_is_not_the_stalled_one(tmp_path, smoke):
+    """Rank 1 stopped in its forward; rank 0, a part further on, waits for it in backward. Rank 0
+    went without progress first, but only rank 1 is judged: nothing is said until rank 1 is past
+    its patience (7 s: the collective timeout and its margin), then rank 1 alone is named, and
+    rank 0 is said to wait for it."""
+    cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.timeout_s": 2.0, "run.steps": 100})
+    t = time.time()
+    _held_in_a_collective(tmp_path, t)
+    assert Watchdog(tmp_path, cfg).check(now=t + 5 + 7.2) is None  # rank 0 past 7 s, rank 1 not
+    failure = Watchdog(tmp_path, cfg).check(now=t + 5.5 + 7.2)
+    assert failure.cause == "stalled" and failure.failed_ranks == [1], failure
+    assert failure.message.startswith("rank 1 stalled after step 5: no progress for 7 s"), failure.message
+    assert "last seen in forward (model.py:12)" in failure.message
+    assert "rank 0 waits for it in the backward of step 6 (a collective)" in failure.message
+
+
+def test_ranks_level_in_the_steps_are_both_named(tmp_path, smoke):
+    """Both ranks in the backward of step 6: neither can be told to wait for the other, so both
+    are named, as are ranks whose heartbeats do not say their part (a script's own loop)."""
+    cfg = smoke.replace(**{"distributed.nproc": 2, "distributed.timeout_s": 2.0, "run.steps": 100})
+    t = time.time()
+    _held_in_a_collective(tmp_path, t, rank1_part="backward")
+    failure = Watchdog(tmp_path, cfg).check(now=t + 5.5 + 7.2)
+    assert failure.failed_ranks == [0, 1] and "waits for" not in failure.message, failure

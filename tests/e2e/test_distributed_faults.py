@@ -71,6 +71,11 @@ def test_a_raising_killed_exiting_or_hanging_rank_is_named(smoke, tmp_path):
     last = steps_seen(runs["hang"].run_dir).get(1, 0)
     assert last >= 1
     assert f"rank 1 stalled after step {last}" in s["message"] and "forward" in s["message"]
+    # the heartbeats said which part of the step each rank was in: rank 1 in its forward, rank 0
+    # one part on, waiting in backward's all-reduce for it
+    beats = [r for r in read_events(runs["hang"].run_dir) if r["event"] == "heartbeat" and r["step"] == last]
+    assert [r.get("part") for r in beats if r["rank"] == 1][-1] == "forward", beats
+    assert "backward" in {r.get("part") for r in beats if r["rank"] == 0}, beats
     for mode, h in runs.items():
         assert steps_seen(h.run_dir).get(0, 0) >= 2, mode  # events kept up to the failure
         assert_all_gone(pids[mode], within=5)

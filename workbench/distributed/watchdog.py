@@ -3,8 +3,11 @@ that stopped making progress. Used by the supervisor every few hundred milliseco
 psutil, no torch.
 
 Progress is a `ready` or `step` record. Each rank also writes a `heartbeat` record every second from
-a thread (workbench.train.heartbeat) with the last step it finished and where its main thread is, so a
-stalled rank is named, and said to be alive (stuck somewhere) or frozen. The watchdog also looks at
+a thread (workbench.train.heartbeat) with the last step it finished, where its main thread is and
+which part of a step it is in, so a stalled rank is named, and said to be alive (stuck somewhere)
+or frozen. Ranks wait for each other in collectives (DDP's in backward, FSDP's in forward too): where
+some ranks are further on in the steps than others, the ones behind are those everyone waits for,
+and they alone are judged and named; the others are said to wait for them. The watchdog also looks at
 each rank's process (the pid of its `start` record): a process stopped by SIGSTOP (or a debugger)
 is frozen, and once the other ranks' collectives time out waiting for a frozen or stuck rank, the
 diagnosis is made at once, before torchrun's teardown kills that rank and hides why.
@@ -34,6 +37,7 @@ from ..events import (
     EVENT,
     HEARTBEAT,
     LAST,
+    PART,
     PID,
     RANK,
     READY,
@@ -41,7 +45,9 @@ from ..events import (
     STATUS,
     STEP,
     STEP_NUMBER,
+    STEP_PARTS,
     TIME,
+    WHERE,
     RunTail,
 )
 from ..net import answers
@@ -69,6 +75,8 @@ class RankState:
     ended: str | None = None  # done | failed | stopped
     beat_t: float | None = None
     where: str = ""
+    beat_step: int = 0  # the last heartbeat's step, and the part of the next one it was in
+    part: str | None = None  # None: its heartbeat does not say (a script's own loop)
     pid: int | None = None
     created_t: float | None = None
     ended_t: float | None = None
@@ -105,7 +113,8 @@ class Watchdog:
                 s.progress_t, s.step = t, int(r.get(STEP_NUMBER, s.step))
                 s.last_step = bool(r.get(LAST))
             elif event == HEARTBEAT:
-                s.beat_t, s.where = t, r.get("where", "")
+                s.beat_t, s.where = t, r.get(WHERE, "")
+                s.beat_step, s.part = int(r.get(STEP_NUMBER, s.step)), r.get(PART)
             elif event == DONE:
                 s.ended, s.ended_t = "done", t
             elif event == ERROR:
@@ -155,13 +164,33 @@ class Watchdog:
                 self._start_message(ranks, ready),
                 failed_ranks=sorted(set(ranks) - set(ready)),
             )
-        stalled = []
-        for rank, s in ranks.items():
-            if s.ended or s.step >= self.cfg.run.steps or s.last_step:
-                continue  # done, or evaluating and saving after the last step
-            if now - s.progress_t > self.patience(s)[0]:
-                stalled.append(rank)
-        return self._stalled(ranks, stalled, now)
+        # done, or evaluating and saving after the last step: not judged by its steps
+        stepping = {
+            r: s for r, s in ranks.items() if not (s.ended or s.step >= self.cfg.run.steps or s.last_step)
+        }
+        stalled = [r for r, s in stepping.items() if now - s.progress_t > self.patience(s)[0]]
+        behind = self.waited_for(stepping)
+        if stalled and behind:  # the others wait in a collective: judge the ranks they wait for
+            stalled = [r for r in behind if now - stepping[r].progress_t > self.patience(stepping[r])[0]]
+        return self._stalled(
+            ranks, stalled, now, waiting=sorted(set(stepping) - set(behind)) if behind else []
+        )
+
+    @staticmethod
+    def waited_for(stepping: dict[int, RankState]) -> list[int]:
+        """The ranks furthest behind in the steps, by their heartbeats (the step and the part of the
+        next), where others are further on: those wait for them. Empty when all are level or a
+        heartbeat does not say its part."""
+        if len(stepping) < 2 or any(s.part is None or s.beat_t is None for s in stepping.values()):
+            return []
+        at = {
+            r: (s.beat_step, STEP_PARTS.index(s.part) if s.part in STEP_PARTS else -1)
+            for r, s in stepping.items()
+        }
+        last = min(at.values())
+        if last == max(at.values()):
+            return []
+        return sorted(r for r, here in at.items() if here == last)
 
     def patience(self, s: RankState) -> tuple[float, str]:
         """How long `s` may go without progress, and why: the collective timeout's chance first,
@@ -238,10 +267,17 @@ class Watchdog:
             failed_ranks=sorted(r for rs in lost.values() for r in rs),
         )
 
-    def _stalled(self, ranks: dict[int, RankState], stalled: list[int], now: float) -> Diagnosis | None:
+    def _stalled(
+        self, ranks: dict[int, RankState], stalled: list[int], now: float, waiting: list[int] = ()
+    ) -> Diagnosis | None:
         if not stalled:
             return None
         parts = [self._stall_text(r, ranks[r], now) for r in sorted(stalled)]
+        them = "it" if len(stalled) == 1 else "them"
+        for r in waiting:
+            s = ranks[r]
+            at = f"the {s.part} of step {s.beat_step + 1}" if s.part else f"after step {s.beat_step}"
+            parts.append(f"rank {r} waits for {them} in {at} (a collective)")
         limit, why = self.patience(ranks[sorted(stalled)[0]])
         timeout = (
             f" (distributed.timeout_s={self.cfg.distributed.timeout_s:g}; "

@@ -71,7 +71,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
@@ -369,6 +369,8 @@ def _step_code() -> str:
                 wb_step.make_optimizer,
                 wb_step.cycle_batches,
                 wb_step.no_phase,
+                wb_step.StepPart,
+                wb_step.marked,
                 wb_step.StepParts,
                 wb_step.train_step,
                 wb_loop.StepResult,

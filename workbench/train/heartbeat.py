@@ -1,6 +1,7 @@
 """Per-rank heartbeat: a daemon thread appends a `heartbeat` record every second with the last step
-the rank finished and where its main thread is right now ("forward (model.py:12)"), so the
-supervisor can name a stalled rank and say whether it is alive and stuck or frozen.
+the rank finished, where its main thread is right now ("forward (model.py:12)") and, in the
+workbench's loop, which part of a step it is in, so the supervisor can name a stalled rank, say
+whether it is alive and stuck or frozen, and tell it from a rank that waits for it.
 
 Rank 0's heartbeat also says, every few seconds, what other programs did to the machine
 (`contention`, workbench.machine.contention), so a live chart can flag a busy machine.
@@ -13,7 +14,9 @@ import os
 import sys
 import threading
 
-from ..events import HEARTBEAT, STEP, STEP_NUMBER, EventWriter
+from collections.abc import Callable
+
+from ..events import HEARTBEAT, PART, STEP, STEP_NUMBER, WHERE, EventWriter
 from ..machine.contention import ContentionMeter
 
 INTERVAL_S = 1.0
@@ -58,10 +61,14 @@ def where(thread_id: int) -> str:
 
 class Heartbeat(threading.Thread):
     def __init__(
-        self, writer: LockedWriter, interval_s: float = INTERVAL_S, contention: ContentionMeter | None = None
+        self,
+        writer: LockedWriter,
+        interval_s: float = INTERVAL_S,
+        contention: ContentionMeter | None = None,
+        part: Callable[[], str] | None = None,  # the part of a step the loop is in, where known
     ):
         super().__init__(daemon=True, name="workbench-heartbeat")
-        self.writer, self.interval_s, self.contention = writer, interval_s, contention
+        self.writer, self.interval_s, self.contention, self.part = writer, interval_s, contention, part
         self.main_id = threading.main_thread().ident
         self._stop_event = threading.Event()
 
@@ -69,12 +76,14 @@ class Heartbeat(threading.Thread):
         beats = 0
         while not self._stop_event.wait(self.interval_s):
             beats += 1
-            extra = {}
+            extra = {PART: self.part()} if self.part else {}
             if self.contention is not None and beats % CONTENTION_EVERY == 0:
                 extra["contention"] = self.contention.read()
                 self.contention.restart()
             try:
-                self.writer.write(HEARTBEAT, step=self.writer.last_step, where=where(self.main_id), **extra)
+                self.writer.write(
+                    HEARTBEAT, **{STEP_NUMBER: self.writer.last_step, WHERE: where(self.main_id)}, **extra
+                )
             except (OSError, ValueError):
                 return  # the file was closed under us: the rank is ending
 

@@ -142,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _stop)  # a closed terminal, or another program: named, not silent
     t0 = time.time()
     cfg = None
-    heartbeat = Heartbeat(events, contention=ContentionMeter(run_tree_pid()) if env.rank == 0 else None)
+    from .step import StepPart
+
+    heartbeat = Heartbeat(
+        events,
+        contention=ContentionMeter(run_tree_pid()) if env.rank == 0 else None,
+        part=lambda: StepPart.now,
+    )
     heartbeat.start()
     phase = Phase("reading the config")
     try:

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +27,26 @@ def cycle_batches(loader):
 
 def no_phase(name):
     return nullcontext()
+
+
+class StepPart:
+    """The part of a step this process's loop is in ('' between steps), read by the heartbeat's
+    thread: a rank waiting in a collective (backward, under DDP) is told from the rank it waits
+    for (still in forward)."""
+
+    now = ""
+
+
+def marked(phase):
+    """`phase`, noting in StepPart which part of the step runs."""
+
+    @contextmanager
+    def part(name):
+        StepPart.now = name
+        with phase(name):
+            yield
+
+    return part
 
 
 @dataclass(frozen=True)
@@ -53,7 +73,7 @@ def train_step(parts: StepParts, batches, phase=no_phase):
     its sample count and the seconds spent waiting for batches; `loss.item()` is the step's one
     device sync. `phase(name)` is a context around each part of the step ("data", "copy",
     "forward", "backward", "optimizer"): nothing by default, the profiler's ranges when profiled."""
-    p = parts
+    p, phase = parts, marked(phase)
     wait, samples = 0.0, 0
     for micro in range(p.accum):
         tw = time.perf_counter()
@@ -78,6 +98,7 @@ def train_step(parts: StepParts, batches, phase=no_phase):
         p.scaler.step(p.opt)
         p.scaler.update()
         p.opt.zero_grad(set_to_none=True)
+    StepPart.now = ""
     return loss.item() * p.accum, samples, wait
 
 
