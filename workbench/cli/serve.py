@@ -1,0 +1,69 @@
+"""`workbench serve`: a model over HTTP on 127.0.0.1, until Ctrl-C.
+
+    workbench serve runs/20260101-120000_mlp-fp32                 # a run's trained weights
+    workbench serve --model examples/gpt2.py:build --data text --weights gpt2.pt
+    workbench serve RUN --variant int8 --max-batch 8 --max-wait-ms 5 --port 0
+
+Then POST {"inputs": [...]} to /predict, and drive it with `workbench load URL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import ConfigError
+from .prune import add_subject_args, subject_from_args
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "serve",
+        help="serve a model over HTTP (POST /predict, GET /health) with dynamic batching",
+        description="Serve a run's trained model, or your own, over HTTP on 127.0.0.1 until Ctrl-C.",
+    )
+    p.add_argument("run", nargs="?", help="a run folder whose trained weights to serve")
+    add_subject_args(p)
+    for hidden in ("--eval", "--batch-sizes", "--rounds", "--json"):  # the compression lab's own
+        p.set_defaults(**{hidden.lstrip("-").replace("-", "_"): None})
+    p.add_argument("--weights", help="a state_dict file for --model (torch.save(model.state_dict()))")
+    p.add_argument("--variant", default="eager", help="eager | compiled | bf16 | int8")
+    p.add_argument("--max-batch", type=int, default=1, help="samples one forward may gather (1: no batching)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, help="how long a batch waits to fill")
+    p.add_argument("--host", default="127.0.0.1", help="another address needs --token")
+    p.add_argument("--port", type=int, default=8700, help="0: any free port (the line printed names it)")
+    p.add_argument("--token", help="clients must send Authorization: Bearer TOKEN")
+    p.set_defaults(train_epochs=0)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..machine.threads import choose_threads, other_cores_now
+    from ..serving.served import Served
+    from ..serving.server import Settings, serve_forever
+    from .prune import subject_config
+
+    settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()
+    if args.run:
+        if args.run_dir:
+            raise ConfigError("give the run folder once: RUN or --run-dir, not both")
+        args.run_dir = args.run
+    if args.weights and args.run_dir:
+        raise ConfigError("--weights is for --model; a run folder serves its own weights")
+    subject = subject_from_args(args)
+    if args.weights:
+        from ..train.restore import load_saved
+
+        try:
+            subject.model.load_state_dict(load_saved(args.weights))
+        except RuntimeError as e:
+            raise ConfigError(f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}")
+    cfg = subject_config(args) if not args.run_dir else None
+    import torch
+
+    from ..config import RunConfig
+
+    choice = choose_threads(cfg or RunConfig.smoke(), other_cores_now())
+    torch.set_num_threads(choice.threads)
+    served = Served.build(subject, args.variant)
+    serve_forever(served, settings, threads_why=choice.why)
+    return 0

@@ -1,0 +1,170 @@
+"""Drive a server the way its users would, and say what they would wait.
+
+    levels = [Level("concurrency", 4), Level("rate", 200)]
+    report = asyncio.run(drive("http://127.0.0.1:8700", levels, duration_s=5))
+
+Closed loop (`concurrency`): that many clients, each sending its next request when the last is
+answered. Open loop (`rate`): requests at Poisson arrival times whatever the server does, and each
+latency counts from the request's scheduled send time, so a server that falls behind cannot hide
+its queue behind a client that waited for it. Each level's first `warmup_s` is left out of its
+figures (counted, and said). Every request is accounted for: answered (2xx), refused (another
+HTTP status, with the server's line) or failed (no answer: refused connection, reset, timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from ..config import ConfigError
+from .latency import summarize
+
+MAX_REQUESTS = 10_000  # per level: a load run is bounded in count as well as in time
+TIMEOUT_S = 30.0  # one request's longest wait before it counts as failed
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: str  # "concurrency" (closed loop) or "rate" (open loop, requests per second)
+    value: float
+
+    @property
+    def name(self) -> str:
+        return f"concurrency {self.value:g}" if self.kind == "concurrency" else f"rate {self.value:g}/s"
+
+
+@dataclass
+class Sent:
+    scheduled: float  # when it was to be sent (open loop), or sent (closed loop)
+    done: float = 0.0
+    outcome: str = ""  # answered | refused | failed
+    detail: str = ""  # a refusal's line or a failure's cause
+
+
+@dataclass
+class LevelResult:
+    level: Level
+    window_s: float
+    requests: list[Sent] = field(default_factory=list)  # in the measured window
+    warmup: int = 0  # requests in the warm-up, left out
+
+    def record(self) -> dict:
+        answered = [r.done - r.scheduled for r in self.requests if r.outcome == "answered"]
+        out = {
+            "level": self.level.name,
+            "kind": self.level.kind,
+            "value": self.level.value,
+            "window_s": round(self.window_s, 3),
+            "warmup_requests": self.warmup,
+            **summarize(
+                answered,
+                self.window_s,
+                len(self.requests),
+                sum(r.outcome == "refused" for r in self.requests),
+                sum(r.outcome == "failed" for r in self.requests),
+            ),
+        }
+        causes = sorted({r.detail for r in self.requests if r.outcome != "answered" and r.detail})
+        if causes:
+            out["causes"] = causes[:5]
+        return out
+
+
+def body_for(health: dict, seed: int = 0) -> bytes:
+    """One sample of the input the server says it takes (GET /health), random but never zeros."""
+    schema = health["input"]
+    rnd = random.Random(seed)
+    count = 1
+    for d in schema["shape"]:
+        count *= d
+    if "vocab" in schema:
+        flat = [rnd.randrange(max(1, schema["vocab"])) for _ in range(count)]
+    else:
+        flat = [round(rnd.uniform(0.01, 1.0), 4) for _ in range(count)]
+    for d in reversed(schema["shape"][1:]):
+        flat = [flat[i : i + d] for i in range(0, len(flat), d)]
+    return json.dumps({"inputs": flat}).encode()
+
+
+async def health_of(session: aiohttp.ClientSession, url: str) -> dict:
+    try:
+        async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                raise ConfigError(f"{url}/health answered {r.status}: {(await r.text())[:200]}")
+            return await r.json()
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise ConfigError(f"no server answers at {url}: {type(e).__name__}: {e}") from None
+
+
+async def _send(session, url: str, body: bytes, sent: Sent) -> None:
+    try:
+        async with session.post(
+            f"{url}/predict", data=body, headers={"content-type": "application/json"}
+        ) as r:
+            text = await r.read()
+            sent.outcome = "answered" if r.status == 200 else "refused"
+            if r.status != 200:
+                try:
+                    sent.detail = f"{r.status}: {json.loads(text).get('error', '')}"[:200]
+                except (ValueError, AttributeError):
+                    sent.detail = f"{r.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        sent.outcome, sent.detail = "failed", type(e).__name__
+    sent.done = time.perf_counter()
+
+
+async def run_level(
+    session, url: str, body: bytes, level: Level, duration_s: float, warmup_s: float, seed: int = 0
+) -> LevelResult:
+    start = time.perf_counter()
+    measured_from, ends = start + warmup_s, start + warmup_s + duration_s
+    everything: list[Sent] = []
+    if level.kind == "concurrency":
+
+        async def client():
+            while time.perf_counter() < ends and len(everything) < MAX_REQUESTS:
+                sent = Sent(time.perf_counter())
+                everything.append(sent)
+                await _send(session, url, body, sent)
+
+        await asyncio.gather(*(client() for _ in range(int(level.value))))
+    else:
+        rnd, tasks, at = random.Random(seed), [], start
+        while len(tasks) < MAX_REQUESTS:
+            at += rnd.expovariate(level.value)
+            if at >= ends:
+                break
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            sent = Sent(at)
+            everything.append(sent)
+            tasks.append(asyncio.create_task(_send(session, url, body, sent)))
+        await asyncio.gather(*tasks)
+    window = [s for s in everything if s.scheduled >= measured_from]
+    last = max((s.done for s in window), default=ends)
+    return LevelResult(
+        level, max(1e-9, last - measured_from) if window else 0.0, window, len(everything) - len(window)
+    )
+
+
+async def drive(
+    url: str, levels: list[Level], duration_s: float = 5.0, warmup_s: float = 1.0, on_level=None
+) -> dict:
+    """Each level in turn against the server at `url`; `on_level(record)` hears each as it ends."""
+    url = url.rstrip("/")
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        health = await health_of(session, url)
+        body = body_for(health)
+        records = []
+        for level in levels:
+            result = await run_level(session, url, body, level, duration_s, warmup_s)
+            records.append(result.record())
+            if on_level is not None:
+                on_level(records[-1])
+    return {"url": url, "server": health, "duration_s": duration_s, "warmup_s": warmup_s, "levels": records}
