@@ -34,11 +34,12 @@ def add_parser(sub):
 
 
 def levels_from(args):
-    from ..serving.load import MAX_REQUESTS, Level
+    from ..serving.limits import MAX_CONCURRENCY, MAX_REQUESTS
+    from ..serving.load import Level
 
     levels = []
     for flag, kind, cast, top in (
-        ("concurrency", "concurrency", int, 1024),
+        ("concurrency", "concurrency", int, MAX_CONCURRENCY),
         ("rate", "rate", float, MAX_REQUESTS),
     ):
         text = getattr(args, flag)
@@ -66,18 +67,20 @@ def line(r: dict) -> str:
     )
 
 
+def started(health: dict, levels, args) -> str:
+    return (
+        f"{health['model']} ({health['variant']}, batching {health['batching']}): {len(levels)} "
+        f"level(s), {args.duration_s:g} s measured each after {args.warmup_s:g} s left out; latency "
+        "from each request's scheduled send time, intervals 95 %"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     from ..serving.load import drive
 
     levels = levels_from(args)
     if not args.url.startswith(("http://", "https://")):
         raise ConfigError(f"url must start with http:// or https://, got {args.url!r}")
-    if not args.json:
-        print(
-            f"{len(levels)} level(s), {args.duration_s:g} s measured each after {args.warmup_s:g} s "
-            "left out; latency from each request's scheduled send time, intervals 95 %",
-            flush=True,
-        )
     report = asyncio.run(
         drive(
             args.url,
@@ -85,6 +88,7 @@ def main(args: argparse.Namespace) -> int:
             args.duration_s,
             args.warmup_s,
             on_level=None if args.json else lambda r: print(line(r), flush=True),
+            on_start=None if args.json else lambda health: print(started(health, levels, args), flush=True),
         )
     )
     failed = sum(r["failed"] for r in report["levels"])

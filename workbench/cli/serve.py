@@ -37,33 +37,44 @@ def add_parser(sub):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..machine.threads import choose_threads, other_cores_now
-    from ..serving.served import Served
-    from ..serving.server import Settings, serve_forever
-    from .prune import subject_config
+    from ..serving.limits import VARIANTS
+    from ..serving.server import Settings
 
     settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()
+    if args.variant not in VARIANTS:
+        raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {args.variant!r}")
     if args.run:
         if args.run_dir:
             raise ConfigError("give the run folder once: RUN or --run-dir, not both")
         args.run_dir = args.run
     if args.weights and args.run_dir:
         raise ConfigError("--weights is for --model; a run folder serves its own weights")
+
+    import torch  # after the cheap checks: a refusal answers at once
+
+    from ..config import RunConfig
+    from ..machine.threads import choose_threads, other_cores_now
+    from ..serving.served import Served
+    from ..serving.server import serve_forever
+    from ..train.restore import load_saved
+
     subject = subject_from_args(args)
     if args.weights:
-        from ..train.restore import load_saved
-
         try:
             subject.model.load_state_dict(load_saved(args.weights))
         except RuntimeError as e:
-            raise ConfigError(f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}")
-    cfg = subject_config(args) if not args.run_dir else None
-    import torch
-
-    from ..config import RunConfig
-
-    choice = choose_threads(cfg or RunConfig.smoke(), other_cores_now())
+            raise ConfigError(
+                f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}"
+            ) from None
+    # one server process: its threads are the usable cores, as a lone rank's are
+    choice = choose_threads(RunConfig.smoke(), other_cores_now())
     torch.set_num_threads(choice.threads)
     served = Served.build(subject, args.variant)
-    serve_forever(served, settings, threads_why=choice.why)
+    serve_forever(
+        served,
+        settings,
+        threads_why=choice.why.replace("per rank", "in the server").replace(
+            "shared by 1 rank(s)", "for 1 server process"
+        ),
+    )
     return 0

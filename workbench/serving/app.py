@@ -17,9 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .batching import Batcher
+from .limits import MAX_BODY
 from .served import BadRequest, Served
-
-MAX_BODY = 8 * 2**20  # bytes of one request's body
 
 
 def refuse(status: int, message: str) -> JSONResponse:

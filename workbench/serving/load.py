@@ -23,8 +23,8 @@ import aiohttp
 
 from ..config import ConfigError
 from .latency import summarize
+from .limits import MAX_REQUESTS
 
-MAX_REQUESTS = 10_000  # per level: a load run is bounded in count as well as in time
 TIMEOUT_S = 30.0  # one request's longest wait before it counts as failed
 
 
@@ -152,14 +152,22 @@ async def run_level(
 
 
 async def drive(
-    url: str, levels: list[Level], duration_s: float = 5.0, warmup_s: float = 1.0, on_level=None
+    url: str,
+    levels: list[Level],
+    duration_s: float = 5.0,
+    warmup_s: float = 1.0,
+    on_level=None,
+    on_start=None,
 ) -> dict:
-    """Each level in turn against the server at `url`; `on_level(record)` hears each as it ends."""
+    """Each level in turn against the server at `url`; `on_start(health)` hears what the server
+    said of itself, `on_level(record)` each level as it ends."""
     url = url.rstrip("/")
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         health = await health_of(session, url)
+        if on_start is not None:
+            on_start(health)
         body = body_for(health)
         records = []
         for level in levels:

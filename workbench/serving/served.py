@@ -16,9 +16,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
-
-VARIANTS = ("eager", "compiled", "bf16", "int8")
-MAX_SAMPLES = 256  # samples in one request: a bigger one is refused (413), not queued
+from .limits import MAX_SAMPLES, VARIANTS
 
 
 class BadRequest(ValueError):

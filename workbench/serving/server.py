@@ -16,11 +16,15 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from ..config import ConfigError
-from .served import MAX_SAMPLES, Served
+from .limits import MAX_SAMPLES, MAX_WAIT_MS
+
+if TYPE_CHECKING:
+    from .served import Served
 
 LOOPBACK = "127.0.0.1"
-MAX_WAIT_MS = 1000.0
 
 
 @dataclass(frozen=True)
