@@ -32,6 +32,7 @@ def add_parser(sub):
     p.add_argument("--host", default="127.0.0.1", help="another address needs --token")
     p.add_argument("--port", type=int, default=8700, help="0: any free port (the line printed names it)")
     p.add_argument("--token", help="clients must send Authorization: Bearer TOKEN")
+    p.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)  # stop when stdin closes
     p.set_defaults(train_epochs=0)
     return p
 
@@ -55,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from ..config import RunConfig
     from ..machine.threads import choose_threads, other_cores_now
     from ..serving.served import Served
-    from ..serving.server import serve_forever
+    from ..serving.server import serve_forever, stop_when_stdin_closes
     from ..train.restore import load_saved
 
     subject = subject_from_args(args)
@@ -70,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
     choice = choose_threads(RunConfig.smoke(), other_cores_now())
     torch.set_num_threads(choice.threads)
     served = Served.build(subject, args.variant)
+    if args.lifeline:
+        stop_when_stdin_closes()
     serve_forever(
         served,
         settings,

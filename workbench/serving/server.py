@@ -13,7 +13,10 @@ client for the same cores, gave 163-306 (docs/serving.md).
 from __future__ import annotations
 
 import ipaddress
+import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
@@ -53,6 +56,18 @@ class Settings:
                 "Authorization: Bearer TOKEN), or serve on 127.0.0.1"
             )
         return self
+
+
+def stop_when_stdin_closes() -> None:
+    """The process that started this server holds the other end of stdin: when that closes (it
+    stopped, restarted or died), this server stops as Ctrl-C would stop it."""
+
+    def watch():  # the file descriptor, not sys.stdin: a buffered read held at exit aborts Python
+        while os.read(0, 4096):
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True, name="workbench-lifeline").start()
 
 
 def bind(settings: Settings) -> socket.socket:

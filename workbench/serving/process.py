@@ -1,0 +1,89 @@
+"""A server in a process of its own, for a notebook, a comparison or a test (this module runs in
+the process that starts it; the server itself is `workbench serve`).
+
+    with ServerProcess(["runs/..._mlp-fp32", "--max-batch", "8"]) as server:
+        server.url                     # http://127.0.0.1:PORT, the port the server chose
+    # stopped: the process is gone and its port free
+
+The server holds the read end of a pipe (its stdin) and stops when it closes: a kernel that
+restarts or dies takes its servers with it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+from ..config import ConfigError
+
+READY = re.compile(r"^serving .* at (http://\S+) ")
+READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes minutes
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], env: dict | None = None, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.lines: list[str] = []  # what the server printed
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workbench", "serve", *args, "--port", "0", "--lifeline"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # Ctrl-C in a terminal reaches its starter, who stops it
+        )
+        threading.Thread(target=self._read, daemon=True, name="workbench-server-output").start()
+        try:
+            self.url = self._wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _wait_ready(self, timeout_s: float) -> str:
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout_s)
+            except queue.Empty:
+                raise ConfigError(f"the server did not start within {timeout_s:g} s") from None
+            if line is None:
+                last = self.lines[-1] if self.lines else f"exit code {self.proc.wait()}"
+                raise ConfigError(f"the server did not start: {last}")
+            self.lines.append(line)
+            if found := READY.match(line):
+                return found.group(1)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> int:
+        """Ctrl-C's signal, then SIGKILL after `grace_s`; returns the exit code."""
+        if self.running():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        code = self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        return code
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
