@@ -29,6 +29,9 @@ def add_parser(sub):
     p.add_argument("--rate", help="open loop: requests per second, comma-separated (e.g. 50,200)")
     p.add_argument("--duration-s", type=float, default=5.0, help="measured seconds per level")
     p.add_argument("--warmup-s", type=float, default=1.0, help="seconds per level left out first")
+    p.add_argument(
+        "--requests", type=int, default=None, help="send at most this many per level, warm-up included"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -51,6 +54,8 @@ def levels_from(args):
         levels = [Level("concurrency", 1)]
     if not 0 < args.duration_s <= 600:
         raise ConfigError(f"--duration-s must be in (0, 600], got {args.duration_s:g}")
+    if args.requests is not None and not 0 < args.requests <= MAX_REQUESTS:
+        raise ConfigError(f"--requests must be 1-{MAX_REQUESTS}, got {args.requests}")
     if not 0 <= args.warmup_s <= 60:
         raise ConfigError(f"--warmup-s must be in [0, 60], got {args.warmup_s:g}")
     return levels
@@ -76,6 +81,7 @@ def started(health: dict, levels, args) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..serving.limits import MAX_REQUESTS
     from ..serving.load import drive
 
     levels = levels_from(args)
@@ -87,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
             levels,
             args.duration_s,
             args.warmup_s,
+            args.requests or MAX_REQUESTS,
             on_level=None if args.json else lambda r: print(line(r), flush=True),
             on_start=None if args.json else lambda health: print(started(health, levels, args), flush=True),
         )

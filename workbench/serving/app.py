@@ -87,6 +87,8 @@ def make_app(
                 payload = json.loads(body)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise BadRequest(400, f"the body is not JSON: {e}") from None
+            except RecursionError:
+                raise BadRequest(400, "the body is JSON nested too deeply to read") from None
             x, single = served.read(payload)
         except BadRequest as e:
             counts["refused"] += 1

@@ -119,7 +119,14 @@ async def _send(session, url: str, body: bytes, sent: Sent) -> None:
 
 
 async def run_level(
-    session, url: str, body: bytes, level: Level, duration_s: float, warmup_s: float, seed: int = 0
+    session,
+    url: str,
+    body: bytes,
+    level: Level,
+    duration_s: float,
+    warmup_s: float,
+    requests: int = MAX_REQUESTS,
+    seed: int = 0,
 ) -> LevelResult:
     start = time.perf_counter()
     measured_from, ends = start + warmup_s, start + warmup_s + duration_s
@@ -127,7 +134,7 @@ async def run_level(
     if level.kind == "concurrency":
 
         async def client():
-            while time.perf_counter() < ends and len(everything) < MAX_REQUESTS:
+            while time.perf_counter() < ends and len(everything) < requests:
                 sent = Sent(time.perf_counter())
                 everything.append(sent)
                 await _send(session, url, body, sent)
@@ -135,7 +142,7 @@ async def run_level(
         await asyncio.gather(*(client() for _ in range(int(level.value))))
     else:
         rnd, tasks, at = random.Random(seed), [], start
-        while len(tasks) < MAX_REQUESTS:
+        while len(tasks) < requests:
             at += rnd.expovariate(level.value)
             if at >= ends:
                 break
@@ -156,6 +163,7 @@ async def drive(
     levels: list[Level],
     duration_s: float = 5.0,
     warmup_s: float = 1.0,
+    requests: int = MAX_REQUESTS,
     on_level=None,
     on_start=None,
 ) -> dict:
@@ -171,8 +179,15 @@ async def drive(
         body = body_for(health)
         records = []
         for level in levels:
-            result = await run_level(session, url, body, level, duration_s, warmup_s)
+            result = await run_level(session, url, body, level, duration_s, warmup_s, requests)
             records.append(result.record())
             if on_level is not None:
                 on_level(records[-1])
-    return {"url": url, "server": health, "duration_s": duration_s, "warmup_s": warmup_s, "levels": records}
+    return {
+        "url": url,
+        "server": health,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "requests": requests,
+        "levels": records,
+    }

@@ -9,6 +9,7 @@ refused in one line before it reaches the model.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,8 @@ class Served:
         model, note = subject.model.eval(), ""
         if variant == "compiled":
             model = torch.compile(model)
-        elif variant == "bf16":
-            model = model.to(torch.bfloat16)
+        elif variant == "bf16":  # a copy: the subject's model stays as it was
+            model = copy.deepcopy(model).to(torch.bfloat16)
         elif variant == "int8":
             from ..compress.coverage import coverage_note
             from ..compress.quantize import quantize
@@ -96,6 +97,8 @@ class Served:
         dtype = torch.long if self.integer_input else torch.float32
         try:
             x = torch.tensor(inputs, dtype=dtype)
+        except RecursionError:
+            raise BadRequest(422, "inputs is nested too deeply") from None
         except (TypeError, ValueError, RuntimeError, OverflowError) as e:
             raise BadRequest(
                 422, f"inputs is not a rectangular array of {self._kind()}: {str(e)[:120]}"

@@ -1,0 +1,198 @@
+"""Real servers (`workbench serve` in processes of their own) and real clients: a run's trained
+model, an own model from a file factory with its weights, each answered as the model answers in
+process; bad requests refused in one line while the server goes on serving; every request of a
+load run accounted for; a server killed mid-load makes `workbench load` fail and say so; nothing
+left behind."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+import torch
+
+from launch_helpers import wait_for
+from workbench.config import RunConfig
+from workbench.distributed.launch import run
+from workbench.serving.limits import MAX_BODY
+from workbench.serving.process import ServerProcess
+from workbench.train.restore import load_model
+
+pytestmark = pytest.mark.slow
+
+
+def post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{url}/predict", data=body, headers={"content-type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def health(url: str, headers: dict | None = None) -> dict:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{url}/health", headers=headers or {}), timeout=30
+    ) as r:
+        return json.loads(r.read())
+
+
+def gone(server: ServerProcess) -> None:
+    """The process has exited and its port is free again."""
+    port = int(server.url.rsplit(":", 1)[1])
+    assert not psutil.pid_exists(server.proc.pid) or psutil.Process(server.proc.pid).status() == "zombie"
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def test_a_runs_trained_model_and_an_own_model_answer_as_they_do_in_process(tmp_path):
+    done = run(RunConfig.smoke().replace(**{"run.steps": 5}))
+    trained = load_model(done["run_dir"])
+    x = torch.rand(3, 1, 8, 8)
+    with ServerProcess([done["run_dir"], "--max-batch", "4", "--max-wait-ms", "2"]) as server:
+        said = health(server.url)
+        assert said["input"]["shape"] == [1, 8, 8] and "up to 4 samples" in said["batching"]
+        status, answer = post(server.url, json.dumps({"inputs": x.tolist()}).encode())
+        assert status == 200
+        torch.testing.assert_close(torch.tensor(answer["outputs"]), trained(x), atol=1e-5, rtol=1e-4)
+    gone(server)
+
+    (tmp_path / "tiny.py").write_text(
+        "from torch import nn\n\ndef build(input_shape, num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, num_classes))\n"
+    )
+    own = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.Tanh(), torch.nn.Linear(16, 10)
+    )
+    torch.save(own.state_dict(), tmp_path / "tiny.pt")
+    args = [
+        "--model",
+        f"{tmp_path / 'tiny.py'}:build",
+        "--data",
+        "digits",
+        "--weights",
+        str(tmp_path / "tiny.pt"),
+    ]
+    with ServerProcess(args, env={"WORKBENCH_TRUST_CODE": "1"}) as server:
+        status, answer = post(server.url, json.dumps({"inputs": x[0].tolist()}).encode())
+        assert status == 200
+        torch.testing.assert_close(torch.tensor(answer["outputs"]), own(x[:1])[0], atol=1e-5, rtol=1e-4)
+    gone(server)
+
+
+def test_bad_requests_get_one_line_each_and_the_server_goes_on(tmp_path):
+    sample = json.dumps({"inputs": [[[0.5] * 8] * 8]}).encode()
+    with ServerProcess(["--max-batch", "8", "--max-wait-ms", "1"]) as server:
+        url, port = server.url, int(server.url.rsplit(":", 1)[1])
+        cases = [
+            (b"{not json", 400, "the body is not JSON"),
+            (json.dumps({"inputs": [1, 2, 3]}).encode(), 422, "inputs has shape [3]"),
+            (json.dumps({"inputs": [[1, 2], [3]]}).encode(), 422, "not a rectangular array"),
+            (b'{"inputs": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested too deeply"),
+        ]
+        for body, status, words in cases:
+            got, answer = post(url, body)
+            assert got == status and words in answer["error"] and "\n" not in answer["error"], answer
+        # a body declared past the limit is refused from its headers, before it is sent; one past
+        # it with no length declared (chunked) as it arrives
+        heads = [
+            b"content-length: %d\r\n\r\n" % (MAX_BODY + 1),
+            b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (MAX_BODY + 1, b"y" * (MAX_BODY + 1)),
+        ]
+        for head in heads:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                try:
+                    s.sendall(b"POST /predict HTTP/1.1\r\nhost: x\r\n" + head)
+                except OSError:
+                    pass  # the server answered and closed while this client still sent
+                answer = http.client.HTTPResponse(s)
+                answer.begin()
+                assert answer.status == 413, answer.status
+                assert f"at most {MAX_BODY:,} per request" in json.loads(answer.read())["error"]
+        # a client that sends half its body and leaves
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /predict HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"inputs\": [")
+        # a flood: 2000 requests at 64 at once, every one answered or refused, none lost
+        flood = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "workbench",
+                "load",
+                url,
+                "--concurrency",
+                "64",
+                "--requests",
+                "2000",
+                "--warmup-s",
+                "0",
+                "--duration-s",
+                "120",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert flood.returncode == 0, flood.stderr
+        level = json.loads(flood.stdout)["levels"][0]
+        assert level["sent"] == 2000 == level["answered"] + level["refused"] + level["failed"]
+        assert level["failed"] == 0 and level["answered"] == 2000, level
+        status, answer = post(url, sample)  # still serving, and it counted what it refused
+        assert status == 200 and len(answer["outputs"]) == 10
+        said = health(url)
+        assert said["refused"] >= len(cases) + 1 and said["answered"] >= 2001
+    gone(server)
+
+
+def test_a_token_is_asked_for_and_checked(tmp_path):
+    with ServerProcess(["--token", "s3cret"]) as server:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            health(server.url)
+        assert refused.value.code == 401
+        assert "Authorization: Bearer" in json.loads(refused.value.read())["error"]
+        assert health(server.url, {"authorization": "Bearer s3cret"})["status"] == "ok"
+    gone(server)
+
+
+def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
+    server = ServerProcess([])
+    load = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "load",
+            server.url,
+            "--concurrency",
+            "4",
+            "--duration-s",
+            "60",
+            "--warmup-s",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: health(server.url)["answered"] >= 50, 120, "the load to reach the server", 0.2)
+        server.proc.kill()
+        out, _ = load.communicate(timeout=120)
+    finally:
+        load.kill()
+        server.stop()
+    assert load.returncode == 1, out
+    assert "request(s) got no answer" in out, out
+    assert any(cause in out for cause in ("ClientConnectorError", "ServerDisconnectedError")), out
+    gone(server)
