@@ -196,3 +196,31 @@ def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
     assert "request(s) got no answer" in out, out
     assert any(cause in out for cause in ("ClientConnectorError", "ServerDisconnectedError")), out
     gone(server)
+
+
+def test_servers_compared_side_by_side_an_a_a_within_noise_and_batching_decided(tmp_path):
+    """Three warm servers, slices of load alternating: the same settings twice come out within
+    noise; the comparison says so in the engine's words, with its pairs."""
+    from workbench.serving.compare import compare_servers
+
+    with ServerProcess([]) as a, ServerProcess([]) as same:
+        report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)
+    again = report["variants"]["A again"]
+    assert again["throughput_verdict"] == "within noise", again["text"]
+    assert "over 6 pairs" in again["text"] or "dropped" in again["text"]
+    assert again["sent"] == again["answered"] + again["refused"] + again["failed"] and again["failed"] == 0
+    gone(a)
+    gone(same)
+
+
+@pytest.mark.alone
+def test_a_serving_a_a_beside_two_busy_processes_is_within_noise(tmp_path):
+    from workbench.procs import OtherWork
+    from workbench.serving.compare import compare_servers
+
+    with ServerProcess([]) as a, ServerProcess([]) as same, OtherWork(2) as hogs:
+        report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)
+        assert hogs.alive()
+    again = report["variants"]["A again"]
+    assert again["throughput_verdict"] == "within noise", again["text"]
+    assert "beside other programs" in again["text"], again["text"]  # the busy pairs are said

@@ -32,6 +32,14 @@ def add_parser(sub):
     p.add_argument(
         "--requests", type=int, default=None, help="send at most this many per level, warm-up included"
     )
+    p.add_argument(
+        "--vs",
+        help="a second server: compare its throughput against the first's, slices of load alternating "
+        "A B B A, with an interval (one --concurrency level)",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=8, help="with --vs: pairs of slices (6 or more give an interval)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -80,11 +88,46 @@ def started(health: dict, levels, args) -> str:
     )
 
 
+def compare(args, levels) -> int:
+    from ..serving.compare import SLICE_S, compare_servers
+
+    if len(levels) != 1 or levels[0].kind != "concurrency":
+        raise ConfigError("--vs compares at one --concurrency level, e.g. --concurrency 16")
+    if not 1 <= args.rounds <= 100:
+        raise ConfigError(f"--rounds must be 1-100, got {args.rounds}")
+    for url in (args.url, args.vs):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"url must start with http:// or https://, got {url!r}")
+    concurrency = int(levels[0].value)
+    if not args.json:
+        print(
+            f"{args.vs} against {args.url} at concurrency {concurrency}: {args.rounds} pairs of "
+            f"{SLICE_S:g} s slices, alternating A B B A",
+            flush=True,
+        )
+    report = compare_servers({"A": args.url, "B": args.vs}, "A", concurrency, args.rounds)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from ..serving.latency import with_interval
+
+    for label, r in report["variants"].items():
+        print(
+            f"{label} {r['url']}: {r['throughput_rps']:.1f}/s, p50 "
+            f"{with_interval(r['p50_ms'], r['p50_ms_interval'])} ms, p99 "
+            f"{with_interval(r['p99_ms'], r['p99_ms_interval'])} ms"
+        )
+    print(f"B's throughput over A's: {report['variants']['B']['text']}")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from ..serving.limits import MAX_REQUESTS
     from ..serving.load import drive
 
     levels = levels_from(args)
+    if args.vs:
+        return compare(args, levels)
     if not args.url.startswith(("http://", "https://")):
         raise ConfigError(f"url must start with http:// or https://, got {args.url!r}")
     report = asyncio.run(

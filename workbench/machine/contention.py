@@ -66,14 +66,19 @@ def tree_cpu(root_pid: int) -> float:
 class ContentionMeter:
     """Reads the machine and the measured tree at start and at each `read()`."""
 
-    def __init__(self, root_pid: int | None = None):
+    def __init__(self, root_pid: int | None = None, also: tuple[int, ...] = ()):
+        """`also`: more process trees that are part of the measured work (the servers a load drives)."""
         self.root_pid = root_pid or os.getpid()
+        self.roots = (self.root_pid, *also)
         self.restart()
+
+    def _own(self) -> float:
+        return sum(tree_cpu(pid) for pid in self.roots)
 
     def restart(self) -> None:
         self._t0 = time.monotonic()
         self._sys0 = system_cpu()
-        self._tree0 = tree_cpu(self.root_pid)
+        self._tree0 = self._own()
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -91,7 +96,7 @@ class ContentionMeter:
         wall = max(time.monotonic() - self._t0, 1e-9)
         busy, steal, total = system_cpu()
         d_busy, d_steal, d_total = busy - self._sys0[0], steal - self._sys0[1], total - self._sys0[2]
-        own = tree_cpu(self.root_pid) - self._tree0
+        own = self._own() - self._tree0
         other = max(0.0, (d_busy - own) / wall)
         steal_frac = d_steal / d_total if d_total > 0 else 0.0
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

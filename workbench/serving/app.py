@@ -10,6 +10,7 @@ server goes on serving. The body is read up to MAX_BODY bytes and no further.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from contextlib import asynccontextmanager
 
@@ -69,6 +70,7 @@ def make_app(
     async def health():
         return {
             "status": "ok",
+            "pid": os.getpid(),  # a load on this machine counts the server's CPU as its own work
             "model": served.name,
             "variant": served.variant,
             **({"variant_note": served.note} if served.note else {}),
