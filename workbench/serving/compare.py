@@ -20,12 +20,14 @@ import psutil
 
 from ..config import ConfigError
 from ..machine.contention import ContentionMeter
+from ..measure.order import order_of
 from ..trials.engine import Slice, Trial
 from .latency import summarize
 from .load import TIMEOUT_S, Level, body_for, health_of, run_level
 
 SLICE_S = 2.0  # seconds of load a slice: many requests, and the load's own start left out
 SETTLE_S = 0.2  # of each slice, left out first: the clients' connections opening
+CHUNK_S = 0.1  # one server's turn inside a slice, before the other's
 
 
 class LoadHost:
@@ -37,9 +39,11 @@ class LoadHost:
         self.refused: dict[str, int] = {k: 0 for k in urls}  # every slice, warm-up included
         self.failed: dict[str, int] = {k: 0 for k in urls}
         said = asyncio.run(self._health())
-        shapes = {str(s["input"]) for s in said}
-        if len(shapes) > 1:
-            raise ConfigError(f"the servers take different inputs: {', '.join(sorted(shapes))}")
+        takes = {str([s["input"].get(k) for k in ("shape", "dtype", "vocab")]) for s in said}
+        if len(takes) > 1:
+            raise ConfigError(
+                f"the servers take different inputs ([shape, dtype, vocab]): {', '.join(sorted(takes))}"
+            )
         self.body = body_for(said[0])
         # the servers' work is the measured work: other programs are what is left
         self.server_pids = tuple(s["pid"] for s in said if s.get("pid") and _here(s["pid"]))
@@ -49,30 +53,66 @@ class LoadHost:
             return [await health_of(session, url) for url in self.urls.values()]
 
     def slice(self, label: str, seconds: float) -> Slice:
+        return self.pair([label], seconds)[label]
+
+    def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
+        """`seconds` of load on each of `labels`, in turns of CHUNK_S alternating A B B A, so the
+        servers meet the same machine moment by moment; each one's connections stay open across
+        its turns, and its first SETTLE_S (the connections opening) is left out."""
         meter = ContentionMeter(os.getpid(), also=self.server_pids)
         t0 = time.perf_counter()
-        result = asyncio.run(self._load(label, seconds))
+        done = asyncio.run(self._turns(labels, seconds))
         seen = meter.read()
-        answered = [r.done - r.scheduled for r in result.requests if r.outcome == "answered"]
-        for outcome, count in (("refused", self.refused), ("failed", self.failed)):
-            count[label] += sum(r.outcome == outcome for r in result.requests)
-        return Slice(
-            label,
-            len(answered),
-            result.window_s,
-            seen["own_cpu_cores"] * (time.perf_counter() - t0),
-            seen["other_cpu_cores"],
-            steps=len(result.requests),
-            losses=answered,  # kept with the slice; pooled for the label's percentiles below
-        )
+        wall = time.perf_counter() - t0
+        out = {}
+        for label, results in done.items():
+            requests = [r for res in results for r in res.requests]
+            answered = [r.done - r.scheduled for r in requests if r.outcome == "answered"]
+            for outcome, count in (("refused", self.refused), ("failed", self.failed)):
+                count[label] += sum(r.outcome == outcome for r in requests)
+            window = sum(res.window_s for res in results)
+            out[label] = Slice(
+                label,
+                len(answered),
+                window,
+                seen["own_cpu_cores"]
+                * wall
+                * window
+                / max(1e-9, sum(sum(x.window_s for x in v) for v in done.values())),
+                seen["other_cpu_cores"],
+                steps=len(requests),
+                losses=answered,  # kept with the slice; pooled for the label's percentiles
+            )
+        return out
 
-    async def _load(self, label: str, seconds: float):
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)
-        ) as session:
-            level = Level("concurrency", self.concurrency)
-            return await run_level(session, self.urls[label], self.body, level, seconds, SETTLE_S)
+    async def _turns(self, labels: list[str], seconds: float) -> dict[str, list]:
+        level = Level("concurrency", self.concurrency)
+        sessions = {
+            k: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)
+            )
+            for k in labels
+        }
+        done: dict[str, list] = {k: [] for k in labels}
+        spent = {k: 0.0 for k in labels}
+        try:
+            turn = 0
+            while any(spent[k] < seconds for k in labels):
+                for label in order_of(labels, turn):
+                    chunk = min(CHUNK_S, seconds - spent[label])
+                    if chunk <= 0:
+                        continue
+                    settle = SETTLE_S if turn == 0 else 0.0
+                    result = await run_level(
+                        sessions[label], self.urls[label], self.body, level, chunk, settle
+                    )
+                    done[label].append(result)
+                    spent[label] += chunk
+                turn += 1
+        finally:
+            for session in sessions.values():
+                await session.close()
+        return done
 
 
 def _here(pid: int) -> bool:

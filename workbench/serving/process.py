@@ -26,11 +26,19 @@ READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes m
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], env: dict | None = None, ready_timeout_s: float = READY_TIMEOUT_S):
+    def __init__(
+        self,
+        args: list[str],
+        env: dict | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        command: tuple[str, ...] = ("-m", "workbench", "serve"),
+    ):
+        """`command`: what python runs, given `args`, `--port 0` and `--lifeline`; it prints
+        'serving ... at URL ' once it takes requests."""
         self.lines: list[str] = []  # what the server printed
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workbench", "serve", *args, "--port", "0", "--lifeline"],
+            [sys.executable, *command, *args, "--port", "0", "--lifeline"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
