@@ -42,6 +42,11 @@ class Batcher:
 
     async def infer(self, x: torch.Tensor) -> torch.Tensor:
         """The model's output for `x` (n samples), from whichever batch it joined."""
+        if self.max_batch == 1:  # no batching: straight to the model thread, which runs one at a time
+            out = await asyncio.get_running_loop().run_in_executor(self.model_thread, self.forward, x)
+            self.batches += 1
+            self.samples += len(x)
+            return out
         waiting = Waiting(x, asyncio.get_running_loop().create_future())
         await self.queue.put(waiting)
         return await waiting.done
