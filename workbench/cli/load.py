@@ -10,7 +10,6 @@ p50, p90 and p99 latency with their 95 % intervals. Exits 1 when any request got
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 
 from ..config import ConfigError
@@ -69,17 +68,6 @@ def levels_from(args):
     return levels
 
 
-def line(r: dict) -> str:
-    from ..serving.latency import with_interval
-
-    rps = f"{r['throughput_rps']:.1f}/s" if r["throughput_rps"] else "-"
-    return (
-        f"{r['level']:>18}  {r['sent']:6d} sent {r['answered']:6d} answered {r['refused']:4d} refused "
-        f"{r['failed']:4d} failed  {rps:>9}  p50 {with_interval(r['p50_ms'], r['p50_ms_interval'])} ms  "
-        f"p99 {with_interval(r['p99_ms'], r['p99_ms_interval'])} ms"
-    )
-
-
 def started(health: dict, levels, args) -> str:
     return (
         f"{health['model']} ({health['variant']}, batching {health['batching']}): {len(levels)} "
@@ -123,21 +111,22 @@ def compare(args, levels) -> int:
 
 def main(args: argparse.Namespace) -> int:
     from ..serving.limits import MAX_REQUESTS
-    from ..serving.load import drive
+    from ..serving.latency import level_line
+    from ..serving.load import drive, run_coroutine
 
     levels = levels_from(args)
     if args.vs:
         return compare(args, levels)
     if not args.url.startswith(("http://", "https://")):
         raise ConfigError(f"url must start with http:// or https://, got {args.url!r}")
-    report = asyncio.run(
+    report = run_coroutine(
         drive(
             args.url,
             levels,
             args.duration_s,
             args.warmup_s,
             args.requests or MAX_REQUESTS,
-            on_level=None if args.json else lambda r: print(line(r), flush=True),
+            on_level=None if args.json else lambda r: print(level_line(r), flush=True),
             on_start=None if args.json else lambda health: print(started(health, levels, args), flush=True),
         )
     )

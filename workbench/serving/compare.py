@@ -11,7 +11,6 @@ so the contention reading leaves them out with this process and counts only othe
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -23,11 +22,14 @@ from ..machine.contention import ContentionMeter
 from ..measure.order import order_of
 from ..trials.engine import Slice, Trial
 from .latency import summarize
-from .load import TIMEOUT_S, Level, body_for, health_of, run_level
+from .load import TIMEOUT_S, Level, body_for, health_of, run_coroutine, run_level
 
 SLICE_S = 2.0  # seconds of load a slice: many requests, and the load's own start left out
 SETTLE_S = 0.2  # of each slice, left out first: the clients' connections opening
-CHUNK_S = 0.1  # one server's turn inside a slice, before the other's
+CHUNK_S = 0.1  # one server's shortest turn inside a slice, before the other's
+# A turn lasts this many of the server's median latencies at least: each turn ends by waiting for
+# the requests under way (about one latency), which then costs a turn a tenth of its time at most
+LATENCIES_A_TURN = 10
 
 
 class LoadHost:
@@ -36,9 +38,10 @@ class LoadHost:
 
     def __init__(self, urls: dict[str, str], concurrency: int):
         self.urls, self.concurrency = {k: u.rstrip("/") for k, u in urls.items()}, concurrency
+        self.turn_s: dict[str, float] = {k: CHUNK_S for k in urls}  # grown from the latencies seen
         self.refused: dict[str, int] = {k: 0 for k in urls}  # every slice, warm-up included
         self.failed: dict[str, int] = {k: 0 for k in urls}
-        said = asyncio.run(self._health())
+        said = run_coroutine(self._health())
         takes = {str([s["input"].get(k) for k in ("shape", "dtype", "vocab")]) for s in said}
         if len(takes) > 1:
             raise ConfigError(
@@ -56,12 +59,13 @@ class LoadHost:
         return self.pair([label], seconds)[label]
 
     def pair(self, labels: list[str], seconds: float) -> dict[str, Slice]:
-        """`seconds` of load on each of `labels`, in turns of CHUNK_S alternating A B B A, so the
-        servers meet the same machine moment by moment; each one's connections stay open across
-        its turns, and its first SETTLE_S (the connections opening) is left out."""
+        """`seconds` of load on each of `labels`, in turns alternating A B B A, so the servers meet
+        the same machine moment by moment: turns of CHUNK_S, or LATENCIES_A_TURN of a server's
+        median latency where that is longer. Each one's connections stay open across its turns,
+        and its first SETTLE_S (the connections opening) is left out."""
         meter = ContentionMeter(os.getpid(), also=self.server_pids)
         t0 = time.perf_counter()
-        done = asyncio.run(self._turns(labels, seconds))
+        done = run_coroutine(self._turns(labels, seconds))
         seen = meter.read()
         wall = time.perf_counter() - t0
         out = {}
@@ -99,7 +103,7 @@ class LoadHost:
             turn = 0
             while any(spent[k] < seconds for k in labels):
                 for label in order_of(labels, turn):
-                    chunk = min(CHUNK_S, seconds - spent[label])
+                    chunk = min(self.turn_s[label], seconds - spent[label])
                     if chunk <= 0:
                         continue
                     settle = SETTLE_S if turn == 0 else 0.0
@@ -107,7 +111,13 @@ class LoadHost:
                         sessions[label], self.urls[label], self.body, level, chunk, settle
                     )
                     done[label].append(result)
-                    spent[label] += chunk
+                    spent[label] += max(chunk, result.window_s)
+                    answered = sorted(
+                        r.done - r.scheduled for r in result.requests if r.outcome == "answered"
+                    )
+                    if answered:  # a turn holds many of its requests' latencies: its ends cost little
+                        p50 = answered[len(answered) // 2]
+                        self.turn_s[label] = max(CHUNK_S, LATENCIES_A_TURN * p50)
                 turn += 1
         finally:
             for session in sessions.values():
@@ -147,4 +157,19 @@ def compare_servers(
         if label != trial.reference:
             c = trial.compare(label)
             out["variants"][label].update(c.as_dict("throughput"), text=c.text())
+    return out
+
+
+def sentences(report: dict) -> list[str]:
+    """What the comparison found, one sentence a variant, every figure from the report: its
+    throughput against the reference's with the interval and verdict, and both p99s."""
+    ref = report["variants"][report["reference"]]
+    out = []
+    for label, v in report["variants"].items():
+        if label == report["reference"]:
+            continue
+        out.append(
+            f"{label}: throughput {v['text']} against {report['reference']} at concurrency "
+            f"{report['concurrency']}; p99 {v['p99_ms']:.1f} ms against {ref['p99_ms']:.1f} ms"
+        )
     return out

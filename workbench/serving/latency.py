@@ -55,3 +55,13 @@ def with_interval(value, interval) -> str:
     if lo is None or hi is None:
         return f"{value:.2f} (too few for an interval)"
     return f"{value:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def level_line(r: dict) -> str:
+    """One load level in a line: its requests accounted for, throughput, p50 and p99."""
+    rps = f"{r['throughput_rps']:.1f}/s" if r["throughput_rps"] else "-"
+    return (
+        f"{r['level']:>18}  {r['sent']:6d} sent {r['answered']:6d} answered {r['refused']:4d} refused "
+        f"{r['failed']:4d} failed  {rps:>9}  p50 {with_interval(r['p50_ms'], r['p50_ms_interval'])} ms  "
+        f"p99 {with_interval(r['p99_ms'], r['p99_ms_interval'])} ms"
+    )

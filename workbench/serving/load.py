@@ -1,7 +1,7 @@
 """Drive a server the way its users would, and say what they would wait.
 
     levels = [Level("concurrency", 4), Level("rate", 200)]
-    report = asyncio.run(drive("http://127.0.0.1:8700", levels, duration_s=5))
+    report = run_coroutine(drive("http://127.0.0.1:8700", levels, duration_s=5))
 
 Closed loop (`concurrency`): that many clients, each sending its next request when the last is
 answered. Open loop (`rate`): requests at Poisson arrival times whatever the server does, and each
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -26,6 +27,29 @@ from .latency import summarize
 from .limits import MAX_REQUESTS
 
 TIMEOUT_S = 30.0  # one request's longest wait before it counts as failed
+
+
+def run_coroutine(coro):
+    """Run `coro` to its end, from a terminal or from a notebook cell (whose kernel already runs an
+    event loop on this thread: the coroutine gets a thread and a loop of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict = {}
+
+    def own_loop():
+        try:
+            box["result"] = asyncio.run(coro)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=own_loop, name="workbench-load")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ the process that starts it; the server itself is `workbench serve`).
     with ServerProcess(["runs/..._mlp-fp32", "--max-batch", "8"]) as server:
         server.url                     # http://127.0.0.1:PORT, the port the server chose
     # stopped: the process is gone and its port free
+    servers = serve_all({"eager": [run], "int8": [run, "--variant", "int8"]})   # started at once
 
 The server holds the read end of a pipe (its stdin) and stops when it closes: a kernel that
 restarts or dies takes its servers with it.
@@ -32,6 +33,7 @@ class ServerProcess:
         env: dict | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
         command: tuple[str, ...] = ("-m", "workbench", "serve"),
+        wait: bool = True,
     ):
         """`command`: what python runs, given `args`, `--port 0` and `--lifeline`; it prints
         'serving ... at URL ' once it takes requests."""
@@ -47,11 +49,19 @@ class ServerProcess:
             start_new_session=True,  # Ctrl-C in a terminal reaches its starter, who stops it
         )
         threading.Thread(target=self._read, daemon=True, name="workbench-server-output").start()
+        self.url = ""
+        self.ready_timeout_s = ready_timeout_s
+        if wait:
+            self.ready()
+
+    def ready(self) -> "ServerProcess":
+        """Wait until it takes requests (its first line names its URL); stopped if it cannot."""
         try:
-            self.url = self._wait_ready(ready_timeout_s)
+            self.url = self.url or self._wait_ready(self.ready_timeout_s)
         except BaseException:
             self.stop()
             raise
+        return self
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -95,3 +105,17 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def serve_all(servers: dict[str, list[str]], env: dict | None = None) -> dict[str, ServerProcess]:
+    """Several servers started at once (each builds its model meanwhile), returned once all take
+    requests; if one cannot start, all are stopped and its line is raised."""
+    started = {name: ServerProcess(args, env, wait=False) for name, args in servers.items()}
+    try:
+        for server in started.values():
+            server.ready()
+    except BaseException:
+        for server in started.values():
+            server.stop()
+        raise
+    return started
