@@ -32,6 +32,7 @@ FLOORS = {
         "tune",
         "sinks",
         "integrations",
+        "serving",
     ],
     "distributed": ["distributed"],
     "train": ["train", "tracking"],

@@ -21,7 +21,7 @@ import torch
 from launch_helpers import wait_for
 from workbench.config import RunConfig
 from workbench.distributed.launch import run
-from workbench.serving.limits import MAX_BODY
+from workbench.serving.bounds import MAX_BODY
 from workbench.serving.process import ServerProcess
 from workbench.train.restore import load_model
 
@@ -201,7 +201,7 @@ def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
 def test_servers_compared_side_by_side_an_a_a_within_noise_and_batching_decided(tmp_path):
     """Three warm servers, slices of load alternating: the same settings twice come out within
     noise; the comparison says so in the engine's words, with its pairs."""
-    from workbench.serving.compare import compare_servers
+    from workbench.serving.side_by_side import compare_servers
 
     with ServerProcess([]) as a, ServerProcess([]) as same:
         report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)
@@ -216,7 +216,7 @@ def test_servers_compared_side_by_side_an_a_a_within_noise_and_batching_decided(
 @pytest.mark.alone
 def test_a_serving_a_a_beside_two_busy_processes_is_within_noise(tmp_path):
     from workbench.procs import OtherWork
-    from workbench.serving.compare import compare_servers
+    from workbench.serving.side_by_side import compare_servers
 
     with ServerProcess([]) as a, ServerProcess([]) as same, OtherWork(2) as hogs:
         report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)

@@ -8,7 +8,7 @@ import torch
 
 from workbench.compress.subject import Subject
 from workbench.config import ConfigError, RunConfig
-from workbench.serving.limits import MAX_SAMPLES
+from workbench.serving.bounds import MAX_SAMPLES
 from workbench.serving.served import BadRequest, Served
 
 

@@ -25,8 +25,8 @@ import torch
 from workbench.compress.subject import Subject
 from workbench.config import RunConfig
 from workbench.procs import OtherWork
-from workbench.serving.compare import SLICE_S, compare_servers
-from workbench.serving.load import Level, drive
+from workbench.serving.side_by_side import SLICE_S, compare_servers
+from workbench.serving.load_generator import Level, drive
 from workbench.serving.process import ServerProcess
 
 from .results import recorded

@@ -44,8 +44,8 @@ def add_parser(sub):
 
 
 def levels_from(args):
-    from ..serving.limits import MAX_CONCURRENCY, MAX_REQUESTS
-    from ..serving.load import Level
+    from ..serving.bounds import MAX_CONCURRENCY, MAX_REQUESTS
+    from ..serving.load_generator import Level
 
     levels = []
     for flag, kind, cast, top in (
@@ -77,7 +77,7 @@ def started(health: dict, levels, args) -> str:
 
 
 def compare(args, levels) -> int:
-    from ..serving.compare import SLICE_S, compare_servers
+    from ..serving.side_by_side import SLICE_S, compare_servers
 
     if len(levels) != 1 or levels[0].kind != "concurrency":
         raise ConfigError("--vs compares at one --concurrency level, e.g. --concurrency 16")
@@ -110,9 +110,9 @@ def compare(args, levels) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..serving.limits import MAX_REQUESTS
+    from ..serving.bounds import MAX_REQUESTS
     from ..serving.latency import level_line
-    from ..serving.load import drive, run_coroutine
+    from ..serving.load_generator import drive, run_coroutine
 
     levels = levels_from(args)
     if args.vs:

@@ -38,7 +38,7 @@ def add_parser(sub):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..serving.limits import VARIANTS
+    from ..serving.bounds import VARIANTS
     from ..serving.server import Settings
 
     settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .batching import Batcher
-from .limits import MAX_BODY
+from .bounds import MAX_BODY
 from .served import BadRequest, Served
 
 

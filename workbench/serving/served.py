@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
-from .limits import MAX_SAMPLES, VARIANTS
+from .bounds import MAX_SAMPLES, VARIANTS
 
 
 class BadRequest(ValueError):

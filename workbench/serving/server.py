@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError
-from .limits import MAX_SAMPLES, MAX_WAIT_MS
+from .bounds import MAX_SAMPLES, MAX_WAIT_MS
 
 if TYPE_CHECKING:
     from .served import Served

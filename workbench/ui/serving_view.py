@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from ..serving.limits import MAX_REQUESTS
-from ..serving.load import Level, drive, run_coroutine
+from ..serving.bounds import MAX_REQUESTS
+from ..serving.load_generator import Level, drive, run_coroutine
 from .charts import make_figure, publish
 from .table import Table
 
@@ -30,7 +30,7 @@ class LoadView:
         self.records: list[dict] = []
 
     def add(self, record: dict) -> None:
-        """One level's figures (workbench.serving.load), drawn with the percentiles' intervals."""
+        """One level's figures (workbench.serving.load_generator), drawn with the percentiles' intervals."""
         self.records.append(record)
         xs = [r["value"] for r in self.records]
         with self.latency.batch_update():

@@ -22,7 +22,7 @@ from ..machine.contention import ContentionMeter
 from ..measure.order import order_of
 from ..trials.engine import Slice, Trial
 from .latency import summarize
-from .load import TIMEOUT_S, Level, body_for, health_of, run_coroutine, run_level
+from .load_generator import TIMEOUT_S, Level, body_for, health_of, run_coroutine, run_level
 
 SLICE_S = 2.0  # seconds of load a slice: many requests, and the load's own start left out
 SETTLE_S = 0.2  # of each slice, left out first: the clients' connections opening

@@ -24,7 +24,7 @@ import aiohttp
 
 from ..config import ConfigError
 from .latency import summarize
-from .limits import MAX_REQUESTS
+from .bounds import MAX_REQUESTS
 
 TIMEOUT_S = 30.0  # one request's longest wait before it counts as failed
 
