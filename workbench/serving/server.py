@@ -104,16 +104,16 @@ def serve_forever(served: Served, settings: Settings, threads_why: str = "") -> 
     if threads_why:
         about["threads"] = threads_why
 
-    def ready():
+    def ready():  # the line naming the URL comes last: a starter reads up to it
+        if served.note:
+            print(f"{served.variant}: {served.note}", flush=True)
+        if threads_why:
+            print(f"threads: {threads_why}", flush=True)
         print(
             f"serving {served.name} ({served.variant}) at http://{settings.host}:{port} "
             f"(POST /predict, GET /health); batching {batching}",
             flush=True,
         )
-        if served.note:
-            print(f"  {served.note}", flush=True)
-        if threads_why:
-            print(f"  threads: {threads_why}", flush=True)
 
     batcher = Batcher(served.forward, settings.max_batch, settings.max_wait_ms)
     app = make_app(served, batcher, about, settings.token, on_ready=ready)

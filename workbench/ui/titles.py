@@ -19,6 +19,7 @@ TITLES = {
     "gain_vs_prev": "gain over the config before it",
     "gain_vs_baseline": "gain over the baseline",
     "rounds": "pairs",
+    "requests_per_s": "requests/s",
     "dropped": "pairs dropped",
     "run_dir": "run folder",
     "samples_per_s_spread": "spread (p10-p90 / median)",
