@@ -74,7 +74,7 @@ def test_a_client_gone_before_its_turn_is_skipped():
 @pytest.mark.parametrize("bad", [0, -1])
 def test_max_batch_below_one_is_refused_by_the_settings(bad):
     from workbench.config import ConfigError
-    from workbench.serving.server import Settings
+    from workbench.serving.bounds import Settings
 
     with pytest.raises(ConfigError, match="--max-batch must be 1-256"):
         Settings(max_batch=bad).check()

@@ -9,7 +9,7 @@ import torch
 from workbench.compress.subject import Subject
 from workbench.config import ConfigError, RunConfig
 from workbench.serving.bounds import MAX_SAMPLES
-from workbench.serving.served import BadRequest, Served
+from workbench.serving.served import BadRequest, build_served
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def text():
 
 
 def test_one_sample_or_a_list_of_them_is_read(digits):
-    served = Served.build(digits)
+    served = build_served(digits)
     sample = digits.example(1)[0].tolist()
     x, single = served.read({"inputs": sample})
     assert single and tuple(x.shape) == (1, *digits.input_shape)
@@ -49,13 +49,13 @@ def test_one_sample_or_a_list_of_them_is_read(digits):
 )
 def test_a_request_that_does_not_fit_is_refused_in_one_line(digits, body, status, words):
     with pytest.raises(BadRequest) as refused:
-        Served.build(digits).read(body)
+        build_served(digits).read(body)
     assert refused.value.status == status and words in str(refused.value), str(refused.value)
     assert "\n" not in str(refused.value)
 
 
 def test_token_inputs_are_integers_below_the_vocabulary(text):
-    served = Served.build(text)
+    served = build_served(text)
     assert served.schema()["vocab"] == text.vocab
     ids = text.example(1)[0].tolist()
     assert served.forward(served.read({"inputs": ids})[0]).shape[-1] == text.vocab
@@ -67,8 +67,8 @@ def test_token_inputs_are_integers_below_the_vocabulary(text):
 @pytest.mark.parametrize("variant", ["bf16", "int8"])
 def test_a_variant_answers_close_to_the_model(digits, variant):
     x = digits.example(4)
-    eager = Served.build(digits).forward(x)
-    served = Served.build(digits, variant)
+    eager = build_served(digits).forward(x)
+    served = build_served(digits, variant)
     out = served.forward(x)
     assert out.dtype == torch.float32 and out.shape == eager.shape
     assert (out - eager).abs().max() < 0.1 * eager.abs().max() + 0.05
@@ -78,4 +78,4 @@ def test_a_variant_answers_close_to_the_model(digits, variant):
 
 def test_an_unknown_variant_is_refused(digits):
     with pytest.raises(ConfigError, match="--variant must be one of eager, compiled, bf16, int8"):
-        Served.build(digits, "fastest")
+        build_served(digits, "fastest")

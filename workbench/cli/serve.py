@@ -10,6 +10,7 @@ Then POST {"inputs": [...]} to /predict, and drive it with `workbench load URL`.
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..config import ConfigError
 from .prune import add_subject_args, subject_from_args
@@ -38,8 +39,7 @@ def add_parser(sub):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..serving.bounds import VARIANTS
-    from ..serving.server import Settings
+    from ..serving.bounds import VARIANTS, Settings
 
     settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()
     if args.variant not in VARIANTS:
@@ -51,14 +51,22 @@ def main(args: argparse.Namespace) -> int:
     if args.weights and args.run_dir:
         raise ConfigError("--weights is for --model; a run folder serves its own weights")
 
+    # one server process: its threads are the usable cores, as a lone rank's are, and how they
+    # wait is chosen before torch loads (OpenMP reads it once, then)
+    from ..config import RunConfig
+    from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
+
+    choice = choose_threads(RunConfig.smoke(), other_cores_now())
+    if choice.wait_policy == "passive":
+        os.environ.setdefault(WAIT_ENV, "PASSIVE")
+
     import torch  # after the cheap checks: a refusal answers at once
 
-    from ..config import RunConfig
-    from ..machine.threads import choose_threads, other_cores_now
-    from ..serving.served import Served
+    from ..serving.served import build_served
     from ..serving.server import serve_forever, stop_when_stdin_closes
     from ..train.restore import load_saved
 
+    torch.set_num_threads(choice.threads)
     subject = subject_from_args(args)
     if args.weights:
         try:
@@ -67,10 +75,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}"
             ) from None
-    # one server process: its threads are the usable cores, as a lone rank's are
-    choice = choose_threads(RunConfig.smoke(), other_cores_now())
-    torch.set_num_threads(choice.threads)
-    served = Served.build(subject, args.variant)
+    served = build_served(subject, args.variant)
     if args.lifeline:
         stop_when_stdin_closes()
     serve_forever(

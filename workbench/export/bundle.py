@@ -20,9 +20,17 @@ from ..runstore import read_summary
 from ..distributed.slurm import shell_word
 from . import launch_commands
 from .script import DATA_FILE, save_digits, script_source
+from .serve_script import serve_source
 from .user_code import copy_user_code
 
-FILES = (CONFIG, "train.py", "commands.md", "run.sh", JOB_FILE)  # config and batch file named as a run's
+FILES = (
+    CONFIG,
+    "train.py",
+    "serve.py",
+    "commands.md",
+    "run.sh",
+    JOB_FILE,
+)  # config and batch file named as a run's
 
 
 @dataclass
@@ -155,13 +163,14 @@ def _export(source, to_dir: Path, nodes: int | None, port: int, overwrite: bool)
     recorded = (launched or {}).get("threads")  # the run's own choice, where it came from a run
     texts = {
         "train.py": script_source(cfg, specs, recorded),
+        "serve.py": serve_source(),
         "commands.md": launch_commands.commands_markdown(cfg, nodes, port),
         "run.sh": _run_sh(cfg, nodes, port),
         JOB_FILE: launch_commands.slurm_job(cfg, nodes, port),
     }
     for name, text in texts.items():
         (to_dir / name).write_text(text)
-    for name in ("run.sh", "train.py", JOB_FILE):
+    for name in ("run.sh", "train.py", "serve.py", JOB_FILE):
         os.chmod(to_dir / name, 0o755)
     result.files[:0] = [to_dir / n for n in FILES]
     return result

@@ -178,6 +178,15 @@ sbatch job.slurm                      # options after it go to train.py: --steps
 Each node works out its own address toward the first node (the rendezvous) and gloo's interface
 before torchrun starts (`ip route get`); set GLOO_SOCKET_IFNAME yourself to choose another.
 
+## Serving the trained model
+
+`train.py` writes `out/model.pt`; `serve.py` serves it over HTTP on 127.0.0.1 (it needs fastapi and
+uvicorn besides torch), with the workbench server's request checks and dynamic batching:
+
+```bash
+python serve.py --max-batch 8 --max-wait-ms 5     # POST /predict {{"inputs": [...]}}, GET /health
+```
+
 ## The same run in the workbench
 
 ```bash

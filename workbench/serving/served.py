@@ -2,7 +2,7 @@
 data (its shape, dtype and, for token inputs, the vocabulary), so a request that does not fit is
 refused in one line before it reaches the model.
 
-    served = Served.build(subject, "int8")
+    served = build_served(subject, "int8")
     x = served.read({"inputs": [[...], [...]]})    # a tensor, or BadRequest naming what was wrong
     outputs = served.forward(x)
 """
@@ -38,37 +38,6 @@ class Served:
     task: str
     vocab: int
     note: str = ""  # what the variant did or left out, in words
-
-    @classmethod
-    def build(cls, subject, variant: str = "eager") -> "Served":
-        """`subject` (workbench.compress.subject.Subject) in `variant`: eager as trained,
-        compiled (torch.compile), bf16 (weights and activations in bfloat16) or int8 (dynamic
-        int8 Linear layers, the compression lab's quantize)."""
-        if variant not in VARIANTS:
-            raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-        model, note = subject.model.eval(), ""
-        if variant == "compiled":
-            model = torch.compile(model)
-        elif variant == "bf16":  # a copy: the subject's model stays as it was
-            model = copy.deepcopy(model).to(torch.bfloat16)
-        elif variant == "int8":
-            from ..compress.coverage import coverage_note
-            from ..compress.quantize import quantize
-
-            model, info = quantize(model, "dynamic_int8")
-            note = coverage_note(info["coverage"], "int8 (dynamic) converted")
-        served = cls(
-            model,
-            subject.name,
-            variant,
-            tuple(subject.input_shape),
-            subject.input_dtype,
-            subject.task,
-            subject.vocab,
-            note,
-        )
-        served.forward(subject.example(2))  # a compiled variant compiles here, before serving
-        return served
 
     def schema(self) -> dict:
         """The input a request carries, in words a client can follow."""
@@ -137,3 +106,42 @@ def _all_ints(value) -> bool:
     if isinstance(value, list):
         return all(_all_ints(v) for v in value)
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def variant_model(model: nn.Module, variant: str) -> nn.Module:
+    """`model` as served in a plain-torch variant: eager as trained, compiled (torch.compile) or
+    bf16 (a copy in bfloat16: the model given stays as it was). An exported serve.py copies it."""
+    if variant == "compiled":
+        return torch.compile(model)
+    if variant == "bf16":
+        return copy.deepcopy(model).to(torch.bfloat16)
+    return model
+
+
+def build_served(subject, variant: str = "eager") -> Served:
+    """`subject` (workbench.compress.subject.Subject) in `variant`: a plain-torch one
+    (variant_model), or int8 (dynamic int8 Linear layers, the compression lab's quantize, which
+    says what it converted). A compiled variant compiles here, before serving."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    model, note = subject.model.eval(), ""
+    if variant == "int8":
+        from ..compress.coverage import coverage_note
+        from ..compress.quantize import quantize
+
+        model, info = quantize(model, "dynamic_int8")
+        note = coverage_note(info["coverage"], "int8 (dynamic) converted")
+    else:
+        model = variant_model(model, variant)
+    served = Served(
+        model,
+        subject.name,
+        variant,
+        tuple(subject.input_shape),
+        subject.input_dtype,
+        subject.task,
+        subject.vocab,
+        note,
+    )
+    served.forward(subject.example(2))
+    return served

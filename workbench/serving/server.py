@@ -12,50 +12,17 @@ client for the same cores, gave 163-306 (docs/serving.md).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import socket
 import threading
-from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
+import uvicorn
 
-from ..config import ConfigError
-from .bounds import MAX_SAMPLES, MAX_WAIT_MS
-
-if TYPE_CHECKING:
-    from .served import Served
-
-LOOPBACK = "127.0.0.1"
-
-
-@dataclass(frozen=True)
-class Settings:
-    host: str = LOOPBACK
-    port: int = 8700
-    max_batch: int = 1  # 1: no batching
-    max_wait_ms: float = 0.0
-    token: str | None = None
-
-    def check(self) -> "Settings":
-        """One line naming the flag, its value and what is allowed."""
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port must be 0-65535 (0: any free port), got {self.port}")
-        if not 1 <= self.max_batch <= MAX_SAMPLES:
-            raise ConfigError(f"--max-batch must be 1-{MAX_SAMPLES} (1: no batching), got {self.max_batch}")
-        if not 0 <= self.max_wait_ms <= MAX_WAIT_MS:
-            raise ConfigError(f"--max-wait-ms must be 0-{MAX_WAIT_MS:g}, got {self.max_wait_ms:g}")
-        try:
-            loopback = ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            raise ConfigError(f"--host must be an IP address, got {self.host!r}") from None
-        if not loopback and not self.token:
-            raise ConfigError(
-                f"--host {self.host} serves beyond this machine: give a --token (clients send "
-                "Authorization: Bearer TOKEN), or serve on 127.0.0.1"
-            )
-        return self
+from .app import make_app
+from .batching import Batcher
+from .bounds import ConfigError, Settings
+from .served import Served
 
 
 def stop_when_stdin_closes() -> None:
@@ -88,11 +55,6 @@ def bind(settings: Settings) -> socket.socket:
 
 def serve_forever(served: Served, settings: Settings, threads_why: str = "") -> None:
     """Serve until Ctrl-C or SIGTERM; the port is free when it returns."""
-    import uvicorn
-
-    from .app import make_app
-    from .batching import Batcher
-
     sock = bind(settings.check())
     port = sock.getsockname()[1]
     batching = (
