@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from ..config import RunConfig
     from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
 
-    choice = choose_threads(RunConfig.smoke(), other_cores_now())
+    choice = choose_threads(RunConfig.smoke(), other_cores_now()).fixed()  # no warm-up to try others in
     if choice.wait_policy == "passive":
         os.environ.setdefault(WAIT_ENV, "PASSIVE")
 
