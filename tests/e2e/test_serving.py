@@ -224,3 +224,25 @@ def test_a_serving_a_a_beside_two_busy_processes_is_within_noise(tmp_path):
     again = report["variants"]["A again"]
     assert again["throughput_verdict"] == "within noise", again["text"]
     assert "beside other programs" in again["text"], again["text"]  # the busy pairs are said
+
+
+def test_an_export_is_served_with_the_weights_its_train_py_wrote(tmp_path):
+    from workbench.export import export
+    from workbench.train.data import build_data
+    from workbench.train.models import build_model
+
+    cfg = RunConfig.smoke()
+    bundle = tmp_path / "bundle"
+    export(cfg, bundle)
+    trained = subprocess.run(
+        [sys.executable, "train.py", "--steps", "3"], cwd=bundle, capture_output=True, text=True
+    )
+    assert trained.returncode == 0, trained.stderr
+    model = build_model(cfg, build_data(cfg))
+    model.load_state_dict(torch.load(bundle / "out" / "model.pt", weights_only=True))
+    x = torch.rand(2, 1, 8, 8)
+    with ServerProcess([str(bundle)]) as server:
+        status, answer = post(server.url, json.dumps({"inputs": x.tolist()}).encode())
+        assert status == 200
+        torch.testing.assert_close(torch.tensor(answer["outputs"]), model.eval()(x), atol=1e-5, rtol=1e-4)
+    gone(server)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from ..config import ConfigError
 from .prune import add_subject_args, subject_from_args
@@ -22,7 +23,11 @@ def add_parser(sub):
         help="serve a model over HTTP (POST /predict, GET /health) with dynamic batching",
         description="Serve a run's trained model, or your own, over HTTP on 127.0.0.1 until Ctrl-C.",
     )
-    p.add_argument("run", nargs="?", help="a run folder whose trained weights to serve")
+    p.add_argument(
+        "run",
+        nargs="?",
+        help="a run folder whose trained weights to serve, or an export folder (its out/model.pt)",
+    )
     add_subject_args(p)
     for hidden in ("--eval", "--batch-sizes", "--rounds", "--json"):  # the compression lab's own
         p.set_defaults(**{hidden.lstrip("-").replace("-", "_"): None})
@@ -38,13 +43,31 @@ def add_parser(sub):
     return p
 
 
+def from_export(args: argparse.Namespace) -> None:
+    """An export folder (`workbench export`): its config, and the weights its train.py wrote
+    (out/model.pt), its paths read from the folder as its own commands read them."""
+    folder = Path(args.run).resolve()
+    if args.run_dir or args.config or args.model:
+        raise ConfigError(f"{args.run} is an export: it names its own config and model")
+    weights = Path(args.weights) if args.weights else folder / "out" / "model.pt"
+    if not weights.is_file():
+        raise ConfigError(
+            f"export {args.run!r} has no trained weights at {weights}: run its train.py first "
+            "(it writes out/model.pt), or give --weights"
+        )
+    args.config, args.weights, args.run = str(folder / "config.json"), str(weights.resolve()), None
+    os.chdir(folder)  # the config names its copies of your code relative to the export
+
+
 def main(args: argparse.Namespace) -> int:
     from ..serving.bounds import VARIANTS, Settings
 
     settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()
     if args.variant not in VARIANTS:
         raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {args.variant!r}")
-    if args.run:
+    if args.run and (Path(args.run) / "serve.py").is_file():
+        from_export(args)
+    elif args.run:
         if args.run_dir:
             raise ConfigError("give the run folder once: RUN or --run-dir, not both")
         args.run_dir = args.run
