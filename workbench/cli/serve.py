@@ -49,13 +49,15 @@ def from_export(args: argparse.Namespace) -> None:
     folder = Path(args.run).resolve()
     if args.run_dir or args.config or args.model:
         raise ConfigError(f"{args.run} is an export: it names its own config and model")
-    weights = Path(args.weights) if args.weights else folder / "out" / "model.pt"
+    from ..runfolder import CONFIG, WEIGHTS
+
+    weights = Path(args.weights) if args.weights else folder / "out" / WEIGHTS
     if not weights.is_file():
         raise ConfigError(
             f"export {args.run!r} has no trained weights at {weights}: run its train.py first "
             "(it writes out/model.pt), or give --weights"
         )
-    args.config, args.weights, args.run = str(folder / "config.json"), str(weights.resolve()), None
+    args.config, args.weights, args.run = str(folder / CONFIG), str(weights.resolve()), None
     os.chdir(folder)  # the config names its copies of your code relative to the export
 
 
