@@ -47,6 +47,7 @@ TRACE = "trace_rank{rank}.json"  # Chrome/Perfetto trace of the profiled steps
 JOB = "slurm_job.json"  # a submitted run's SLURM job id and how to reach its cluster
 JOB_FILE = "job.slurm"  # the batch file a submitted run was started with
 SCRIPT = "script.json"  # a user's own script tracked by workbench.track: its command and settings
+LOAD_REPORT = "load.json"  # a load run's levels, each with its percentiles (workbench load)
 FINAL_KEY = "returncode"  # the key the supervisor adds when it completes the summary
 
 
@@ -306,6 +307,10 @@ class RunFolder:
 
     def script(self) -> dict:
         return read_json(self.script_file)
+
+    @property
+    def load_report_file(self) -> Path:
+        return self.path / LOAD_REPORT
 
     def write_script(self, record: dict) -> None:
         write_json_atomic(self.script_file, record)

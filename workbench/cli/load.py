@@ -5,6 +5,8 @@
 
 Per level: requests sent, answered, refused and failed (every one accounted for), throughput, and
 p50, p90 and p99 latency with their 95 % intervals. Exits 1 when any request got no answer.
+The load is a run: its folder (under runs/, or --run-dir) holds each measured second as a step and
+the levels' report (load.json), so `workbench runs`, `compare` and the charts read it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def add_parser(sub):
     p.add_argument(
         "--rounds", type=int, default=8, help="with --vs: pairs of slices (6 or more give an interval)"
     )
+    p.add_argument("--run-dir", help="the load run's folder (new or empty; default: a fresh one under runs/)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -119,21 +122,48 @@ def main(args: argparse.Namespace) -> int:
         return compare(args, levels)
     if not args.url.startswith(("http://", "https://")):
         raise ConfigError(f"url must start with http:// or https://, got {args.url!r}")
-    report = run_coroutine(
-        drive(
-            args.url,
-            levels,
-            args.duration_s,
-            args.warmup_s,
-            args.requests or MAX_REQUESTS,
-            on_level=None if args.json else lambda r: print(level_line(r), flush=True),
-            on_start=None if args.json else lambda health: print(started(health, levels, args), flush=True),
+    box: dict = {}
+
+    def on_start(health: dict) -> None:
+        from ..serving.load_run import LoadRun
+
+        settings = {
+            "url": args.url,
+            "levels": [level.name for level in levels],
+            "duration_s": args.duration_s,
+            "warmup_s": args.warmup_s,
+            "requests": args.requests,
+        }
+        box["run"] = LoadRun.open(health, settings, args.run_dir)
+        if not args.json:
+            print(started(health, levels, args), flush=True)
+
+    try:
+        report = run_coroutine(
+            drive(
+                args.url,
+                levels,
+                args.duration_s,
+                args.warmup_s,
+                args.requests or MAX_REQUESTS,
+                on_level=None if args.json else lambda r: print(level_line(r), flush=True),
+                on_start=on_start,
+                on_window=lambda r: box["run"].window(r),
+            )
         )
-    )
+    except BaseException as e:
+        if "run" in box:
+            box["run"].end(e)
+        raise
     failed = sum(r["failed"] for r in report["levels"])
+    causes = sorted({c for r in report["levels"] for c in r.get("causes", [])})
+    run = box["run"]
+    report["run_dir"] = str(run.dir)
+    run.close(report, failed, causes)
     if args.json:
         print(json.dumps(report, indent=2))
-    elif failed:
-        causes = sorted({c for r in report["levels"] for c in r.get("causes", [])})
+        return 1 if failed else 0
+    if failed:
         print(f"{failed} request(s) got no answer: {', '.join(causes)}")
+    print(f"run folder: {run.dir}")
     return 1 if failed else 0

@@ -27,6 +27,7 @@ from .latency import summarize
 from .bounds import MAX_REQUESTS
 
 TIMEOUT_S = 30.0  # one request's longest wait before it counts as failed
+WINDOW_S = 1.0  # a load run's step: what the requests that ended in each measured second met
 
 
 def run_coroutine(coro):
@@ -142,6 +143,42 @@ async def _send(session, url: str, body: bytes, sent: Sent) -> None:
     sent.done = time.perf_counter()
 
 
+def window_record(level: Level, seconds: float, ended: list[Sent]) -> dict:
+    """One window of a measured level: its requests accounted for, throughput and percentiles."""
+    answered = [s.done - s.scheduled for s in ended if s.outcome == "answered"]
+    return {
+        "level": level.name,
+        "kind": level.kind,
+        "value": level.value,
+        "seconds": seconds,
+        **summarize(
+            answered,
+            seconds,
+            len(ended),
+            sum(s.outcome == "refused" for s in ended),
+            sum(s.outcome == "failed" for s in ended),
+        ),
+    }
+
+
+async def _windows(everything: list[Sent], level: Level, begins: float, stop: asyncio.Event, on_window):
+    """Every WINDOW_S from `begins` until `stop`: `on_window(record)` for the measured requests
+    that ended in that window (a last window under half as long is left out)."""
+    t0 = begins
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, t0 + WINDOW_S - time.perf_counter()))
+        except asyncio.TimeoutError:
+            pass
+        t1 = time.perf_counter() if stop.is_set() else t0 + WINDOW_S
+        if t1 - t0 >= WINDOW_S / 2:
+            ended = [s for s in everything if s.scheduled >= begins and s.done and t0 <= s.done < t1]
+            on_window(window_record(level, t1 - t0, ended))
+        if stop.is_set():
+            return
+        t0 = t1
+
+
 async def run_level(
     session,
     url: str,
@@ -151,10 +188,17 @@ async def run_level(
     warmup_s: float,
     requests: int = MAX_REQUESTS,
     seed: int = 0,
+    on_window=None,
 ) -> LevelResult:
     start = time.perf_counter()
     measured_from, ends = start + warmup_s, start + warmup_s + duration_s
     everything: list[Sent] = []
+    stop = asyncio.Event()
+    windows = (
+        asyncio.create_task(_windows(everything, level, measured_from, stop, on_window))
+        if on_window
+        else None
+    )
     if level.kind == "concurrency":
 
         async def client():
@@ -175,6 +219,9 @@ async def run_level(
             everything.append(sent)
             tasks.append(asyncio.create_task(_send(session, url, body, sent)))
         await asyncio.gather(*tasks)
+    stop.set()
+    if windows is not None:
+        await windows
     window = [s for s in everything if s.scheduled >= measured_from]
     last = max((s.done for s in window), default=ends)
     return LevelResult(
@@ -190,9 +237,11 @@ async def drive(
     requests: int = MAX_REQUESTS,
     on_level=None,
     on_start=None,
+    on_window=None,
 ) -> dict:
     """Each level in turn against the server at `url`; `on_start(health)` hears what the server
-    said of itself, `on_level(record)` each level as it ends."""
+    said of itself, `on_window(record)` each measured second (WINDOW_S) as it ends, and
+    `on_level(record)` each level as it ends."""
     url = url.rstrip("/")
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
@@ -203,7 +252,9 @@ async def drive(
         body = body_for(health)
         records = []
         for level in levels:
-            result = await run_level(session, url, body, level, duration_s, warmup_s, requests)
+            result = await run_level(
+                session, url, body, level, duration_s, warmup_s, requests, on_window=on_window
+            )
             records.append(result.record())
             if on_level is not None:
                 on_level(records[-1])

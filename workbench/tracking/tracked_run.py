@@ -214,6 +214,12 @@ class Run:
     def __repr__(self) -> str:
         return f"<workbench run {str(self.dir)!r} rank {self.rank}, {len(self._times)} steps>"
 
+    def count_as_own(self, *pids: int) -> None:
+        """Count these process trees' CPU as the run's own work, not as other programs' load (the
+        servers a load run drives)."""
+        if self._meter is not None:
+            self._meter = ContentionMeter(_tree_pid(), also=tuple(pids))
+
     # --- the loop's side --------------------------------------------------------------------
     def step(self, samples: int | None = None, loss=None) -> _StepTimer:
         """Time one step: `with run.step(samples=len(x)) as step: ...; step.loss = loss`."""
