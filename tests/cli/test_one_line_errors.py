@@ -104,6 +104,12 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
         (["run", "--preset", "smoke", "--batch-size", "1000000000000"], "loader.batch_size must be <= 1402"),
         (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
         (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
+        (["serve", "--workers", "0"], "--workers must be 1-16, got 0"),
+        (
+            ["serve", "--variant", "int8", "--amount", "0.3"],
+            "--amount is for --variant pruned, got --variant int8",
+        ),
+        (["serve", "--variant", "pruned", "--amount", "1.5"], "--amount must be between 0 and 1"),
     ],
     ids=lambda v: " ".join(v)[:80] if isinstance(v, list) else None,
 )

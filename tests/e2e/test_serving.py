@@ -21,6 +21,8 @@ import torch
 from launch_helpers import wait_for
 from workbench.config import RunConfig
 from workbench.distributed.launch import run
+from workbench.events import read_events
+from workbench.runstore import list_runs, read_summary
 from workbench.serving.bounds import MAX_BODY
 from workbench.serving.process import ServerProcess
 from workbench.train.restore import load_model
@@ -138,6 +140,8 @@ def test_bad_requests_get_one_line_each_and_the_server_goes_on(tmp_path):
                 "0",
                 "--duration-s",
                 "120",
+                "--run-dir",
+                str(tmp_path / "flood"),
                 "--json",
             ],
             capture_output=True,
@@ -145,9 +149,19 @@ def test_bad_requests_get_one_line_each_and_the_server_goes_on(tmp_path):
             timeout=300,
         )
         assert flood.returncode == 0, flood.stderr
-        level = json.loads(flood.stdout)["levels"][0]
+        report = json.loads(flood.stdout)
+        level = report["levels"][0]
         assert level["sent"] == 10_000 == level["answered"] + level["refused"] + level["failed"]
         assert level["failed"] == 0 and level["answered"] == 10_000, level
+        # the load is a run: each measured second a step, its report beside them, listed as any run
+        assert report["run_dir"] == str(tmp_path / "flood")
+        assert json.loads((tmp_path / "flood" / "load.json").read_text())["levels"] == report["levels"]
+        assert read_summary(tmp_path / "flood")["status"] == "completed"
+        seconds = [r for r in read_events(tmp_path / "flood") if r["event"] == "step"]
+        assert seconds and all(r["concurrency"] == 64 and r["p99_ms"] >= r["p50_ms"] > 0 for r in seconds)
+        answered_in_steps = sum(round(r["samples_per_s"] * r["step_time_ms"] / 1e3) for r in seconds)
+        assert 0 < answered_in_steps <= 10_000
+        assert list_runs(tmp_path)["run"].tolist() == ["flood"]
         status, answer = post(url, sample)  # still serving, and it counted what it refused
         assert status == 200 and len(answer["outputs"]) == 10
         said = health(url)
@@ -180,6 +194,8 @@ def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
             "60",
             "--warmup-s",
             "0",
+            "--run-dir",
+            str(tmp_path / "load"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -195,6 +211,9 @@ def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
     assert load.returncode == 1, out
     assert "request(s) got no answer" in out, out
     assert any(cause in out for cause in ("ClientConnectorError", "ServerDisconnectedError")), out
+    summary = read_summary(tmp_path / "load")  # the run folder keeps its seconds and says why it failed
+    assert summary["status"] == "failed" and "got no answer" in summary["message"], summary
+    assert any(r["event"] == "step" for r in read_events(tmp_path / "load"))
     gone(server)
 
 
@@ -246,3 +265,32 @@ def test_an_export_is_served_with_the_weights_its_train_py_wrote(tmp_path):
         assert status == 200
         torch.testing.assert_close(torch.tensor(answer["outputs"]), model.eval()(x), atol=1e-5, rtol=1e-4)
     gone(server)
+
+
+def test_workers_share_one_port_and_end_together(tmp_path):
+    """--workers 2: two processes answer on one port, the cores shared between them by the thread
+    rule; stopping the parent stops both, and a worker that dies takes the rest down with it."""
+    with ServerProcess(["--workers", "2", "--max-batch", "4", "--max-wait-ms", "1"]) as server:
+        workers = psutil.Process(server.proc.pid).children()
+        assert len(workers) == 2, workers
+        said = health(server.url)
+        assert said["pid"] == server.proc.pid and said["worker"].split(" (")[0] in ("1 of 2", "2 of 2")
+        assert "for 2 server processes" in said["threads"]
+        assert any("2 worker processes" in line for line in server.lines), server.lines
+        sample = json.dumps({"inputs": [[[0.5] * 8] * 8]}).encode()
+        assert post(server.url, sample)[0] == 200
+    gone(server)
+    assert not any(psutil.pid_exists(w.pid) and w.status() != "zombie" for w in workers)
+
+    server = ServerProcess(["--workers", "2"])
+    try:
+        workers = psutil.Process(server.proc.pid).children()
+        workers[0].kill()
+        assert server.proc.wait(timeout=60) == 1
+        said = server.later_lines()
+    finally:
+        server.stop()
+    named = f"(pid {workers[0].pid}) ended with code -9: stopping the others"
+    assert any(named in line for line in said), said
+    gone(server)
+    assert not any(psutil.pid_exists(w.pid) and w.status() != "zombie" for w in workers)

@@ -64,8 +64,8 @@ def test_token_inputs_are_integers_below_the_vocabulary(text):
             served.read({"inputs": bad})
 
 
-@pytest.mark.parametrize("variant", ["bf16", "int8"])
-def test_a_variant_answers_close_to_the_model(digits, variant):
+@pytest.mark.parametrize("variant", ["bf16", "int8", "onnx"])
+def test_a_variant_answers_close_to_the_model(digits, text, variant):
     x = digits.example(4)
     eager = build_served(digits).forward(x)
     served = build_served(digits, variant)
@@ -74,8 +74,30 @@ def test_a_variant_answers_close_to_the_model(digits, variant):
     assert (out - eager).abs().max() < 0.1 * eager.abs().max() + 0.05
     if variant == "int8":
         assert "int8 (dynamic) converted 3 layers" in served.note
+    if variant == "onnx":
+        assert served.note.startswith("ONNX Runtime") and "batches of 1-256" in served.note
+        assert served.forward(digits.example(256)).shape[0] == 256  # the batch dimension is free
+        tokens = build_served(text, "onnx")  # integer inputs, attention
+        torch.testing.assert_close(
+            tokens.forward(text.example(3)), text.model(text.example(3)), atol=1e-4, rtol=1e-4
+        )
+
+
+def test_the_pruned_variant_serves_a_smaller_model_and_says_what_it_left(digits, text):
+    served = build_served(digits, "pruned", 0.25)
+    dense = sum(p.numel() for p in digits.model.parameters())
+    assert sum(p.numel() for p in served.model.parameters()) < dense
+    x = digits.example(3)
+    assert served.forward(x).shape == digits.model(x).shape
+    assert "(25% of each hidden layer's units removed) shrank 3 layers" in served.note
+    assert "not fine-tuned" in served.note
+    # a transformer goes through the dependency graph, and its tokens still fit
+    tokens = build_served(text, "pruned")
+    assert tokens.forward(text.example(2)).shape[0] == 2 and "(50% of each hidden" in tokens.note
 
 
 def test_an_unknown_variant_is_refused(digits):
-    with pytest.raises(ConfigError, match="--variant must be one of eager, compiled, bf16, int8"):
+    with pytest.raises(
+        ConfigError, match="--variant must be one of eager, compiled, bf16, int8, pruned, onnx"
+    ):
         build_served(digits, "fastest")

@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # as typed: serve --workers repeats it
     from ..config import ConfigError
     from ..disk import disk_message
 

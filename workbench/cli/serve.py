@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 
 from ..config import ConfigError
+from ..machine.threads import WAIT_ENV
+from ..serving.workers import Worker, check_workers
 from .prune import add_subject_args, subject_from_args
 
 
@@ -32,13 +34,27 @@ def add_parser(sub):
     for hidden in ("--eval", "--batch-sizes", "--rounds", "--json"):  # the compression lab's own
         p.set_defaults(**{hidden.lstrip("-").replace("-", "_"): None})
     p.add_argument("--weights", help="a state_dict file for --model (torch.save(model.state_dict()))")
-    p.add_argument("--variant", default="eager", help="eager | compiled | bf16 | int8")
+    p.add_argument("--variant", default="eager", help="eager | compiled | bf16 | int8 | pruned | onnx")
+    p.add_argument(
+        "--amount",
+        type=float,
+        default=None,
+        help="--variant pruned: the share of each hidden layer's units removed (default 0.5)",
+    )
     p.add_argument("--max-batch", type=int, default=1, help="samples one forward may gather (1: no batching)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, help="how long a batch waits to fill")
     p.add_argument("--host", default="127.0.0.1", help="another address needs --token")
     p.add_argument("--port", type=int, default=8700, help="0: any free port (the line printed names it)")
     p.add_argument("--token", help="clients must send Authorization: Bearer TOKEN")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes on one port, each with its own model; the usable cores are shared "
+        "between them by the thread rule",
+    )
     p.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)  # stop when stdin closes
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # one of --workers: what its parent chose
     p.set_defaults(train_epochs=0)
     return p
 
@@ -62,11 +78,42 @@ def from_export(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..serving.bounds import VARIANTS, Settings
+    from ..serving.bounds import PRUNE_AMOUNT, VARIANTS, Settings
 
     settings = Settings(args.host, args.port, args.max_batch, args.max_wait_ms, args.token).check()
     if args.variant not in VARIANTS:
         raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {args.variant!r}")
+    if args.amount is not None and args.variant != "pruned":
+        raise ConfigError(f"--amount is for --variant pruned, got --variant {args.variant}")
+    amount = PRUNE_AMOUNT if args.amount is None else args.amount
+    if not 0 < amount < 1:
+        raise ConfigError(f"--amount must be between 0 and 1 (a share of each layer's units), got {amount:g}")
+    check_workers(args.workers)
+    worker = Worker.from_flag(args.worker) if args.worker else None
+    if worker is None:
+        # the server's threads: the usable cores shared by its processes, as ranks share them; how
+        # they wait is chosen before torch loads (OpenMP reads it once, then)
+        from ..config import RunConfig
+        from ..machine.threads import choose_threads, other_cores_now
+
+        cfg = RunConfig.smoke().replace(**{"distributed.nproc": args.workers})
+        choice = choose_threads(cfg, other_cores_now()).fixed()  # no warm-up to try others in
+        processes = f"{args.workers} server process{'es' if args.workers > 1 else ''}"
+        each = "in each server process" if args.workers > 1 else "in the server"
+        why = choice.why.replace("per rank", each).replace(
+            f"shared by {args.workers} rank(s)", f"for {processes}"
+        )
+        worker = Worker(choice.threads, choice.wait_policy, why)
+        if args.workers > 1:
+            from ..serving.workers import serve_workers
+
+            if args.lifeline:
+                from ..serving.server import stop_when_stdin_closes
+
+                stop_when_stdin_closes()
+            return serve_workers(worker_argv(args._argv), settings, worker, args.workers, os.getpid())
+    if worker.wait == "passive":
+        os.environ.setdefault(WAIT_ENV, "PASSIVE")
     if args.run and (Path(args.run) / "serve.py").is_file():
         from_export(args)
     elif args.run:
@@ -76,22 +123,13 @@ def main(args: argparse.Namespace) -> int:
     if args.weights and args.run_dir:
         raise ConfigError("--weights is for --model; a run folder serves its own weights")
 
-    # one server process: its threads are the usable cores, as a lone rank's are, and how they
-    # wait is chosen before torch loads (OpenMP reads it once, then)
-    from ..config import RunConfig
-    from ..machine.threads import WAIT_ENV, choose_threads, other_cores_now
-
-    choice = choose_threads(RunConfig.smoke(), other_cores_now()).fixed()  # no warm-up to try others in
-    if choice.wait_policy == "passive":
-        os.environ.setdefault(WAIT_ENV, "PASSIVE")
-
     import torch  # after the cheap checks: a refusal answers at once
 
     from ..serving.served import build_served
     from ..serving.server import serve_forever, stop_when_stdin_closes
     from ..train.restore import load_saved
 
-    torch.set_num_threads(choice.threads)
+    torch.set_num_threads(worker.threads)
     subject = subject_from_args(args)
     if args.weights:
         try:
@@ -100,14 +138,22 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}"
             ) from None
-    served = build_served(subject, args.variant)
+    served = build_served(subject, args.variant, amount)
     if args.lifeline:
         stop_when_stdin_closes()
-    serve_forever(
-        served,
-        settings,
-        threads_why=choice.why.replace("per rank", "in the server").replace(
-            "shared by 1 rank(s)", "for 1 server process"
-        ),
-    )
+    serve_forever(served, settings, worker.why, worker if args.worker else None)
     return 0
+
+
+def worker_argv(argv: list[str]) -> list[str]:
+    """The command as typed after `serve`, less what the parent of --workers decides itself."""
+    argv = argv[argv.index("serve") + 1 :] if "serve" in argv else list(argv)
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--workers", "--port"):
+            skip = True
+        elif not arg.startswith(("--workers=", "--port=")) and arg != "--lifeline":
+            out.append(arg)
+    return out

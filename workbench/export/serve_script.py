@@ -1,7 +1,8 @@
 """The exported serve.py: the export's trained model over HTTP, plain torch with FastAPI and
 uvicorn and no workbench import. It imports train.py beside it for the model, its data's shape and
 the thread rule, and copies the workbench's own request checks, batching and HTTP app as source,
-so the two servers cannot drift apart. int8 is left out: it is the compression lab's conversion.
+so the two servers cannot drift apart. int8 and pruned are left out: they are the compression
+lab's conversions.
 """
 
 from __future__ import annotations

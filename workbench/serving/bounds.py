@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from ..config import ConfigError
 
-VARIANTS = ("eager", "compiled", "bf16", "int8")  # what workbench.serving.served builds
+VARIANTS = ("eager", "compiled", "bf16", "int8", "pruned", "onnx")  # what serving.served builds
+PRUNE_AMOUNT = 0.5  # the pruned variant's default share of each hidden layer's units removed
 
 MAX_SAMPLES = 256  # samples in one request: a bigger one is refused (413), not queued
 MAX_BODY = 8 * 2**20  # bytes of one request's body

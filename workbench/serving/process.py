@@ -34,9 +34,11 @@ class ServerProcess:
         ready_timeout_s: float = READY_TIMEOUT_S,
         command: tuple[str, ...] = ("-m", "workbench", "serve"),
         wait: bool = True,
+        pass_fds: tuple[int, ...] = (),
     ):
         """`command`: what python runs, given `args`, `--port 0` and `--lifeline`; it prints
-        'serving ... at URL ' once it takes requests."""
+        'serving ... at URL ' once it takes requests. `pass_fds`: descriptors it inherits (the
+        listening socket of `serve --workers`)."""
         self.lines: list[str] = []  # what the server printed
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
@@ -47,6 +49,7 @@ class ServerProcess:
             text=True,
             env={**os.environ, **(env or {})},
             start_new_session=True,  # Ctrl-C in a terminal reaches its starter, who stops it
+            pass_fds=pass_fds,
         )
         threading.Thread(target=self._read, daemon=True, name="workbench-server-output").start()
         self.url = ""
@@ -80,6 +83,17 @@ class ServerProcess:
             self.lines.append(line)
             if found := READY.match(line):
                 return found.group(1)
+
+    def later_lines(self, timeout_s: float = 30.0) -> list[str]:
+        """What it printed after the line naming its URL, to its end (call once it has ended,
+        before `stop`, which closes its output)."""
+        out = []
+        try:
+            while (line := self._lines.get(timeout=timeout_s)) is not None:
+                out.append(line)
+        except queue.Empty:
+            pass
+        return out
 
     def running(self) -> bool:
         return self.proc.poll() is None

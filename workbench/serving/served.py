@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
-from .bounds import MAX_SAMPLES, VARIANTS
+from .bounds import MAX_SAMPLES, PRUNE_AMOUNT, VARIANTS
 
 
 class BadRequest(ValueError):
@@ -118,10 +118,12 @@ def variant_model(model: nn.Module, variant: str) -> nn.Module:
     return model
 
 
-def build_served(subject, variant: str = "eager") -> Served:
+def build_served(subject, variant: str = "eager", amount: float = PRUNE_AMOUNT) -> Served:
     """`subject` (workbench.compress.subject.Subject) in `variant`: a plain-torch one
-    (variant_model), or int8 (dynamic int8 Linear layers, the compression lab's quantize, which
-    says what it converted). A compiled variant compiles here, before serving."""
+    (variant_model); int8 (dynamic int8 Linear layers, the compression lab's quantize); pruned
+    (`amount` of each hidden layer's neurons or channels removed by the compression lab's
+    structured pruning, not fine-tuned here); or onnx (exported and run by ONNX Runtime). Each says what it converted and what it left. A
+    compiled variant compiles here, before serving."""
     if variant not in VARIANTS:
         raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     model, note = subject.model.eval(), ""
@@ -131,6 +133,24 @@ def build_served(subject, variant: str = "eager") -> Served:
 
         model, info = quantize(model, "dynamic_int8")
         note = coverage_note(info["coverage"], "int8 (dynamic) converted")
+    elif variant == "pruned":
+        from ..compress.coverage import coverage_note
+        from ..compress.structured import structured_coverage, structured_prune
+
+        small = structured_prune(model, amount, example=subject.example(2)).eval()
+        note = (
+            coverage_note(
+                structured_coverage(model, small),
+                f"structured pruning ({amount:.0%} of each hidden layer's units removed) shrank",
+            )
+            + "; not fine-tuned, so its answers differ from the trained model's (`workbench prune` "
+            "fine-tunes and measures the accuracy kept)"
+        )
+        model = small
+    elif variant == "onnx":
+        from .onnx_runtime import onnx_model
+
+        model, note = onnx_model(model, subject.example(2), MAX_SAMPLES)
     else:
         model = variant_model(model, variant)
     served = Served(

@@ -53,9 +53,10 @@ def bind(settings: Settings) -> socket.socket:
     return sock
 
 
-def serve_forever(served: Served, settings: Settings, threads_why: str = "") -> None:
-    """Serve until Ctrl-C or SIGTERM; the port is free when it returns."""
-    sock = bind(settings.check())
+def serve_forever(served: Served, settings: Settings, threads_why: str = "", worker=None) -> None:
+    """Serve until Ctrl-C or SIGTERM; the port is free when it returns. `worker`
+    (serving.workers.Worker): serve on the socket the parent of `--workers` handed down."""
+    sock = socket.socket(fileno=worker.fd) if worker is not None else bind(settings.check())
     port = sock.getsockname()[1]
     batching = (
         f"up to {settings.max_batch} samples, waiting at most {settings.max_wait_ms:g} ms"
@@ -65,6 +66,8 @@ def serve_forever(served: Served, settings: Settings, threads_why: str = "") -> 
     about = {"batching": batching, "max_batch": settings.max_batch, "max_wait_ms": settings.max_wait_ms}
     if threads_why:
         about["threads"] = threads_why
+    if worker is not None:  # a load counts the parent's whole tree as the server's own work
+        about.update(pid=worker.parent, worker=f"{worker.index + 1} of {worker.workers} (pid {os.getpid()})")
 
     def ready():  # the line naming the URL comes last: a starter reads up to it
         if served.note:
