@@ -1,6 +1,6 @@
 """Reading an exported train.py and its runs: its losses beside the workbench's run of the same
-config, the script imported as a module, and a runner that blocks every import but torch's and
-the standard library's."""
+config, the script imported as a module, a runner that blocks every import but torch's and the
+standard library's, and a static check for names the assembly left undefined."""
 
 from __future__ import annotations
 
@@ -50,3 +50,19 @@ def run_blocked(export_dir: Path, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=180,
     )
+
+
+UNDEFINED = ("F821", "F822", "F823")  # a name used but never defined, exported, or bound in time
+
+
+def undefined_names(source: str, name: str) -> list[str]:
+    """What a static check finds undefined in `source`: the generated script is assembled from the
+    package's definitions, and one left behind shows only when its line runs."""
+    found = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--select", ",".join(UNDEFINED)]
+        + ["--output-format", "concise", "--stdin-filename", name, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+    )
+    return [line for line in found.stdout.splitlines() if any(code in line for code in UNDEFINED)]

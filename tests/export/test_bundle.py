@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from exported_script import import_script
+from exported_script import import_script, undefined_names
 from workbench.config import ConfigError, RunConfig
 from workbench.export import export
 
@@ -67,6 +67,7 @@ def test_user_model_file_travels_with_the_script(tmp_path, monkeypatch):
     s = script.settings(script.CONFIG)
     model = script.build_model(s, script.build_data(s))
     assert model[1].out_features == 12
+    assert undefined_names((tmp_path / "out" / "train.py").read_text(), "train.py") == []
 
 
 def test_bad_input_is_refused(tmp_path):

@@ -72,7 +72,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -85,6 +85,9 @@ CONFIG = {config}
 def settings(config):
     """Attribute access to the config sections: cfg.loader.batch_size."""
     return SimpleNamespace(**{{name: SimpleNamespace(**section) for name, section in config.items()}})
+
+
+RunConfig = SimpleNamespace  # what the copied code's annotations call the config: settings(CONFIG)
 
 
 class ConfigError(ValueError):
@@ -136,7 +139,7 @@ def _source(*objects) -> str:
 
 def _data_code(cfg: RunConfig) -> str:
     name = cfg.data.name
-    parts = [_source(wb_data.TensorBatches, wb_data.DataBundle)]
+    parts = [_source(wb_data.TensorBatches, wb_data.SampleBatches, wb_data.DataBundle)]
     if name == "digits":
         parts.append(DIGITS.format(data_file=DATA_FILE).strip())
     elif name == "synthetic_images":
@@ -338,6 +341,15 @@ from torch.utils.checkpoint import checkpoint
 SHOWN = {shown}'''
 
 
+# What the main calls for a setting the export left out: one line, not a NameError, if config.json
+# is edited to ask for it.
+NOT_EXPORTED = """def {name}(*args, **kwargs):
+    raise ConfigError(
+        "config.json asks for {field}, which this script was exported without: "
+        "export it again from a config that sets it"
+    )"""
+
+
 def _checkpoint_code() -> str:
     """train.checkpoint's own code, copied: the same modules are recomputed in the script."""
     c = wb_checkpointing
@@ -352,8 +364,10 @@ def _checkpoint_code() -> str:
 
 
 def _sharding_code() -> str:
-    """distributed.strategy 'fsdp': the trainer's own FSDP2 wrapping, copied."""
-    return _source(
+    """distributed.strategy 'fsdp': the trainer's own FSDP2 wrapping, copied, with the dtypes its
+    mixed precision names."""
+    dtypes = f"COMPUTE_DTYPE = {wb_sharding.COMPUTE_DTYPE}\nREDUCE_DTYPE = {wb_sharding.REDUCE_DTYPE}\n\n\n"
+    return dtypes + _source(
         wb_sharding.layer_blocks, wb_sharding.block_names, wb_sharding.check_shardable, wb_sharding.apply_fsdp
     )
 
@@ -455,10 +469,19 @@ def script_source(cfg: RunConfig, specs: dict | None = None, recorded: dict | No
         ("resumable state (run.save_every)", _resume_code()),
     ]
     fsdp = cfg.distributed.strategy == "fsdp"
+    title = "activation checkpointing (train.checkpoint)"
     if cfg.train.checkpoint or fsdp:  # FSDP's block names are matched as checkpointing's are
-        sections.append(("activation checkpointing (train.checkpoint)", _checkpoint_code()))
+        sections.append((title, _checkpoint_code()))
+    else:
+        sections.append(
+            (f"{title}: not exported", NOT_EXPORTED.format(name="apply_checkpointing", field=title))
+        )
+    title = "sharding: FSDP2 per block, then the root (distributed.strategy)"
     if fsdp:
-        sections.append(("sharding: FSDP2 per block, then the root (distributed.strategy)", _sharding_code()))
+        sections.append((title, _sharding_code()))
+    else:
+        field = "distributed.strategy 'fsdp'"
+        sections.append((f"{title}: not exported", NOT_EXPORTED.format(name="apply_fsdp", field=field)))
     body = "".join(f"\n\n# ---- {title} {'-' * (92 - len(title))}\n{code}\n" for title, code in sections)
     return header + body + MAIN
 

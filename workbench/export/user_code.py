@@ -58,7 +58,6 @@ def user_code(cfg: RunConfig) -> str:
             LOAD_FACTORY.strip(),
             f"FACTS = {c.FACTS!r}",
             _source(
-                wb_data.SampleBatches,
                 wb_data.sample_batch,
                 c.data_facts,
                 c.factory_kwargs,

@@ -122,8 +122,8 @@ def build_served(subject, variant: str = "eager", amount: float = PRUNE_AMOUNT) 
     """`subject` (workbench.compress.subject.Subject) in `variant`: a plain-torch one
     (variant_model); int8 (dynamic int8 Linear layers, the compression lab's quantize); pruned
     (`amount` of each hidden layer's neurons or channels removed by the compression lab's
-    structured pruning, not fine-tuned here); or onnx (exported and run by ONNX Runtime). Each says what it converted and what it left. A
-    compiled variant compiles here, before serving."""
+    structured pruning, not fine-tuned here); or onnx (exported and run by ONNX Runtime). Each
+    says what it converted and what it left. A compiled variant compiles here, before serving."""
     if variant not in VARIANTS:
         raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     model, note = subject.model.eval(), ""
