@@ -13,7 +13,7 @@ from workbench.cli import main as cli
 from workbench.config import ConfigError
 from workbench.procs import OtherWork
 from workbench.trials.config_ab import ab_test
-from workbench.trials.rounds import contention_of, run_rounds
+from tools.rounds import contention_of, run_rounds
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_pairs_whose_load_changed_are_dropped_counted_and_measured_again():
 def test_run_rounds_alternates_and_refuses_bad_rounds(monkeypatch, smoke):
     order = []
     monkeypatch.setattr(
-        "workbench.trials.rounds.run",
+        "tools.rounds.run",
         lambda cfg, timeout_s, threads: (
             order.append(cfg.run.label) or {"status": "completed", "samples_per_s": 1.0, "run_dir": "x"}
         ),

@@ -17,7 +17,7 @@ from tools.gpucheck import ceilings, check, compression, ddp, fsdp, gpumem, load
 from tools.gpucheck import report
 from tools.gpucheck import runner, training
 from workbench.hardware.ceiling import Ceiling
-from workbench.trials import rounds
+from tools import rounds
 from workbench.distributed import limits
 
 PRECHECK = {

@@ -11,7 +11,7 @@ most 1.25 once built), and decisions a minute. The table, this machine's report 
 the results file: prose elsewhere reads it, never re-types it.
 
 Quiet, each training comparison is also measured the way comparisons were made before the engine:
-whole runs of each side, one process start each, in alternating rounds (workbench.trials.rounds);
+whole runs of each side, one process start each, in alternating rounds (tools/rounds.py);
 the engine's ratio should agree with it within their intervals.
 """
 
@@ -73,7 +73,7 @@ def cross_process(a: RunConfig, b: RunConfig, rounds: int, run_s: float) -> dict
     """The same comparison as whole runs in separate processes, `run_s` seconds of steps each."""
     from workbench.measure.ratios import paired_speed_ratio
     from workbench.events import SAMPLES_PER_S
-    from workbench.trials.rounds import run_rounds
+    from tools.rounds import run_rounds
 
     sized = {"run.steps": 1_000_000, "run.time_budget_s": run_s}
     t0 = time.monotonic()

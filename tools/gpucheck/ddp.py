@@ -38,7 +38,7 @@ from workbench.events import (
 )
 from workbench.hardware.allreduce import run_allreduce
 from workbench.machine.capability import unsupported_reason
-from workbench.trials.rounds import speed_config
+from tools.rounds import speed_config
 from .gpumem import DeviceMemory
 from .training import refusal
 

@@ -23,7 +23,7 @@ from workbench.events import RANK, SAMPLES_PER_S
 from workbench.machine.capability import unsupported_reason
 from workbench.distributed.launch import run as launch_run
 from workbench.train.sharding import MEMORY_PARTS, PEAK
-from workbench.trials.rounds import speed_config
+from tools.rounds import speed_config
 from .training import RUN_S, base_config, refusal
 
 GIB = 2**30

@@ -17,7 +17,7 @@ import sys
 import time
 
 from workbench.distributed.launch import start_run
-from workbench.trials.rounds import speed_config
+from tools.rounds import speed_config
 from .ddp import LONG, first_steps, small_config
 from .gpumem import DeviceMemory, Sampler
 

@@ -35,7 +35,7 @@ from workbench.events import (
 )
 from workbench.measure.ratios import min_rounds, paired_speed_ratio, unpaired_ratio
 from workbench.measure.warmup import warmup_steps
-from workbench.trials.rounds import contention_of, run_rounds, speed_config
+from tools.rounds import contention_of, run_rounds, speed_config
 from .gpumem import DeviceMemory, Sampler
 
 ROUNDS = min_rounds()  # 6 at 95 %

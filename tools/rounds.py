@@ -1,5 +1,6 @@
 """Whole runs, a process start each, in rounds whose order alternates (workbench.measure.order): how
-comparisons were measured before the trial engine. Kept as the reference the engine is held against
+comparisons were measured before the trial engine, kept here beside the harnesses that use it (no
+lab does). Kept as the reference the engine is held against
 (`python -m tools.bench trials`: the two must agree within their intervals on a quiet machine)
 and for the GPU check's runs, whose whole run is what it checks; every comparison of the labs goes
 through the engine. The threads and wait policy are chosen
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .engine import order_of
-from ..config import ConfigError, RunConfig
-from ..distributed.launch import run
-from ..machine.contention import BUSY_CORES, BUSY_STEAL
-from ..machine.threads import choose_threads, other_cores_now
+from workbench.config import ConfigError, RunConfig
+from workbench.distributed.launch import run
+from workbench.machine.contention import BUSY_CORES, BUSY_STEAL
+from workbench.machine.threads import choose_threads, other_cores_now
+from workbench.trials.engine import order_of
 
 
 def speed_config(cfg: RunConfig, label: str) -> RunConfig:
