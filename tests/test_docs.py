@@ -1,8 +1,11 @@
 """The front door and the manual: a README a newcomer reads in minutes, documentation pages whose
-measured figures all come from a generated results file, and a CLI reference drawn from the parsers."""
+measured figures all come from a generated results file, a CLI reference drawn from the parsers,
+and command lines in the pages and notebooks that use only flags their commands take."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 from pathlib import Path
 
@@ -96,3 +99,51 @@ def test_the_minutes_column_marks_a_disturbed_quiet_run_and_a_failed_one():
         in drawn
     )
     assert readme_with_minutes(drawn, report, Path("docs/results/m/notebooks-quiet-busy.md")) == drawn
+
+
+# A command line as a page shows one: `workbench stack --rounds 6`, up to the end of its code span.
+SHOWN_COMMAND = re.compile(r"workbench ([a-z][a-z-]*)([^`\n#|)\"]*)")
+
+
+def _commands() -> dict:
+    from workbench.cli import parser
+
+    return next(a.choices for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def unknown_flags(text: str, commands: dict) -> list[str]:
+    """`workbench CMD --flag` in `text` where CMD (or `CMD SUB`) takes no such flag, or hides it (a
+    removed flag is refused with its successor's name, never shown)."""
+    found = []
+    for m in SHOWN_COMMAND.finditer(text):
+        command, rest = commands.get(m.group(1)), m.group(2)
+        if command is None:
+            continue  # prose: "the workbench chooses ..."
+        name, inner = (
+            m.group(1),
+            next((a.choices for a in command._actions if isinstance(a, argparse._SubParsersAction)), {}),
+        )
+        first = rest.split()[:1]
+        if first and first[0] in inner:
+            command, name = inner[first[0]], f"{name} {first[0]}"
+        allowed = {o for a in command._actions for o in a.option_strings if a.help != argparse.SUPPRESS}
+        flags = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest)
+        found += [f"workbench {name} {flag}" for flag in flags if flag not in allowed]
+    return found
+
+
+def test_every_command_line_a_page_or_notebook_shows_uses_flags_its_command_takes():
+    commands = _commands()
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in [ROOT / "README.md", *pages()]}
+    texts.pop("docs/changelog.md")  # it names removed flags on purpose
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[str(nb.relative_to(ROOT))] = "\n".join("".join(c["source"]) for c in cells)
+    bad = {where: unknown for where, text in texts.items() if (unknown := unknown_flags(text, commands))}
+    assert bad == {}
+    # a removed flag (hidden, refused with its successor) and one that never was are both found
+    planted = "`workbench stack --changes bf16 --budget-s 3` then `workbench runs export RUN --to-json x`"
+    assert unknown_flags(planted, commands) == [
+        "workbench stack --budget-s",
+        "workbench runs export --to-json",
+    ]
