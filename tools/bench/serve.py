@@ -1,6 +1,7 @@
 """The serving lab measured: the load generator's ceiling and honesty, the server's own cost
 against a plain FastAPI endpoint, dynamic batching on a model whose batch-1 forward takes 10 ms or
-more here, and an A/A beside two busy processes. Every comparison goes through the trial engine
+more here, two worker processes against one, ONNX Runtime against eager torch, and an A/A beside
+two busy processes. Every comparison goes through the trial engine
 (slices of load alternating A B B A, the median ratio with its 95 % interval).
 
     python -m tools.bench serve [--rounds 8] [--slice-s 2]
@@ -164,7 +165,25 @@ def main(argv=None) -> int:
         f"({goal(ratio >= 2 and no_worse)}: 2x at no worse a p99)"
     )
 
-    aa_rounds = 2 * rounds  # a busy machine's pairs spread wider: more of them for a narrow interval
+    with ServerProcess(small) as one, ServerProcess([*small, "--workers", "2"]) as two:
+        workers = compare_servers({"1 worker": one.url, "2 workers": two.url}, "1 worker", 8, rounds, slice_s)
+    one_r, two_r = workers["variants"]["1 worker"], workers["variants"]["2 workers"]
+    print(
+        f"\nWorkers (MLP 256x2, concurrency 8, batching off): 1 process of 2 threads "
+        f"{one_r['throughput_rps']:.0f}/s, p99 {fmt_ms(one_r, 'p99')}; 2 processes of 1 thread "
+        f"{two_r['throughput_rps']:.0f}/s{limited(two_r['throughput_rps'], ceiling)}, p99 "
+        f"{fmt_ms(two_r, 'p99')}; throughput {two_r['text']}"
+    )
+    with ServerProcess(wide) as eager, ServerProcess([*wide, "--variant", "onnx"]) as onnx:
+        runtime = compare_servers({"eager": eager.url, "onnx": onnx.url}, "eager", 1, rounds, slice_s)
+    eager_r, onnx_r = runtime["variants"]["eager"], runtime["variants"]["onnx"]
+    print(
+        f"ONNX Runtime against eager torch (MLP {width}x6, concurrency 1, batching off): eager p50 "
+        f"{fmt_ms(eager_r, 'p50')}, {eager_r['throughput_rps']:.0f}/s; onnx p50 {fmt_ms(onnx_r, 'p50')}, "
+        f"{onnx_r['throughput_rps']:.0f}/s; throughput {onnx_r['text']}"
+    )
+
+    aa_rounds = 3 * rounds  # a busy machine's pairs spread wider: more of them for a narrow interval
     with ServerProcess(small) as a1, ServerProcess(small) as a2, OtherWork(2):
         aa = compare_servers({"A": a1.url, "A again": a2.url}, "A", 8, aa_rounds, slice_s)
     again = aa["variants"]["A again"]
