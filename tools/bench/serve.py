@@ -79,6 +79,14 @@ def goal(met: bool) -> str:
 
 
 @recorded("serve", "Serving: the server, dynamic batching and the load generator")
+def two_servers(a: tuple[str, list], b: tuple[str, list], concurrency: int, rounds: int, slice_s: float):
+    """Two `workbench serve` servers (label, flags) started together and compared side by side:
+    each one's report, B's with its throughput ratio over A's."""
+    with ServerProcess(a[1]) as first, ServerProcess(b[1]) as second:
+        report = compare_servers({a[0]: first.url, b[0]: second.url}, a[0], concurrency, rounds, slice_s)
+    return report["variants"][a[0]], report["variants"][b[0]]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench serve", description=__doc__)
     p.add_argument("--rounds", type=int, default=8, help="pairs of load slices a comparison")
@@ -165,18 +173,16 @@ def main(argv=None) -> int:
         f"({goal(ratio >= 2 and no_worse)}: 2x at no worse a p99)"
     )
 
-    with ServerProcess(small) as one, ServerProcess([*small, "--workers", "2"]) as two:
-        workers = compare_servers({"1 worker": one.url, "2 workers": two.url}, "1 worker", 8, rounds, slice_s)
-    one_r, two_r = workers["variants"]["1 worker"], workers["variants"]["2 workers"]
+    one_r, two_r = two_servers(
+        ("1 worker", small), ("2 workers", [*small, "--workers", "2"]), 8, rounds, slice_s
+    )
     print(
         f"\nWorkers (MLP 256x2, concurrency 8, batching off): 1 process of 2 threads "
         f"{one_r['throughput_rps']:.0f}/s, p99 {fmt_ms(one_r, 'p99')}; 2 processes of 1 thread "
         f"{two_r['throughput_rps']:.0f}/s{limited(two_r['throughput_rps'], ceiling)}, p99 "
         f"{fmt_ms(two_r, 'p99')}; throughput {two_r['text']}"
     )
-    with ServerProcess(wide) as eager, ServerProcess([*wide, "--variant", "onnx"]) as onnx:
-        runtime = compare_servers({"eager": eager.url, "onnx": onnx.url}, "eager", 1, rounds, slice_s)
-    eager_r, onnx_r = runtime["variants"]["eager"], runtime["variants"]["onnx"]
+    eager_r, onnx_r = two_servers(("eager", wide), ("onnx", [*wide, "--variant", "onnx"]), 1, rounds, slice_s)
     print(
         f"ONNX Runtime against eager torch (MLP {width}x6, concurrency 1, batching off): eager p50 "
         f"{fmt_ms(eager_r, 'p50')}, {eager_r['throughput_rps']:.0f}/s; onnx p50 {fmt_ms(onnx_r, 'p50')}, "
