@@ -58,6 +58,43 @@ def test_every_page_is_in_the_site_and_the_cli_reference_has_every_command():
     reference = docs_hooks.cli_reference()
     for name in commands():
         assert f"## workbench {name}\n" in reference and f"usage: workbench {name}" in reference
+    for name in ("runs export", "loader make-images", "loader sweep"):  # subcommands have their own
+        assert f"## workbench {name}\n" in reference and f"usage: workbench {name}" in reference
+    assert wider_than_the_site(reference) == []
+    assert wider_than_the_site("```text\n" + "x" * (docs_hooks.SITE_COLUMNS + 1) + "\n```\n") != []
+    examples = {
+        name: docs_hooks.example_of(name, sub, parent) for name, sub, parent in docs_hooks.cli_commands()
+    }
+    assert [name for name, example in examples.items() if not example] == ["loader"]  # only a group
+
+
+def wider_than_the_site(markdown: str) -> list[str]:
+    """Lines of code blocks that a page at 1280 px would clip."""
+    from tools.docs_hooks import SITE_COLUMNS
+
+    wide, inside = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif inside and len(line) > SITE_COLUMNS:
+            wide.append(line)
+    return wide
+
+
+def test_the_configuration_reference_says_what_every_field_sets():
+    from tools.docs_hooks import config_fields, config_reference
+    from workbench.config import RunConfig
+
+    fields = config_fields()
+    assert len(fields) == sum(len(vars(section)) for section in vars(RunConfig.default()).values())
+    assert [f["field"] for f in fields if not f["meaning"]] == []
+    reference = config_reference()
+    assert all(f"| `{f['field']}` |" in reference for f in fields)
+    # a field whose comment is gone is found
+    source = (ROOT / "workbench" / "config.py").read_text()
+    planted = source.replace("lr: float = 1e-3  # the learning rate", "lr: float = 1e-3")
+    assert planted != source
+    assert [f["field"] for f in config_fields(planted) if not f["meaning"]] == ["optim.lr"]
 
 
 def test_the_readmes_notebook_minutes_are_the_results_file_it_names():

@@ -3,27 +3,142 @@ markers that the build fills from the code and from the results files, so the si
 from either.
 
 - `<!-- cli-reference -->`: every `workbench` subcommand's `--help`, from the argparse parsers.
+- `<!-- config-reference -->`: every RunConfig field, its type, default and meaning, from the
+  dataclasses and the comment beside (or above) each field in workbench/config.py.
 - `<!-- results-index -->`: a link to every results file under docs/results/, by machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import io
+import json
+import textwrap
+import tokenize
+import typing
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def cli_reference() -> str:
+SITE_COLUMNS = 84  # what a code block shows without scrolling at 1280 px
+
+
+def _subcommands(p: argparse.ArgumentParser) -> dict:
+    return next((a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def cli_commands() -> list[tuple]:
+    """Every `workbench` command and subcommand ("runs export"): its name, its parser, and the
+    parser of the command it belongs to (None for a command)."""
     from workbench.cli import parser
 
-    top = parser()
-    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    out = []
+    for name, sub in sorted(_subcommands(parser()).items()):
+        out.append((name, sub, None))
+        out += [(f"{name} {inner}", p, sub) for inner, p in sorted(_subcommands(sub).items())]
+    return out
+
+
+def example_of(name: str, sub: argparse.ArgumentParser, parent: argparse.ArgumentParser | None = None):
+    """The first `workbench NAME ...` line in the docstring of the module behind the command (its
+    parent's, for a subcommand), less its comment; a command's own line, not one of its
+    subcommands'. None where the docstring shows none."""
+    import sys
+
+    main = sub.get_default("_main") or (parent.get_default("_main") if parent else None)
+    doc = (sys.modules[main.__module__].__doc__ or "") if main else ""
+    inner, n = _subcommands(sub), len(name.split())
+    for line in doc.splitlines():
+        words = line.split("  #")[0].split()
+        if words[: n + 1] == ["workbench", *name.split()] and not (
+            len(words) > n + 1 and words[n + 1] in inner
+        ):
+            return " ".join(words)
+    return None
+
+
+def cli_reference() -> str:
     parts = []
-    for name, sub in sorted(subs.choices.items()):
-        sub.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
-        parts.append(f"## workbench {name}\n\n```text\n{sub.format_help().rstrip()}\n```\n")
+    for name, sub, parent in cli_commands():
+        sub.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=SITE_COLUMNS)
+        example = example_of(name, sub, parent)
+        if example and len(example) > SITE_COLUMNS:  # a shell line continued, not clipped
+            example = " \\\n    ".join(
+                textwrap.wrap(example, SITE_COLUMNS - 6, break_long_words=False, break_on_hyphens=False)
+            )
+        shown = f"For example:\n\n```bash\n{example}\n```\n\n" if example else ""
+        parts.append(f"## workbench {name}\n\n{shown}```text\n{sub.format_help().rstrip()}\n```\n")
     return "\n".join(parts)
+
+
+def _comments(source: str) -> dict[int, str]:
+    """Line number -> the comment on that line."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.start[0]: t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT}
+
+
+def config_fields(source: str | None = None) -> list[dict]:
+    """Every RunConfig field, section by section: its path, type (with its allowed values), default and
+    what it means (the comment beside it, else the comment lines right above it; '' where there is none).
+    `source`: config.py's text (a test plants a field without its comment)."""
+    from workbench import config
+
+    source = source if source is not None else Path(config.__file__).read_text()
+    lines, comments = source.splitlines(), _comments(source)
+    classes = {n.name: n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)}
+    out = []
+    for section in dataclasses.fields(config.RunConfig):
+        cls = section.default_factory
+        where = {
+            n.target.id: n.lineno
+            for n in classes[cls.__name__].body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            line = where[f.name]
+            meaning = comments.get(line, "")
+            above = line - 1
+            while not meaning and lines[above - 1].strip().startswith("#"):
+                above -= 1
+            if not meaning:
+                meaning = " ".join(comments[n] for n in range(above + 1, line) if n in comments)
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.append(
+                {
+                    "field": f"{section.name}.{f.name}",
+                    "type": _type_text(hints[f.name]),
+                    "default": json.dumps(default),
+                    "meaning": meaning,
+                }
+            )
+    return out
+
+
+def _type_text(hint) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(_type_text(a) for a in inner) + " or null"
+    if typing.get_origin(hint) in (list, dict):
+        return repr(hint).replace("typing.", "")
+    return getattr(hint, "__name__", repr(hint))
+
+
+def config_reference() -> str:
+    parts, current = [], None
+    for f in config_fields():
+        section = f["field"].split(".")[0]
+        if section != current:
+            current = section
+            parts.append(f"\n## {section}\n\n| field | type | default | what it sets |\n|---|---|---|---|")
+        meaning = f["meaning"].replace("|", "\\|")
+        parts.append(f"| `{f['field']}` | {f['type']} | `{f['default']}` | {meaning} |")
+    return "\n".join(parts) + "\n"
 
 
 def results_index() -> str:
@@ -39,6 +154,8 @@ def results_index() -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- cli-reference -->" in markdown:
         markdown = markdown.replace("<!-- cli-reference -->", cli_reference())
+    if "<!-- config-reference -->" in markdown:
+        markdown = markdown.replace("<!-- config-reference -->", config_reference())
     if "<!-- results-index -->" in markdown:
         markdown = markdown.replace("<!-- results-index -->", results_index())
     return markdown

@@ -184,8 +184,8 @@ class ModelConfig(_Section):
     _path: ClassVar[str] = "model"
     # A built-in name, or a user's factory: "package.module:factory" or "path/to/file.py:factory".
     name: str = "mlp"
-    width: int = 256
-    depth: int = 3
+    width: int = 256  # a built-in model's hidden size (MLP units, CNN channels, transformer d_model)
+    depth: int = 3  # a built-in model's layers (MLP hidden layers, CNN blocks, transformer blocks)
     heads: int = 4  # transformer only
     kwargs: dict = field(default_factory=dict)  # passed to a user's factory
 
@@ -207,13 +207,15 @@ class ModelConfig(_Section):
 @dataclass(frozen=True)
 class DataConfig(_Section):
     _path: ClassVar[str] = "data"
+    # The data: scikit-learn's 8x8 digits, generated images, a generated text corpus, a folder of
+    # images, or your own Dataset (data.factory).
     name: Literal["digits", "synthetic_images", "text", "image_folder", "dataset"] = "digits"
     image_size: int = 32  # synthetic_images; image_folder resizes images stored at another size
     channels: int = 3  # synthetic_images
     num_classes: int = 10  # synthetic_images; dataset without a `classes` attribute
     num_samples: int = 4096  # synthetic_images, text sequences
     seq_len: int = 64  # text
-    test_fraction: float = 0.22
+    test_fraction: float = 0.22  # the share held out for evaluation
     path: str = ""  # image_folder: ROOT holding ROOT/<class>/<image>.png
     factory: str = ""  # dataset: "package.module:factory" or "path/to/file.py:factory"
     kwargs: dict = field(default_factory=dict)  # dataset: passed to the factory
@@ -248,11 +250,11 @@ class DataConfig(_Section):
 @dataclass(frozen=True)
 class LoaderConfig(_Section):
     _path: ClassVar[str] = "loader"
-    batch_size: int = 64
-    num_workers: int = 0
-    pin_memory: bool = False
-    prefetch_factor: Optional[int] = None
-    persistent_workers: bool = False
+    batch_size: int = 64  # samples per step on each rank
+    num_workers: int = 0  # loader worker processes per rank; 0 loads in the training process
+    pin_memory: bool = False  # page-locked batches for faster host-to-GPU copies (a GPU only)
+    prefetch_factor: Optional[int] = None  # batches each worker loads ahead; null: torch's default
+    persistent_workers: bool = False  # keep the workers between epochs instead of starting them again
 
     def _check(self, p: str) -> None:
         _at_least(p + "batch_size", self.batch_size, 1)
@@ -272,12 +274,12 @@ class LoaderConfig(_Section):
 @dataclass(frozen=True)
 class OptimConfig(_Section):
     _path: ClassVar[str] = "optim"
-    name: Literal["adamw", "sgd"] = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    name: Literal["adamw", "sgd"] = "adamw"  # the optimizer
+    lr: float = 1e-3  # the learning rate
+    weight_decay: float = 0.0  # decoupled (AdamW) or L2 (SGD) weight decay
     momentum: float = 0.9  # sgd only
-    grad_accum_steps: int = 1
-    grad_clip: Optional[float] = None
+    grad_accum_steps: int = 1  # micro-batches whose gradients add up to one optimizer step
+    grad_clip: Optional[float] = None  # clip the gradients' total norm to this; null: no clipping
     # How the optimizer loops over parameters: torch's choice, one kernel per tensor ("for-loop"),
     # multi-tensor ("foreach"), or one fused kernel ("fused", refused where this device lacks it).
     impl: Literal["auto", "for-loop", "foreach", "fused"] = "auto"
@@ -296,7 +298,7 @@ class OptimConfig(_Section):
 @dataclass(frozen=True)
 class PrecisionConfig(_Section):
     _path: ClassVar[str] = "precision"
-    dtype: Precision = "fp32"
+    dtype: Precision = "fp32"  # the compute precision: bf16 and fp16 run under autocast (fp16 with a scaler)
     tf32: bool = False  # CUDA, compute capability >= 8.0
     channels_last: bool = False  # image models
 
@@ -305,10 +307,12 @@ class PrecisionConfig(_Section):
 class DistributedConfig(_Section):
     _path: ClassVar[str] = "distributed"
     nproc: int = 1  # processes per node
-    nnodes: int = 1
-    node_rank: int = 0
+    nnodes: int = 1  # machines in a multi-node run
+    node_rank: int = 0  # this machine's index, 0 to nnodes - 1
     rdzv_endpoint: Optional[str] = None  # "host:port"; None on one node: loopback, free port
-    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPUs, gloo on CPUs
+    # How often torchrun restarts every rank after a failure (from the newest saved state, with
+    # run.save_every).
     max_restarts: int = 0
     timeout_s: float = 60.0  # collective timeout: a hang is reported in about this long
     start_timeout_s: float = 120.0  # every rank must report ready within this
@@ -355,8 +359,8 @@ class DistributedConfig(_Section):
 @dataclass(frozen=True)
 class CompileConfig(_Section):
     _path: ClassVar[str] = "compile"
-    enabled: bool = False
-    mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    enabled: bool = False  # run the step through torch.compile
+    mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"  # torch.compile's mode
 
 
 @dataclass(frozen=True)
@@ -381,13 +385,13 @@ class RunSection(_Section):
     _path: ClassVar[str] = "run"
     steps: int = 300  # the most steps a run takes
     time_budget_s: float = 0.0  # > 0: the run also ends once its steps have taken this many seconds
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    label: str = ""
-    runs_dir: str = "runs"
+    seed: int = 0  # seeds the model's weights and the data's order (the train/test split is fixed)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: a CUDA GPU where there is one, else the CPU
+    label: str = ""  # the run folder's name after its time; "": the model, precision and ranks
+    runs_dir: str = "runs"  # where run folders go ($WORKBENCH_RUNS, when set, comes first)
     eval_batches: int = 20  # at the end of training; 0 skips evaluation
     mem_every_s: float = 0.5  # memory is sampled on a timer, not every step
-    save_weights: bool = True
+    save_weights: bool = True  # rank 0 writes the trained weights (model.pt) at the end
     threads: int = 0  # intra-op threads per process; 0: this node's usable cores shared by its ranks
     profile_steps: int = 0  # steps right after warm-up run under torch.profiler (marked, not timed)
     oversubscribe: bool = False  # run even when ranks x threads or loader workers outnumber the cores

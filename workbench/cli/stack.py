@@ -57,8 +57,8 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print the study as JSON")
     p.add_argument("--budget-s", type=float, help=argparse.SUPPRESS)  # removed: refused with its successor
     inference = p.add_argument_group(
-        "the inference study: a trained run's model, + structured "
-        "pruning, + int8, inference samples/s timed interleaved"
+        "the inference study",
+        "a trained run's model, + structured pruning, + int8: inference samples/s timed interleaved",
     )
     inference.add_argument(
         "--inference", metavar="RUN_DIR", help="stack pruning and int8 on this run's trained weights instead"
@@ -69,7 +69,13 @@ def add_parser(sub):
         default=0.5,
         help="share of channels/neurons structured pruning removes (default 0.5)",
     )
-    inference.add_argument("--method", choices=QUANT_CHOICES[1:], default="dynamic_int8")
+    inference.add_argument(
+        "--method",
+        choices=QUANT_CHOICES[1:],
+        default="dynamic_int8",
+        metavar="METHOD",
+        help=" | ".join(QUANT_CHOICES[1:]) + " (default dynamic_int8)",
+    )
     inference.add_argument("--batch", type=int, default=64, help="inference batch (default 64)")
     inference.add_argument(
         "--trust-code",

@@ -43,7 +43,12 @@ def add_parser(sub):
         help="GiB a rank may hold: the largest batch that fits it is tried (default: what "
         "the pre-launch check says is available)",
     )
-    p.add_argument("--bound-by", choices=sorted(FIRST), help="what bounds the step, instead of profiling it")
+    p.add_argument(
+        "--bound-by",
+        choices=sorted(FIRST),
+        metavar="GROUP",
+        help="what bounds the step, instead of profiling it: " + " | ".join(sorted(FIRST)),
+    )
     p.add_argument("--out", help="a folder for the recommended config's train.py, torchrun and SLURM files")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
