@@ -184,3 +184,47 @@ def test_every_command_line_a_page_or_notebook_shows_uses_flags_its_command_take
         "workbench stack --budget-s",
         "workbench runs export --to-json",
     ]
+
+
+PUBLIC = ("workbench", "workbench.tracking", "workbench.sinks")  # the packages a user imports from
+
+
+def api_targets(page: str) -> list[str]:
+    return re.findall(r"^::: ([\w.]+)", page, re.M)
+
+
+def missing_from_api(page: str) -> list[str]:
+    """Public classes and functions (the packages' __all__) that the API page names nowhere."""
+    import importlib
+    import inspect
+
+    missing = []
+    for package in PUBLIC:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not re.search(rf"\b{name}\b", page):
+                missing.append(f"{package}.{name}")
+    return missing
+
+
+def test_the_api_reference_names_every_public_object_and_each_has_a_docstring():
+    import importlib
+    import inspect
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    assert missing_from_api(page) == []
+    assert missing_from_api(page.replace("::: workbench.tracking.Run\n", "")) == ["workbench.tracking.Run"]
+    undocumented = []
+    for target in api_targets(page):
+        module_name, obj = target, None
+        while obj is None:
+            try:
+                obj = importlib.import_module(module_name)
+            except ModuleNotFoundError:
+                module_name, _, _ = module_name.rpartition(".")
+        for attr in target[len(module_name) + 1 :].split(".") if target != module_name else []:
+            obj = getattr(obj, attr)
+        if not (inspect.getdoc(obj) or "").strip():
+            undocumented.append(target)
+    assert undocumented == []

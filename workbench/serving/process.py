@@ -27,6 +27,10 @@ READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes m
 
 
 class ServerProcess:
+    """`workbench serve ARGS` in a process of its own, on a port the system picks: `url` once it
+    takes requests, `stop()` (or the end of a `with` block) to stop it and free the port. It also
+    stops when the process that started it ends (its stdin closes)."""
+
     def __init__(
         self,
         args: list[str],

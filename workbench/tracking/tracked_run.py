@@ -260,6 +260,7 @@ class Run:
 
     @property
     def steps(self) -> int:
+        """How many steps this process has recorded so far."""
         return len(self._times)
 
     def _begin(self, now: float) -> float | None:
