@@ -29,15 +29,38 @@ def test_the_readme_is_a_front_door():
         assert (ROOT / link).is_file(), link
 
 
+# A measurement said in prose: "12x slower", "measured 2.0 s", "took 2-3 s", "21.1 and 21.3 s".
+SAID = re.compile(
+    r"\b\d+(?:\.\d+)?x (?:slower|faster)\b"
+    r"|\b(?:measured|took|takes|taking) (?:about |up to )?\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:s|ms|%)(?!\w)"
+    r"|\b\d+(?:\.\d+)? and \d+(?:\.\d+)? ?(?:s|ms)(?!\w)"
+)
+
+
+def typed_figures(text: str, results: str) -> list[str]:
+    """Figures in `text` that no results file holds: intervals, decimal ratios, and measurements
+    said in words (whole-number ratios called faster or slower, seconds or shares measured)."""
+    found = INTERVAL.findall(text) + RATIO.findall(text) + [m.group(0) for m in SAID.finditer(text)]
+    return [figure for figure in found if figure not in results]
+
+
 def test_every_figure_in_a_page_comes_from_a_results_file():
     results = "\n".join(p.read_text() for p in (DOCS / "results").rglob("*.md"))
     typed = [
         f"{p.relative_to(ROOT)}: {figure}"
         for p in pages()
-        for figure in INTERVAL.findall(p.read_text()) + RATIO.findall(p.read_text())
-        if figure not in results
+        for figure in typed_figures(p.read_text(), results)
     ]
     assert not typed, "figures typed into the docs instead of read from docs/results/: " + "; ".join(typed)
+    planted = [
+        "a precision that is 12x slower on this CPU",
+        "evaluating it, measured 2.0 s on a quiet machine",
+        "the first FLOP count took 2-3 s here",
+        "the job ends (21.1 and 21.3 s in the test's runs)",
+        "a rule: 1.37x [1.02, 1.51] over 8 pairs",
+    ]
+    assert [bool(typed_figures(text, results)) for text in planted] == [True] * len(planted)
+    assert typed_figures("with a margin, or 5x the slowest step seen", results) == []  # a rule, not a figure
 
 
 def test_results_files_say_their_machine_and_sit_in_its_folder():
