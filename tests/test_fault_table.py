@@ -62,3 +62,20 @@ def test_the_scan_sees_each_way_a_cause_is_written():
     }
     for sample, cause in samples.items():
         assert {g for m in WRITTEN.findall(sample) for g in m if g} == {cause}, sample
+
+
+def troubleshooting_misses(page: str) -> set[str]:
+    """The causes the package writes that the troubleshooting page gives no row."""
+    rows = {
+        c
+        for line in page.splitlines()
+        if line.startswith("|")
+        for c in re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    }
+    return causes_written() - rows
+
+
+def test_the_troubleshooting_page_says_what_to_do_for_every_cause():
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    assert troubleshooting_misses(page) == set()
+    assert troubleshooting_misses(page.replace("| `disk_full` |", "| disk |")) == {"disk_full"}
