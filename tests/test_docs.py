@@ -251,3 +251,20 @@ def test_the_api_reference_names_every_public_object_and_each_has_a_docstring():
         if not (inspect.getdoc(obj) or "").strip():
             undocumented.append(target)
     assert undocumented == []
+
+
+def test_every_lab_page_says_how_long_its_notebook_took_from_the_readmes_results_file():
+    from tools.docs_hooks import lab_minutes
+
+    readme = (ROOT / "README.md").read_text()
+    for page in sorted((DOCS / "labs").glob("*.md")):
+        assert "<!-- lab-minutes -->" in page.read_text(), page
+        said = lab_minutes(page.stem)
+        row = next((line for line in readme.splitlines() if f"[`{page.stem}`]" in line), "")
+        quiet, busy = row.rstrip(" |").rsplit("| ", 1)[1].split(" / ")
+        if quiet == busy == "-":
+            assert said.startswith("not measured yet"), said
+        else:  # the README's own figures, one rounding
+            assert (
+                said.startswith(f"{quiet.replace('*', '')} minutes quiet") and f" and {busy} beside" in said
+            )

@@ -6,6 +6,8 @@ from either.
 - `<!-- config-reference -->`: every RunConfig field, its type, default and meaning, from the
   dataclasses and the comment beside (or above) each field in workbench/config.py.
 - `<!-- results-index -->`: a link to every results file under docs/results/, by machine.
+- `<!-- lab-minutes -->` on a lab page: how long its notebook took with its defaults, quiet and beside
+  two busy processes, from the results file the README's notebooks table reads.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ast
 import dataclasses
 import io
 import json
+import re
 import textwrap
 import tokenize
 import typing
@@ -151,7 +154,33 @@ def results_index() -> str:
     return "\n".join(lines) + "\n"
 
 
+MINUTES_FROM = re.compile(r"Minutes from \[([^\]]+)\]")
+
+
+def lab_minutes(notebook: str) -> str:
+    """How long `notebook` took with its defaults, from the file the README's minutes come from."""
+    from tools.bench.notebooks import minutes
+
+    source = DOCS.parent / MINUTES_FROM.search((DOCS.parent / "README.md").read_text()).group(1)
+    report = json.loads(source.with_suffix(".json").read_text())
+    link = f"[its results](../{source.relative_to(DOCS).as_posix()})"
+    by_mode = report["notebooks"].get(notebook)
+    if not by_mode:
+        return (
+            f"not measured yet on the machine of {link}; `python -m tools.bench notebooks --both` measures it"
+        )
+    quiet, busy = minutes(by_mode).split(" / ")  # the README's figures, the same rounding
+    disturbed = " (other programs disturbed that run)" if "*" in quiet else ""
+    return (
+        f"{quiet.replace('*', '')} minutes quiet{disturbed} and {busy} beside two busy processes, with "
+        f"its defaults on {report['machine']['summary']} ({link})"
+    )
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if "<!-- lab-minutes -->" in markdown:
+        notebook = Path(page.file.src_uri).stem
+        markdown = markdown.replace("<!-- lab-minutes -->", lab_minutes(notebook))
     if "<!-- cli-reference -->" in markdown:
         markdown = markdown.replace("<!-- cli-reference -->", cli_reference())
     if "<!-- config-reference -->" in markdown:
