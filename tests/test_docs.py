@@ -268,3 +268,16 @@ def test_every_lab_page_says_how_long_its_notebook_took_from_the_readmes_results
             assert (
                 said.startswith(f"{quiet.replace('*', '')} minutes quiet") and f" and {busy} beside" in said
             )
+
+
+def test_results_pages_read_at_the_sites_width_with_their_tables_as_tables():
+    from tools.docs_hooks import readable_results
+
+    for path in sorted((DOCS / "results").rglob("*.md")):
+        assert wider_than_the_site(readable_results(path.read_text())) == [], path
+    printed = (
+        "```text\nthe curve:\n\n| side | ratio |\n|---|---|\n| 32 | 0.27x |\n\n" + "word " * 40 + "\n```\n"
+    )
+    shown = readable_results(printed)
+    assert "```\n\n| side | ratio |\n|---|---|\n| 32 | 0.27x |\n\n```text\n" in shown
+    assert wider_than_the_site(shown) == [] and wider_than_the_site(printed) != []

@@ -6,6 +6,8 @@ from either.
 - `<!-- config-reference -->`: every RunConfig field, its type, default and meaning, from the
   dataclasses and the comment beside (or above) each field in workbench/config.py.
 - `<!-- results-index -->`: a link to every results file under docs/results/, by machine.
+- every results page (docs/results/): its printed output readable at the site's width, Markdown
+  tables inside it lifted out of the code block and long lines wrapped (the file stays as written).
 - `<!-- lab-minutes -->` on a lab page: how long its notebook took with its defaults, quiet and beside
   two busy processes, from the results file the README's notebooks table reads.
 """
@@ -177,7 +179,39 @@ def lab_minutes(notebook: str) -> str:
     )
 
 
+def readable_results(markdown: str) -> str:
+    """A results file as the site shows it: in its ```text blocks, runs of table rows become Markdown
+    tables and lines wider than the site wrap, continued with an indent."""
+    out, inside = [], False  # inside: False, True (a code block) or "table" (lifted out of one)
+    for line in markdown.splitlines():
+        if inside == "table":
+            if line.startswith("|"):
+                out.append(line)
+            elif line.startswith("```"):  # the block ended with the table: its fence is closed already
+                inside = False
+            else:
+                out += ["", "```text", line]
+                inside = True
+        elif line.startswith("```"):
+            inside = not inside
+            out.append(line)
+        elif inside and line.startswith("|"):
+            if out[-1].startswith("```"):  # the block opened just now: drop its fence
+                out.pop()
+            else:
+                out += ["```", ""]
+            out.append(line)
+            inside = "table"
+        elif inside and len(line) > SITE_COLUMNS:
+            out += textwrap.wrap(line, SITE_COLUMNS, subsequent_indent="  ", break_on_hyphens=False)
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if Path(page.file.src_uri).parts[0] == "results" and page.file.src_uri != "results/index.md":
+        markdown = readable_results(markdown)
     if "<!-- lab-minutes -->" in markdown:
         notebook = Path(page.file.src_uri).stem
         markdown = markdown.replace("<!-- lab-minutes -->", lab_minutes(notebook))
