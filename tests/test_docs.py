@@ -281,3 +281,30 @@ def test_results_pages_read_at_the_sites_width_with_their_tables_as_tables():
     shown = readable_results(printed)
     assert "```\n\n| side | ratio |\n|---|---|\n| 32 | 0.27x |\n\n```text\n" in shown
     assert wider_than_the_site(shown) == [] and wider_than_the_site(printed) != []
+
+
+def long_sections(text: str, most: int = 300) -> list[str]:
+    """Headings whose text runs past `most` words (code blocks and tables not counted)."""
+    found, title, words, inside = [], "(top)", 0, False
+    for line in [*text.splitlines(), "# (end)"]:
+        if line.startswith("```"):
+            inside = not inside
+        elif inside or line.lstrip().startswith("|"):
+            continue
+        elif re.match(r"#{1,6} ", line):
+            if words > most:
+                found.append(f"{title} ({words} words)")
+            title, words = line.lstrip("# "), 0
+        else:
+            words += len(line.split())
+    return found
+
+
+def test_no_section_of_a_page_runs_past_300_words():
+    long = {
+        str(p.relative_to(ROOT)): found
+        for p in pages()
+        if p.name != "changelog.md" and (found := long_sections(p.read_text()))
+    }
+    assert long == {}
+    assert long_sections("# A page\n\n" + "word " * 301) == ["A page (301 words)"]
