@@ -308,3 +308,12 @@ def test_no_section_of_a_page_runs_past_300_words():
     }
     assert long == {}
     assert long_sections("# A page\n\n" + "word " * 301) == ["A page (301 words)"]
+
+
+def test_no_code_line_of_a_page_is_wider_than_the_site():
+    wide = {
+        str(p.relative_to(ROOT)): w
+        for p in pages()
+        if "results" not in p.parts and (w := wider_than_the_site(p.read_text()))
+    }
+    assert wide == {}

@@ -28,7 +28,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-SITE_COLUMNS = 84  # what a code block shows without scrolling at 1280 px
+SITE_COLUMNS = 80  # what a code block shows without scrolling at 1280 px (688 px of monospace)
 
 
 def _subcommands(p: argparse.ArgumentParser) -> dict:

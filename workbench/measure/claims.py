@@ -6,8 +6,8 @@ behind it and the rule that says whether it holds:
     claims.verdict("bf16 A/B", said="faster", ratio=1.72, interval=(1.43, 1.91))
     claims.plan("stacking plan", planned={"ddp": True}, ran={"ddp": True})
     claims.prediction("peak memory", predicted=615, measured=640, tolerance=0.15)
-    claims.same("precision to try first", key=conditions, value="bf16")  # one answer per key
-    claims.filled("comparison table", rows)             # never 'nan' or 'None' where a reader looks
+    claims.same("precision to try first", key=conditions, value="bf16")  # one a key
+    claims.filled("comparison table", rows)  # never 'nan' or 'None' in a cell
 
 `check()` ends each notebook: a table of what it claimed and why each claim holds, or an error
 naming every claim that does not. The notebooks' test runs every notebook, so a sentence that

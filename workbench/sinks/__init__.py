@@ -1,8 +1,10 @@
 """Where a run's figures flow out to the tools people keep their runs in: TensorBoard and MLflow.
 
     from workbench.sinks import TensorBoardSink, MlflowSink
-    run = workbench.track(config=cfg, sinks=[TensorBoardSink("tb"), MlflowSink("sqlite:///mlflow.db")])
-    export_run("runs/20261205-101500_train", MlflowSink("sqlite:///mlflow.db"))   # afterwards
+    sinks = [TensorBoardSink("tb"), MlflowSink("sqlite:///mlflow.db")]
+    run = workbench.track(config=cfg, sinks=sinks)
+    # afterwards
+    export_run("runs/20261205-101500_train", MlflowSink("sqlite:///mlflow.db"))
 
 A sink gets the run's record once (its settings become parameters), every step record as it
 comes (loss, samples/s, step time, data wait, memory, MFU), and the summary at the end (final

@@ -3,8 +3,8 @@ to the digits they carry, a verdict as a coloured chip, long reasons folded behi
 clause, a condition the whole table shares said once above it, and rows that wrap inside the
 notebook's cell instead of running off its right edge.
 
-    html_table(rows, ["variant", "verdict", "latency_ms", "why"], above="beside other programs ...",
-               where="the compression table")
+    html_table(rows, ["variant", "verdict", "latency_ms", "why"],
+               above="beside other programs ...", where="the compression table")
 
 `where` names the table in the claims check: a table never shows 'nan' or 'None' for a value.
 """
