@@ -317,3 +317,16 @@ def test_no_code_line_of_a_page_is_wider_than_the_site():
         if "results" not in p.parts and (w := wider_than_the_site(p.read_text()))
     }
     assert wide == {}
+
+
+def test_the_configuration_reference_lists_every_environment_variable_the_package_reads():
+    read = set()
+    for path in (ROOT / "workbench").rglob("*.py"):
+        read |= set(
+            re.findall(r"\"(WORKBENCH_[A-Z_]+|OMP_WAIT_POLICY|ONEDNN_MAX_CPU_ISA)\"", path.read_text())
+        )
+    page = (DOCS / "reference" / "config.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Z_]+)` \|", page, re.M))
+    assert len(read) >= 10 and read - listed == set()
+    planted = set(re.findall(r"^\| `([A-Z_]+)` \|", page.replace("| `WORKBENCH_CACHE` |", "| cache |"), re.M))
+    assert read - planted == {"WORKBENCH_CACHE"}
