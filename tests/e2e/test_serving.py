@@ -24,7 +24,7 @@ from workbench.distributed.launch import run
 from workbench.events import read_events
 from workbench.runstore import list_runs, read_summary
 from workbench.serving.bounds import MAX_BODY
-from workbench.serving.process import ServerProcess
+from workbench.serving.process import ServerProcess, servers_running
 from workbench.train.restore import load_model
 
 pytestmark = pytest.mark.slow
@@ -217,14 +217,16 @@ def test_a_server_killed_mid_load_makes_the_load_fail_and_say_so(tmp_path):
     gone(server)
 
 
-def test_servers_compared_side_by_side_an_a_a_within_noise_and_batching_decided(tmp_path):
-    """Three warm servers, slices of load alternating: the same settings twice come out within
-    noise; the comparison says so in the engine's words, with its pairs."""
+def test_servers_compared_side_by_side_an_a_a_within_noise(tmp_path):
+    """Two warm servers of the same settings, started together, slices of load alternating: they
+    come out within noise, and the comparison says so in the engine's words, with its pairs."""
     from workbench.serving.side_by_side import compare_servers
 
-    with ServerProcess([]) as a, ServerProcess([]) as same:
+    with servers_running({"A": [], "A again": []}) as servers:
+        a, same = servers.values()
         report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)
     again = report["variants"]["A again"]
+    assert again["threads"] and again["threads"] == report["variants"]["A"]["threads"]  # one reading
     assert again["throughput_verdict"] == "within noise", again["text"]
     assert "over 6 pairs" in again["text"] or "dropped" in again["text"]
     assert again["sent"] == again["answered"] + again["refused"] + again["failed"] and again["failed"] == 0
@@ -237,10 +239,14 @@ def test_a_serving_a_a_beside_two_busy_processes_is_within_noise(tmp_path):
     from workbench.procs import OtherWork
     from workbench.serving.side_by_side import compare_servers
 
-    with ServerProcess([]) as a, ServerProcess([]) as same, OtherWork(2) as hogs:
-        report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=6, slice_s=1.0)
+    # started together, the servers choose their threads from one reading of the load, so they
+    # differ in nothing; 12 pairs: a busy machine's pairs spread wider than a quiet one's
+    with servers_running({"A": [], "A again": []}) as servers, OtherWork(2) as hogs:
+        a, same = servers.values()
+        report = compare_servers({"A": a.url, "A again": same.url}, concurrency=8, rounds=12, slice_s=1.0)
         assert hogs.alive()
     again = report["variants"]["A again"]
+    assert again["threads"] == report["variants"]["A"]["threads"], again["threads"]
     assert again["throughput_verdict"] == "within noise", again["text"]
     assert "beside other programs" in again["text"], again["text"]  # the busy pairs are said
 

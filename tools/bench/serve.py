@@ -28,7 +28,7 @@ from workbench.config import RunConfig
 from workbench.procs import OtherWork
 from workbench.serving.side_by_side import SLICE_S, compare_servers
 from workbench.serving.load_generator import Level, drive
-from workbench.serving.process import ServerProcess
+from workbench.serving.process import ServerProcess, servers_running
 
 from .results import recorded
 
@@ -82,8 +82,8 @@ def goal(met: bool) -> str:
 def two_servers(a: tuple[str, list], b: tuple[str, list], concurrency: int, rounds: int, slice_s: float):
     """Two `workbench serve` servers (label, flags) started together and compared side by side:
     each one's report, B's with its throughput ratio over A's."""
-    with ServerProcess(a[1]) as first, ServerProcess(b[1]) as second:
-        report = compare_servers({a[0]: first.url, b[0]: second.url}, a[0], concurrency, rounds, slice_s)
+    with servers_running(dict((a, b))) as servers:
+        report = compare_servers({k: s.url for k, s in servers.items()}, a[0], concurrency, rounds, slice_s)
     return report["variants"][a[0]], report["variants"][b[0]]
 
 
@@ -138,9 +138,9 @@ def main(argv=None) -> int:
     batched = [*wide, "--max-batch", "32", "--max-wait-ms", "5"]
     with (
         ServerProcess(wide, command=TARGETS[:1] + ("tools.bench.serve_targets", "model")) as plain,
-        ServerProcess(wide) as unbatched,
-        ServerProcess(batched) as ours,
+        servers_running({"no batching": wide, "batching 32": batched}) as servers,
     ):
+        unbatched, ours = servers.values()
         batching = compare_servers(
             {"plain": plain.url, "no batching": unbatched.url, "batching 32": ours.url},
             "no batching",
@@ -190,8 +190,8 @@ def main(argv=None) -> int:
     )
 
     aa_rounds = 3 * rounds  # a busy machine's pairs spread wider: more of them for a narrow interval
-    with ServerProcess(small) as a1, ServerProcess(small) as a2, OtherWork(2):
-        aa = compare_servers({"A": a1.url, "A again": a2.url}, "A", 8, aa_rounds, slice_s)
+    with servers_running({"A": small, "A again": small}) as servers, OtherWork(2):
+        aa = compare_servers({k: s.url for k, s in servers.items()}, "A", 8, aa_rounds, slice_s)
     again = aa["variants"]["A again"]
     inside = (
         again["throughput_low"] is not None

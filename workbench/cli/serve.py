@@ -55,6 +55,9 @@ def add_parser(sub):
     )
     p.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)  # stop when stdin closes
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one of --workers: what its parent chose
+    # servers started together (serving.process.serve_all) apply the thread rule to one reading of
+    # the load, taken by their starter: read each at its own start, one could spin and one not
+    p.add_argument("--load-seen", type=float, help=argparse.SUPPRESS)
     p.set_defaults(train_epochs=0)
     return p
 
@@ -97,7 +100,8 @@ def main(args: argparse.Namespace) -> int:
         from ..machine.threads import choose_threads, other_cores_now
 
         cfg = RunConfig.smoke().replace(**{"distributed.nproc": args.workers})
-        choice = choose_threads(cfg, other_cores_now()).fixed()  # no warm-up to try others in
+        other = other_cores_now() if args.load_seen is None else args.load_seen
+        choice = choose_threads(cfg, other).fixed()  # no warm-up to try others in
         processes = f"{args.workers} server process{'es' if args.workers > 1 else ''}"
         each = "in each server process" if args.workers > 1 else "in the server"
         why = choice.why.replace("per rank", each).replace(

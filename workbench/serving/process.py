@@ -5,6 +5,7 @@ the process that starts it; the server itself is `workbench serve`).
         server.url                     # http://127.0.0.1:PORT, the port the server chose
     # stopped: the process is gone and its port free
     servers = serve_all({"eager": [run], "int8": [run, "--variant", "int8"]})   # started at once
+    with servers_running({"A": [run], "A again": [run]}) as servers: ...   # stopped at the end
 
 The server holds the read end of a pipe (its stdin) and stops when it closes: a kernel that
 restarts or dies takes its servers with it.
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 
 from ..config import ConfigError
 
@@ -127,13 +129,32 @@ class ServerProcess:
 
 def serve_all(servers: dict[str, list[str]], env: dict | None = None) -> dict[str, ServerProcess]:
     """Several servers started at once (each builds its model meanwhile), returned once all take
-    requests; if one cannot start, all are stopped and its line is raised."""
-    started = {name: ServerProcess(args, env, wait=False) for name, args in servers.items()}
+    requests; if one cannot start, all are stopped and its line is raised. The load is read once,
+    here, and every server chooses its threads from that reading: servers to be compared then differ
+    only in what they were asked (read at each one's start, one could spin and another not)."""
+    from ..machine.threads import other_cores_now
+
+    seen = ["--load-seen", f"{other_cores_now():.3f}"]
+    started = {name: ServerProcess([*args, *seen], env, wait=False) for name, args in servers.items()}
     try:
         for server in started.values():
             server.ready()
     except BaseException:
-        for server in started.values():
-            server.stop()
+        stop_all(started)
         raise
     return started
+
+
+def stop_all(servers: dict[str, ServerProcess]) -> dict[str, int]:
+    """Stop every server; name -> its exit code."""
+    return {name: server.stop() for name, server in servers.items()}
+
+
+@contextmanager
+def servers_running(servers: dict[str, list[str]], env: dict | None = None):
+    """`serve_all` for a `with` block: every server stopped at its end."""
+    started = serve_all(servers, env)
+    try:
+        yield started
+    finally:
+        stop_all(started)

@@ -48,6 +48,7 @@ class LoadHost:
                 f"the servers take different inputs ([shape, dtype, vocab]): {', '.join(sorted(takes))}"
             )
         self.body = body_for(said[0])
+        self.threads = {k: s.get("threads", "") for k, s in zip(self.urls, said)}  # each one's plan, said
         # the servers' work is the measured work: other programs are what is left
         self.server_pids = tuple(s["pid"] for s in said if s.get("pid") and _here(s["pid"]))
 
@@ -143,7 +144,7 @@ def compare_servers(
     on_round=None,
 ) -> dict:
     """label -> its throughput against the reference's (a Comparison's record and text) and its
-    latency figures over its counted slices."""
+    latency figures over its counted slices (refused and failed: the warm-up's too)."""
     host = LoadHost(urls, concurrency)
     trial = Trial({k: host for k in urls}, reference, slice_s=slice_s).run(rounds, on_round=on_round)
     out = {"reference": trial.reference, "concurrency": concurrency, "rounds": trial.rounds, "variants": {}}
@@ -153,7 +154,7 @@ def compare_servers(
         sent = sum(s.steps or 0 for s in slices)
         window = sum(s.wall_s for s in slices)
         figures = summarize(latencies, window, sent, host.refused[label], host.failed[label])
-        out["variants"][label] = {"url": urls[label], **figures}  # refused and failed: warm-up too
+        out["variants"][label] = {"url": urls[label], "threads": host.threads[label], **figures}
         if label != trial.reference:
             c = trial.compare(label)
             out["variants"][label].update(c.as_dict("throughput"), text=c.text())
