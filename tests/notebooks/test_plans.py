@@ -80,6 +80,20 @@ def test_every_notebook_has_a_plan(path):
     assert plan_cells(path), f"{path.name} tags no cell 'plan'"
 
 
+# what measures or runs: a plan cell builds what later cells run, and runs none of it (executed
+# four times here, a lesson in a plan cell once cost this file 14 minutes)
+MEASURES = {"precision_lesson", "ceilings_lesson", "size_curve", "run", "profile", "ab_test", "serve_all"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_plan_cell_runs_nothing(path):
+    for source in plan_cells(path):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                assert name not in MEASURES, f"{path.name}: a plan cell calls {ast.unparse(node)}"
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_the_plan_launches_here_and_quick_mode_plans_the_same(path, cores, fake_cores, monkeypatch, tmp_path):
