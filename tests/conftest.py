@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -96,3 +97,25 @@ def fake_cores(monkeypatch):
         monkeypatch.delenv("WORKBENCH_THREADS", raising=False)
 
     return set_cores
+
+
+# Where the suite's minutes go: every test's time (setup, call and teardown together) summed by
+# file into test-output/durations[-MARKERS].tsv, slowest first, at the end of a run; the workers of
+# -n report to the controller, so one file covers them all.
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _SPENT[path] = _SPENT.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if not _SPENT or hasattr(session.config, "workerinput"):  # a worker: its controller writes
+        return
+    marks = re.sub(r"\W+", "-", session.config.option.markexpr or "").strip("-")
+    out = Path(session.config.rootpath) / "test-output" / f"durations{'-' if marks else ''}{marks}.tsv"
+    out.parent.mkdir(exist_ok=True)
+    with out.open("w") as f:
+        for path, s in sorted(_SPENT.items(), key=lambda kv: -kv[1]):
+            f.write(f"{s:.1f}\t{path}\n")
