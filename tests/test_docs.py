@@ -166,9 +166,10 @@ SHOWN_COMMAND = re.compile(r"workbench ([a-z][a-z-]*)([^`\n#|)\"]*)")
 
 
 def _commands() -> dict:
-    from workbench.cli import parser
+    """'run', 'runs export', ...: every command and subcommand, with its parser."""
+    from tools.docs_hooks import cli_commands
 
-    return next(a.choices for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: p for name, p, _ in cli_commands()}
 
 
 def unknown_flags(text: str, commands: dict) -> list[str]:
@@ -176,17 +177,14 @@ def unknown_flags(text: str, commands: dict) -> list[str]:
     removed flag is refused with its successor's name, never shown)."""
     found = []
     for m in SHOWN_COMMAND.finditer(text):
-        command, rest = commands.get(m.group(1)), m.group(2)
-        if command is None:
+        name, rest = m.group(1), m.group(2)
+        if name not in commands:
             continue  # prose: "the workbench chooses ..."
-        name, inner = (
-            m.group(1),
-            next((a.choices for a in command._actions if isinstance(a, argparse._SubParsersAction)), {}),
-        )
         first = rest.split()[:1]
-        if first and first[0] in inner:
-            command, name = inner[first[0]], f"{name} {first[0]}"
-        allowed = {o for a in command._actions for o in a.option_strings if a.help != argparse.SUPPRESS}
+        if first and f"{name} {first[0]}" in commands:
+            name = f"{name} {first[0]}"
+        shown = [a for a in commands[name]._actions if a.help != argparse.SUPPRESS]
+        allowed = {o for a in shown for o in a.option_strings}
         flags = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest)
         found += [f"workbench {name} {flag}" for flag in flags if flag not in allowed]
     return found

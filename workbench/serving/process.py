@@ -24,7 +24,8 @@ from contextlib import contextmanager
 
 from ..config import ConfigError
 
-READY = re.compile(r"^serving .* at (http://\S+) ")
+# the line a server prints once it takes requests (serving.server.serve_forever), read here alone
+READY = re.compile(r"^(?P<name>serving .*) at (?P<url>http://\S+) \(.*\); batching (?P<batching>.*)$")
 READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes minutes
 
 
@@ -88,7 +89,7 @@ class ServerProcess:
                 raise ConfigError(f"the server did not start: {last}")
             self.lines.append(line)
             if found := READY.match(line):
-                return found.group(1)
+                return found["url"]
 
     def later_lines(self, timeout_s: float = 30.0) -> list[str]:
         """What it printed after the line naming its URL, to its end (call once it has ended,

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from ..config import ConfigError
 from .bounds import Settings
-from .process import ServerProcess
+from .process import READY, ServerProcess
 
 MAX_WORKERS = 16
 POLL_S = 0.5  # how often the parent looks for a worker that ended on its own
@@ -76,10 +76,10 @@ def serve_workers(argv: list[str], settings: Settings, plan: Worker, workers: in
             if not line.startswith("threads: "):
                 print(line, flush=True)
         print(f"threads: {plan.why}", flush=True)
-        name = first[-1].split(" at http://", 1)[0]
-        batching = first[-1].split("; batching ", 1)[1]
+        ready = READY.match(first[-1])
         print(
-            f"{name} at http://{settings.host}:{port} (POST /predict, GET /health); batching {batching}; "
+            f"{ready['name']} at http://{settings.host}:{port} (POST /predict, GET /health); "
+            f"batching {ready['batching']}; "
             f"{workers} worker processes (pids {', '.join(str(p.proc.pid) for p in procs)})",
             flush=True,
         )
