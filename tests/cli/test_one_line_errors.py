@@ -105,6 +105,9 @@ def test_a_broken_user_model_is_one_line_before_launch(name, words, tmp_path, ru
         (["run", "--preset", "smoke", "--set", "model.width=1000000000"], "GiB of RAM"),
         (["run", "--preset", "smoke", "--model", "os:system"], "standard library"),
         (["serve", "--workers", "0"], "--workers must be 1-16, got 0"),
+        (["serve", "--replicas", "0"], "--replicas must be 1-16, got 0"),
+        (["serve", "/no/such/run", "--workers", "2"], "RUN '/no/such/run' does not exist"),
+        (["serve", "--replicas", "2", "--workers", "2"], "--replicas 2 with --workers 2: give one"),
         (
             ["serve", "--variant", "int8", "--amount", "0.3"],
             "--amount is for --variant pruned, got --variant int8",

@@ -7,6 +7,7 @@ left behind."""
 from __future__ import annotations
 
 import http.client
+import asyncio
 import json
 import socket
 import subprocess
@@ -300,3 +301,28 @@ def test_workers_share_one_port_and_end_together(tmp_path):
     assert any(named in line for line in said), said
     gone(server)
     assert not any(psutil.pid_exists(w.pid) and w.status() != "zombie" for w in workers)
+
+
+def test_replicas_behind_ray_serve_answer_and_leave_nothing_behind(tmp_path):
+    """--replicas 2: a local Ray cluster started by the command, the model in two Ray Serve
+    replicas behind its proxy on 127.0.0.1, each running the workbench's app (request checks,
+    batching, health); a load is answered by both, and Ctrl-C leaves no process and no port."""
+    pytest.importorskip("ray.serve", reason="the ray extra (pip install 'workbench[ray]')")
+    from workbench.serving.load_generator import Level, drive
+
+    with ServerProcess(["--replicas", "2", "--max-batch", "4", "--max-wait-ms", "2"]) as server:
+        tree = [server.proc, *psutil.Process(server.proc.pid).children(recursive=True)]
+        assert server.url.startswith("http://127.0.0.1:")
+        assert any("2 Ray Serve replicas" in line for line in server.lines), server.lines
+        said = health(server.url)
+        assert said["pid"] == server.proc.pid and "for 2 server processes" in said["threads"]
+        assert said["batching"] == "up to 4 samples, waiting at most 2 ms"
+        status, answer = post(server.url, b'{"inputs": [1, 2]}')  # the workbench's own checks
+        assert status == 422 and "this model takes [1, 8, 8]" in answer["error"], answer
+        report = asyncio.run(drive(server.url, [Level("concurrency", 4)], 5.0, 0.5, requests=400))
+        level = report["levels"][0]
+        assert level["failed"] == 0 and level["sent"] == level["answered"] + level["refused"] > 0
+        replicas = {health(server.url)["replica"] for _ in range(40)}
+        assert len(replicas) == 2, replicas  # the proxy spreads requests over both
+    gone(server)
+    assert not any(psutil.pid_exists(p.pid) and p.status() != "zombie" for p in tree)

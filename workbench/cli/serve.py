@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from functools import partial
 from pathlib import Path
 
 from ..config import ConfigError
@@ -53,6 +54,12 @@ def add_parser(sub):
         help="server processes on one port, each with its own model; the usable cores are shared "
         "between them by the thread rule",
     )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        help="copies of the model behind Ray Serve on a local Ray cluster (pip install "
+        "'workbench[ray]'), the way to serve past one machine; the cores are shared as with --workers",
+    )
     p.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)  # stop when stdin closes
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one of --workers: what its parent chose
     # servers started together (serving.process.serve_all) apply the thread rule to one reading of
@@ -92,31 +99,84 @@ def main(args: argparse.Namespace) -> int:
     if not 0 < amount < 1:
         raise ConfigError(f"--amount must be between 0 and 1 (a share of each layer's units), got {amount:g}")
     check_workers(args.workers)
+    if args.replicas is not None:
+        from ..serving.replicas import check_replicas
+
+        check_replicas(args.replicas, args.workers)
     worker = Worker.from_flag(args.worker) if args.worker else None
     if worker is None:
-        # the server's threads: the usable cores shared by its processes, as ranks share them; how
-        # they wait is chosen before torch loads (OpenMP reads it once, then)
-        from ..config import RunConfig
-        from ..machine.threads import choose_threads, other_cores_now
-
-        cfg = RunConfig.smoke().replace(**{"distributed.nproc": args.workers})
-        other = other_cores_now() if args.load_seen is None else args.load_seen
-        choice = choose_threads(cfg, other).fixed()  # no warm-up to try others in
-        processes = f"{args.workers} server process{'es' if args.workers > 1 else ''}"
-        each = "in each server process" if args.workers > 1 else "in the server"
-        why = choice.why.replace("per rank", each).replace(
-            f"shared by {args.workers} rank(s)", f"for {processes}"
-        )
-        worker = Worker(choice.threads, choice.wait_policy, why)
-        if args.workers > 1:
-            from ..serving.workers import serve_workers
-
+        worker = thread_plan(args.replicas or args.workers, args.load_seen)
+        if args.workers > 1 or args.replicas:
+            check_paths(args)  # before N processes each find a path missing
             if args.lifeline:
                 from ..serving.server import stop_when_stdin_closes
 
                 stop_when_stdin_closes()
+            if args.replicas:
+                from ..serving.replicas import serve_replicas
+
+                served_of = partial(served_in_replica, worker_argv(args._argv), worker, os.getcwd())
+                return serve_replicas(served_of, settings, worker, args.replicas)
+            from ..serving.workers import serve_workers
+
             return serve_workers(worker_argv(args._argv), settings, worker, args.workers, os.getpid())
-    if worker.wait == "passive":
+    served = served_from_args(args, worker, amount)
+
+    from ..serving.server import serve_forever, stop_when_stdin_closes
+
+    if args.lifeline:
+        stop_when_stdin_closes()
+    serve_forever(served, settings, worker.why, worker if args.worker else None)
+    return 0
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Every file or folder the flags name exists (a factory's file: its part before ':')."""
+    named = {
+        "RUN": args.run,
+        "--run-dir": args.run_dir,
+        "--config": args.config,
+        "--weights": args.weights,
+        "--data-path": args.data_path,
+    }
+    for flag in ("model", "data_factory", "eval"):
+        value = getattr(args, flag, None)
+        if value and value.split(":")[0].endswith(".py"):
+            named[f"--{flag.replace('_', '-')}"] = value.split(":")[0]
+    for flag, path in named.items():
+        if path and not Path(path).exists():
+            raise ConfigError(f"{flag} {path!r} does not exist")
+
+
+def thread_plan(processes: int, load_seen: float | None) -> Worker:
+    """The server's threads: the usable cores shared by its processes, as ranks share them; how
+    they wait is chosen before torch loads (OpenMP reads it once, then)."""
+    from ..config import RunConfig
+    from ..machine.threads import choose_threads, other_cores_now
+
+    cfg = RunConfig.smoke().replace(**{"distributed.nproc": processes})
+    other = other_cores_now() if load_seen is None else load_seen
+    choice = choose_threads(cfg, other).fixed()  # no warm-up to try others in
+    many = f"{processes} server process{'es' if processes > 1 else ''}"
+    each = "in each server process" if processes > 1 else "in the server"
+    why = choice.why.replace("per rank", each).replace(f"shared by {processes} rank(s)", f"for {many}")
+    return Worker(choice.threads, choice.wait_policy, why)
+
+
+def served_in_replica(argv: list[str], plan: Worker, cwd: str):
+    """The Served of `workbench serve ARGV`, built in a Ray Serve replica's process (the flags name
+    paths as given where the command ran)."""
+    from . import parser
+    from ..serving.bounds import PRUNE_AMOUNT
+
+    os.chdir(cwd)
+    args = parser().parse_args(["serve", *argv])
+    return served_from_args(args, plan, PRUNE_AMOUNT if args.amount is None else args.amount)
+
+
+def served_from_args(args: argparse.Namespace, plan: Worker, amount: float):
+    """The model `args` name, with its weights, in its variant, on `plan`'s threads (a Served)."""
+    if plan.wait == "passive":
         os.environ.setdefault(WAIT_ENV, "PASSIVE")
     if args.run and (Path(args.run) / "serve.py").is_file():
         from_export(args)
@@ -130,10 +190,9 @@ def main(args: argparse.Namespace) -> int:
     import torch  # after the cheap checks: a refusal answers at once
 
     from ..serving.served import build_served
-    from ..serving.server import serve_forever, stop_when_stdin_closes
     from ..train.restore import load_saved
 
-    torch.set_num_threads(worker.threads)
+    torch.set_num_threads(plan.threads)
     subject = subject_from_args(args)
     if args.weights:
         try:
@@ -142,22 +201,19 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--weights {args.weights!r} does not fit the model: {str(e).splitlines()[0]}"
             ) from None
-    served = build_served(subject, args.variant, amount)
-    if args.lifeline:
-        stop_when_stdin_closes()
-    serve_forever(served, settings, worker.why, worker if args.worker else None)
-    return 0
+    return build_served(subject, args.variant, amount)
 
 
 def worker_argv(argv: list[str]) -> list[str]:
-    """The command as typed after `serve`, less what the parent of --workers decides itself."""
+    """The command as typed after `serve`, less what the parent of --workers (or --replicas)
+    decides itself."""
     argv = argv[argv.index("serve") + 1 :] if "serve" in argv else list(argv)
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--workers", "--port"):
+        elif arg in ("--workers", "--replicas", "--port"):
             skip = True
-        elif not arg.startswith(("--workers=", "--port=")) and arg != "--lifeline":
+        elif not arg.startswith(("--workers=", "--replicas=", "--port=")) and arg != "--lifeline":
             out.append(arg)
     return out

@@ -45,3 +45,9 @@ class Settings:
                 "Authorization: Bearer TOKEN), or serve on 127.0.0.1"
             )
         return self
+
+    def batching(self) -> str:
+        """What a server says of its batching."""
+        if self.max_batch > 1:
+            return f"up to {self.max_batch} samples, waiting at most {self.max_wait_ms:g} ms"
+        return "off (one forward a request)"

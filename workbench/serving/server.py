@@ -58,11 +58,7 @@ def serve_forever(served: Served, settings: Settings, threads_why: str = "", wor
     (serving.workers.Worker): serve on the socket the parent of `--workers` handed down."""
     sock = socket.socket(fileno=worker.fd) if worker is not None else bind(settings.check())
     port = sock.getsockname()[1]
-    batching = (
-        f"up to {settings.max_batch} samples, waiting at most {settings.max_wait_ms:g} ms"
-        if settings.max_batch > 1
-        else "off (one forward a request)"
-    )
+    batching = settings.batching()
     about = {"batching": batching, "max_batch": settings.max_batch, "max_wait_ms": settings.max_wait_ms}
     if threads_why:
         about["threads"] = threads_why
