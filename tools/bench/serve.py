@@ -189,6 +189,20 @@ def main(argv=None) -> int:
         f"{onnx_r['throughput_rps']:.0f}/s; throughput {onnx_r['text']}"
     )
 
+    two_r, ray_r = two_servers(
+        ("2 workers", [*small, "--workers", "2"]),
+        ("2 replicas", [*small, "--replicas", "2"]),
+        8,
+        rounds,
+        slice_s,
+    )
+    print(
+        f"Ray Serve against the workbench's own workers (MLP 256x2, concurrency 8, batching off, 2 "
+        f"processes of 1 thread each): workers {two_r['throughput_rps']:.0f}/s, p99 {fmt_ms(two_r, 'p99')}; "
+        f"Ray Serve replicas {ray_r['throughput_rps']:.0f}/s, p99 {fmt_ms(ray_r, 'p99')}; "
+        f"throughput {ray_r['text']}"
+    )
+
     aa_rounds = 3 * rounds  # a busy machine's pairs spread wider: more of them for a narrow interval
     with servers_running({"A": small, "A again": small}) as servers, OtherWork(2):
         aa = compare_servers({k: s.url for k, s in servers.items()}, "A", 8, aa_rounds, slice_s)

@@ -24,8 +24,11 @@ from contextlib import contextmanager
 
 from ..config import ConfigError
 
-# the line a server prints once it takes requests (serving.server.serve_forever), read here alone
-READY = re.compile(r"^(?P<name>serving .*) at (?P<url>http://\S+) \(.*\); batching (?P<batching>.*)$")
+# the line a server prints once it takes requests (serving.server.serve_forever; a plain endpoint of
+# the benchmark names no batching): its starters read it with this
+READY = re.compile(
+    r"^(?P<name>serving .*?) at (?P<url>http://\S+) \([^)]*\)(?:; batching (?P<batching>.*))?$"
+)
 READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes minutes
 
 
