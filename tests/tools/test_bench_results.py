@@ -33,3 +33,23 @@ def test_what_a_benchmark_prints_becomes_its_results_file(tmp_path, monkeypatch,
 def test_results_land_in_this_machines_folder():
     path = results.results_file("demo")
     assert path.parts[:2] == ("docs", "results") and path.parent.name == results.machine_slug()
+
+
+def test_every_recorded_benchmark_records_its_main():
+    """`recorded` wraps the function `python -m tools.bench NAME` calls: on a helper, the
+    benchmark wrote no file and the helper was called with main's arguments (planted below)."""
+    import ast
+    from pathlib import Path
+
+    def recorded_functions(source: str) -> list[str]:
+        return [
+            node.name
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef)
+            and any("recorded" in ast.unparse(d) for d in node.decorator_list)
+        ]
+
+    bench = Path(results.__file__).parent
+    wrapped = {p.name: recorded_functions(p.read_text()) for p in bench.glob("*.py")}
+    assert {name: f for name, f in wrapped.items() if f and f != ["main"]} == {}
+    assert recorded_functions('@recorded("x", "y")\ndef two_servers():\n    pass\n') == ["two_servers"]

@@ -78,7 +78,6 @@ def goal(met: bool) -> str:
     return "goal met" if met else "GOAL NOT MET"
 
 
-@recorded("serve", "Serving: the server, dynamic batching and the load generator")
 def two_servers(a: tuple[str, list], b: tuple[str, list], concurrency: int, rounds: int, slice_s: float):
     """Two `workbench serve` servers (label, flags) started together and compared side by side:
     each one's report, B's with its throughput ratio over A's."""
@@ -87,6 +86,7 @@ def two_servers(a: tuple[str, list], b: tuple[str, list], concurrency: int, roun
     return report["variants"][a[0]], report["variants"][b[0]]
 
 
+@recorded("serve", "Serving: the server, dynamic batching and the load generator")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.bench serve", description=__doc__)
     p.add_argument("--rounds", type=int, default=8, help="pairs of load slices a comparison")
