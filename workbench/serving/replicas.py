@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -27,7 +26,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError
-from .bounds import LOOPBACK, Settings
+from ..machine import cpu
+from ..net import free_port
+from .bounds import Settings
 from .workers import MAX_WORKERS, Worker
 
 if TYPE_CHECKING:  # the driver builds no model: torch loads in the replicas
@@ -71,13 +72,6 @@ def replica_app(served_of: Callable[[], Served], plan: Worker, settings: Setting
     return make_app(served, batcher, about, settings.token)
 
 
-def free_port(host: str) -> int:
-    """A port free now (Ray Serve's proxy binds its own socket: it takes no port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def serve_replicas(served_of: Callable[[], Served], settings: Settings, plan: Worker, replicas: int) -> int:
     """Serve the model `served_of()` builds (called in each replica, so it must pickle: a
     module's function, or a partial of one) in `replicas` Ray Serve replicas until stopped;
@@ -85,15 +79,14 @@ def serve_replicas(served_of: Callable[[], Served], settings: Settings, plan: Wo
     import ray
     from ray import serve
 
-    port = settings.port or free_port(settings.host)
+    port = settings.port or free_port(settings.host)  # Ray Serve's proxy binds it: no port 0 there
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    from ..machine import cpu
-
+    # a cluster of this machine; Ray gives its node the machine's reachable address whatever it is
+    # told (a cluster spans machines), so only the HTTP proxy is held to --host
     ray.init(
         num_cpus=cpu.usable_cores(),
         include_dashboard=False,
-        _node_ip_address=LOOPBACK,
         log_to_driver=False,
         logging_level=logging.WARNING,
     )
