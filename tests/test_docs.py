@@ -230,25 +230,73 @@ def missing_from_api(page: str) -> list[str]:
 
 
 def test_the_api_reference_names_every_public_object_and_each_has_a_docstring():
-    import importlib
     import inspect
 
     page = (DOCS / "reference" / "api.md").read_text()
     assert missing_from_api(page) == []
     assert missing_from_api(page.replace("::: workbench.tracking.Run\n", "")) == ["workbench.tracking.Run"]
-    undocumented = []
-    for target in api_targets(page):
-        module_name, obj = target, None
-        while obj is None:
-            try:
-                obj = importlib.import_module(module_name)
-            except ModuleNotFoundError:
-                module_name, _, _ = module_name.rpartition(".")
-        for attr in target[len(module_name) + 1 :].split(".") if target != module_name else []:
-            obj = getattr(obj, attr)
-        if not (inspect.getdoc(obj) or "").strip():
-            undocumented.append(target)
+    undocumented = [t for t in api_targets(page) if not (inspect.getdoc(api_object(t)) or "").strip()]
     assert undocumented == []
+
+
+def api_object(target: str):
+    """The object a `::: dotted.name` line of the API page renders."""
+    import importlib
+
+    module_name, obj = target, None
+    while obj is None:
+        try:
+            obj = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            module_name, _, _ = module_name.rpartition(".")
+    for attr in target[len(module_name) + 1 :].split(".") if target != module_name else []:
+        obj = getattr(obj, attr)
+    return obj
+
+
+def parameters_without_a_row(name: str, obj) -> list[str]:
+    """`obj`'s parameters (a class: its constructor's) that its docstring gives no `:param` line,
+    so the site's parameter table of it leaves them out."""
+    import inspect
+
+    try:
+        signature = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+    except (TypeError, ValueError):
+        return []
+    doc = inspect.getdoc(obj) or ""
+    return [
+        f"{name}({p.name})"
+        for p in signature.parameters.values()
+        if p.name not in ("self", "cls")
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and f":param {p.name}:" not in doc
+    ]
+
+
+def test_every_parameter_on_the_api_page_has_a_row_in_its_table():
+    import inspect
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    missing = []
+    for target, options in re.findall(r"^::: ([\w.]+)\n((?:    .*\n)*)", page, re.M):
+        obj = api_object(target)
+        listed = re.search(r"members: \[([^\]]*)\]", options)
+        names = [n.strip() for n in listed.group(1).split(",")] if listed else []
+        if inspect.ismodule(obj):
+            shown = [(f"{target}.{n}", getattr(obj, n)) for n in names or getattr(obj, "__all__", [])]
+        else:
+            shown = [(target, obj), *((f"{target}.{n}", getattr(obj, n)) for n in names)]
+        for name, member in shown:
+            missing += parameters_without_a_row(name, member)
+    assert missing == []
+
+    def planted(a, b):
+        """Compare a with b.
+
+        :param a: one side.
+        """
+
+    assert parameters_without_a_row("planted", planted) == ["planted(b)"]
 
 
 def test_every_lab_page_says_how_long_its_notebook_took_from_the_readmes_results_file():

@@ -441,6 +441,20 @@ def matching_data(model: str, data: str) -> str:
 
 @dataclass(frozen=True)
 class RunConfig(_Section):
+    """The whole config of a run: one frozen, checked section for each part of it (see the module).
+
+    :param model: the model to train, a built-in one or a user's factory (default: the 256-wide MLP).
+    :param data: the data it trains and evaluates on (default: scikit-learn's 8x8 digits).
+    :param loader: the batch size per rank and the data loader's workers (default: 64, no workers).
+    :param optim: the optimizer, its learning rate and its gradient settings (default: AdamW, 1e-3).
+    :param precision: the compute precision, TF32 and the channels-last layout (default: fp32).
+    :param distributed: the processes, nodes and strategy, DDP or FSDP (default: one process).
+    :param compile: whether the step runs through torch.compile, and its mode (default: off).
+    :param train: the modules whose activations are recomputed in backward (default: none).
+    :param run: the steps, time budget, seed, device, run folder, saving and threads
+        (default: 300 steps, no time budget).
+    """
+
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
@@ -542,7 +556,10 @@ class RunConfig(_Section):
         "file.py:factory" in model.name or data.factory, and data.path) are looked up beside FILE
         first, where an export keeps its copies, then in the working folder; one found beside
         FILE becomes absolute, so the config runs from any folder. (`load` reads a run folder's
-        config as written: its paths are relative to the launch's working folder.)"""
+        config as written: its paths are relative to the launch's working folder.)
+
+        :param path: the JSON config file; one that is missing or not UTF-8 JSON is a ConfigError.
+        """
         cfg = cls.load(path)
         here = Path(path).resolve().parent
         data = cfg.to_dict()

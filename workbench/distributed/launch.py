@@ -198,7 +198,10 @@ def check_saves_are_shared(cfg: RunConfig) -> None:
 class Launcher:
     """Starts runs and owns what they leave between them: the supervisors' lifelines, the spares
     (workbench.distributed.warm) and the pre-launch check's answers. One per kernel or CLI process
-    (`launcher()`); a test makes a fresh one and closes it."""
+    (`launcher()`); a test makes a fresh one and closes it.
+
+    :param prechecks: where the pre-launch check's answers are kept and reused; None: a new store.
+    """
 
     def __init__(self, prechecks: Prechecks | None = None) -> None:
         self.lifelines = Lifelines()
@@ -206,6 +209,12 @@ class Launcher:
         self.prechecks = prechecks or Prechecks()  # answers kept by what they depend on
 
     def keep_warm(self, cfg: RunConfig | None = None) -> None:
+        """From now on keep a spare run and a spare check ready (workbench.distributed.warm), so
+        that the next run skips Python's and torch's start-up.
+
+        :param cfg: start the spares now, shaped like this config (unless a run is going); None: they
+            start after the next run ends, shaped like it.
+        """
         self.spares.keep_warm(cfg)
 
     def wait_ready(self, timeout_s: float = 60) -> bool:
@@ -325,6 +334,16 @@ class Launcher:
         env: dict[str, str] | None = None,
         threads: ThreadChoice | None = None,
     ) -> RunHandle:
+        """Plan and start a run (Launcher.plan, then Launcher.start); returns at once with its handle.
+
+        :param cfg: the run's config; anything but a RunConfig is a ConfigError.
+        :param run_dir: the run folder, new or empty; None: a fresh folder under `root`.
+        :param root: where a fresh run folder goes; None: $WORKBENCH_RUNS, else the config's run.runs_dir.
+        :param env: environment variables added for the ranks, over the allocator's and the threads'
+            settings; None: none added.
+        :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
+            one); None: chosen now from what other programs use.
+        """
         return self.start(self.plan(cfg, run_dir, root, env=env, threads=threads))
 
     def run(
@@ -336,7 +355,17 @@ class Launcher:
         env: dict[str, str] | None = None,
         threads: ThreadChoice | None = None,
     ) -> dict:
-        """Start a run, wait for it, and return its summary (status says how it ended)."""
+        """Start a run, wait for it, and return its summary (status says how it ended).
+
+        :param cfg: the run's config; anything but a RunConfig is a ConfigError.
+        :param run_dir: the run folder, new or empty; None: a fresh folder in the run store
+            ($WORKBENCH_RUNS, else the config's run.runs_dir).
+        :param timeout_s: seconds to wait before the run is stopped as timed out; None: wait until it ends.
+        :param env: environment variables added for the ranks, over the allocator's and the threads'
+            settings; None: none added.
+        :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
+            one); None: chosen now from what other programs use.
+        """
         handle = self.start_run(cfg, run_dir, env=env, threads=threads)
         try:
             handle.wait(timeout_s)
@@ -381,7 +410,16 @@ def start_run(
     env: dict[str, str] | None = None,
     threads: ThreadChoice | None = None,
 ) -> RunHandle:
-    """Plan and start a run with this process's launcher (Launcher.plan, Launcher.start)."""
+    """Plan and start a run with this process's launcher (Launcher.plan, Launcher.start).
+
+    :param cfg: the run's config; anything but a RunConfig is a ConfigError.
+    :param run_dir: the run folder, new or empty; None: a fresh folder under `root`.
+    :param root: where a fresh run folder goes; None: $WORKBENCH_RUNS, else the config's run.runs_dir.
+    :param env: environment variables added for the ranks, over the allocator's and the threads'
+        settings; None: none added.
+    :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
+        one); None: chosen now from what other programs use.
+    """
     return launcher().start_run(cfg, run_dir, root, env=env, threads=threads)
 
 
@@ -393,5 +431,15 @@ def run(
     env: dict[str, str] | None = None,
     threads: ThreadChoice | None = None,
 ) -> dict:
-    """Start a run with this process's launcher, wait for it, and return its summary."""
+    """Start a run with this process's launcher, wait for it, and return its summary.
+
+    :param cfg: the run's config; anything but a RunConfig is a ConfigError.
+    :param run_dir: the run folder, new or empty; None: a fresh folder in the run store
+        ($WORKBENCH_RUNS, else the config's run.runs_dir).
+    :param timeout_s: seconds to wait before the run is stopped as timed out; None: wait until it ends.
+    :param env: environment variables added for the ranks, over the allocator's and the threads'
+        settings; None: none added.
+    :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
+        one); None: chosen now from what other programs use.
+    """
     return launcher().run(cfg, run_dir, timeout_s, env=env, threads=threads)

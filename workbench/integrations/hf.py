@@ -24,7 +24,11 @@ def precision_of(args) -> str:
 
 
 class WorkbenchCallback(TrainerCallback):
-    """Tracks the Trainer's run; `run_dir` and the other arguments are `workbench.track`'s."""
+    """Tracks the Trainer's run; `run_dir` and the other arguments are `workbench.track`'s.
+
+    :param config: the settings recorded as the run's parameters; None: the Trainer's TrainingArguments.
+    :param run_dir: the run folder, new or empty; None: $WORKBENCH_RUN_DIR, else a fresh one in the run store.
+    """
 
     def __init__(self, config=None, run_dir=None, **track_kwargs):
         self.config, self.run_dir, self.track_kwargs = config, run_dir, track_kwargs

@@ -28,6 +28,20 @@ RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class Ratio:
+    """A comparison's result: the median speed ratio of B over A, its interval and the verdict.
+
+    :param ratio: the median speed of B over A, above 1 when B is faster; None: nothing was measured.
+    :param low: the interval's lower end, at CONFIDENCE (95 %); None: too few samples for an interval.
+    :param high: the interval's upper end; None when `low` is.
+    :param rounds: the paired rounds counted, or the smaller sample of unpaired runs.
+    :param verdict: "faster", "slower", "within noise", or "undecided" without an interval; None:
+        nothing was measured.
+    :param paired: whether the rounds were measured in alternation; False: separate runs, whose drift
+        is not in the interval.
+    :param note: why there is no verdict, or what to keep in mind; "": nothing to add.
+    :param min_effect: the smallest relative gain (0.05: 5 %) that the verdict counts.
+    """
+
     ratio: float | None  # median speed of B over A: above 1, B is faster
     low: float | None  # the interval at CONFIDENCE (None: too few samples for one)
     high: float | None

@@ -241,7 +241,21 @@ async def drive(
 ) -> dict:
     """Each level in turn against the server at `url`; `on_start(health)` hears what the server
     said of itself, `on_window(record)` each measured second (WINDOW_S) as it ends, and
-    `on_level(record)` each level as it ends."""
+    `on_level(record)` each level as it ends.
+
+    :param url: the server's address (http://HOST:PORT); one whose GET /health does not answer 200 is
+        a ConfigError.
+    :param levels: the loads in turn: Level("concurrency", N) clients in a closed loop, or
+        Level("rate", R) requests a second in an open loop.
+    :param duration_s: seconds each level is measured, after its warm-up.
+    :param warmup_s: seconds at the start of each level whose requests are left out of its figures.
+    :param requests: the most requests a level sends, its warm-up included.
+    :param on_level: called with each level's record as it ends; None: nothing is called.
+    :param on_start: called with what the server's /health said, before the first level; None: nothing
+        is called.
+    :param on_window: called with each measured window's record (WINDOW_S seconds) as it ends; None:
+        nothing is called.
+    """
     url = url.rstrip("/")
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)

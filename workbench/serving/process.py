@@ -35,7 +35,17 @@ READY_TIMEOUT_S = 300.0  # building a compiled variant on a busy machine takes m
 class ServerProcess:
     """`workbench serve ARGS` in a process of its own, on a port the system picks: `url` once it
     takes requests, `stop()` (or the end of a `with` block) to stop it and free the port. It also
-    stops when the process that started it ends (its stdin closes)."""
+    stops when the process that started it ends (its stdin closes).
+
+    :param args: what `command` is given (a run folder and `workbench serve`'s options), before
+        `--port 0 --lifeline`.
+    :param env: environment variables added to this process's for the server; None: none added.
+    :param ready_timeout_s: the longest wait, in seconds, for each line the server prints before the
+        one naming its URL; a longer silence stops it with a ConfigError.
+    :param command: what python runs, before `args` (default: `-m workbench serve`).
+    :param wait: wait here until it takes requests; False: return at once and call `ready()` later.
+    :param pass_fds: file descriptors the server inherits; (): none.
+    """
 
     def __init__(
         self,
@@ -135,7 +145,11 @@ def serve_all(servers: dict[str, list[str]], env: dict | None = None) -> dict[st
     """Several servers started at once (each builds its model meanwhile), returned once all take
     requests; if one cannot start, all are stopped and its line is raised. The load is read once,
     here, and every server chooses its threads from that reading: servers to be compared then differ
-    only in what they were asked (read at each one's start, one could spin and another not)."""
+    only in what they were asked (read at each one's start, one could spin and another not).
+
+    :param servers: name -> the arguments of its `workbench serve` (a run folder and options).
+    :param env: environment variables added for every server; None: none added.
+    """
     from ..machine.threads import other_cores_now
 
     seen = ["--load-seen", f"{other_cores_now():.3f}"]

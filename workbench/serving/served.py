@@ -123,7 +123,13 @@ def build_served(subject, variant: str = "eager", amount: float = PRUNE_AMOUNT) 
     (variant_model); int8 (dynamic int8 Linear layers, the compression lab's quantize); pruned
     (`amount` of each hidden layer's neurons or channels removed by the compression lab's
     structured pruning, not fine-tuned here); or onnx (exported and run by ONNX Runtime). Each
-    says what it converted and what it left. A compiled variant compiles here, before serving."""
+    says what it converted and what it left. A compiled variant compiles here, before serving.
+
+    :param subject: the model to serve, with its input's shape, dtype, task and vocabulary.
+    :param variant: "eager", "compiled", "bf16", "int8", "pruned" or "onnx"; anything else is a ConfigError.
+    :param amount: the share (0 to 1) of each hidden layer's neurons or channels that the pruned variant
+        removes; the other variants ignore it.
+    """
     if variant not in VARIANTS:
         raise ConfigError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     model, note = subject.model.eval(), ""

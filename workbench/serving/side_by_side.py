@@ -144,7 +144,16 @@ def compare_servers(
     on_round=None,
 ) -> dict:
     """label -> its throughput against the reference's (a Comparison's record and text) and its
-    latency figures over its counted slices (refused and failed: the warm-up's too)."""
+    latency figures over its counted slices (refused and failed: the warm-up's too).
+
+    :param urls: label -> a server's address (http://HOST:PORT); the servers must take the same input.
+    :param reference: the label the others are compared against; None: the first in `urls`.
+    :param concurrency: the clients, each sending its next request once the last is answered.
+    :param rounds: the pairs to count for each server (a pair dropped because the load changed inside
+        it is measured again, up to as many extra rounds).
+    :param slice_s: seconds of load on one server in a slice.
+    :param on_round: called with no arguments after each round; None: nothing is called.
+    """
     host = LoadHost(urls, concurrency)
     trial = Trial({k: host for k in urls}, reference, slice_s=slice_s).run(rounds, on_round=on_round)
     out = {"reference": trial.reference, "concurrency": concurrency, "rounds": trial.rounds, "variants": {}}

@@ -47,7 +47,10 @@ class Sink(Protocol):
 
 
 def scalars_of(figures: dict) -> dict[str, float]:
-    """The step's figures a sink sends, named group/figure ('speed/samples_per_s'), finite only."""
+    """The step's figures a sink sends, named group/figure ('speed/samples_per_s'), finite only.
+
+    :param figures: a step record as the run writes it; its figures not in SCALARS are left out.
+    """
     out = {}
     for key, group in SCALARS.items():
         value = figures.get(key)

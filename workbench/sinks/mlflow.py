@@ -68,6 +68,15 @@ def _check_server(uri: str) -> None:
 
 
 class MlflowSink:
+    """Sends a run to MLflow (see the module). A missing mlflow package, a malformed target or a
+    tracking server that does not answer is refused here, in one line.
+
+    :param target: a tracking URI (sqlite:///mlflow.db, http://HOST:PORT, ...), or a folder (or file:DIR)
+        for a file store.
+    :param experiment: the experiment the run goes into, made when it does not exist.
+    :param name: the MLflow run's name; None: the run's label.
+    """
+
     def __init__(self, target: str, experiment: str = EXPERIMENT, name: str | None = None):
         self.uri, self.experiment, self.name = tracking_uri(target), experiment, name
         self._client = self._run_id = None

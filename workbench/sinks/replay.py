@@ -19,7 +19,12 @@ KINDS = ("tensorboard", "mlflow")
 
 
 def sink_for(kind: str, target: str, name: str | None = None) -> Sink:
-    """A sink by its name on the command line, or a one-line refusal."""
+    """A sink by its name on the command line, or a one-line refusal.
+
+    :param kind: "tensorboard" or "mlflow"; anything else is a ConfigError.
+    :param target: TensorBoard's log folder, or MLflow's tracking URI or folder.
+    :param name: the run's name there; None: the run's label.
+    """
     from .mlflow import MlflowSink
     from .tensorboard import TensorBoardSink
 
@@ -55,7 +60,11 @@ class Exported(int):
 
 
 def export_run(run_dir: str | Path, sink: Sink) -> Exported:
-    """Send one run to `sink`; returns the steps sent, and names the damaged lines left out."""
+    """Send one run to `sink`; returns the steps sent, and names the damaged lines left out.
+
+    :param run_dir: the run folder, finished or still running; one that holds no run is a ConfigError.
+    :param sink: where the run goes: its record, rank 0's step records, then its summary.
+    """
     run_dir = Path(run_dir)
     if not RunFolder(run_dir).holds_run():
         raise ConfigError(f"RUN_DIR {str(run_dir)!r} is not a run folder; `workbench runs` lists them")

@@ -12,6 +12,13 @@ from .base import final_figures, needs, scalars_of
 
 
 class TensorBoardSink:
+    """Sends a run to TensorBoard: its step figures as scalars, its settings and summary as text. A
+    missing tensorboard package is refused here, in one line.
+
+    :param log_dir: the folder whose subfolder `name` gets the run's event files.
+    :param name: the run's subfolder of `log_dir`; None: the run's label, else "run".
+    """
+
     def __init__(self, log_dir: str | Path, name: str | None = None):
         self.root, self.name = Path(log_dir), name
         self._tb = needs("torch.utils.tensorboard", "tensorboard", "TensorBoard")  # refused here

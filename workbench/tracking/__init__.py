@@ -38,14 +38,17 @@ def track(
 ) -> Run:
     """Start tracking this process's training loop; returns the Run whose `step()` times each step.
 
-    config: the script's own settings (a dict, an argparse Namespace, a dataclass or a RunConfig),
-        recorded in script.json and sent to the sinks as parameters.
-    run_dir: the run folder (new or empty); default $WORKBENCH_RUN_DIR, else a fresh one.
-    label, model, precision, batch_size, steps: what a listing shows (default: the script's name;
-        the batch size from the first step's samples; steps: how many the dashboard expects).
-    sinks: live outlets (workbench.sinks: TensorBoard, MLflow) that get the scalars as they come.
-    exit_at_budget: with $WORKBENCH_TIME_BUDGET_S set, end the script once the budget is spent
-        (exit code 0, after recording); False leaves it to the loop to check `run.should_stop`.
+    :param config: the script's own settings (a dict, an argparse Namespace, a dataclass or a
+        RunConfig), recorded in script.json and sent to the sinks as parameters; None: none recorded.
+    :param run_dir: the run folder, new or empty; None: $WORKBENCH_RUN_DIR, else a fresh one in the run store.
+    :param label: the run's name in listings and in a fresh folder's name; None: the script's file name.
+    :param model: the model a listing shows; None: a RunConfig's model name, else the label.
+    :param precision: the precision a listing shows; None: a RunConfig's dtype, else none shown.
+    :param batch_size: the batch size a listing shows; None: a RunConfig's, else the first step's samples.
+    :param steps: the steps the dashboard expects; None: a RunConfig's run.steps, else not known.
+    :param sinks: outlets that get the run's record, step figures and summary live (rank 0 only); () for none.
+    :param exit_at_budget: with $WORKBENCH_TIME_BUDGET_S set, end the script once the budget is spent
+        (exit code 0, after recording); False: the loop checks `run.should_stop` itself.
     """
     from ..train.rank import RankEnv
     from ..train.rank_process import attempt_of

@@ -92,7 +92,12 @@ def _number(value) -> float | None:
 
 
 class Step:
-    """One step of the loop; set `loss` (a tensor or a number) inside the `with` block."""
+    """One step of the loop; set `loss` (a tensor or a number) inside the `with` block.
+
+    :param number: the step's number in this process, from 1.
+    :param samples: the samples the step handles, for its samples/s; None: no rate is recorded.
+    :param loss: the step's loss, a tensor or a number; None: none recorded unless set in the block.
+    """
 
     __slots__ = ("loss", "samples", "number")
 
@@ -155,7 +160,17 @@ class _Flusher(threading.Thread):
 
 
 class Run:
-    """One process of a tracked run (one rank under torchrun), made by `workbench.track`."""
+    """One process of a tracked run (one rank under torchrun), made by `workbench.track`.
+
+    :param path: the run folder, already made and claimed (`workbench.track` does both).
+    :param env: this process's rank, world size and attempt, as read from the environment.
+    :param record: the script's record (script.json); a batch size of None is filled in from the first
+        step's samples.
+    :param budget_s: seconds of steps, counted from the first step, after which the run ends; 0: no budget.
+    :param exit_at_budget: once the budget is spent, record the end and exit with code 0; False: only
+        `should_stop` turns True.
+    :param sinks: outlets that get the record, every step's figures and the summary; kept on rank 0 only.
+    """
 
     def __init__(
         self,
@@ -222,12 +237,20 @@ class Run:
 
     # --- the loop's side --------------------------------------------------------------------
     def step(self, samples: int | None = None, loss=None) -> _StepTimer:
-        """Time one step: `with run.step(samples=len(x)) as step: ...; step.loss = loss`."""
+        """Time one step: `with run.step(samples=len(x)) as step: ...; step.loss = loss`.
+
+        :param samples: the samples the step handles, for its samples/s; None: no rate is recorded.
+        :param loss: the step's loss when known before the block; None: set `step.loss` inside it, or none.
+        """
         return _StepTimer(self, Step(len(self._times) + 1, samples, loss))
 
     def log_step(self, loss=None, samples: int | None = None, **figures) -> None:
         """Record a step that just ended, timed from the end of the one before (the first from
-        `track()` or the last `log_step`): for loops that hand the step to a library."""
+        `track()` or the last `log_step`): for loops that hand the step to a library.
+
+        :param loss: the step's loss, a tensor or a number; None: none recorded.
+        :param samples: the samples the step handled, for its samples/s; None: no rate is recorded.
+        """
         if self._last_end is None:
             self._begin(self._made)
             self._last_end = self._made
@@ -245,7 +268,14 @@ class Run:
     def add_step(
         self, seconds: float, *, samples: int | None = None, loss=None, wait_s: float | None = None, **figures
     ) -> None:
-        """For a library's callbacks: record a step the caller timed (after a device sync)."""
+        """For a library's callbacks: record a step the caller timed (after a device sync).
+
+        :param seconds: the step's time in seconds, as the caller measured it (from `begin_step`'s start).
+        :param samples: the samples the step handled, for its samples/s; None: no rate is recorded.
+        :param loss: the step's loss, a tensor or a number; None: none recorded.
+        :param wait_s: seconds spent between the previous step and this one (`begin_step` returns it);
+            None: no data wait is recorded.
+        """
         self._record(Step(len(self._times) + 1, samples, loss), seconds, wait_s, time.perf_counter(), figures)
 
     def sync(self) -> None:
@@ -381,7 +411,14 @@ class Run:
     ) -> None:
         """Record how the run ended (once): `done` with the figures, or `error` with the
         exception's traceback; rank 0 writes summary.json. Called by the loop's end, the `with`
-        block, the exception hook, a stop signal or the interpreter's exit."""
+        block, the exception hook, a stop signal or the interpreter's exit.
+
+        :param status: "completed", "diverged", "failed" or "stopped"; a completed run whose last loss is
+            not a number is recorded as diverged.
+        :param error: the exception that failed the run, its traceback recorded; None: none.
+        :param message: the end's reason in words, in the summary; "": none ("stopped" for a stop).
+        :param returncode: the process's exit code, kept in the summary of a one-process run; None: unknown.
+        """
         if self.ended is not None:
             return
         self.ended = status
@@ -485,7 +522,11 @@ class Run:
         return False
 
     def end(self, error: BaseException | None = None) -> None:
-        """Record the end from what ended the run (None: it ran to its end)."""
+        """Record the end from what ended the run (None: it ran to its end).
+
+        :param error: what ended it: None or the budget's exit (completed), Ctrl-C (stopped), a
+            SystemExit (completed with code 0 or None, else failed) or any other exception (failed).
+        """
         if error is None or isinstance(error, BudgetSpent):
             self.finish()
         elif isinstance(error, KeyboardInterrupt):

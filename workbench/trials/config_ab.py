@@ -121,7 +121,22 @@ def ab_test(
 ) -> ABResult:
     """`rounds` pairs of slices of A and B (default: the fewest that carry a 95 % interval), each
     about `slice_s` seconds of steps; see the module. `matmuls`: also report A's matrix products
-    (what a precision A/B's reason places on this machine's size curve)."""
+    (what a precision A/B's reason places on this machine's size curve).
+
+    :param a: side A's config, the reference: the ratio is B's samples/s over A's.
+    :param b: side B's config.
+    :param rounds: the pairs to count (a pair dropped because the load changed inside it is measured
+        again, up to as many extra rounds); None: the fewest that carry a 95 % interval.
+    :param labels: the two sides' names, A's then B's; they must differ.
+    :param slice_s: seconds of training steps in each slice.
+    :param min_effect: the smallest relative change (0.05: 5 %) that the verdict calls faster or slower.
+    :param on_slice: called with each slice as it ends, warm-up slices included; None: nothing is called.
+    :param stop: asked before each round; True ends the test with the rounds done so far. None: every
+        round runs.
+    :param folder: the trial folder (every slice, each side's config and events); None: a fresh one in
+        the run store's trials/ folder.
+    :param matmuls: also report A's matrix products, in the result's `matmuls`; False: that list is empty.
+    """
     rounds = rounds or min_rounds()
     if labels[0] == labels[1]:
         raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")

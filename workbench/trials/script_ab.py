@@ -324,7 +324,24 @@ def command_ab(
     folder: str | Path | None = None,
 ) -> CommandABResult:
     """`rounds` pairs of runs of A and B (default: the fewest that carry a 95 % interval), each
-    ending after `budget_s` seconds of steps, after `warmup` uncounted runs of each."""
+    ending after `budget_s` seconds of steps, after `warmup` uncounted runs of each.
+
+    :param a: side A's command, the reference: the ratio is B's samples/s over A's.
+    :param b: side B's command.
+    :param rounds: the pairs to count (a pair dropped because the load changed inside it is measured
+        again, up to as many extra rounds); None: the fewest that carry a 95 % interval.
+    :param labels: the two sides' names, A's then B's; they must differ.
+    :param budget_s: seconds of steps a run takes, from its first step, before its tracker ends it; its
+        start-up and setup come on top.
+    :param warmup: runs of each side made first and counted nowhere.
+    :param min_effect: the smallest relative change (0.05: 5 %) that the verdict calls faster or slower.
+    :param cwd: the folder the commands run in; None: this process's working folder.
+    :param on_slice: called with each run's slice as it ends, warm-up runs included; None: nothing is called.
+    :param stop: asked before each round and while a run goes; True ends the run under way, uncounted,
+        and the test with the rounds done so far. None: every round runs.
+    :param folder: the comparison's folder (each run's folder and output); None: a fresh one in the run
+        store, removed again when a command cannot start.
+    """
     rounds = rounds or min_rounds()
     if labels[0] == labels[1]:
         raise ValueError(f"the two sides need different labels, got {labels[0]!r} twice")

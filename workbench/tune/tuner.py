@@ -279,7 +279,23 @@ def tune(
 ) -> TuneReport:
     """Plan the memory candidates within `memory_budget_gib` a rank (None: what the pre-launch check
     says is available), profile the baseline (unless `bound_by` is given or `profile` is False),
-    then search."""
+    then search.
+
+    :param baseline: the config to tune; the recommended config is it with the settings kept.
+    :param budget_s: seconds the whole tune may take, the profile included; the search gets what is
+        left, at least 1 s.
+    :param slice_s: seconds of training steps in each slice of a comparison.
+    :param bound_by: what bounds the step ("data", "compute", "communication", "optimizer" or
+        "framework overhead"), which orders the candidates; None: read from a profiling run.
+    :param profile: profile the baseline when `bound_by` is not given; False: the candidates are tried
+        in the listed order.
+    :param memory_budget_gib: GiB one rank may hold, for the batch and checkpointing candidates; None:
+        what the pre-launch check reads as available.
+    :param on_decision: called with each decision the search makes; None: nothing is called.
+    :param on_slice: called with each slice measured, warm-up slices included; None: nothing is called.
+    :param stop: asked before each round; True ends every comparison from then on as stopped by the
+        user. None: the tune goes on until its budget or its candidates are spent.
+    """
     if not budget_s > 0:
         raise ConfigError(f"budget_s must be > 0 seconds, got {budget_s!r}")
     if not slice_s > 0:

@@ -24,7 +24,14 @@ def attach(
     (ranks, steps), tailing it. Reads the folder only: nothing its config names is imported. `job`
     (a workbench.distributed.jobs.Job) is how to reach SLURM for a submitted run, when its commands
     need more than this environment. `appear_s`: how long to wait for a run just started elsewhere
-    (a script starting up) to claim its folder."""
+    (a script starting up) to claim its folder.
+
+    :param run_dir: the run folder to watch; one that holds no run is a ConfigError.
+    :param start: start tailing the folder on a thread now; False: the dashboard is returned unstarted.
+    :param job: the SLURM job of a submitted run; None: one made from the run folder. Ignored for a
+        run that was not submitted.
+    :param appear_s: seconds to wait for the folder to hold a run; 0: it must hold one already.
+    """
     run_dir = Path(run_dir)
     folder = RunFolder(run_dir)
     deadline = time.monotonic() + appear_s
