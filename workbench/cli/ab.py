@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError
+from ..config import ConfigError
 from ..trials.engine import SLICE_S
 from ._interrupt import Interrupt
-from .run import add_data_args, add_set_arg, base_config, parse_settings
+from .run import add_baseline_args, base_config, parse_settings
 
 
 def add_parser(sub):
@@ -35,14 +35,7 @@ def add_parser(sub):
         help="A/B test two configs: alternating runs, ratio with interval, verdict",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--config", help="a RunConfig JSON file both sides start from")
-    p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument(
-        "--model",
-        help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]) + " (both sides)",
-    )
-    add_data_args(p)
-    add_set_arg(p, "a setting of both sides")
+    add_baseline_args(p, "both sides")
     p.add_argument(
         "--a",
         action="append",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 
-from ..config import BUILTIN_MODELS, ConfigError, RunConfig, choices
-from .run import add_data_args, add_set_arg, base_config, parse_settings
+from ..config import ConfigError, RunConfig, choices
+from .run import MODELS, add_data_args, add_set_arg, base_config, parse_settings
 
 FLAGS = {
     "precision": "precision.dtype",
@@ -37,7 +37,7 @@ def add_parser(sub):
         default="default",
         help="the base config without --config (transformer: the small language model)",
     )
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
+    p.add_argument("--model", help=MODELS)
     add_data_args(p)
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
     p.add_argument("--batch-size", type=int)

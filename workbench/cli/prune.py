@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_DATA, BUILTIN_MODELS, ConfigError, RunConfig
+from ..config import BUILTIN_DATA, ConfigError, RunConfig
 from ._interrupt import Interrupt
-from .run import add_set_arg, refuse_beside, say_trust
+from .run import MODELS, add_set_arg, refuse_beside, say_trust
 
 DIGITS_MLP = RunConfig.smoke().replace(**{"model.width": 256, "model.depth": 2})
 TRAIN_EPOCHS = 5  # in-process training of a fresh model: seconds on digits, about 95 % accuracy
@@ -37,7 +37,7 @@ def add_subject_args(p) -> None:
         "did not create that folder here (read its code first)",
     )
     p.add_argument("--config", help="a RunConfig JSON file (default: the digits MLP 64-256-256-10)")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
+    p.add_argument("--model", help=MODELS)
     p.add_argument("--width", type=int, help="built-in model width")
     p.add_argument("--depth", type=int, help="built-in model depth")
     p.add_argument("--data", help=" | ".join(BUILTIN_DATA) + " (default: what the run or the model names)")

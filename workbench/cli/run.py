@@ -38,6 +38,9 @@ FLAGS = {  # flag -> dotted config field (--model and --data: base_config)
 }
 
 
+MODELS = " | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"])  # --model's help
+
+
 def add_parser(sub):
     p = sub.add_parser(
         "run",
@@ -47,7 +50,7 @@ def add_parser(sub):
     p.add_argument("--config", help="a RunConfig JSON file (default: the default preset)")
     p.add_argument("--preset", choices=["default", "smoke"], default="default")
     p.add_argument("--precision", help=" | ".join(choices("precision.dtype")))
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
+    p.add_argument("--model", help=MODELS)
     add_data_args(p)
     p.add_argument("--steps", type=int, help="the most steps (run.steps)")
     p.add_argument(
@@ -113,6 +116,16 @@ def add_data_args(p) -> None:
     """--data and --data-factory: the data every command that trains takes, with --model."""
     p.add_argument("--data", help=" | ".join(choices("data.name")))
     p.add_argument("--data-factory", help="your Dataset's factory, with --data dataset")
+
+
+def add_baseline_args(p, whose: str) -> None:
+    """The config a comparing command starts from, for `whose` ("the baseline", "both sides"):
+    --config or --preset, then --model, --data, --data-factory and --set, as base_config reads them."""
+    p.add_argument("--config", help=f"a RunConfig JSON file: {whose}")
+    p.add_argument("--preset", choices=["default", "smoke"], default="default")
+    p.add_argument("--model", help=f"{MODELS} ({whose})")
+    add_data_args(p)
+    add_set_arg(p, f"a setting of {whose}")
 
 
 def base_config(args, base: RunConfig | None = None) -> RunConfig:

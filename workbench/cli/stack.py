@@ -15,13 +15,13 @@ import argparse
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError
+from ..config import ConfigError
 from ..runfolder import RunFolder
 from ..trials.changes import CHANGES, STACK_STEP
 from ..trials.engine import SLICE_S
 from .quant import CHOICES as QUANT_CHOICES
 from ._interrupt import Interrupt
-from .run import OWN_CONFIG, add_data_args, add_set_arg, base_config, parse_settings, refuse_beside, say_trust
+from .run import OWN_CONFIG, add_baseline_args, base_config, parse_settings, refuse_beside, say_trust
 
 DEFAULT_CHANGES = "bf16,channels_last,workers,pin_memory,ddp"  # notebook 06's list; compile is slow
 
@@ -33,11 +33,7 @@ def add_parser(sub):
         "in rounds: the waterfall as a table",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--config", help="a RunConfig JSON file: the baseline")
-    p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
-    add_data_args(p)
-    add_set_arg(p, "a setting of the baseline")
+    add_baseline_args(p, "the baseline")
     p.add_argument(
         "--changes",
         default=DEFAULT_CHANGES,

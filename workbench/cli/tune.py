@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..config import BUILTIN_MODELS, ConfigError
+from ..config import ConfigError
 from ..trials.engine import SLICE_S
 from ..tune.search import FIRST
 from ._interrupt import Interrupt
-from .run import add_data_args, add_set_arg, base_config, parse_settings
+from .run import add_baseline_args, base_config, parse_settings
 
 
 def add_parser(sub):
@@ -24,11 +24,7 @@ def add_parser(sub):
         help="find the settings that make your model train faster here, each kept only when measured faster",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--config", help="a RunConfig JSON file: the baseline")
-    p.add_argument("--preset", choices=["default", "smoke"], default="default")
-    p.add_argument("--model", help=" | ".join([*BUILTIN_MODELS, "package.module:factory", "file.py:factory"]))
-    add_data_args(p)
-    add_set_arg(p, "a setting of the baseline")
+    add_baseline_args(p, "the baseline")
     p.add_argument("--budget-min", type=float, default=10.0, help="minutes for the whole tune (default 10)")
     p.add_argument(
         "--slice-s",

@@ -335,14 +335,7 @@ class Launcher:
         threads: ThreadChoice | None = None,
     ) -> RunHandle:
         """Plan and start a run (Launcher.plan, then Launcher.start); returns at once with its handle.
-
-        :param cfg: the run's config; anything but a RunConfig is a ConfigError.
-        :param run_dir: the run folder, new or empty; None: a fresh folder under `root`.
-        :param root: where a fresh run folder goes; None: $WORKBENCH_RUNS, else the config's run.runs_dir.
-        :param env: environment variables added for the ranks, over the allocator's and the threads'
-            settings; None: none added.
-        :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
-            one); None: chosen now from what other programs use.
+        The arguments are those of the module's `start_run`, which calls this on its launcher.
         """
         return self.start(self.plan(cfg, run_dir, root, env=env, threads=threads))
 
@@ -355,16 +348,8 @@ class Launcher:
         env: dict[str, str] | None = None,
         threads: ThreadChoice | None = None,
     ) -> dict:
-        """Start a run, wait for it, and return its summary (status says how it ended).
-
-        :param cfg: the run's config; anything but a RunConfig is a ConfigError.
-        :param run_dir: the run folder, new or empty; None: a fresh folder in the run store
-            ($WORKBENCH_RUNS, else the config's run.runs_dir).
-        :param timeout_s: seconds to wait before the run is stopped as timed out; None: wait until it ends.
-        :param env: environment variables added for the ranks, over the allocator's and the threads'
-            settings; None: none added.
-        :param threads: the ranks' threads and wait policy, chosen already (a comparison's round shares
-            one); None: chosen now from what other programs use.
+        """Start a run, wait for it, and return its summary (status says how it ended). The arguments
+        are those of the module's `run`, which calls this on its launcher.
         """
         handle = self.start_run(cfg, run_dir, env=env, threads=threads)
         try:
