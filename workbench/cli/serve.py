@@ -204,16 +204,20 @@ def served_from_args(args: argparse.Namespace, plan: Worker, amount: float):
     return build_served(subject, args.variant, amount)
 
 
+PARENTS_FLAGS = ("--workers", "--replicas", "--port", "--load-seen")  # each takes a value
+
+
 def worker_argv(argv: list[str]) -> list[str]:
     """The command as typed after `serve`, less what the parent of --workers (or --replicas)
-    decides itself."""
+    decides itself: the processes, the port, the lifeline, and the load it read (each process is
+    handed its threads instead)."""
     argv = argv[argv.index("serve") + 1 :] if "serve" in argv else list(argv)
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--workers", "--replicas", "--port"):
+        elif arg in PARENTS_FLAGS:
             skip = True
-        elif not arg.startswith(("--workers=", "--replicas=", "--port=")) and arg != "--lifeline":
+        elif not arg.startswith(tuple(f"{flag}=" for flag in PARENTS_FLAGS)) and arg != "--lifeline":
             out.append(arg)
     return out
