@@ -51,3 +51,10 @@ class Settings:
         if self.max_batch > 1:
             return f"up to {self.max_batch} samples, waiting at most {self.max_wait_ms:g} ms"
         return "off (one forward a request)"
+
+    def about(self, threads_why: str = "") -> dict:
+        """What a server's /health says of how it serves: its batching and, when chosen, its threads."""
+        about = {"batching": self.batching(), "max_batch": self.max_batch, "max_wait_ms": self.max_wait_ms}
+        if threads_why:
+            about["threads"] = threads_why
+        return about

@@ -60,14 +60,8 @@ def replica_app(served_of: Callable[[], Served], plan: Worker, settings: Setting
     from .batching import Batcher
 
     served = served_of()
-    about = {
-        "batching": settings.batching(),
-        "max_batch": settings.max_batch,
-        "max_wait_ms": settings.max_wait_ms,
-        "threads": plan.why,
-        "pid": driver,  # a load counts the driver's tree (the cluster, the replicas) as the server
-        "replica": f"pid {os.getpid()}",
-    }
+    # a load counts the driver's tree (the cluster, the replicas) as the server
+    about = {**settings.about(plan.why), "pid": driver, "replica": f"pid {os.getpid()}"}
     batcher = Batcher(served.forward, settings.max_batch, settings.max_wait_ms)
     return make_app(served, batcher, about, settings.token)
 

@@ -59,9 +59,7 @@ def serve_forever(served: Served, settings: Settings, threads_why: str = "", wor
     sock = socket.socket(fileno=worker.fd) if worker is not None else bind(settings.check())
     port = sock.getsockname()[1]
     batching = settings.batching()
-    about = {"batching": batching, "max_batch": settings.max_batch, "max_wait_ms": settings.max_wait_ms}
-    if threads_why:
-        about["threads"] = threads_why
+    about = settings.about(threads_why)
     if worker is not None:  # a load counts the parent's whole tree as the server's own work
         about.update(pid=worker.parent, worker=f"{worker.index + 1} of {worker.workers} (pid {os.getpid()})")
 
