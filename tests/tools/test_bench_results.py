@@ -53,3 +53,67 @@ def test_every_recorded_benchmark_records_its_main():
     wrapped = {p.name: recorded_functions(p.read_text()) for p in bench.glob("*.py")}
     assert {name: f for name, f in wrapped.items() if f and f != ["main"]} == {}
     assert recorded_functions('@recorded("x", "y")\ndef two_servers():\n    pass\n') == ["two_servers"]
+
+
+WAITING = "docs/results/amd-epyc-2-cores-avx2/notebooks-quiet-busy.md"
+
+
+def test_every_results_file_names_the_command_that_wrote_it_and_only_what_exists():
+    """Each file under docs/results/ says which benchmark wrote it (a module that exists), the
+    machine and the load, and names no module or folder the repository does not hold (planted)."""
+    import re
+    from pathlib import Path
+
+    repo = Path(results.__file__).resolve().parents[2]
+    benchmarks = {p.stem for p in (repo / "tools" / "bench").glob("*.py") if not p.stem.startswith("_")}
+
+    def faults(text: str) -> list[str]:
+        found = []
+        command = re.search(r"^Command: `python -m tools\.bench (\w+)", text, re.M)
+        if not command or command.group(1) not in benchmarks:
+            found.append("no command of an existing benchmark")
+        if "Machine" not in text or "Load during the run" not in text:
+            found.append("no machine or load")
+        found += [m for m in re.findall(r"python -m ([\w.]+)", text) if m != "tools.bench"]
+        found += [p for p in re.findall(r"\b(runs/[\w./-]+)", text) if not (repo / p).exists()]
+        return found
+
+    files = sorted((repo / "docs" / "results").glob("*/*.md"))
+    found = {str(p.relative_to(repo)): faults(p.read_text()) for p in files}
+    # written before results files named their command, and not rerun yet: the notebooks with their
+    # defaults, quiet and busy, take about 45 minutes of a quiet machine. Once rerun, its name goes
+    assert found.pop(WAITING, None) == ["no command of an existing benchmark"]
+    assert found == {name: [] for name in found}
+    assert faults("# Old\n\nMeasured by `python -m workbench.bench commands`, see runs/trials/x") == [
+        "no command of an existing benchmark",
+        "no machine or load",
+        "workbench.bench",
+        "runs/trials/x",
+    ]
+
+
+def test_each_benchmark_of_one_process_reports_the_load_of_its_own_run(monkeypatch):
+    """`python -m tools.bench` runs the benchmarks one after another in one process: the load
+    line of each covers its own run (from its start), not the ones before it (planted: without
+    the restart, the second benchmark's window starts where the first's did)."""
+    import types
+
+    from tools.bench import __main__ as bench_main
+
+    starts = []
+
+    def fake(name):
+        def main(options):
+            starts.append(results._SINCE_START._t0)
+            return 0
+
+        return types.SimpleNamespace(main=main)
+
+    monkeypatch.setattr(bench_main.importlib, "import_module", fake)
+    monkeypatch.setattr(bench_main, "NAMED_ONLY", set())
+    assert bench_main.main(["allocator", "compress"]) == 0
+    assert len(starts) == 2 and starts[1] > starts[0]
+    starts.clear()
+    monkeypatch.setattr(bench_main, "benchmark_starts", lambda: None)
+    bench_main.main(["allocator", "compress"])
+    assert starts[1] == starts[0]

@@ -10,6 +10,7 @@ import pkgutil
 import sys
 
 import tools.bench as pkg
+from tools.bench.results import benchmark_starts
 
 NAMED_ONLY = {"notebooks", "tunes"}  # too long for `make bench`
 HELPERS = {"results"}  # not a benchmark: where the others write
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
     for name in chosen or [n for n in names if n not in NAMED_ONLY]:
         if not options:  # with options, one benchmark whose output may be JSON
             print(f"\n=== {name} ===", flush=True)
+        benchmark_starts()
         failed += importlib.import_module(f"tools.bench.{name}").main(options) != 0
     return 1 if failed else 0
 

@@ -28,7 +28,7 @@ from workbench.profile.presets import default_transformer
 from workbench.trials.engine import Trial
 from workbench.trials.hosts import TrainingHosts
 from workbench.train.sharding import PEAK_TOLERANCE
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 MIB = 2**20
 
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
         "memory": rows,
         "speed": {cond: {n: c.as_dict() for n, c in r.items()} for cond, r in results.items()},
     }
-    write_results(lines, args.out, data)
+    write_results(lines, args.out, bench_command("allocator", argv), data)
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from workbench.events import SAMPLES_PER_S
 from workbench.procs import OtherWork
 from workbench.trials.script_ab import Command, command_ab
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_loop.py"
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     lines = [
         "# `workbench ab --cmd` on a plain PyTorch script",
         "",
-        f"Measured {datetime.date.today()} by `python -m tools.bench commands`. Machine: "
+        f"Measured {datetime.date.today()}. Machine: "
         f"{machine_line()}. `examples/own_loop.py` (an MLP on the digits, batch 64, AdamW), "
         f"{args.rounds} pairs of fresh runs a row after one uncounted run of each side, "
         f"{args.budget_s:g} s of steps a run; the script's own threads. B over A: the median "
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
                 rates = [f"{s[SAMPLES_PER_S]:,.0f}" if s[SAMPLES_PER_S] else "-" for s in sides]
                 lines.append(f"| {name} | {condition} | {r.comparison.text()} | {rates[0]} | {rates[1]} |")
                 print(lines[-1], flush=True)
-    write_results(lines, args.out)
+    write_results(lines, args.out, bench_command("commands", argv))
     return 0
 
 

@@ -51,7 +51,7 @@ from workbench.measure.ratios import paired_speed_ratio
 from workbench.procs import OtherWork
 from workbench.profile.profiled_run import default_transformer
 from workbench.quick import scaled
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 VARIANTS = ("1 thread", "2 threads", "2 threads, passive", "workbench's choice")
 MODELS = {"mlp": RunConfig.default, "transformer": default_transformer}
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         with OtherWork(2):
             busy = condition("busy", args.only, args.rounds, args.seconds, args.turns)
         lines += report("busy", busy, args.only)
-    write_results(lines, results_file("contention"))
+    write_results(lines, results_file("contention"), bench_command("contention", argv))
     return 0
 
 

@@ -26,7 +26,7 @@ from workbench.export.bundle import export
 from workbench.measure.ratios import median_interval
 from workbench.measure.order import order_of
 from workbench.procs import OtherWork
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 GOAL = 0.9
 DONE = re.compile(r"^done: .* ([0-9.]+) samples/s on \d+ rank", re.M)
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     write_results(
         lines,
         args.out,
+        bench_command("export", argv),
         {
             SAMPLES_PER_S: rates,
             "threads_kept": kept,

@@ -52,8 +52,14 @@ def machine_line() -> str:
     )
 
 
-# what other programs did while this benchmark ran: from its import to the writing of its results
+# what other programs did while this benchmark ran: from its start to the writing of its results
 _SINCE_START = ContentionMeter()
+
+
+def benchmark_starts() -> None:
+    """The load a results file reports is its own benchmark's, also when several run one after
+    another in one process (`python -m tools.bench` with no names): the window starts again."""
+    _SINCE_START.restart()
 
 
 def machine_slug() -> str:
@@ -70,15 +76,28 @@ def results_file(name: str) -> Path:
     return Path("docs") / "results" / machine_slug() / f"{name}.md"
 
 
-def write_results(lines: list[str], out: str | Path, data: dict | None = None, echo: bool = True) -> None:
-    """A benchmark's results file: its lines printed (unless already shown: `echo`), and written to
-    `out` (folders made), with the figures they came from beside it as JSON when given."""
+def bench_command(name: str, argv: list[str] | None) -> str:
+    """The command that reruns benchmark `name` with the options it was given (`argv`; None: this
+    process's own arguments after the module, as when the benchmark's module was run itself)."""
+    options = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", "-m", "tools.bench", name, *options])
+
+
+def write_results(
+    lines: list[str], out: str | Path, command: str, data: dict | None = None, echo: bool = True
+) -> None:
+    """A benchmark's results file: its lines (a title first) with the `command` that wrote them under
+    the title, printed (unless already shown: `echo`) and written to `out` (folders made), with the
+    figures they came from beside it as JSON when given."""
     load = _SINCE_START.read()
     shrunk = (
         " Quick mode (WORKBENCH_QUICK): the work was shrunk, these are not the defaults." if quick() else ""
     )
     lines = [
-        *lines,
+        lines[0],
+        "",
+        f"Command: `{command}`",
+        *lines[1:],
         "",
         f"Load during the run: programs outside this benchmark's processes held "
         f"{load['other_cpu_cores']:.2f} cores on average, the hypervisor took "
@@ -121,13 +140,9 @@ def recorded(name: str, title: str):
             with contextlib.redirect_stdout(_Both(sys.stdout, kept)):
                 code = main(argv)
             if code == 0:
-                args = list(sys.argv[2:] if argv is None else argv)
-                command = shlex.join(["python", "-m", "tools.bench", name, *args])
                 write_results(
                     [
                         f"# {title}",
-                        "",
-                        f"Command: `{command}`",
                         "",
                         f"Machine: {machine_line()}",
                         "",
@@ -136,6 +151,7 @@ def recorded(name: str, title: str):
                         "```",
                     ],
                     results_file(name),
+                    bench_command(name, argv),
                     echo=False,
                 )
             return code

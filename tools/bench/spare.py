@@ -26,7 +26,7 @@ from workbench.measure.order import order_of
 from workbench.procs import OtherWork
 from workbench.runfolder import RunFolder
 from .launch import _first_step_t
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 GOAL_S = 1.0
 PAUSE_S = 3 * WATCH_S  # a person's pause before Run: the watcher looks twice, then the spare warms
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
             f"Goal, {condition}: the warm spare's median at most {GOAL_S:.0f} s: "
             f"{'met' if med <= GOAL_S else 'not met'} ({med:.2f} s)."
         )
-    write_results(lines, args.out)
+    write_results(lines, args.out, bench_command("spare", argv))
     return 0
 
 

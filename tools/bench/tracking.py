@@ -29,7 +29,7 @@ from workbench.train.models import build_model, loss_fn
 from workbench.train.rank import RankEnv
 from workbench.train.step import cycle_batches
 from workbench.tracking.tracked_run import Run
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 GOAL = 0.02
 # Steps a timed call runs: quiet, enough that a round's noise is well under the 2 % being decided;
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     lines = [
         "# What tracking your own loop costs",
         "",
-        f"Measured {datetime.date.today()} by `python -m tools.bench tracking`. "
+        f"Measured {datetime.date.today()}. "
         f"Machine: {machine_line()}. The {cfg.model.name} (width {cfg.model.width}) on "
         f"{cfg.data.name}, batch {cfg.loader.batch_size}, AdamW; {threads} thread(s) "
         f"({source}), OpenMP wait {wait_policy()}. Each timed call runs the steps the table says; "
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
             f"| {condition} | {r['rounds']} x {r['n']} | {r['bare']:.3f} ms | "
             f"{r['tracked']:.3f} ms | {ratio.ratio - 1:+.1%} {interval} | {met} | {aa_text} |"
         )
-    write_results(lines, args.out)
+    write_results(lines, args.out, bench_command("tracking", argv))
     return 0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from workbench.config import RunConfig
 from workbench.procs import OtherWork
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 from workbench.trials.engine import Trial
 from workbench.trials.hosts import TrainingHosts
 
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
         f"Decisions a minute, process starts and builds included: "
         f"{decisions / (seconds / 60):.1f} ({decisions} in {seconds:.0f} s).",
     ]
-    write_results(lines, args.out)
+    write_results(lines, args.out, bench_command("trials", argv))
     return 0
 
 

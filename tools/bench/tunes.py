@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workbench.config import RunConfig
 from workbench.procs import OtherWork
-from .results import machine_line, results_file, write_results
+from .results import bench_command, machine_line, results_file, write_results
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
             *rows,
         ],
         out,
+        bench_command("tunes", argv),
     )
     return 0
 
