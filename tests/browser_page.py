@@ -206,6 +206,28 @@ def screenshot_whole(page, path: Path) -> None:
     page.set_viewport_size({"width": width, "height": 1000})
 
 
+# the outputs a reader looks for first: a chart, a panel of widgets, a table
+FIRST_FIGURE = ".jp-OutputArea-output :is(.js-plotly-plot, .widget-box, .widget-tab, table)"
+
+
+def lab_picture(page, path: Path, width: int = 960) -> None:
+    """A small picture of the notebook as a reader sees it after Run All: one screen, scrolled to its
+    first chart, panel or table (the top when it has none), shrunk to `width` pixels and kept as a
+    JPEG, for the notebook's page on the site."""
+    from PIL import Image
+
+    first = page.locator(FIRST_FIGURE).first
+    if first.count():
+        first.evaluate("el => el.closest('.jp-Cell').scrollIntoView({block: 'start'})")
+    shot = path.with_suffix(".png")
+    page.screenshot(path=str(shot))
+    with Image.open(shot) as image:
+        image.convert("RGB").resize((width, round(image.height * width / image.width))).save(
+            path, "JPEG", quality=70, optimize=True
+        )
+    shot.unlink()
+
+
 def cell_errors(page) -> list[str]:
     """The text of every error a cell printed (an exception's output)."""
     return page.locator(

@@ -316,6 +316,35 @@ def test_every_lab_page_says_how_long_its_notebook_took_from_the_readmes_results
             )
 
 
+def test_every_lab_page_shows_its_notebook_and_its_key_figure_from_the_results():
+    import pytest
+
+    from tools import docs_hooks
+
+    pages = sorted((DOCS / "labs").glob("*.md"))
+    assert sorted(docs_hooks.KEY_FIGURES) == [p.stem for p in pages]
+    for page in pages:
+        text = page.read_text()
+        assert "<!-- lab-picture -->" in text and "<!-- lab-key-figure -->" in text, page
+        picture = docs_hooks.lab_picture(page.stem)
+        assert picture.startswith(f"![Notebook {page.stem}"), picture  # taken, not missing
+        assert (DOCS / "images" / "labs" / f"{page.stem}.jpg").stat().st_size < 300_000  # kept small
+        figure = docs_hooks.lab_key_figure(page.stem)
+        quoted = figure.split("```text\n")[1].split("\n```")[0]
+        source = docs_hooks.readme_results().parent / f"{docs_hooks.KEY_FIGURES[page.stem][0]}.md"
+        # the quoted line is in its results file, word for word (a table row read as its cells)
+        assert " ".join(quoted.split()) in " ".join(source.read_text().replace("|", " · ").split()) or all(
+            cell in source.read_text() for cell in quoted.split(" · ")
+        ), page
+    # planted: a line no results file holds stops the build
+    planted = dict(docs_hooks.KEY_FIGURES, **{"00_tour": ("dashboard", "no such line", "nothing")})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(docs_hooks, "KEY_FIGURES", planted)
+        with pytest.raises(ValueError, match="no line starting 'no such line'"):
+            docs_hooks.lab_key_figure("00_tour")
+    assert docs_hooks.lab_picture("no_such_notebook").startswith("No picture of this notebook yet")
+
+
 def test_results_pages_read_at_the_sites_width_with_their_tables_as_tables():
     from tools.docs_hooks import readable_results
 

@@ -10,6 +10,10 @@ from either.
   tables inside it lifted out of the code block and long lines wrapped (the file stays as written).
 - `<!-- lab-minutes -->` on a lab page: how long its notebook took with its defaults, quiet and beside
   two busy processes, from the results file the README's notebooks table reads.
+- `<!-- lab-key-figure -->` on a lab page: the line of a results file (of that same machine) that
+  answers the notebook's question, quoted as the benchmark wrote it.
+- `<!-- lab-picture -->` on a lab page: the picture of the notebook after Run All that the browser
+  test took (`python -m tools.bench notebooks --pictures`), with what took it.
 """
 
 from __future__ import annotations
@@ -159,11 +163,17 @@ def results_index() -> str:
 MINUTES_FROM = re.compile(r"Minutes from \[([^\]]+)\]")
 
 
+def readme_results() -> Path:
+    """The notebooks' results file the README's minutes come from: its machine's folder is the one
+    the lab pages quote."""
+    return DOCS.parent / MINUTES_FROM.search((DOCS.parent / "README.md").read_text()).group(1)
+
+
 def lab_minutes(notebook: str) -> str:
     """How long `notebook` took with its defaults, from the file the README's minutes come from."""
     from tools.bench.notebooks import minutes
 
-    source = DOCS.parent / MINUTES_FROM.search((DOCS.parent / "README.md").read_text()).group(1)
+    source = readme_results()
     report = json.loads(source.with_suffix(".json").read_text())
     link = f"[its results](../{source.relative_to(DOCS).as_posix()})"
     by_mode = report["notebooks"].get(notebook)
@@ -176,6 +186,91 @@ def lab_minutes(notebook: str) -> str:
     return (
         f"{quiet.replace('*', '')} minutes quiet{disturbed} and {busy} beside two busy processes, with "
         f"its defaults on {report['machine']['summary']} ({link})"
+    )
+
+
+# each notebook's question, answered by one line of a results file: (file, the line's start as a
+# pattern, what the line measured)
+KEY_FIGURES = {
+    "00_tour": (
+        "dashboard",
+        r"samples/s with the dashboard / without",
+        "a run's samples/s with its live charts drawn, over without",
+    ),
+    "01_mixed_precision": (
+        "precision",
+        r"- bf16 against fp32 on mlp",
+        "bf16 against fp32 on the default MLP's training steps",
+    ),
+    "02_distributed": (
+        "launch",
+        r"\s*2 ranks, warm ranks / bare torchrun",
+        "two DDP ranks to their first step, warm, against bare torchrun",
+    ),
+    "03_pruning_quantization": (
+        "compress",
+        r"structured 50%",
+        "structured pruning of half of the 3x1024 MLP against the dense model, at batch 1 and 64",
+    ),
+    "04_hardware": (
+        "hardware",
+        r"matmul fp32",
+        "the fp32 matmul ceiling, by the workbench's timer and by torch.utils.benchmark",
+    ),
+    "05_data_loading": (
+        "loading",
+        r"2 workers vs 0 workers",
+        "two loader workers against none, on PNG files decoded each epoch",
+    ),
+    "06_combine_and_export": (
+        "export",
+        r"Script over run",
+        "the exported train.py against the run it came from, beside two busy processes",
+    ),
+    "07_time_and_memory": ("profile", r"bound by ", "what bounds the default transformer's step"),
+    "08_tune_your_model": (
+        "tunes-quiet",
+        r"\| digits MLP: the tuned config",
+        "the digits MLP's tuned config against its baseline, in an A/B of its own",
+    ),
+    "09_serve_your_model": (
+        "serve",
+        r"Batching \(",
+        "dynamic batching against none, on a model whose forward takes milliseconds",
+    ),
+}
+
+
+def lab_key_figure(notebook: str) -> str:
+    """The line of a results file that answers `notebook`'s question, as the benchmark wrote it, from
+    the machine whose results the lab pages quote. Missing, the build stops: a page never says less
+    than it did without a reason."""
+    name, start, meaning = KEY_FIGURES[notebook]
+    source = readme_results().parent / f"{name}.md"
+    text = source.read_text() if source.exists() else ""
+    line = next((x for x in text.splitlines() if re.match(start, x)), None)
+    if line is None:
+        raise ValueError(
+            f"{source.relative_to(DOCS.parent)} has no line starting {start!r}: rerun its benchmark"
+        )
+    if line.startswith("|"):  # a table row: its cells, read left to right
+        line = " · ".join(c.strip() for c in line.strip("|").split("|") if c.strip())
+    wrapped = textwrap.wrap(line.strip(), SITE_COLUMNS, subsequent_indent="  ", break_on_hyphens=False)
+    link = f"[{name}](../{source.relative_to(DOCS).as_posix()})"
+    return "\n".join([f"**Key figure** ({link}): {meaning}.", "", "```text", *wrapped, "```"])
+
+
+def lab_picture(notebook: str) -> str:
+    """The picture of `notebook` after Run All that the browser test took, with what took it."""
+    picture = DOCS / "images" / "labs" / f"{notebook}.jpg"
+    if not picture.exists():
+        return "No picture of this notebook yet: `python -m tools.bench notebooks --pictures` takes one."
+    about = json.loads((picture.parent / "pictures.json").read_text())
+    return (
+        f"![Notebook {notebook} after Run All with its defaults](../images/labs/{picture.name})\n\n"
+        f"*After Run All with its defaults, in JupyterLab in Chromium: taken by `{about['command']}` on "
+        f"{about['machine']}, {about['written']}, other programs holding {about['other_cpu_cores']:.2f} "
+        "cores meanwhile.*"
     )
 
 
@@ -215,6 +310,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- lab-minutes -->" in markdown:
         notebook = Path(page.file.src_uri).stem
         markdown = markdown.replace("<!-- lab-minutes -->", lab_minutes(notebook))
+    if "<!-- lab-key-figure -->" in markdown:
+        markdown = markdown.replace("<!-- lab-key-figure -->", lab_key_figure(Path(page.file.src_uri).stem))
+    if "<!-- lab-picture -->" in markdown:
+        markdown = markdown.replace("<!-- lab-picture -->", lab_picture(Path(page.file.src_uri).stem))
     if "<!-- cli-reference -->" in markdown:
         markdown = markdown.replace("<!-- cli-reference -->", cli_reference())
     if "<!-- config-reference -->" in markdown:

@@ -12,6 +12,8 @@ To check the notebooks as people run them, with their defaults and beside other 
         python -m pytest tests/e2e/test_notebooks_in_browser.py
 
 (notebook 01 included, two busy processes held throughout, and a longer wait per notebook).
+`python -m tools.bench notebooks --pictures` runs it with the defaults, quiet, to take the picture
+of each notebook that its page on the site shows (WORKBENCH_LAB_PICTURES names their folder).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import re
 import shutil
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +33,7 @@ from browser_page import (
     check_no_widget_errors,
     lab_page,
     legibility,
+    lab_picture,
     prompts,
     run_all,
     screenshot_whole,
@@ -40,6 +44,7 @@ from workbench.procs import OtherWork
 
 DEFAULTS = os.environ.get("WORKBENCH_BROWSER_DEFAULTS") == "1"
 BUSY = int(os.environ.get("WORKBENCH_BROWSER_BUSY") or 0)
+PICTURES = os.environ.get("WORKBENCH_LAB_PICTURES")  # a folder: each notebook's picture for its lab page
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb"))
 # Without Chromium (and where the suite does not demand it) each notebook still runs, in a kernel
 # of its own, and its last cell still checks its claims: only what a page looks like goes unchecked.
@@ -99,6 +104,8 @@ def test_a_notebook_runs_and_reads_well_in_a_browser(tmp_path, name, monkeypatch
         seen = legibility(page)
         (OUT / "notebooks").mkdir(parents=True, exist_ok=True)
         screenshot_whole(page, OUT / "notebooks" / f"{name[:-6]}.png")
+        if PICTURES:
+            lab_picture(page, Path(PICTURES) / f"{name[:-6]}.jpg")
         assert seen["problems"] == [], seen
         text = page.locator(".jp-Notebook").evaluate("el => el.textContent")
         said = LESSON.findall(text)

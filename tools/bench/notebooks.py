@@ -1,4 +1,4 @@
-"""python -m tools.bench notebooks [--only 01 06] [--busy | --both] [--json | --markdown]
+"""python -m tools.bench notebooks [--only 01 06] [--busy | --both] [--json | --markdown] [--pictures]
 
 Every notebook in notebooks/ with its default settings (WORKBENCH_QUICK removed), each in a fresh
 kernel of this venv's python, top to bottom, timed from kernel start to the last cell: cells run,
@@ -11,11 +11,16 @@ examples/), from the copy's folder, with its own temporary run store and cache: 
 notebooks are never touched, and a notebook's time does not depend on what ran before it. A
 timeout or a dead kernel is that notebook's row; kernels, processes left behind by a notebook and
 the busy processes are stopped by pid at the end, also on an error or Ctrl-C.
+
+`--pictures` times nothing: it runs the browser test of every notebook with the defaults, quiet, in
+JupyterLab in Chromium, which keeps a picture of each for its page on the site (docs/images/labs/),
+and records there which command, machine, date and load took them.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -28,10 +33,11 @@ from pathlib import Path
 
 from workbench.cli import one_line
 from workbench.machine.contention import BUSY_STEAL, ContentionMeter, steal_text
-from .results import machine, machine_line, results_file, write_results
+from .results import bench_command, machine, machine_line, results_file, write_results
 from workbench.procs import OtherWork
 
 REPO = Path(__file__).resolve().parents[2]
+PICTURES = REPO / "docs" / "images" / "labs"
 SIBLINGS = ("examples",)  # notebook 03 loads ../examples/resnet.py: the mirror keeps that layout
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GOALS = {"quiet": 240.0, "busy": 480.0}
@@ -370,6 +376,31 @@ def select(only: list[str] | None, folder: Path | None = None) -> list[Path]:
     return chosen
 
 
+def take_pictures(argv: list[str] | None) -> int:
+    """Every notebook run to its end with its defaults by the browser test, quiet; the test keeps a
+    picture of each in PICTURES, and pictures.json there says what took them."""
+    PICTURES.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "WORKBENCH_BROWSER_DEFAULTS": "1", "WORKBENCH_LAB_PICTURES": str(PICTURES)}
+    for name in ("WORKBENCH_QUICK", "WORKBENCH_BROWSER_BUSY"):
+        env.pop(name, None)
+    meter = ContentionMeter()
+    test = REPO / "tests" / "e2e" / "test_notebooks_in_browser.py"
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)]
+    code = subprocess.call(pytest, cwd=REPO, env=env)
+    load = meter.read()
+    about = {
+        "command": bench_command("notebooks", argv),
+        "machine": machine()["summary"],
+        "written": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+        "other_cpu_cores": round(load["other_cpu_cores"], 2),
+        "steal_frac": round(load["steal_frac"], 3),
+        "passed": code == 0,
+    }
+    (PICTURES / "pictures.json").write_text(json.dumps(about, indent=1) + "\n")
+    print(json.dumps(about, indent=1))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.bench notebooks",
@@ -385,8 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--markdown", action="store_true", help="the report as a markdown table")
     p.add_argument("--out", help="the results file (default: docs/results/<machine>/notebooks-<modes>.md)")
+    p.add_argument("--pictures", action="store_true", help="take the site's pictures instead")
     p.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # a smoke check: WORKBENCH_QUICK=1
     args = p.parse_args(argv)
+    if args.pictures:
+        return take_pictures(argv)
     paths, kernel = select(args.only), check_kernel()
     modes = ["quiet", "busy"] if args.both else ["busy" if args.busy else "quiet"]
     goals = {"quiet": args.goal_quiet_s, "busy": args.goal_busy_s}
@@ -413,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                 markdown(report),
             ],
             out,
+            bench_command("notebooks", argv),
             report,
         )
         if modes == ["quiet", "busy"] and not args.only:  # the README shows both, for every notebook
