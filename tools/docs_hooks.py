@@ -228,11 +228,10 @@ KEY_FIGURES = {
         "the exported train.py against the run it came from, beside two busy processes",
     ),
     "07_time_and_memory": ("profile", r"bound by ", "what bounds the default transformer's step"),
-    "08_tune_your_model": (  # the tunes' own file, once rerun on this machine: tunes-quiet
-        "trials",
-        r"\| fused vs foreach \(default MLP\) \| quiet",
-        "one setting a tune decides, the fused optimizer step against foreach on the digits MLP, "
-        "measured by the trial engine the tune uses",
+    "08_tune_your_model": (
+        "tunes-quiet",
+        r"\| digits MLP: the tuned config",
+        "the digits MLP's tuned config against its baseline, in an A/B of its own",
     ),
     "09_serve_your_model": (
         "serve",

@@ -56,12 +56,11 @@ def test_every_recorded_benchmark_records_its_main():
 
 
 # written before results files named their command, and not rerun yet: the notebooks with their
-# defaults, quiet and busy (about 45 minutes of a quiet machine), and the tunes, quiet and beside
-# two busy processes (about 30). Each name goes once its file is rerun: the test fails on a waiting
-# file that names its command
+# defaults, quiet and busy (about 45 minutes of a quiet machine), and the tune beside two busy
+# processes (about 20). Each name goes once its file is rerun: the test fails on a waiting file
+# that names its command
 WAITING = {
     "docs/results/amd-epyc-2-cores-avx2/notebooks-quiet-busy.md",
-    "docs/results/unrecorded-x86-64-2-cores/tunes-quiet.md",
     "docs/results/unrecorded-x86-64-2-cores/tunes-busy.md",
 }
 
